@@ -1,0 +1,1 @@
+"""relayctl: the command line for people and scripts."""

@@ -1,0 +1,103 @@
+"""relayctl's entry point: the command group, global options and error handling.
+
+Subcommands load lazily (one module each), so `relayctl send` imports only what sending
+needs. No traceback reaches a user: RelayError and click usage errors become one
+`error:` line and exit 1 (refused) or 2 (usage); set RELAY_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import NoReturn
+
+import click
+
+from .context import Settings
+
+# name -> "module:function"; each module holds one area of commands.
+COMMANDS: dict[str, str] = {
+    "init": "relayctl.cmd_store:init",
+    "reset": "relayctl.cmd_store:reset",
+    "version": "relayctl.cmd_store:version",
+    "register": "relayctl.cmd_agents:register",
+    "heartbeat": "relayctl.cmd_agents:heartbeat",
+    "set-status": "relayctl.cmd_agents:set_status",
+    "status": "relayctl.cmd_agents:status",
+    "send": "relayctl.cmd_messages:send",
+    "read": "relayctl.cmd_messages:read",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+HELP = """relay: messages, presence, file reservations, commands and wake-ups for a team
+of AI coding agents on one machine.
+
+Works with or without the relayd daemon: when it is down, every command works directly
+on the store files.
+
+\b
+Examples:
+  relayctl init --preset overlord
+  relayctl register agent-1 --program claude-code --task "auth refactor"
+  relayctl --agent agent-1 send agent-2 "Done with the parser, tests pass"
+  relayctl --agent agent-2 read --unread --mark-read
+  relayctl status
+"""
+
+
+@click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--agent", envvar=["RELAY_AGENT", "OVLD_ROLE"], metavar="NAME", help="Your agent name. [env: RELAY_AGENT, then OVLD_ROLE]")
+@click.option("--dir", "store_dir", envvar=["RELAY_DIR", "OVLD_RELAY_DIR"], metavar="PATH", help="Store directory. [env: RELAY_DIR, then OVLD_RELAY_DIR; default: ~/.relay]")
+@click.option("--socket", envvar="RELAY_SOCKET", metavar="PATH", help="relayd socket. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as stored) for scripts.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and requested data.")
+@click.version_option(package_name="relay", prog_name="relayctl", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, agent: str | None, store_dir: str | None, socket: str | None, as_json: bool, quiet: bool) -> None:
+    ctx.obj = Settings(agent=agent or None, store_dir=store_dir or None, socket=socket or None, json=as_json, quiet=quiet)
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    line = " ".join(str(message).split())
+    click.echo(f"error: {line}", err=True)
+    sys.exit(status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from relayd.errors import RelayError
+
+    try:
+        cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
+    except RelayError as exc:
+        _fail(exc.message, exc.exit_status)
+    except click.exceptions.Abort:
+        _fail("aborted", 1)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # a bug: still one line, with the traceback on request
+        if os.environ.get("RELAY_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+
+
+if __name__ == "__main__":
+    main()

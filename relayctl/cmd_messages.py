@@ -1,0 +1,126 @@
+"""send and read."""
+
+from __future__ import annotations
+
+import click
+
+from relayd.records import PRIORITIES
+
+from .context import read_body, settings
+
+
+def render_message(m: dict) -> str:
+    when = m["ts"][:16].replace("T", " ")
+    flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
+    thread = f"  (thread {m['thread']})" if m.get("thread") else ""
+    tags = f"  #{' #'.join(m['tags'])}" if m.get("tags") else ""
+    head = f"{m['id']}  {when}  {m['from']} → {m['to']}  {flag}{m['subject']}{thread}{tags}"
+    body = m["body"].rstrip("\n")
+    if not body or body == m["subject"]:
+        return head
+    return head + "\n" + "\n".join("    " + line for line in body.splitlines())
+
+
+@click.command()
+@click.argument("args", nargs=-1, metavar="[TO] MESSAGE")
+@click.option("--subject", metavar="TEXT", help="Subject line. [default: the first 80 characters of the message]")
+@click.option("--thread", metavar="ID", help="Thread id, e.g. a bead or ticket id.")
+@click.option("--priority", default="normal", show_default=True, type=click.Choice([*PRIORITIES, "critical"], case_sensitive=False), help="critical is accepted as urgent.")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
+@click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
+@click.option("--type", "type_", metavar="TYPE", help="Message type, e.g. task_assignment (IGNITE types).")
+@click.option("--ack", is_flag=True, help="Ask for delivery to be acknowledged.")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack) -> None:
+    """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
+
+    MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
+    --agent or RELAY_AGENT.
+
+    \b
+    Examples:
+      relayctl send athena "Bead bd-42 complete. All tests pass."
+      relayctl send athena "Need review" --thread bd-42 --priority high
+      relayctl send --broadcast "Rebasing main, hold commits for 2 minutes" --priority urgent
+      git diff --stat | relayctl send glacier - --subject "what changed"
+    """
+    s = settings()
+    if broadcast:
+        if len(args) > 1:
+            raise click.UsageError("with --broadcast give only the message (no recipient)")
+        recipients: list[str] = []
+        text = read_body(args[0] if args else None)
+    else:
+        if not args:
+            raise click.UsageError("missing recipient: relayctl send TO MESSAGE (or --broadcast MESSAGE)")
+        if len(args) > 2:
+            raise click.UsageError("too many arguments: quote the message, e.g. relayctl send bob \"hello there\"")
+        recipients = [name.strip() for name in args[0].split(",") if name.strip()]
+        text = read_body(args[1] if len(args) > 1 else None)
+    params = {
+        "agent": s.require_agent("send"),
+        "to": recipients,
+        "broadcast": broadcast,
+        "body": text,
+        "subject": subject,
+        "thread": thread,
+        "priority": priority,
+        "tags": list(tags),
+        "type": type_,
+        "ack": ack,
+    }
+    result = s.call("send", params)
+    messages = result["messages"]
+    for failure in result.get("notifications", []):
+        if not failure.get("ok", True):
+            s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
+    if s.json:
+        s.out(messages if broadcast or len(messages) != 1 else messages[0])
+        return
+    if len(messages) == 1:
+        s.note(f"sent {messages[0]['id']} to {messages[0]['to']}")
+    else:
+        s.note(f"sent to {len(messages)} agents: {', '.join(m['to'] for m in messages)}")
+
+
+@click.command()
+@click.option("--from", "from_", metavar="AGENT", help="Only messages from AGENT.")
+@click.option("--thread", metavar="ID", help="Only messages in thread ID.")
+@click.option("--since", metavar="WHEN", help="Only newer messages: a duration (30m, 1h) or a date (2026-02-16).")
+@click.option("--unread", is_flag=True, help="Only messages past your read cursor, oldest first.")
+@click.option("--last", default=20, show_default=True, metavar="N", type=click.IntRange(min=0), help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
+@click.option("--mark-read", is_flag=True, help="Move your read cursor past the messages shown.")
+def read(from_, thread, since, unread, last, mark_read) -> None:
+    """Read your inbox. Reading never deletes; --mark-read moves your cursor.
+
+    --mark-read never skips an unread message that a filter or --last held back.
+
+    \b
+    Examples:
+      relayctl read --unread --mark-read
+      relayctl read --from agent-bd-42 --thread bd-42
+      relayctl read --since 1h --json
+    """
+    s = settings()
+    params = {
+        "agent": s.require_agent("read"),
+        "from": from_,
+        "thread": thread,
+        "since": since,
+        "unread": unread,
+        "last": last,
+        "mark_read": mark_read,
+    }
+    result = s.call("read", params)
+    for bad in result.get("corrupt", []):
+        s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
+    messages = result["messages"]
+    if s.json:
+        s.out(messages)
+        return
+    if not messages:
+        s.note("no unread messages" if unread else "no messages")
+        return
+    for message in messages:
+        click.echo(render_message(message))
+    if result["unread"] and not s.quiet:
+        s.note(f"({result['unread']} unread)")

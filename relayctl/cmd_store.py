@@ -1,0 +1,61 @@
+"""init, reset, version."""
+
+from __future__ import annotations
+
+import click
+
+from .context import settings
+
+
+@click.command()
+@click.option("--preset", type=click.Choice(["overlord", "ignite"]), help="Also register a team: overlord = overlord, strategist, inferno, glacier, shadow, storm; ignite = the IGNITE agents.")
+def init(preset: str | None) -> None:
+    """Create the store (directories 0700, files 0600) and optionally a team of agents.
+
+    \b
+    Examples:
+      relayctl init
+      relayctl init --preset overlord
+      relayctl --dir /tmp/team init --preset ignite
+    """
+    s = settings()
+    result = s.call("init", {"preset": preset})
+    created = f", registered {', '.join(result['created'])}" if result["created"] else ""
+    s.out(result, lambda r: f"store ready at {r['dir']} (format {r['format']}){created}")
+
+
+@click.command()
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def reset(yes: bool) -> None:
+    """Delete every agent, message, reservation, command and event in the store.
+
+    The store directory and its config file stay. Asks first unless --yes.
+
+    \b
+    Examples:
+      relayctl reset
+      relayctl reset --yes
+    """
+    s = settings()
+    if not yes:
+        import sys
+
+        if not sys.stdin.isatty():
+            raise click.UsageError("reset needs confirmation: run it in a terminal, or pass --yes")
+        click.confirm(f"Delete all agents and messages in {s.dir}?", abort=True)
+    result = s.call("reset", {"confirm": True})
+    s.out(result, lambda r: f"reset {r['dir']}: removed {', '.join(r['removed']) or 'nothing'}")
+
+
+@click.command()
+def version() -> None:
+    """Print relay's version, store format and protocol version.
+
+    \b
+    Examples:
+      relayctl version
+      relayctl --json version
+    """
+    s = settings()
+    result = s.call("version")
+    s.out(result, lambda r: f"relay {r['version']} (store format {r['store_format']}, protocol {r['protocol']})")

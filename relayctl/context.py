@@ -1,0 +1,90 @@
+"""What every command shares: the global options, the client, and output.
+
+Commands get a `Settings` from the click context, call `settings.call(op, params)` and
+hand the result to `settings.out(...)`, which prints JSON with `--json` or the
+command's human rendering otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import click
+
+from relayd import layout
+from relayd.errors import NoIdentity, UsageError
+
+
+@dataclass
+class Settings:
+    agent: str | None
+    store_dir: str | None
+    socket: str | None
+    json: bool
+    quiet: bool
+    _client: Any = field(default=None, repr=False)
+
+    @property
+    def dir(self) -> str:
+        if self.store_dir:
+            return os.path.abspath(os.path.expanduser(self.store_dir))
+        try:
+            return layout.default_store_dir()
+        except layout.NoHome as exc:
+            raise UsageError(str(exc)) from None
+
+    def require_agent(self, what: str = "this command") -> str:
+        if not self.agent:
+            raise NoIdentity(f"{what} needs your agent name: pass --agent NAME before the command, or set RELAY_AGENT")
+        return self.agent
+
+    def client(self) -> Any:
+        if self._client is None:
+            from relayd.client import Client
+
+            self._client = Client(self.dir, self.socket)
+        return self._client
+
+    def call(self, op: str, params: dict[str, Any] | None = None) -> Any:
+        return self.client().call(op, params or {})
+
+    def out(self, data: Any, human: Callable[[Any], str | None] | None = None) -> None:
+        """Print `data` as JSON with --json, else `human(data)`; --quiet prints nothing."""
+        if self.json:
+            click.echo(json.dumps(data, ensure_ascii=False, indent=None))
+            return
+        if self.quiet or human is None:
+            return
+        text = human(data)
+        if text:
+            click.echo(text)
+
+    def note(self, text: str) -> None:
+        """Non-essential human output: silenced by --quiet and by --json."""
+        if not (self.quiet or self.json):
+            click.echo(text, err=False)
+
+    def warn(self, text: str) -> None:
+        click.echo(f"warning: {text}", err=True)
+
+
+def settings() -> Settings:
+    return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
+
+
+def clip(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def read_body(message: str | None) -> str:
+    """The message text; `-` (or nothing, with a pipe on stdin) reads stdin."""
+    if message == "-" or (message is None and not sys.stdin.isatty()):
+        return sys.stdin.read()
+    if message is None:
+        raise UsageError("no message text: give it as an argument, or pipe it in with '-'")
+    return message

@@ -1,0 +1,242 @@
+"""Agent identity and presence: register, heartbeat, status updates, and who is alive."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from . import layout
+from .errors import StoreError, UsageError
+from .fsio import Dir
+from .ops import operation
+from .records import AgentMeta, check_agent_name, json_encoder, meta_decoder
+from .store import Store
+from .timefmt import now, now_iso, parse_duration, parse_iso
+
+NOTIFY_KINDS = ("tmux", "zellij", "cmd", "channel", "hook", "none")
+MAX_FIELD = 4096
+
+
+def _check_notify(value: str | None) -> str | None:
+    if value is None:
+        return None
+    kind, _, target = value.partition(":")
+    if kind not in NOTIFY_KINDS:
+        raise UsageError(f"invalid --notify {value!r}: use tmux:TARGET, zellij:PANE_ID, cmd:ARGV..., channel, hook or none")
+    if kind in ("tmux", "zellij", "cmd") and not target.strip():
+        raise UsageError(f"--notify {kind}: needs a target, e.g. {kind}:{'%1' if kind == 'tmux' else '2' if kind == 'zellij' else 'notify-send'}")
+    return value
+
+
+def _check_text(field: str, value: str | None) -> str | None:
+    if value is not None and len(value) > MAX_FIELD:
+        raise UsageError(f"{field} is too long ({len(value)} characters, at most {MAX_FIELD})")
+    return value
+
+
+def read_meta(agent: Dir) -> AgentMeta | None:
+    raw = agent.read_bytes(layout.META)
+    if raw is None:
+        return None
+    try:
+        return meta_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise StoreError(f"{agent.path}/{layout.META} is corrupt: {exc}") from None
+
+
+def write_meta(store: Store, agent: Dir, meta: AgentMeta) -> None:
+    agent.replace(layout.META, json_encoder.encode(meta) + b"\n", store.sync)
+
+
+def touch_heartbeat(agent: Dir) -> str:
+    """Refresh last-seen. Not fsynced: losing a heartbeat to a crash costs nothing."""
+    stamp = now_iso()
+    agent.replace(layout.HEARTBEAT, stamp.encode() + b"\n", None)
+    agent.unlink(layout.HEARTBEAT_STALE, missing_ok=True)
+    return stamp
+
+
+def last_heartbeat(agent: Dir) -> str | None:
+    raw = agent.read_bytes(layout.HEARTBEAT) or agent.read_bytes(layout.HEARTBEAT_STALE)
+    return raw.decode(errors="replace").strip() or None if raw else None
+
+
+# -- register --------------------------------------------------------------------------
+
+
+class RegisterParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    program: str | None = None
+    model: str | None = None
+    task: str | None = None
+    bead: str | None = None
+    status: str | None = None
+    notify: str | None = None
+    session: str | None = None
+
+
+@operation("register", RegisterParams)
+def register(store: Store, p: RegisterParams) -> AgentMeta:
+    """Create or update an agent: its directory, empty inbox, meta.json and heartbeat."""
+    check_agent_name(p.name)
+    notify = _check_notify(p.notify)
+    for field in ("program", "model", "task", "bead", "status", "session"):
+        _check_text(field, getattr(p, field))
+    agents = store.top(layout.AGENTS)
+    agents.subdir(p.name, create=True, sync=store.sync).close()
+    with agents.subdir(p.name) as agent:
+        old = read_meta(agent)
+        stamp = now_iso()
+        meta = AgentMeta(
+            name=p.name,
+            program=p.program if p.program is not None else old and old.program,
+            model=p.model if p.model is not None else old and old.model,
+            task=p.task if p.task is not None else old and old.task,
+            bead=p.bead if p.bead is not None else old and old.bead,
+            status=p.status if p.status is not None else old and old.status,
+            notify=notify if notify is not None else old and old.notify,
+            session=p.session if p.session is not None else old and old.session,
+            registered_at=old.registered_at if old else stamp,
+            updated_at=stamp,
+        )
+        if not agent.exists(layout.INBOX):
+            os.close(agent.open(layout.INBOX, os.O_WRONLY | os.O_CREAT))
+            store.sync.dir(agent.fd)
+        write_meta(store, agent, meta)
+        touch_heartbeat(agent)
+    store.emit(store.event("agent", action="updated" if old else "registered", agent=p.name))
+    return meta
+
+
+# -- heartbeat and status --------------------------------------------------------------
+
+
+class HeartbeatParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    task: str | None = None
+
+
+class HeartbeatResult(msgspec.Struct, kw_only=True):
+    agent: str
+    heartbeat: str
+    task: str | None = None
+
+
+@operation("heartbeat", HeartbeatParams)
+def heartbeat(store: Store, p: HeartbeatParams) -> HeartbeatResult:
+    """Refresh the agent's heartbeat; `task` also updates meta.json."""
+    _check_text("task", p.task)
+    with store.agent_dir(p.agent) as agent:
+        meta = read_meta(agent)
+        if meta is None:
+            raise store.unknown_agent(p.agent)
+        if p.task is not None and p.task != meta.task:
+            meta = msgspec.structs.replace(meta, task=p.task, updated_at=now_iso())
+            write_meta(store, agent, meta)
+        stamp = touch_heartbeat(agent)
+    store.emit(store.event("presence", action="heartbeat", agent=p.agent), durable=False)
+    return HeartbeatResult(agent=p.agent, heartbeat=stamp, task=meta.task)
+
+
+class SetStatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    status: str
+    task: str | None = None
+
+
+@operation("set_status", SetStatusParams)
+def set_status(store: Store, p: SetStatusParams) -> AgentMeta:
+    """Set the agent's status (and task): seed 000 update_status, seed 002 presence."""
+    _check_text("status", p.status)
+    _check_text("task", p.task)
+    with store.agent_dir(p.agent) as agent:
+        meta = read_meta(agent)
+        if meta is None:
+            raise store.unknown_agent(p.agent)
+        changes: dict[str, object] = {"status": p.status, "updated_at": now_iso()}
+        if p.task is not None:
+            changes["task"] = p.task
+        meta = msgspec.structs.replace(meta, **changes)
+        write_meta(store, agent, meta)
+        touch_heartbeat(agent)
+    store.emit(store.event("presence", action="status", agent=p.agent, status=p.status))
+    return meta
+
+
+# -- who is there ----------------------------------------------------------------------
+
+
+class AgentState(msgspec.Struct, kw_only=True, omit_defaults=False):
+    name: str
+    alive: bool
+    last_heartbeat: str | None
+    age_seconds: float | None
+    status: str | None = None
+    task: str | None = None
+    program: str | None = None
+    model: str | None = None
+    bead: str | None = None
+    notify: str | None = None
+    archived: bool = False
+
+
+class AgentsParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str | None = None  # one agent, or all when None
+    stale: str = "5m"
+
+
+def agent_states(store: Store, only: str | None = None, stale: str = "5m") -> list[AgentState]:
+    threshold = parse_duration(stale).total_seconds()
+    names = [check_agent_name(only)] if only else store.known_agents()
+    reference = now()
+    states = []
+    for name in names:
+        with store.agent_dir(name) as agent:
+            meta = read_meta(agent)
+            if meta is None:
+                raise store.unknown_agent(name)
+            beat = last_heartbeat(agent)
+            archived = not agent.exists(layout.HEARTBEAT) and agent.exists(layout.HEARTBEAT_STALE)
+        age = None
+        if beat:
+            try:
+                age = max(0.0, (reference - parse_iso(beat)).total_seconds())
+            except UsageError:
+                age = None
+        states.append(
+            AgentState(
+                name=name,
+                alive=age is not None and age <= threshold and not archived,
+                last_heartbeat=beat,
+                age_seconds=round(age, 3) if age is not None else None,
+                status=meta.status,
+                task=meta.task,
+                program=meta.program,
+                model=meta.model,
+                bead=meta.bead,
+                notify=meta.notify,
+                archived=archived,
+            )
+        )
+    return states
+
+
+@operation("agents", AgentsParams, mutates=False)
+def agents(store: Store, p: AgentsParams) -> list[AgentState]:
+    """List agents (or one) with presence: alive/stale by heartbeat age, status and task."""
+    return agent_states(store, p.name, p.stale)
+
+
+class TouchParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+
+
+@operation("touch", TouchParams)
+def touch(store: Store, p: TouchParams) -> HeartbeatResult:
+    """Refresh last-seen without an event (every MCP tool call does this)."""
+    with store.agent_dir(p.agent) as agent:
+        if not agent.exists(layout.META):
+            raise store.unknown_agent(p.agent)
+        stamp = touch_heartbeat(agent)
+    return HeartbeatResult(agent=p.agent, heartbeat=stamp)

@@ -1,0 +1,280 @@
+"""Crash-safe file primitives, all relative to an open directory and never following symlinks.
+
+Every path inside the store is reached with `openat(dir_fd, name, O_NOFOLLOW)` from the
+store root, so a symlink planted anywhere in the store is refused, not followed.
+The rules (DESIGN §2): an append is one `write()` under an exclusive flock, after cutting
+back a torn tail; a short write is rolled back and reported; data is fsynced before an
+operation reports success (through a `Syncer`, which the daemon swaps for group commit);
+new files fsync their directory; replaced files go through temp + fsync + rename.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from .errors import StoreError, UnsafePath
+from .ulid import new_ulid
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_TAIL_CHUNK = 64 * 1024
+
+
+class Syncer:
+    """Makes written data durable. Direct mode fsyncs at once."""
+
+    def file(self, fd: int) -> None:
+        _fsync(fd)
+
+    def dir(self, fd: int) -> None:
+        _fsync(fd)
+
+
+class NoSync(Syncer):
+    """`--no-fsync` / RELAY_FSYNC=0: for bulk imports and benchmarks, not for real mail."""
+
+    def file(self, fd: int) -> None:
+        pass
+
+    def dir(self, fd: int) -> None:
+        pass
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # never retried into success: the page cache may have dropped the data
+        raise StoreError(f"fsync failed: {exc.strerror}") from exc
+
+
+def _os_error(exc: OSError, what: str) -> Exception:
+    if exc.errno == errno.ELOOP or exc.errno == errno.ENOTDIR:
+        return UnsafePath(f"{what} is a symlink or not a regular store entry; relay does not follow it")
+    if exc.errno == errno.ENOSPC:
+        return StoreError(f"{what}: no space left on device")
+    return StoreError(f"{what}: {exc.strerror or exc}")
+
+
+class Dir:
+    """An open directory of the store. Closing is the owner's job (use `with`)."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+
+    # -- opening -------------------------------------------------------------------
+    @classmethod
+    def open_root(cls, path: str, create: bool = False) -> "Dir":
+        """The store root itself may be a symlink the user chose; nothing inside it may."""
+        if create:
+            os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+        return cls(fd, path)
+
+    def subdir(self, name: str, create: bool = False, sync: Syncer | None = None) -> "Dir":
+        path = os.path.join(self.path, name)
+        if create:
+            try:
+                os.mkdir(name, DIR_MODE, dir_fd=self.fd)
+                if sync is not None:
+                    sync.dir(self.fd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise _os_error(exc, path) from exc
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+        return Dir(fd, path)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "Dir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- files ---------------------------------------------------------------------
+    def open(self, name: str, flags: int, mode: int = FILE_MODE) -> int:
+        try:
+            return os.open(name, flags | _NOFOLLOW, mode, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _os_error(exc, os.path.join(self.path, name)) from exc
+
+    def exists(self, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def read_bytes(self, name: str) -> bytes | None:
+        """The whole file, or None when it does not exist."""
+        try:
+            fd = self.open(name, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def replace(self, name: str, data: bytes, sync: Syncer | None) -> None:
+        """Atomically replace `name`: temp file, fsync, rename, fsync the directory.
+
+        `sync=None` skips the fsyncs (heartbeats: losing one costs nothing).
+        """
+        tmp = f".{name}.{new_ulid()}.tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            _write_all(fd, data, os.path.join(self.path, name))
+            if sync is not None:
+                sync.file(fd)
+        except BaseException:
+            os.close(fd)
+            self.unlink(tmp, missing_ok=True)
+            raise
+        os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except OSError as exc:
+            self.unlink(tmp, missing_ok=True)
+            raise _os_error(exc, os.path.join(self.path, name)) from exc
+        if sync is not None:
+            sync.dir(self.fd)
+
+    def create_exclusive(self, name: str, data: bytes, sync: Syncer | None) -> bool:
+        """Create `name` with `data` only if it does not exist (O_CREAT|O_EXCL).
+
+        The content is written to a temp file first and hard-linked into place, so no
+        reader ever sees the name with partial content. False when the name was taken.
+        """
+        tmp = f".{name}.{new_ulid()}.tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            _write_all(fd, data, os.path.join(self.path, name))
+            if sync is not None:
+                sync.file(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise _os_error(exc, os.path.join(self.path, name)) from exc
+        finally:
+            self.unlink(tmp, missing_ok=True)
+        if sync is not None:
+            sync.dir(self.fd)
+        return True
+
+    def unlink(self, name: str, missing_ok: bool = False) -> bool:
+        try:
+            os.unlink(name, dir_fd=self.fd)
+            return True
+        except FileNotFoundError:
+            if missing_ok:
+                return False
+            raise
+        except OSError as exc:
+            raise _os_error(exc, os.path.join(self.path, name)) from exc
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _os_error(exc, os.path.join(self.path, src)) from exc
+
+    def listdir(self) -> list[str]:
+        try:
+            return os.listdir(self.fd)
+        except OSError as exc:
+            raise _os_error(exc, self.path) from exc
+
+    @contextmanager
+    def locked(self, lock_name: str, shared: bool = False) -> Iterator[None]:
+        """Hold flock on the sidecar lock file `lock_name` (created on first use)."""
+        fd = self.open(lock_name, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _write_all(fd: int, data: bytes, what: str) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    except OSError as exc:
+        raise _os_error(exc, what) from exc
+
+
+def repair_tail(fd: int, size: int) -> int:
+    """Cut a torn last line (no trailing newline) back to the last complete line.
+
+    Returns the new size. A crash can leave half a line; the next append must not glue
+    its record onto it.
+    """
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    else:
+        keep = 0
+    os.ftruncate(fd, keep)
+    return keep
+
+
+def append_lines(fd: int, payload: bytes, what: str) -> int:
+    """Append `payload` (whole lines) in one write to an fd opened O_RDWR|O_APPEND, under
+    the caller's lock. Repairs a torn tail first; rolls a short write back.
+
+    Returns the offset at which the payload starts.
+    """
+    size = repair_tail(fd, os.fstat(fd).st_size)
+    try:
+        written = os.write(fd, payload)
+    except OSError as exc:
+        os.ftruncate(fd, size)
+        raise _os_error(exc, what) from exc
+    if written != len(payload):
+        os.ftruncate(fd, size)
+        raise StoreError(f"{what}: short write ({written} of {len(payload)} bytes), rolled back")
+    return size

@@ -1,0 +1,528 @@
+"""Messages: send and broadcast (appends to inboxes), read with a cursor, rotation.
+
+An inbox is `agents/<name>/inbox.jsonl`, one message per line, appended under an
+exclusive flock on `inbox.lock`. The cursor is a byte offset at a line boundary. When an
+inbox passes the rotation size it becomes `inbox.jsonl.1` (the previous `.1` is dropped)
+and the cursor is moved along with it, under the same lock, so unread mail stays unread.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterator
+
+import msgspec
+
+from . import layout
+from .errors import UnknownAgent, UsageError
+from .fsio import Dir, append_lines
+from .ops import operation
+from .records import (
+    SUBJECT_DEFAULT_CHARS,
+    Cursor,
+    Message,
+    check_agent_name,
+    cursor_decoder,
+    json_encoder,
+    message_decoder,
+    normalize_priority,
+)
+from .store import Store
+from .timefmt import now_iso, parse_iso
+from .ulid import new_ulid
+
+MAX_BODY = 256 * 1024
+MAX_SUBJECT = 1024
+MAX_TAGS = 32
+_CHUNK = 256 * 1024
+
+
+# -- sending ---------------------------------------------------------------------------
+
+
+class SendParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str  # the sender
+    body: str
+    to: list[str] = msgspec.field(default_factory=list)
+    broadcast: bool = False
+    subject: str | None = None
+    thread: str | None = None
+    priority: str | None = None
+    tags: list[str] = msgspec.field(default_factory=list)
+    type: str | None = None
+    ack: bool = False
+
+
+class SendResult(msgspec.Struct, kw_only=True):
+    messages: list[Message]
+    notifications: list[dict] = msgspec.field(default_factory=list)
+
+
+def default_subject(body: str) -> str:
+    return " ".join(body.split())[:SUBJECT_DEFAULT_CHARS]
+
+
+def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
+    if p.broadcast:
+        if p.to:
+            raise UsageError("give recipients or --broadcast, not both")
+        others = [name for name in store.known_agents() if name != sender]
+        if not others:
+            raise UnknownAgent("nothing to broadcast to: no other agents are registered", known=[])
+        return others
+    if not p.to:
+        raise UsageError("no recipient: give an agent name or --broadcast")
+    seen: list[str] = []
+    known = None
+    for name in p.to:
+        check_agent_name(name, "recipient")
+        if known is None:
+            known = set(store.known_agents())
+        if name not in known:
+            raise store.unknown_agent(name)
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+def build_messages(store: Store, p: SendParams) -> list[Message]:
+    """Validate a send request into the messages to append; writes nothing."""
+    sender = check_agent_name(p.agent, "sender")
+    priority = normalize_priority(p.priority)
+    if not p.body.strip() and not (p.subject or "").strip():
+        raise UsageError("empty message: give a body (and optionally --subject)")
+    if len(p.body.encode()) > MAX_BODY:
+        raise UsageError(f"message body is too large ({len(p.body.encode())} bytes, at most {MAX_BODY})")
+    subject = p.subject if p.subject is not None else default_subject(p.body)
+    if len(subject) > MAX_SUBJECT:
+        raise UsageError(f"subject is too long ({len(subject)} characters, at most {MAX_SUBJECT})")
+    if len(p.tags) > MAX_TAGS or any(not tag or len(tag) > 128 for tag in p.tags):
+        raise UsageError(f"tags: at most {MAX_TAGS}, each 1-128 characters")
+    if p.thread is not None and (not p.thread or len(p.thread) > 256):
+        raise UsageError("thread: 1-256 characters")
+    stamp = now_iso()
+    return [
+        Message(
+            id=new_ulid(),
+            ts=stamp,
+            from_=sender,
+            to=recipient,
+            subject=subject,
+            body=p.body,
+            thread=p.thread,
+            priority=priority,  # type: ignore[arg-type]
+            tags=list(p.tags),
+            type=p.type,
+            ack=p.ack,
+        )
+        for recipient in _recipients(store, p, sender)
+    ]
+
+
+def append_messages(store: Store, recipient: str, messages: list[Message]) -> None:
+    """Append messages to one inbox in a single write, rotating first when it is full."""
+    payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
+    with store.agent_dir(recipient) as agent, agent.locked(layout.INBOX_LOCK):
+        fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            if size and size + len(payload) > store.rotate_bytes:
+                os.close(fd)
+                fd = -1
+                _rotate(store, agent, size)
+                fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+                store.sync.dir(agent.fd)
+            elif size == 0:
+                store.sync.dir(agent.fd)  # the file may have just been created
+            append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
+            store.sync.file(fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+
+def _rotate(store: Store, agent: Dir, old_size: int) -> None:
+    """Under the inbox lock: current -> `.1`, and carry the cursor along."""
+    cursor = read_cursor(agent)
+    agent.rename(layout.INBOX, layout.INBOX_ROTATED)
+    if cursor.rotated:
+        # The previous `.1` and anything unread in it are gone; start at the file rotated now.
+        moved = Cursor(offset=0, rotated=True)
+    elif cursor.offset < old_size:
+        moved = Cursor(offset=cursor.offset, rotated=True)
+    else:
+        moved = Cursor(offset=0)
+    _write_cursor(store, agent, moved)
+
+
+@operation("send", SendParams)
+def send(store: Store, p: SendParams) -> SendResult:
+    """Append a message to each recipient's inbox (or every other agent's, with broadcast)."""
+    messages = build_messages(store, p)
+    for message in messages:
+        append_messages(store, message.to, [message])
+    store.emit(
+        *(
+            store.event(
+                "inbox",
+                action="message",
+                agent=m.to,
+                message_id=m.id,
+                from_=m.from_,
+                priority=m.priority,
+                subject=m.subject[:120],
+            )
+            for m in messages
+        )
+    )
+    return SendResult(messages=messages)
+
+
+# -- the cursor ------------------------------------------------------------------------
+
+
+def read_cursor(agent: Dir) -> Cursor:
+    raw = agent.read_bytes(layout.CURSOR)
+    if not raw:
+        return Cursor()
+    try:
+        return cursor_decoder.decode(raw)
+    except msgspec.DecodeError:
+        # Older stores kept a bare byte offset.
+        text = raw.decode(errors="replace").strip()
+        return Cursor(offset=int(text)) if text.isdigit() else Cursor()
+
+
+def _write_cursor(store: Store, agent: Dir, cursor: Cursor) -> None:
+    agent.replace(layout.CURSOR, json_encoder.encode(cursor) + b"\n", store.sync)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a line ends: in the rotated file (`rotated=True`) or the current one."""
+
+    rotated: bool
+    offset: int
+
+    def key(self) -> tuple[int, int]:
+        return (0 if self.rotated else 1, self.offset)
+
+
+class CorruptLine(msgspec.Struct, kw_only=True):
+    file: str
+    offset: int
+
+
+@dataclass
+class _Snapshot:
+    """The inbox files opened together under the lock, so a rotation cannot split them."""
+
+    cursor: Cursor
+    current: int  # fds, -1 when absent
+    rotated: int
+    current_ino: int
+    rotated_ino: int
+
+    def close(self) -> None:
+        for fd in (self.current, self.rotated):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _open_fd(agent: Dir, name: str) -> tuple[int, int]:
+    try:
+        fd = agent.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1, -1
+    return fd, os.fstat(fd).st_ino
+
+
+def _snapshot(agent: Dir) -> _Snapshot:
+    with agent.locked(layout.INBOX_LOCK, shared=True):
+        cursor = read_cursor(agent)
+        current, current_ino = _open_fd(agent, layout.INBOX)
+        rotated, rotated_ino = _open_fd(agent, layout.INBOX_ROTATED)
+    return _Snapshot(cursor, current, rotated, current_ino, rotated_ino)
+
+
+def _forward(fd: int, start: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iterator[tuple[Position, Message]]:
+    """Complete lines from `start`; a torn tail is not a line yet, a corrupt one is reported."""
+    offset = start
+    pending = b""
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset + len(pending))
+        if not chunk:
+            return
+        data = pending + chunk
+        line_start = 0
+        while (newline := data.find(b"\n", line_start)) >= 0:
+            line = data[line_start:newline]
+            end = offset + newline + 1
+            if line:
+                try:
+                    message = message_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    bad.append(CorruptLine(file=name, offset=offset + line_start))
+                else:
+                    yield Position(rotated, end), message
+            line_start = newline + 1
+        offset += line_start
+        pending = data[line_start:]
+
+
+def _complete_end(fd: int) -> int:
+    """The file size cut back to the last newline: a torn tail is not a message yet."""
+    end = os.fstat(fd).st_size
+    if end and os.pread(fd, 1, end - 1) != b"\n":
+        while end > 0:
+            start = max(0, end - _CHUNK)
+            cut = os.pread(fd, end - start, start).rfind(b"\n")
+            if cut >= 0:
+                return start + cut + 1
+            end = start
+    return end
+
+
+def _backward(fd: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iterator[tuple[Position, Message]]:
+    """Complete lines from the last one back to the first."""
+    stop = _complete_end(fd)  # always a line boundary
+    size = _CHUNK
+    while stop > 0:
+        start = max(0, stop - size)
+        data = os.pread(fd, stop - start, start)
+        cut = 0
+        if start > 0:
+            cut = data.find(b"\n") + 1  # the first line may begin before `start`
+            if cut == len(data):  # one line longer than the chunk: read further back
+                size *= 2
+                continue
+        line_end = stop
+        for line in reversed(data[cut:-1].split(b"\n")):
+            line_start = line_end - len(line) - 1
+            if line:
+                try:
+                    message = message_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    bad.append(CorruptLine(file=name, offset=line_start))
+                else:
+                    yield Position(rotated, line_end), message
+            line_end = line_start
+        stop = start + cut
+        size = _CHUNK
+
+
+def _at_line_start(fd: int, offset: int) -> int:
+    """`offset` if it starts a line; else the start of the next line (a damaged cursor)."""
+    if offset <= 0:
+        return 0
+    size = os.fstat(fd).st_size
+    if offset > size:
+        return 0  # the file was replaced since the cursor was written: read it all
+    if os.pread(fd, 1, offset - 1) == b"\n":
+        return offset
+    while offset < size:
+        chunk = os.pread(fd, _CHUNK, offset)
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return offset + newline + 1
+        offset += len(chunk)
+    return size
+
+
+def _unread(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
+    cursor = snap.cursor
+    if cursor.rotated and snap.rotated >= 0:
+        yield from _forward(snap.rotated, _at_line_start(snap.rotated, cursor.offset), True, bad, layout.INBOX_ROTATED)
+    if snap.current >= 0:
+        start = 0 if cursor.rotated else _at_line_start(snap.current, cursor.offset)
+        yield from _forward(snap.current, start, False, bad, layout.INBOX)
+
+
+def _newest_first(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
+    if snap.current >= 0:
+        yield from _backward(snap.current, False, bad, layout.INBOX)
+    if snap.rotated >= 0:
+        yield from _backward(snap.rotated, True, bad, layout.INBOX_ROTATED)
+
+
+def _count_unread(snap: _Snapshot) -> int:
+    count = 0
+    for fd, start in _unread_ranges(snap):
+        offset = start
+        while chunk := os.pread(fd, _CHUNK, offset):
+            count += chunk.count(b"\n")
+            offset += len(chunk)
+    return count
+
+
+def _unread_ranges(snap: _Snapshot) -> list[tuple[int, int]]:
+    cursor = snap.cursor
+    ranges = []
+    if cursor.rotated and snap.rotated >= 0:
+        ranges.append((snap.rotated, _at_line_start(snap.rotated, cursor.offset)))
+    if snap.current >= 0:
+        ranges.append((snap.current, 0 if cursor.rotated else _at_line_start(snap.current, cursor.offset)))
+    return ranges
+
+
+def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> None:
+    """Move the cursor forward to `to`, re-checked under the lock against a rotation
+    that happened while the messages were being read."""
+    file_ino = snap.rotated_ino if to.rotated else snap.current_ino
+    with agent.locked(layout.INBOX_LOCK):
+        now_current = _ino(agent, layout.INBOX)
+        now_rotated = _ino(agent, layout.INBOX_ROTATED)
+        if file_ino == now_current:
+            target = Position(False, to.offset)
+        elif file_ino == now_rotated:
+            target = Position(True, to.offset)
+        else:
+            return  # rotated out twice meanwhile; leave the cursor where it is
+        existing = read_cursor(agent)
+        was = Position(existing.rotated, existing.offset)
+        if not existing.rotated and existing.offset > _size(agent, layout.INBOX):
+            was = Position(False, 0)  # a cursor past the end of a replaced inbox counts as none
+        if was.key() >= target.key():
+            return  # another reader already moved it further
+        _write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated))
+
+
+def _size(agent: Dir, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=agent.fd, follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _ino(agent: Dir, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=agent.fd, follow_symlinks=False).st_ino
+    except FileNotFoundError:
+        return -1
+
+
+class ReadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    from_: str | None = msgspec.field(default=None, name="from")
+    thread: str | None = None
+    since: str | None = None  # a duration back from now ("1h") or a date/time
+    unread: bool = False
+    last: int | None = 20  # None or 0: no limit
+    mark_read: bool = False
+
+
+class ReadResult(msgspec.Struct, kw_only=True):
+    messages: list[Message]
+    unread: int  # unread messages left after this read
+    corrupt: list[CorruptLine] = msgspec.field(default_factory=list)
+
+
+def _matcher(p: ReadParams):
+    from .timefmt import parse_since
+
+    since: datetime | None = parse_since(p.since) if p.since else None
+    if p.from_ is not None:
+        check_agent_name(p.from_, "sender")
+
+    def matches(message: Message) -> bool:
+        if p.from_ is not None and message.from_ != p.from_:
+            return False
+        if p.thread is not None and message.thread != p.thread:
+            return False
+        if since is not None:
+            try:
+                return parse_iso(message.ts) >= since
+            except UsageError:
+                return False
+        return True
+
+    return matches, since
+
+
+@operation("read", ReadParams)
+def read(store: Store, p: ReadParams) -> ReadResult:
+    """Read the agent's inbox: the last N messages, or (unread) the oldest N unread.
+
+    With mark_read, the cursor moves past the messages shown, but never past an unread
+    message that a filter or the limit held back, so nothing is marked read unseen.
+    """
+    if p.last is not None and p.last < 0:
+        raise UsageError("--last must be 0 (no limit) or more")
+    limit = p.last or None
+    matches, since = _matcher(p)
+    bad: list[CorruptLine] = []
+    with store.agent_dir(p.agent) as agent:
+        if not agent.exists(layout.META):
+            raise store.unknown_agent(p.agent)
+        snap = _snapshot(agent)
+        try:
+            advance: Position | None = None
+            if p.unread:
+                shown: list[Message] = []
+                contiguous = True
+                for pos, message in _unread(snap, bad):
+                    if (limit is None or len(shown) < limit) and matches(message):
+                        shown.append(message)
+                        if contiguous:
+                            advance = pos
+                    else:
+                        contiguous = False
+                        if limit is not None and len(shown) >= limit:
+                            break
+            else:
+                newest: list[Message] = []
+                for _, message in _newest_first(snap, bad):
+                    if since is not None and message.ts < since.strftime("%Y-%m-%dT%H:%M:%S"):
+                        break  # older from here on (appends are in time order)
+                    if matches(message):
+                        newest.append(message)
+                        if limit is not None and len(newest) >= limit:
+                            break
+                shown = newest[::-1]
+                if p.mark_read and shown:
+                    ids = {m.id for m in shown}
+                    for pos, message in _unread(snap, bad):
+                        if message.id not in ids:
+                            break
+                        advance = pos
+            if p.mark_read:
+                if advance is not None:
+                    _advance_cursor(store, agent, snap, advance)
+                agent.unlink(layout.PENDING, missing_ok=True)
+                snap.close()
+                snap = _snapshot(agent)
+            left = _count_unread(snap)
+        finally:
+            snap.close()
+    unique_bad = {(b.file, b.offset): b for b in bad}
+    return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()))
+
+
+class UnreadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+
+
+class UnreadResult(msgspec.Struct, kw_only=True):
+    agent: str
+    unread: int
+    pending: bool  # a notification was sent and the inbox not read since
+
+
+@operation("unread", UnreadParams, mutates=False)
+def unread(store: Store, p: UnreadParams) -> UnreadResult:
+    """How many unread messages wait for the agent (cheap: counts lines past the cursor)."""
+    with store.agent_dir(p.agent) as agent:
+        if not agent.exists(layout.META):
+            raise store.unknown_agent(p.agent)
+        snap = _snapshot(agent)
+        try:
+            count = _count_unread(snap)
+        finally:
+            snap.close()
+        pending = agent.exists(layout.PENDING)
+    return UnreadResult(agent=p.agent, unread=count, pending=pending)

@@ -1,0 +1,75 @@
+"""Where everything lives: the store's layout (DESIGN §2) and the default locations.
+
+The one place that names a file of the store; daemon and clients both use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+AGENTS = "agents"
+RESERVATIONS = "reservations"
+COMMANDS = "commands"
+WAKE = "wake"
+DEAD_LETTER = "dead_letter"
+TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER)
+
+EVENTS = "events.jsonl"
+EVENTS_ROTATED = "events.jsonl.1"
+EVENTS_LOCK = "events.lock"
+FORMAT_FILE = "format"  # holds the store format version, "1"
+CONFIG_FILE = "config.json"  # wake gateway command and socket, notification trigger text
+DAEMON_LOCK = "relayd.lock"  # flock-held by the one daemon serving this store
+SOCKET_NAME = "relayd.sock"
+
+# Inside agents/<name>/
+INBOX = "inbox.jsonl"
+INBOX_ROTATED = "inbox.jsonl.1"
+INBOX_LOCK = "inbox.lock"
+META = "meta.json"
+HEARTBEAT = "heartbeat"
+HEARTBEAT_STALE = "heartbeat.stale"
+CURSOR = "cursor"
+PENDING = "pending"
+
+WAKE_TRIGGER = "trigger"
+WAKE_LAST_MESSAGE = "last-message"
+
+ROTATE_BYTES = 10 * 1024 * 1024
+
+
+class NoHome(Exception):
+    """Neither a store directory was given nor HOME is set."""
+
+
+def default_store_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """`$RELAY_DIR`, then `$OVLD_RELAY_DIR`, then `~/.relay`."""
+    env = os.environ if env is None else env
+    for key in ("RELAY_DIR", "OVLD_RELAY_DIR"):
+        if env.get(key):
+            return os.path.abspath(os.path.expanduser(env[key]))
+    home = env.get("HOME")
+    if not home:
+        raise NoHome("HOME is not set; give the store directory with --dir or RELAY_DIR")
+    return os.path.join(home, ".relay")
+
+
+def default_socket_path(store_dir: str, env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """`$RELAY_SOCKET`; else `$XDG_RUNTIME_DIR/relay/relayd.sock`; else `<store>/relayd.sock`.
+
+    Never a world-writable shared directory such as /tmp. A store other than `~/.relay`
+    gets its own socket name in the runtime dir (`relayd-<hash>.sock`), so two stores
+    never share a daemon by accident.
+    """
+    env = os.environ if env is None else env
+    if env.get("RELAY_SOCKET"):
+        return os.path.abspath(env["RELAY_SOCKET"])
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        home = env.get("HOME")
+        if home and os.path.abspath(store_dir) == os.path.join(os.path.abspath(home), ".relay"):
+            return os.path.join(runtime, "relay", SOCKET_NAME)
+        digest = hashlib.sha256(os.path.abspath(store_dir).encode()).hexdigest()[:12]
+        return os.path.join(runtime, "relay", f"relayd-{digest}.sock")
+    return os.path.join(store_dir, SOCKET_NAME)

@@ -1,0 +1,25 @@
+"""`status`: agents with presence, reservations and pending commands in one answer."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .agents import AgentState, agent_states
+from .ops import operation
+from .store import Store
+
+
+class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    stale: str = "5m"
+
+
+class StatusResult(msgspec.Struct, kw_only=True):
+    agents: list[AgentState]
+    reservations: list[dict] = msgspec.field(default_factory=list)
+    commands: list[dict] = msgspec.field(default_factory=list)
+
+
+@operation("status", StatusParams, mutates=False)
+def status(store: Store, p: StatusParams) -> StatusResult:
+    """Everything `relayctl status` shows: agents alive/stale, reservations, pending commands."""
+    return StatusResult(agents=agent_states(store, None, p.stale))

@@ -1,0 +1,153 @@
+"""Every record relay stores or puts on the wire, defined once with msgspec.
+
+Field names are the store's and the seed's (004 §3.2–§3.4); `--json` output, socket
+replies and files on disk all use them. New fields get defaults so older files and
+peers keep decoding.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import msgspec
+
+from .errors import InvalidName, UsageError
+
+Priority = Literal["low", "normal", "high", "urgent"]
+PRIORITIES: tuple[str, ...] = ("low", "normal", "high", "urgent")
+_PRIORITY_ALIASES = {"critical": "urgent"}  # IGNITE's top level (seed 003)
+
+AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+SUBJECT_DEFAULT_CHARS = 80
+
+
+def check_agent_name(name: str, what: str = "agent name") -> str:
+    """Agent names become directory names, so only this shape is ever accepted."""
+    if not isinstance(name, str) or not AGENT_NAME_RE.fullmatch(name):
+        shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:77]}..."
+        raise InvalidName(
+            f"invalid {what} {shown!r}: use 1-64 characters a-z, 0-9, '_' or '-', starting with a letter or digit",
+            name=shown,
+        )
+    return name
+
+
+def normalize_priority(value: str | None) -> str:
+    if value is None:
+        return "normal"
+    lowered = _PRIORITY_ALIASES.get(value.lower(), value.lower())
+    if lowered not in PRIORITIES:
+        raise UsageError(f"invalid priority {value!r}: use one of {', '.join(PRIORITIES)}")
+    return lowered
+
+
+class Message(msgspec.Struct, kw_only=True):
+    """One line of `agents/<to>/inbox.jsonl`."""
+
+    id: str
+    ts: str
+    from_: str = msgspec.field(name="from")
+    to: str
+    subject: str
+    body: str
+    thread: str | None = None
+    priority: Priority = "normal"
+    tags: list[str] = msgspec.field(default_factory=list)
+    type: str | None = None  # IGNITE message type (seed 003), e.g. task_assignment
+    ack: bool = False  # the sender wants delivery acknowledged
+
+
+class AgentMeta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """`agents/<name>/meta.json`: identity and presence."""
+
+    name: str
+    program: str | None = None
+    model: str | None = None
+    task: str | None = None
+    bead: str | None = None
+    status: str | None = None
+    notify: str | None = None  # tmux:TARGET | zellij:PANE | cmd:ARGV | channel | hook | none
+    session: str | None = None
+    registered_at: str
+    updated_at: str | None = None
+
+
+class Cursor(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """`agents/<name>/cursor`: how far the agent has read.
+
+    `offset` is a byte offset at a line boundary, into `inbox.jsonl` or, when
+    `rotated` is true, into `inbox.jsonl.1` (the file that was rotated out while
+    unread messages remained in it).
+    """
+
+    offset: int = 0
+    rotated: bool = False
+
+
+class Reservation(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """`reservations/<sha256(repo:pattern)>.json` (seed 004 §3.3)."""
+
+    id: str
+    agent: str
+    pattern: str
+    repo: str
+    exclusive: bool = True
+    reason: str | None = None
+    created_at: str
+    expires_at: str
+
+
+CommandStatus = Literal["pending", "consumed", "done"]
+
+
+class Command(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """`commands/<ulid>.json` (seed 004 §3.4): pending -> consumed -> done."""
+
+    id: str
+    ts: str
+    from_: str = msgspec.field(name="from")
+    target_session: str
+    command: str
+    args: str = ""
+    status: CommandStatus = "pending"
+    consumed_by: str | None = None
+    consumed_at: str | None = None
+    done_at: str | None = None
+
+
+class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One line of `events.jsonl`; published to subscribers as `{"type":"event", ...}`.
+
+    topic: inbox | reservation | command | presence | agent | wake
+    """
+
+    id: str
+    ts: str
+    topic: str
+    action: str | None = None
+    agent: str | None = None
+    message_id: str | None = None
+    from_: str | None = msgspec.field(default=None, name="from")
+    priority: str | None = None
+    subject: str | None = None
+    pattern: str | None = None
+    repo: str | None = None
+    command_id: str | None = None
+    target_session: str | None = None
+    status: str | None = None
+
+
+# Encoders and decoders are built once and reused (they are the hot path of every append).
+json_encoder = msgspec.json.Encoder()
+message_decoder = msgspec.json.Decoder(Message)
+meta_decoder = msgspec.json.Decoder(AgentMeta)
+cursor_decoder = msgspec.json.Decoder(Cursor)
+event_decoder = msgspec.json.Decoder(Event)
+reservation_decoder = msgspec.json.Decoder(Reservation)
+command_decoder = msgspec.json.Decoder(Command)
+
+
+def to_builtins(value: object) -> object:
+    """Plain dicts/lists with the store's field names, for JSON output and the wire."""
+    return msgspec.to_builtins(value)

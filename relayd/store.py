@@ -1,0 +1,141 @@
+"""The store handle: an open root directory, the durability policy and the event log.
+
+Operations (in `relayd.agents`, `relayd.inbox`, ...) take a `Store` and do their work
+through it; the daemon keeps one open for its lifetime, a client opens one per command.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import layout
+from .errors import InvalidName, StoreError, UnknownAgent
+from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_lines
+from .records import Event, check_agent_name, json_encoder
+from .timefmt import now_iso
+from .ulid import new_ulid
+
+
+def _env_fsync_enabled() -> bool:
+    return os.environ.get("RELAY_FSYNC", "1").lower() not in ("0", "off", "false", "no")
+
+
+class Store:
+    """One relay store directory. Not thread-safe; the daemon uses it from one thread."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        fsync: bool | None = None,
+        rotate_bytes: int = layout.ROTATE_BYTES,
+    ) -> None:
+        self.root = os.path.abspath(root)
+        self.rotate_bytes = rotate_bytes
+        self.sync: Syncer = Syncer() if (_env_fsync_enabled() if fsync is None else fsync) else NoSync()
+        self._root: Dir | None = None
+        self._subdirs: dict[str, Dir] = {}
+
+    # -- directories -----------------------------------------------------------------
+    def root_dir(self, create: bool = True) -> Dir:
+        """The root, created (0700, with the standard layout) on first use."""
+        if self._root is None:
+            existed = os.path.isdir(self.root)
+            if not existed and not create:
+                raise FileNotFoundError(self.root)
+            try:
+                self._root = Dir.open_root(self.root, create=create)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
+                raise StoreError(f"cannot open store {self.root}: {exc.strerror or exc}") from exc
+            if not existed:
+                os.chmod(self.root, DIR_MODE)
+                self._lay_out()
+        return self._root
+
+    def _lay_out(self) -> None:
+        root = self.root_dir()
+        for name in layout.TOP_DIRS:
+            root.subdir(name, create=True, sync=self.sync).close()
+        if not root.exists(layout.FORMAT_FILE):
+            from . import STORE_FORMAT
+
+            root.replace(layout.FORMAT_FILE, f"{STORE_FORMAT}\n".encode(), self.sync)
+
+    def top(self, name: str) -> Dir:
+        """A top-level directory (agents/, reservations/, ...), kept open and shared."""
+        found = self._subdirs.get(name)
+        if found is None:
+            found = self.root_dir().subdir(name, create=True, sync=self.sync)
+            self._subdirs[name] = found
+        return found
+
+    def agent_dir(self, name: str) -> Dir:
+        """The directory of a registered agent; the caller closes it."""
+        check_agent_name(name)
+        try:
+            return self.top(layout.AGENTS).subdir(name)
+        except FileNotFoundError:
+            raise self.unknown_agent(name) from None
+
+    def known_agents(self) -> list[str]:
+        agents = self.top(layout.AGENTS)
+        names = []
+        for entry in agents.listdir():
+            try:
+                check_agent_name(entry)
+            except InvalidName:
+                continue
+            if os.path.isfile(os.path.join(agents.path, entry, layout.META)) and not os.path.islink(
+                os.path.join(agents.path, entry)
+            ):
+                names.append(entry)
+        return sorted(names)
+
+    def unknown_agent(self, name: str) -> UnknownAgent:
+        known = self.known_agents()
+        listed = ", ".join(known) if known else "none registered yet (use 'relayctl register NAME')"
+        return UnknownAgent(f"unknown agent {name!r}; known agents: {listed}", agent=name, known=known)
+
+    # -- the event log ---------------------------------------------------------------
+    def emit(self, *events: Event, durable: bool = True) -> None:
+        """Append events to `events.jsonl` in one write (the daemon publishes from it)."""
+        if not events:
+            return
+        payload = b"".join(json_encoder.encode(event) + b"\n" for event in events)
+        root = self.root_dir()
+        with root.locked(layout.EVENTS_LOCK):
+            fd = root.open(layout.EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            try:
+                size = os.fstat(fd).st_size
+                if size and size + len(payload) > self.rotate_bytes:
+                    os.close(fd)
+                    fd = -1
+                    root.rename(layout.EVENTS, layout.EVENTS_ROTATED)
+                    fd = root.open(layout.EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+                    self.sync.dir(root.fd)
+                append_lines(fd, payload, os.path.join(self.root, layout.EVENTS))
+                if durable:
+                    self.sync.file(fd)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+
+    @staticmethod
+    def event(topic: str, **fields: object) -> Event:
+        return Event(id=new_ulid(), ts=now_iso(), topic=topic, **fields)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for opened in self._subdirs.values():
+            opened.close()
+        self._subdirs.clear()
+        if self._root is not None:
+            self._root.close()
+            self._root = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,84 @@
+"""Timestamps (ISO-8601 UTC with a `Z`), durations such as `90s`, `5m`, `1h30m`, `2d`, and
+the short relative forms (`12s ago`, `in 42m`) the human output uses."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from .errors import UsageError
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def to_iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def now_iso() -> str:
+    return to_iso(now())
+
+
+def parse_iso(text: str) -> datetime:
+    """Parse a stored or user-given timestamp; a date alone means its midnight UTC."""
+    raw = text.strip()
+    try:
+        moment = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw)
+    except ValueError:
+        raise UsageError(f"not a date or time: {text!r} (use e.g. 2026-02-16 or 2026-02-16T06:08:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `5m`, `1h30m`, `2d`; a bare number is seconds."""
+    raw = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        return timedelta(seconds=float(raw))
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(raw):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if not raw or pos != len(raw):
+        raise UsageError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 2d)")
+    return timedelta(seconds=total)
+
+
+def parse_since(text: str) -> datetime:
+    """A duration back from now (`1h`) or an absolute date/time (`2026-02-16`)."""
+    try:
+        return now() - parse_duration(text)
+    except UsageError:
+        pass
+    try:
+        return parse_iso(text)
+    except UsageError:
+        raise UsageError(f"--since takes a duration (30m, 1h) or a date (2026-02-16), not {text!r}") from None
+
+
+def short_span(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    if seconds < 86400:
+        hours, rest = divmod(int(seconds), 3600)
+        return f"{hours}h{rest // 60}m" if rest >= 60 and hours < 10 else f"{hours}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def ago(moment: datetime, reference: datetime | None = None) -> str:
+    return f"{short_span(((reference or now()) - moment).total_seconds())} ago"
+
+
+def until(moment: datetime, reference: datetime | None = None) -> str:
+    return f"in {short_span((moment - (reference or now())).total_seconds())}"

@@ -1,0 +1,53 @@
+"""ULIDs: 48-bit millisecond time + 80 random bits, Crockford base32, 26 characters.
+
+Sortable as strings. Within one process, ids made in the same millisecond increment the
+random part, so they stay strictly increasing (the ULID spec's monotonic mode).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_RANDOM_MAX = (1 << 80) - 1
+_lock = threading.Lock()
+_last_ms = -1
+_last_random = 0
+
+
+def _encode(value: int) -> str:
+    chars = []
+    for _ in range(26):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_ulid(now_ms: int | None = None) -> str:
+    global _last_ms, _last_random
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    with _lock:
+        if ms <= _last_ms:
+            # Same (or an earlier, clock-stepped) millisecond: keep the order by counting up.
+            ms = _last_ms
+            rnd = _last_random + 1
+            if rnd > _RANDOM_MAX:
+                ms += 1
+                rnd = int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            rnd = int.from_bytes(os.urandom(10), "big") >> 1  # top bit clear leaves room to count up
+        _last_ms, _last_random = ms, rnd
+    return _encode((ms << 80) | rnd)
+
+
+def ulid_time_ms(ulid: str) -> int:
+    value = 0
+    for ch in ulid[:10].upper():
+        value = (value << 5) | _ALPHABET.index(ch)
+    return value
+
+
+def is_ulid(text: str) -> bool:
+    return len(text) == 26 and all(ch in _ALPHABET for ch in text.upper()) and text[0] in "01234567"

@@ -1,0 +1,63 @@
+"""Shared fixtures: a fresh store in a short temp dir and a way to run the real CLI.
+
+Sockets live in short paths (AF_UNIX paths are limited to 108 bytes, and pytest's
+tmp_path can exceed that), so every store here sits in its own `tempfile` directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def store_dir(short_tmp: Path) -> Path:
+    return short_tmp / "store"
+
+
+@pytest.fixture
+def relay_env(store_dir: Path, short_tmp: Path) -> dict[str, str]:
+    """Environment for child processes: this store, a socket nobody listens on unless a
+    test starts relayd, and no identity leaking in from the developer's shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_"))}
+    env["RELAY_DIR"] = str(store_dir)
+    env["RELAY_SOCKET"] = str(short_tmp / "relayd.sock")
+    env.pop("XDG_RUNTIME_DIR", None)
+    return env
+
+
+class RelayCtl:
+    """Runs the installed CLI as a separate process, the way users and scripts do."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def __call__(self, *args: str, agent: str | None = None, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "relayctl"]
+        if agent:
+            argv += ["--agent", agent]
+        proc = subprocess.run(argv + list(args), env=self.env, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"relayctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+
+@pytest.fixture
+def relayctl(relay_env: dict[str, str]) -> RelayCtl:
+    return RelayCtl(relay_env)
