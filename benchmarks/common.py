@@ -1,0 +1,76 @@
+"""Shared helpers for the benchmark modules: result rows, timing, child environments."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+
+@dataclass
+class Row:
+    """One line of the results table.
+
+    `target` is the DESIGN §6 goal as text (e.g. "<= 0.5 ms"), `ok` whether this run met
+    it (None when the row is a reference point with no target of its own).
+    """
+
+    area: str
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def p99_ms(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+def time_calls(func: Callable[[], object], count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        func()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def time_process(argv: list[str], env: dict[str, str] | None = None, count: int = 20) -> list[float]:
+    """Wall time of whole processes, each run to completion."""
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def scratch_dir(prefix: str = "rb-") -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def child_env(store: str, socket: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_"))}
+    env["RELAY_DIR"] = store
+    env["RELAY_SOCKET"] = socket or os.path.join(store, "relayd.sock")
+    env.pop("XDG_RUNTIME_DIR", None)
+    env.update(extra)
+    return env
+
+
+PYTHON = sys.executable
