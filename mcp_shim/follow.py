@@ -1,0 +1,336 @@
+"""Following one agent's inbox so new mail can be pushed into the session.
+
+Every message lands in `agents/<role>/inbox.jsonl`, whichever process wrote it, so the
+inbox file is the source of what to announce: `InboxTail` keeps a byte offset into it and
+hands out the complete lines written since. What wakes the tail up is either relayd
+(a subscription on its socket, `topics: ["inbox"]` for this agent) or, while no daemon
+serves this store, inotify on the agent's directory (the directory, so that a rotation,
+which renames the file, is seen too). The daemon is looked for again every few seconds.
+
+Bursts are coalesced: the first message opens a short window, everything arriving in it
+goes out as one notification, and notifications are spaced out, so a flood of mail costs
+the session a few events rather than hundreds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+import msgspec
+
+from relayd import layout
+
+log = logging.getLogger("relay-mcp")
+
+COALESCE_SECONDS = 0.05  # wait this long after the first new message for more
+MIN_INTERVAL_SECONDS = 0.5  # and leave at least this much between two notifications
+MAX_LISTED = 5  # messages described in one notification; the rest are counted
+PREVIEW_CHARS = 160
+DAEMON_RETRY_SECONDS = 2.0
+BACKSTOP_SECONDS = 2.0  # re-read the inbox even without a wake-up (a lost watch, a reset store)
+MAX_LINE = 1 << 20
+_READ_CHUNK = 256 * 1024
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class InboxTail:
+    """New complete lines of an inbox since the last look, across rotations."""
+
+    def __init__(self, agent_dir: str, start_at_end: bool = True) -> None:
+        self.path = os.path.join(agent_dir, layout.INBOX)
+        self.fd = -1
+        self.offset = 0
+        self._open(at_end=start_at_end)
+
+    def _open(self, at_end: bool) -> None:
+        try:
+            self.fd = os.open(self.path, _O_READ)
+        except OSError:
+            self.fd = -1
+            return
+        self.offset = os.fstat(self.fd).st_size if at_end else 0
+
+    def _read_lines(self) -> list[bytes]:
+        lines: list[bytes] = []
+        while True:
+            chunk = os.pread(self.fd, _READ_CHUNK, self.offset)
+            if not chunk:
+                return lines
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                if len(chunk) < _READ_CHUNK:
+                    return lines  # a line still being written: wait for its newline
+                self.offset += len(chunk)  # a line longer than any message may be: skip it
+                continue
+            lines.extend(line for line in chunk[: end + 1].split(b"\n") if line)
+            self.offset += end + 1
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Messages appended since the last call (the oldest first)."""
+        raw: list[bytes] = []
+        if self.fd >= 0:
+            raw = self._read_lines()
+        try:
+            current = os.stat(self.path, follow_symlinks=False).st_ino
+        except OSError:
+            current = None
+        if self.fd < 0 or current != os.fstat(self.fd).st_ino:
+            # Rotated (or created): what was left in the old file is read; the new one starts at 0.
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            if current is not None:
+                self._open(at_end=False)
+                if self.fd >= 0:
+                    raw.extend(self._read_lines())
+        messages = []
+        for line in raw:
+            try:
+                message = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                continue  # a corrupt line is the reader's to report; nothing to announce
+            if isinstance(message, dict) and "id" in message:
+                messages.append(message)
+        return messages
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _clip(text: Any, width: int) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+_RANK = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
+
+
+def channel_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `notifications/claude/channel` params announcing `messages` (one or a burst)."""
+    first = messages[0]
+    meta = {"from": str(first.get("from", "")), "message_id": str(first.get("id", ""))}
+    meta["priority"] = max((str(m.get("priority") or "normal") for m in messages), key=lambda p: _RANK.get(p, 1))
+    if first.get("thread"):
+        meta["thread"] = str(first["thread"])
+    if len(messages) == 1:
+        content = (
+            f"New message from {first.get('from')} ({meta['priority']}): {_clip(first.get('subject'), 120)}\n"
+            f"{_clip(first.get('body'), PREVIEW_CHARS)}\n"
+            "Call check_inbox to read it."
+        )
+        return {"content": content, "meta": meta}
+    meta["count"] = str(len(messages))
+    lines = [f"{len(messages)} new messages:"]
+    for m in messages[:MAX_LISTED]:
+        lines.append(f"- {m.get('from')}: {_clip(m.get('subject'), 80)} — {_clip(m.get('body'), 60)}")
+    if len(messages) > MAX_LISTED:
+        lines.append(f"(+{len(messages) - MAX_LISTED} more)")
+    lines.append("Call check_inbox to read them.")
+    return {"content": "\n".join(lines), "meta": meta}
+
+
+class DaemonLink:
+    """A subscription to relayd's inbox events for one agent (wire contract: docs/protocol)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    @classmethod
+    def connect(cls, socket_path: str, store_dir: str, agent: str) -> "DaemonLink | None":
+        """A link when relayd serves `store_dir` at `socket_path`; None when it does not."""
+        if not os.path.exists(socket_path):
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(2.0)
+        try:
+            sock.connect(socket_path)
+            link = cls(sock)
+            link.send({"type": "hello", "version": 1, "client": "relay-mcp"})
+            hello = link.read_one()
+            if not isinstance(hello, dict) or hello.get("type") != "hello" or hello.get("version") != 1:
+                raise ConnectionError(f"unexpected hello: {hello!r}")
+            if os.path.realpath(str(hello.get("store", ""))) != os.path.realpath(store_dir):
+                raise ConnectionError(f"relayd serves another store ({hello.get('store')})")
+            link.send({"type": "subscribe", "topics": ["inbox"], "agent": agent})
+        except (OSError, ConnectionError, ValueError) as exc:
+            log.debug("no relayd subscription: %s", exc)
+            sock.close()
+            return None
+        sock.setblocking(False)
+        return link
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.sock.sendall(msgspec.json.encode(obj) + b"\n")
+
+    def read_one(self) -> Any:
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("relayd closed the connection")
+            self.buffer += chunk
+            if len(self.buffer) > MAX_LINE:
+                raise ValueError("line too long")
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return msgspec.json.decode(line)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Everything readable now; raises ConnectionError when relayd went away."""
+        try:
+            chunk = self.sock.recv(65536)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            raise ConnectionError("relayd closed the connection")
+        self.buffer += chunk
+        lines = self.buffer.split(b"\n")
+        self.buffer = lines.pop()
+        if len(self.buffer) > MAX_LINE:
+            raise ConnectionError("relayd sent an over-long line")
+        decoded = []
+        for line in lines:
+            try:
+                item = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(item, dict):
+                decoded.append(item)
+        return decoded
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class InboxWatch:
+    """inotify on the agent's directory (created on demand: the agent may not exist yet)."""
+
+    def __init__(self, agent_dir: str) -> None:
+        from inotify_simple import INotify, flags
+
+        self.inotify = INotify()
+        mask = flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
+        self.watch = self.inotify.add_watch(agent_dir, mask)
+
+    def fileno(self) -> int:
+        return self.inotify.fileno()
+
+    def consume(self) -> bool:
+        """Read pending events; False when the directory itself is gone (watch lost)."""
+        from inotify_simple import flags
+
+        alive = True
+        for event in self.inotify.read(timeout=0):
+            if event.mask & (flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF):
+                alive = False
+        return alive
+
+    def close(self) -> None:
+        self.inotify.close()
+
+
+class Follower(threading.Thread):
+    """Background thread: wake-ups from relayd or inotify -> coalesced channel events."""
+
+    def __init__(self, store_dir: str, socket_path: str, agent: str, emit: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(name="relay-follow", daemon=True)
+        self.store_dir = store_dir
+        self.socket_path = socket_path
+        self.agent = agent
+        self.agent_dir = os.path.join(store_dir, layout.AGENTS, agent)
+        self.emit = emit
+        self.tail = InboxTail(self.agent_dir)
+        self.link: DaemonLink | None = None
+        self.watch: InboxWatch | None = None
+        self.pending: list[dict[str, Any]] = []
+        self.emit_at = 0.0
+        self.last_emit = 0.0
+        self.next_daemon_try = 0.0
+        self._stop = threading.Event()
+        self.mode = "starting"  # "daemon" or "inotify", for logs and tests
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._step()
+        except Exception:  # the session must go on without push delivery rather than die
+            log.exception("inbox follower stopped")
+
+    def _connect(self, now: float) -> None:
+        if self.link is None and now >= self.next_daemon_try:
+            self.next_daemon_try = now + DAEMON_RETRY_SECONDS
+            self.link = DaemonLink.connect(self.socket_path, self.store_dir, self.agent)
+            if self.link is not None:
+                log.info("following %s's inbox through relayd", self.agent)
+                self.mode = "daemon"
+                self._close_watch()
+                self._collect()  # whatever arrived while nothing was watching
+        if self.link is None and self.watch is None:
+            try:
+                self.watch = InboxWatch(self.agent_dir)
+            except OSError:
+                self.watch = None  # no such agent directory (yet); the backstop keeps looking
+            else:
+                if self.mode != "inotify":
+                    log.info("following %s's inbox with inotify (relayd is not running)", self.agent)
+                self.mode = "inotify"
+                self._collect()
+
+    def _close_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
+    def _collect(self) -> None:
+        fresh = self.tail.drain()
+        if fresh:
+            if not self.pending:
+                self.emit_at = max(time.monotonic() + COALESCE_SECONDS, self.last_emit + MIN_INTERVAL_SECONDS)
+            self.pending.extend(fresh)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        self._connect(now)
+        source = self.link or self.watch
+        deadlines = [now + BACKSTOP_SECONDS]
+        if self.link is None:
+            deadlines.append(self.next_daemon_try)
+        if self.pending:
+            deadlines.append(self.emit_at)
+        timeout = max(0.0, min(deadlines) - now)
+        ready = False
+        if source is not None:
+            poller = select.poll()
+            poller.register(source.fileno(), select.POLLIN)
+            ready = bool(poller.poll(timeout * 1000))
+        else:
+            self._stop.wait(timeout)
+        if ready and self.link is not None:
+            try:
+                self.link.events()  # any inbox event for us means: look at the file
+            except (ConnectionError, OSError):
+                log.info("relayd went away; falling back to inotify")
+                self.link.close()
+                self.link = None
+                self.next_daemon_try = 0.0
+        elif ready and self.watch is not None:
+            if not self.watch.consume():
+                self._close_watch()
+        self._collect()
+        if self.pending and time.monotonic() >= self.emit_at:
+            batch, self.pending = self.pending, []
+            self.last_emit = time.monotonic()
+            self.emit(channel_event(batch))

@@ -1,0 +1,42 @@
+"""Who this relay-mcp speaks for, and which store: from the environment Claude Code sets.
+
+`OVLD_ROLE` (seed 000) or `RELAY_AGENT`; `RELAY_DIR` or `OVLD_RELAY_DIR`, else `~/.relay`;
+`OVLD_SESSION` optionally names the terminal session the role runs in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from relayd import layout
+from relayd.errors import InvalidName
+from relayd.records import check_agent_name
+
+
+class IdentityError(Exception):
+    """relay-mcp cannot start: the message is the one line printed on stderr."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    role: str
+    store_dir: str
+    socket_path: str
+    session: str | None
+
+
+def from_env(env: dict[str, str] | os._Environ[str] | None = None) -> Identity:
+    env = os.environ if env is None else env
+    role = env.get("OVLD_ROLE") or env.get("RELAY_AGENT")
+    if not role:
+        raise IdentityError("no role: set OVLD_ROLE (or RELAY_AGENT) to this pane's agent name, e.g. OVLD_ROLE=inferno")
+    try:
+        check_agent_name(role, "role")
+    except InvalidName as exc:
+        raise IdentityError(f"{exc} (from OVLD_ROLE/RELAY_AGENT)") from None
+    try:
+        store_dir = layout.default_store_dir(env)
+    except layout.NoHome:
+        raise IdentityError("no store directory: HOME is not set; set RELAY_DIR (or OVLD_RELAY_DIR)") from None
+    return Identity(role=role, store_dir=store_dir, socket_path=layout.default_socket_path(store_dir, env), session=env.get("OVLD_SESSION") or None)

@@ -1,0 +1,254 @@
+"""The tools relay-mcp offers, defined once: name, description, input and output schema,
+and the store operations each one runs.
+
+Descriptions and schemas are what a model pays for in context on every turn, so they are
+kept to a few words each; `model_visible_chars()` measures them (DESIGN §6: <= 600 tokens
+at 4 characters a token, for all tools together).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from relayd.records import PRIORITIES
+
+_STR = {"type": "string"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_PRIORITY = {"type": "string", "enum": list(PRIORITIES)}
+
+_MESSAGE = {
+    "type": "object",
+    "properties": {
+        "id": _STR,
+        "ts": _STR,
+        "from": _STR,
+        "to": _STR,
+        "subject": _STR,
+        "body": _STR,
+        "priority": _PRIORITY,
+        "thread": _NULLABLE_STR,
+        "tags": {"type": "array", "items": _STR},
+        "type": _NULLABLE_STR,
+        "ack": {"type": "boolean"},
+    },
+    "required": ["id", "ts", "from", "to", "subject", "body", "priority"],
+}
+
+_SENT = {
+    "type": "object",
+    "properties": {
+        "sent": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"id": _STR, "to": _STR}, "required": ["id", "to"]},
+        }
+    },
+    "required": ["sent"],
+}
+
+_AGENT = {
+    "type": "object",
+    "properties": {
+        "name": _STR,
+        "status": _NULLABLE_STR,
+        "task": _NULLABLE_STR,
+        "last_seen": _NULLABLE_STR,
+        "alive": {"type": "boolean"},
+    },
+    "required": ["name", "status", "task", "last_seen", "alive"],
+}
+
+
+def _obj(properties: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties or {}}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+class ToolFailed(Exception):
+    """A tool could not do its job; the model gets an `isError` result with this text."""
+
+
+class Context:
+    """What a tool handler may use: the caller's role and the store operations."""
+
+    def __init__(self, role: str, call: Callable[[str, dict[str, Any]], Any]) -> None:
+        self.role = role
+        self.call = call
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    run: Callable[[Context, dict[str, Any]], dict[str, Any]]
+
+    def listing(self, structured: bool) -> dict[str, Any]:
+        entry = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        if structured:
+            entry["outputSchema"] = self.output_schema
+        return entry
+
+
+def _sent(result: dict[str, Any]) -> dict[str, Any]:
+    return {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
+
+
+def _send_message(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    params = {"agent": ctx.role, "to": [args["to"]], "subject": args["subject"], "body": args["body"]}
+    for optional in ("priority", "thread"):
+        if args.get(optional) is not None:
+            params[optional] = args[optional]
+    return _sent(ctx.call("send", params))
+
+
+def _broadcast(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    params = {"agent": ctx.role, "broadcast": True, "subject": args["subject"], "body": args["body"]}
+    if args.get("priority") is not None:
+        params["priority"] = args["priority"]
+    return _sent(ctx.call("send", params))
+
+
+def _check_inbox(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    result = ctx.call("read", {"agent": ctx.role, "unread": True, "mark_read": True, "last": 0})
+    return {"messages": result["messages"], "unread": result["unread"]}
+
+
+def _presence(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": state["name"],
+        "status": state.get("status"),
+        "task": state.get("task"),
+        "last_seen": state.get("last_heartbeat"),
+        "alive": bool(state.get("alive")),
+    }
+
+
+def _get_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    role = args.get("role") or "all"
+    states = ctx.call("agents", {} if role == "all" else {"name": role})
+    return {"agents": [_presence(s) for s in states]}
+
+
+def _update_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    params = {"agent": ctx.role, "status": args["status"]}
+    if args.get("task") is not None:
+        params["task"] = args["task"]
+    meta = ctx.call("set_status", params)
+    return {"name": meta["name"], "status": meta.get("status"), "task": meta.get("task")}
+
+
+def _check_hub_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    unread = ctx.call("unread", {"agent": ctx.role})
+    states = ctx.call("agents", {})
+    return {
+        "has_new_mention": unread["unread"] > 0,
+        "unread_count": unread["unread"],
+        "team_presence": [_presence(s) for s in states if s["name"] != ctx.role],
+    }
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "send_message",
+        "Send a message to another agent.",
+        _obj(
+            {"to": {"type": "string", "description": "agent name"}, "subject": _STR, "body": _STR, "priority": _PRIORITY, "thread": _STR},
+            ["to", "subject", "body"],
+        ),
+        _SENT,
+        _send_message,
+    ),
+    Tool(
+        "check_inbox",
+        "Get your unread messages; they are then marked read.",
+        _obj(),
+        _obj({"messages": {"type": "array", "items": _MESSAGE}, "unread": {"type": "integer"}}, ["messages", "unread"]),
+        _check_inbox,
+    ),
+    Tool(
+        "get_status",
+        "Status, task, last seen and liveness of one agent or all.",
+        _obj({"role": {"type": "string", "description": "agent name or all", "default": "all"}}),
+        _obj({"agents": {"type": "array", "items": _AGENT}}, ["agents"]),
+        _get_status,
+    ),
+    Tool(
+        "update_status",
+        "Set your status (e.g. working, blocked, done) and task.",
+        _obj({"status": _STR, "task": _STR}, ["status"]),
+        _obj({"name": _STR, "status": _NULLABLE_STR, "task": _NULLABLE_STR}, ["name", "status", "task"]),
+        _update_status,
+    ),
+    Tool(
+        "broadcast",
+        "Send a message to every other agent.",
+        _obj({"subject": _STR, "body": _STR, "priority": _PRIORITY}, ["subject", "body"]),
+        _SENT,
+        _broadcast,
+    ),
+    Tool(
+        "check_hub_status",
+        "Cheap check: your unread count and the team's presence.",
+        _obj(),
+        _obj(
+            {
+                "has_new_mention": {"type": "boolean"},
+                "unread_count": {"type": "integer"},
+                "team_presence": {"type": "array", "items": _AGENT},
+            },
+            ["has_new_mention", "unread_count", "team_presence"],
+        ),
+        _check_hub_status,
+    ),
+)
+
+BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def check_arguments(tool: Tool, args: Any) -> dict[str, Any]:
+    """Validate `arguments` against the tool's (flat) input schema; ToolFailed says what is wrong."""
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ToolFailed(f"{tool.name}: arguments must be an object")
+    properties = tool.input_schema["properties"]
+    unknown = sorted(set(args) - set(properties))
+    if unknown:
+        raise ToolFailed(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; takes {', '.join(properties) or 'none'}")
+    for name in tool.input_schema.get("required", ()):
+        if args.get(name) is None:
+            raise ToolFailed(f"{tool.name}: missing required argument {name!r}")
+    for name, value in args.items():
+        if value is None:
+            continue
+        schema = properties[name]
+        expected = _JSON_TYPES[schema["type"]]
+        if not isinstance(value, expected) or (schema["type"] in ("integer", "number") and isinstance(value, bool)):
+            raise ToolFailed(f"{tool.name}: {name} must be a {schema['type']}")
+        if "enum" in schema and value not in schema["enum"]:
+            raise ToolFailed(f"{tool.name}: {name} must be one of {', '.join(schema['enum'])}")
+    return args
+
+
+def model_visible(tools: tuple[Tool, ...] = TOOLS) -> list[dict[str, Any]]:
+    """What a model is shown of tools/list: names, descriptions and input schemas."""
+    return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
+
+
+def model_visible_chars(tools: tuple[Tool, ...] = TOOLS) -> int:
+    import msgspec
+
+    return len(msgspec.json.encode(model_visible(tools)))
