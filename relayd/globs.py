@@ -1,0 +1,394 @@
+"""Glob patterns as automata, and an exact answer to "can one path match both?".
+
+Patterns are repo-relative, `/`-separated:
+  `*`        any run of characters inside one segment (never `/`)
+  `?`        one character other than `/`
+  `[...]`    one character from a set: `[abc]`, ranges `[a-z]`, negation `[!a-z]` / `[^a-z]`;
+             a set never matches `/`; `]` first in the set is literal
+  `**`       a whole segment: zero or more segments (`src/**` covers `src` and all below)
+  `\\c`      the character c itself
+A trailing `/` means the directory and everything in it (`src/` is `src/**`).
+
+Two patterns conflict when some path matches both. That is decided by building each
+pattern's automaton over path characters (transitions labelled with character sets, so
+the alphabet is all of Unicode) and searching the product automaton for an accepting
+state; the search returns the shortest such path as a witness. Paths have non-empty
+segments, so the product also tracks "at a segment start" and refuses `/` there.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import UsageError
+
+MAX_PATTERN = 1024
+_MAX_CODE = 0x10FFFF
+_SLASH = ord("/")
+Charset = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive code point intervals
+
+NON_SLASH: Charset = ((0, _SLASH - 1), (_SLASH + 1, _MAX_CODE))
+SLASH: Charset = ((_SLASH, _SLASH),)
+
+
+class PatternError(UsageError):
+    """A pattern that cannot be read (unclosed `[`, `..`, empty)."""
+
+
+# -- character sets -----------------------------------------------------------------------
+
+
+def _intersect(a: Charset, b: Charset) -> Charset:
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def _union(ranges: list[tuple[int, int]]) -> Charset:
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def _complement_in_segment(cs: Charset) -> Charset:
+    """NON_SLASH minus cs."""
+    out = []
+    nxt = 0
+    for lo, hi in cs:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= _MAX_CODE:
+        out.append((nxt, _MAX_CODE))
+    return _intersect(tuple(out), NON_SLASH)
+
+
+def _pick(cs: Charset) -> str:
+    """A readable character from a non-empty set, for witness paths."""
+    for preferred in ("a", "b", "x", "0", "_", "-", "."):
+        code = ord(preferred)
+        if any(lo <= code <= hi for lo, hi in cs):
+            return preferred
+    for lo, hi in cs:
+        for start, end in ((0x61, 0x7A), (0x41, 0x5A), (0x30, 0x39), (0x21, 0x7E)):
+            if lo <= end and hi >= start:
+                return chr(max(lo, start))
+    return chr(cs[0][0])
+
+
+# -- parsing ------------------------------------------------------------------------------
+
+GLOBSTAR = "**"
+STAR = "*"
+Atom = str | Charset  # STAR or a one-character set
+Segment = str | tuple[Atom, ...]  # GLOBSTAR or the atoms of one segment
+
+
+def normalize(pattern: str) -> str:
+    """The canonical text of a pattern (used for the reservation key and display)."""
+    return _parse(pattern)[0]
+
+
+def _parse(pattern: str) -> tuple[str, tuple[Segment, ...]]:
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise PatternError("empty pattern: give a path or glob, e.g. 'src/auth/**'")
+    if len(pattern) > MAX_PATTERN:
+        raise PatternError(f"pattern is too long ({len(pattern)} characters, at most {MAX_PATTERN})")
+    if "\x00" in pattern or "\n" in pattern:
+        raise PatternError("pattern contains a NUL or newline character")
+    text = pattern.strip()
+    if text.endswith("/"):
+        text += GLOBSTAR
+    parts: list[str] = []
+    for part in text.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            raise PatternError(f"pattern {pattern!r} leaves the repository ('..'); use a path inside it")
+        if part == GLOBSTAR and parts and parts[-1] == GLOBSTAR:
+            continue  # `**/**` is `**`
+        parts.append(part)
+    if not parts:
+        raise PatternError(f"pattern {pattern!r} names no path")
+    segments = tuple(GLOBSTAR if part == GLOBSTAR else _parse_segment(part, pattern) for part in parts)
+    return "/".join(parts), segments
+
+
+def _parse_segment(part: str, pattern: str) -> tuple[Atom, ...]:
+    atoms: list[Atom] = []
+    i = 0
+    while i < len(part):
+        ch = part[i]
+        if ch == "*":
+            if not atoms or atoms[-1] != STAR:
+                atoms.append(STAR)
+            i += 1
+        elif ch == "?":
+            atoms.append(NON_SLASH)
+            i += 1
+        elif ch == "[":
+            charset, i = _parse_class(part, i, pattern)
+            atoms.append(charset)
+        elif ch == "\\":
+            if i + 1 >= len(part):
+                raise PatternError(f"pattern {pattern!r} ends with a lone backslash")
+            atoms.append(((ord(part[i + 1]), ord(part[i + 1])),))
+            i += 2
+        else:
+            atoms.append(((ord(ch), ord(ch)),))
+            i += 1
+    return tuple(atoms)
+
+
+def _parse_class(part: str, i: int, pattern: str) -> tuple[Charset, int]:
+    """`part[i]` is `[`; returns the set and the index after the closing `]`."""
+    j = i + 1
+    negate = j < len(part) and part[j] in "!^"
+    if negate:
+        j += 1
+    ranges: list[tuple[int, int]] = []
+    first = True
+    while True:
+        if j >= len(part):
+            raise PatternError(f"pattern {pattern!r} has an unclosed '[' (a set cannot contain '/')")
+        ch = part[j]
+        if ch == "]" and not first:
+            j += 1
+            break
+        if ch == "\\" and j + 1 < len(part):
+            j += 1
+            ch = part[j]
+        lo = ord(ch)
+        j += 1
+        if j + 1 < len(part) and part[j] == "-" and part[j + 1] != "]":
+            hi_ch = part[j + 1]
+            j += 2
+            if hi_ch == "\\" and j < len(part):
+                hi_ch = part[j]
+                j += 1
+            hi = ord(hi_ch)
+            if hi < lo:
+                raise PatternError(f"pattern {pattern!r} has a reversed range {chr(lo)}-{chr(hi)}")
+            ranges.append((lo, hi))
+        else:
+            ranges.append((lo, lo))
+        first = False
+    charset = _intersect(_union(ranges), NON_SLASH)
+    return (_complement_in_segment(charset) if negate else charset), j
+
+
+# -- automata -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Glob:
+    """A compiled pattern: an epsilon-free NFA plus the literal ends used as a quick filter."""
+
+    text: str
+    literal: bool  # no wildcard at all: the pattern is one path
+    path: str  # that path, when literal
+    prefix: str  # every matching path starts with this
+    suffix: str  # ... and ends with this
+    start: int
+    moves: tuple[tuple[tuple[Charset, int], ...], ...]  # per state: (label, target)
+    accepting: frozenset[int]
+
+    def matches(self, path: str) -> bool:
+        """Does this concrete path match? (Used for literal-vs-glob checks.)"""
+        states = {self.start}
+        at_start = True
+        for ch in path:
+            code = ord(ch)
+            if code == _SLASH and at_start:
+                return False  # empty segment
+            states = {t for s in states for label, t in self.moves[s] if any(lo <= code <= hi for lo, hi in label)}
+            if not states:
+                return False
+            at_start = code == _SLASH
+        return not at_start and bool(states & self.accepting)
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.moves: list[list[tuple[Charset, int]]] = []
+        self.eps: list[list[int]] = []
+
+    def state(self) -> int:
+        self.moves.append([])
+        self.eps.append([])
+        return len(self.moves) - 1
+
+    def move(self, a: int, label: Charset, b: int) -> None:
+        self.moves[a].append((label, b))
+
+
+@lru_cache(maxsize=8192)
+def compile_glob(pattern: str) -> Glob:
+    text, segments = _parse(pattern)
+    b = _Builder()
+    start = cur = b.state()
+    accepting: set[int] = set()
+    need_slash = False  # the next segment starts with '/'
+    last = len(segments) - 1
+    for index, segment in enumerate(segments):
+        if segment == GLOBSTAR:
+            if not need_slash:
+                # Leading `**`: (SEG '/')* — and, alone, any non-empty path.
+                inside = b.state()
+                b.move(cur, NON_SLASH, inside)
+                b.move(inside, NON_SLASH, inside)
+                b.move(inside, SLASH, cur)
+                if index == last:
+                    accepting.add(inside)
+            else:
+                # `**` after a segment: ('/' SEG)* from a fresh join state.
+                join, seg_start, inside = b.state(), b.state(), b.state()
+                b.eps[cur].append(join)
+                b.move(join, SLASH, seg_start)
+                b.move(seg_start, NON_SLASH, inside)
+                b.move(inside, NON_SLASH, inside)
+                b.eps[inside].append(join)
+                cur = join
+                if index == last:
+                    accepting.add(join)
+            continue
+        if need_slash:
+            nxt = b.state()
+            b.move(cur, SLASH, nxt)
+            cur = nxt
+        for atom in segment:
+            if atom == STAR:
+                loop = b.state()
+                b.eps[cur].append(loop)
+                b.move(loop, NON_SLASH, loop)
+                cur = loop
+            else:
+                nxt = b.state()
+                b.move(cur, atom, nxt)  # type: ignore[arg-type]
+                cur = nxt
+        need_slash = True
+        if index == last:
+            accepting.add(cur)
+    moves, final = _remove_epsilons(b, accepting)
+    flat = _flatten(segments)
+    literal = None not in flat
+    path = "".join(flat) if literal else ""
+    head = flat.index(None) if not literal else len(flat)
+    tail = len(flat) - flat[::-1].index(None) if not literal else 0
+    return Glob(
+        text=text,
+        literal=literal,
+        path=path,
+        # `a/**` also matches `a`, `**/b` also matches `b`: the slash next to `**` is dropped.
+        prefix=path if literal else "".join(flat[:head]).rstrip("/"),
+        suffix=path if literal else "".join(flat[tail:]).lstrip("/"),
+        start=start,
+        moves=moves,
+        accepting=final,
+    )
+
+
+def _flatten(segments: tuple[Segment, ...]) -> list[str | None]:
+    """The pattern as literal characters, with None for every wildcard."""
+    flat: list[str | None] = []
+    for index, segment in enumerate(segments):
+        if index:
+            flat.append("/")
+        if segment == GLOBSTAR:
+            flat.append(None)
+            continue
+        for atom in segment:
+            single = atom != STAR and len(atom) == 1 and atom[0][0] == atom[0][1]
+            flat.append(chr(atom[0][0]) if single else None)  # type: ignore[index]
+    return flat
+
+
+def _remove_epsilons(b: _Builder, accepting: set[int]) -> tuple[tuple[tuple[tuple[Charset, int], ...], ...], frozenset[int]]:
+    closures = []
+    for state in range(len(b.moves)):
+        seen = {state}
+        todo = [state]
+        while todo:
+            for nxt in b.eps[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        closures.append(seen)
+    moves = tuple(tuple(move for member in sorted(closure) for move in b.moves[member]) for closure in closures)
+    final = frozenset(state for state, closure in enumerate(closures) if closure & accepting)
+    return moves, final
+
+
+# -- overlap ------------------------------------------------------------------------------
+
+
+def witness(a: Glob, b: Glob) -> str | None:
+    """The shortest path that matches both, or None when no path does."""
+    start = (a.start, b.start, True)
+    parent: dict[tuple[int, int, bool], tuple[tuple[int, int, bool], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        qa, qb, at_start = node
+        if not at_start and qa in a.accepting and qb in b.accepting:
+            chars = []
+            while parent[node] is not None:
+                node, ch = parent[node]  # type: ignore[misc]
+                chars.append(ch)
+            return "".join(reversed(chars))
+        for label_a, ta in a.moves[qa]:
+            for label_b, tb in b.moves[qb]:
+                label = _intersect(label_a, label_b)
+                if not label:
+                    continue
+                is_slash = label == SLASH
+                if is_slash and at_start:
+                    continue
+                nxt = (ta, tb, is_slash)
+                if nxt not in parent:
+                    parent[nxt] = (node, "/" if is_slash else _pick(label))
+                    queue.append(nxt)
+    return None
+
+
+_overlap_cache: dict[tuple[str, str], bool] = {}
+
+
+def overlaps(a: Glob, b: Glob) -> bool:
+    """Exact: True iff some path matches both patterns."""
+    pa, pb = a.prefix, b.prefix
+    if not (pa.startswith(pb) or pb.startswith(pa)):
+        return False
+    sa, sb = a.suffix, b.suffix
+    if not (sa.endswith(sb) or sb.endswith(sa)):
+        return False
+    if a.literal:
+        return a.path == b.path if b.literal else b.matches(a.path)
+    if b.literal:
+        return a.matches(b.path)
+    key = (a.text, b.text) if a.text <= b.text else (b.text, a.text)
+    found = _overlap_cache.get(key)
+    if found is None:
+        if len(_overlap_cache) > 65536:
+            _overlap_cache.clear()
+        found = _overlap_cache[key] = witness(a, b) is not None
+    return found
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    return overlaps(compile_glob(a), compile_glob(b))

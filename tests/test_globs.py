@@ -1,0 +1,143 @@
+"""Glob overlap: a table of cases people reserve, then brute force against an independent
+matcher (fnmatch per segment, recursion for `**`)."""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from relayd.globs import PatternError, compile_glob, normalize, overlaps, patterns_overlap, witness
+
+OVERLAP_TABLE = [
+    # (a, b, overlap?)
+    ("src/auth/**", "src/auth/login.go", True),
+    ("src/a/*", "src/b/*", False),
+    ("src/*.py", "src/a*", True),
+    ("src/**", "src/auth/login.go", True),
+    ("src/**", "src", True),
+    ("src/**", "srcs/x", False),
+    ("*.go", "src/main.go", False),
+    ("**/*.go", "src/main.go", True),
+    ("**/*.go", "main.go", True),
+    ("**/*.go", "**/*.py", False),
+    ("**", "anything/at/all", True),
+    ("README.md", "README.md", True),
+    ("README.md", "readme.md", False),
+    ("README.md", "*.md", True),
+    ("docs/*.md", "docs/api/*.md", False),
+    ("docs/**/*.md", "docs/api/*.md", True),
+    ("a/**/b", "a/b", True),
+    ("a/**/b", "a/x/y/b", True),
+    ("a/**/b", "a/x/y/c", False),
+    ("a/**/b/**/c", "a/b/c", True),
+    ("a/*/c", "a/**/c", True),
+    ("a/*/c", "a/c", False),
+    ("src/[a-c]*.py", "src/b*", True),
+    ("src/[a-c]*.py", "src/d*", False),
+    ("src/[!a-c]*", "src/a*", False),
+    ("src/[!a-c]*", "src/ab*", False),
+    ("src/[^a]*", "src/b", True),
+    ("src/?", "src/ab", False),
+    ("src/??", "src/ab", True),
+    ("src/?.go", "src/*.go", True),
+    ("*", "a/b", False),
+    ("*/*", "a/b", True),
+    ("*/*", "*", False),
+    ("src/*_test.go", "src/*.go", True),
+    ("src/*_test.go", "src/*.py", False),
+    ("src/*a*b*", "src/*b*a*", True),
+    ("src/x*y", "src/*z", False),
+    ("lib/", "lib/util.js", True),
+    ("./lib/util.js", "lib/util.js", True),
+    (r"src/\*.go", "src/a.go", False),
+    (r"src/\*.go", "src/*.go", True),
+    ("src/[ab]", "src/[bc]", True),
+    ("src/[ab]", "src/[cd]", False),
+    ("tests/**", "src/**", False),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), OVERLAP_TABLE)
+def test_overlap_table(a: str, b: str, expected: bool) -> None:
+    assert patterns_overlap(a, b) is expected
+    assert patterns_overlap(b, a) is expected
+    found = witness(compile_glob(a), compile_glob(b))
+    assert (found is not None) is expected
+    if found is not None:
+        assert ref_match(normalize(a), found) and ref_match(normalize(b), found), found
+
+
+def test_witness_examples() -> None:
+    assert witness(compile_glob("src/*.py"), compile_glob("src/a*")) == "src/a.py"
+    assert witness(compile_glob("src/auth/**"), compile_glob("src/auth/login.go")) == "src/auth/login.go"
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "src/[ab", "../etc/passwd", "a/../../b", "src/\\", "x/[z-a]"])
+def test_bad_patterns_are_refused(bad: str) -> None:
+    with pytest.raises(PatternError):
+        compile_glob(bad)
+
+
+def test_normalize() -> None:
+    assert normalize("./src//auth/") == "src/auth/**"
+    assert normalize("/src/**/**/x") == "src/**/x"
+
+
+def test_the_unicode_alphabet_is_covered() -> None:
+    assert patterns_overlap("docs/[!a-z]*", "docs/日本*")
+    assert witness(compile_glob("docs/[!a-z]"), compile_glob("docs/?")) is not None
+
+
+# -- brute force ------------------------------------------------------------------------
+
+
+def ref_match(pattern: str, path: str) -> bool:
+    """Independent matcher: fnmatch on each segment, recursion for `**`.
+
+    fnmatch knows neither `[^...]` nor backslash escapes: they are spelled its way first.
+    """
+    spelled = re.sub(r"\\(.)", lambda m: "[" + m.group(1) + "]", pattern.replace("[^", "[!"))
+    return _ref(spelled.split("/"), path.split("/")) and all(path.split("/"))
+
+
+def _ref(pat: list[str], segs: list[str]) -> bool:
+    if not pat:
+        return not segs
+    if pat[0] == "**":
+        return any(_ref(pat[1:], segs[i:]) for i in range(len(segs) + 1))
+    return bool(segs) and fnmatchcase(segs[0], pat[0]) and _ref(pat[1:], segs[1:])
+
+
+_piece = st.sampled_from(["a", "b", ".", "*", "?", "[ab]", "[!a]", "[a-b]", "[!.b]", "ab"])
+_segment = st.one_of(st.just("**"), st.lists(_piece, min_size=1, max_size=3).map("".join).filter(lambda s: s not in (".", "..")))
+_pattern = st.lists(_segment, min_size=1, max_size=4).map("/".join).filter(lambda p: "**/**" not in p and "***" not in p)
+_path = st.lists(st.text(alphabet="abc.", min_size=1, max_size=3), min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_pattern, _pattern, st.lists(_path, min_size=1, max_size=20))
+def test_brute_force_against_an_independent_matcher(a: str, b: str, paths: list[str]) -> None:
+    ga, gb = compile_glob(a), compile_glob(b)
+    found = witness(ga, gb)
+    # The quick filters never change the exact answer.
+    assert overlaps(ga, gb) is (found is not None)
+    for path in paths:
+        # The compiled automaton matches exactly what the reference matcher matches...
+        assert ga.matches(path) is ref_match(a, path), (a, path)
+        # ...and a path matching both means the patterns overlap.
+        if ref_match(a, path) and ref_match(b, path):
+            assert found is not None, (a, b, path)
+    if found is not None:
+        # An overlap always comes with a real path that both match.
+        assert all(found.split("/")), found
+        assert ref_match(a, found) and ref_match(b, found), (a, b, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_pattern, _pattern)
+def test_overlap_is_symmetric(a: str, b: str) -> None:
+    assert patterns_overlap(a, b) is patterns_overlap(b, a)
