@@ -20,6 +20,8 @@ EVENTS_ROTATED = "events.jsonl.1"
 EVENTS_LOCK = "events.lock"
 FORMAT_FILE = "format"  # holds the store format version, "1"
 CONFIG_FILE = "config.json"  # wake gateway command and socket, notification trigger text
+RESERVATIONS_LOCK = "reservations.lock"  # held around every reservation check + create
+COMMAND_CLAIM_SUFFIX = ".claim"  # commands/<id>.claim: created O_EXCL by the one consumer
 DAEMON_LOCK = "relayd.lock"  # flock-held by the one daemon serving this store
 SOCKET_NAME = "relayd.sock"
 
