@@ -1,0 +1,327 @@
+"""relay-mcp driven by the official MCP SDK client over real stdio pipes.
+
+Each scenario runs in the handshake era (`mode="legacy"`, revision 2025-11-25) and in the
+2026-07-28 era (`mode="auto"`: the client probes `server/discover` and then stamps every
+request with its `_meta` envelope).
+
+The SDK client cannot declare `experimental` capabilities through its public API, so the
+tests that need a channel-capable client (the way Claude Code announces it) add
+`experimental["claude/channel"]` to the capabilities the SDK builds; everything else is
+the SDK as shipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import anyio
+import jsonschema
+import msgspec
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.extension import ClientExtension, NotificationBinding
+from mcp.client.session import ClientSession
+from mcp.types import Implementation
+from pydantic import BaseModel
+
+from mcp_shim.tools import model_visible_chars
+
+OVERLORD = ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
+MODES = ["legacy", "auto"]
+CHANNEL_CLIENT = "channel-test-client"
+TOKEN_BUDGET = 600
+
+
+class ChannelParams(BaseModel, extra="allow"):
+    content: str
+    meta: dict[str, str]
+
+
+class ChannelInbox(ClientExtension):
+    """Collects `notifications/claude/channel` events as they arrive."""
+
+    identifier = "io.github.relay-tests/channel-inbox"
+
+    def __init__(self) -> None:
+        self.events: list[ChannelParams] = []
+        self.arrived = anyio.Event()
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [NotificationBinding(method="notifications/claude/channel", params_type=ChannelParams, handler=self._got)]
+
+    async def _got(self, params: ChannelParams) -> None:
+        self.events.append(params)
+        self.arrived.set()
+
+    async def wait(self, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            await self.arrived.wait()
+        self.arrived = anyio.Event()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the SDK client's stdio transport is exercised on asyncio, as Claude Code's peers run it
+
+
+@pytest.fixture
+def channel_capable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients named CHANNEL_CLIENT declare `experimental["claude/channel"]`, as Claude Code does."""
+    build = ClientSession._build_capabilities
+
+    def with_channel(self: ClientSession, version: str) -> Any:
+        capabilities = build(self, version)
+        if self._client_info is not None and self._client_info.name == CHANNEL_CLIENT:
+            capabilities.experimental = {"claude/channel": {}}
+        return capabilities
+
+    monkeypatch.setattr(ClientSession, "_build_capabilities", with_channel)
+
+
+@pytest.fixture
+def team(relayctl: Any) -> None:
+    relayctl("init", "--preset", "overlord")
+
+
+@asynccontextmanager
+async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: ChannelInbox | None = None, declare: bool = True) -> AsyncIterator[Client]:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_shim"],
+        env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role},
+    )
+    name = CHANNEL_CLIENT if channel is not None and declare else "plain-test-client"
+    async with Client(
+        server,
+        mode=mode,  # type: ignore[arg-type]
+        client_info=Implementation(name=name, version="1"),
+        extensions=[channel] if channel is not None else None,
+        read_timeout_seconds=30,
+    ) as client:
+        yield client
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def check_against_schema(client: Client, tool: str, result: Any) -> None:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    jsonschema.validate(result.structured_content, tools[tool].output_schema)
+
+
+# -- the seed 000 / 002 scenarios ---------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_team_scenario(mode: str, team: None, relay_env: dict[str, str]) -> None:
+    async with mcp_client(relay_env, "strategist", mode) as strategist, mcp_client(relay_env, "inferno", mode) as inferno:
+        assert strategist.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+
+        sent = await strategist.call_tool("send_message", {"to": "inferno", "subject": "auth", "body": "Take the auth module", "priority": "high"})
+        await check_against_schema(strategist, "send_message", sent)
+        assert [s["to"] for s in structured(sent)["sent"]] == ["inferno"]
+
+        hub = structured(await inferno.call_tool("check_hub_status", {}))
+        assert hub["has_new_mention"] is True and hub["unread_count"] == 1
+        assert sorted(p["name"] for p in hub["team_presence"]) == sorted(set(OVERLORD) - {"inferno"})
+
+        first = await inferno.call_tool("check_inbox", {})
+        await check_against_schema(inferno, "check_inbox", first)
+        inbox = structured(first)
+        assert [(m["from"], m["subject"], m["body"], m["priority"]) for m in inbox["messages"]] == [
+            ("strategist", "auth", "Take the auth module", "high")
+        ]
+        assert inbox["unread"] == 0
+        assert structured(await inferno.call_tool("check_inbox", {}))["messages"] == []
+
+        everyone = await strategist.call_tool("get_status", {"role": "all"})
+        await check_against_schema(strategist, "get_status", everyone)
+        assert sorted(a["name"] for a in structured(everyone)["agents"]) == sorted(OVERLORD)
+
+        updated = await inferno.call_tool("update_status", {"status": "working", "task": "auth refactor"})
+        await check_against_schema(inferno, "update_status", updated)
+        seen = structured(await strategist.call_tool("get_status", {"role": "inferno"}))["agents"]
+        assert [(a["name"], a["status"], a["task"], a["alive"]) for a in seen] == [("inferno", "working", "auth refactor", True)]
+
+        unknown = await strategist.call_tool("send_message", {"to": "nobody", "subject": "s", "body": "b"})
+        assert unknown.is_error
+        text = unknown.content[0].text
+        assert "nobody" in text and all(name in text for name in OVERLORD)
+        assert (await strategist.call_tool("get_status", {"role": "nobody"})).is_error
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_broadcast_reaches_the_five_others(mode: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    async with mcp_client(relay_env, "overlord", mode) as overlord:
+        result = await overlord.call_tool("broadcast", {"subject": "sync", "body": "standup in 5"})
+        await check_against_schema(overlord, "broadcast", result)
+        assert sorted(s["to"] for s in structured(result)["sent"]) == sorted(set(OVERLORD) - {"overlord"})
+    for role in set(OVERLORD) - {"overlord"}:
+        shown = msgspec.json.decode(relayctl("--json", "read", "--unread", agent=role).stdout)
+        assert [(m["from"], m["subject"]) for m in shown] == [("overlord", "sync")]
+    assert msgspec.json.decode(relayctl("--json", "read", agent="overlord").stdout) == []
+
+
+@pytest.mark.anyio
+async def test_unread_notice_ends_every_result_until_the_inbox_is_read(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    relayctl("send", "glacier", "frontend is blocked on you", agent="storm")
+    async with mcp_client(relay_env, "glacier", "legacy") as glacier:
+        status = await glacier.call_tool("update_status", {"status": "working"})
+        assert "check_inbox" in status.content[-1].text and "1 unread" in status.content[-1].text
+        await glacier.call_tool("check_inbox", {})
+        after = await glacier.call_tool("get_status", {})
+        assert all("check_inbox" not in block.text for block in after.content)
+
+
+@pytest.mark.anyio
+async def test_tool_calls_refresh_last_seen_and_register_a_new_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    before = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
+    async with mcp_client(relay_env, "shadow", "legacy") as shadow, mcp_client(relay_env, "reviewer", "legacy") as reviewer:
+        await shadow.call_tool("check_hub_status", {})
+        await reviewer.call_tool("check_hub_status", {})
+    after = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
+    assert after["shadow"] > before["shadow"]
+    assert after["storm"] == before["storm"]
+    assert "reviewer" in after
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(mode: str, team: None, relay_env: dict[str, str]) -> None:
+    from mcp import MCPError
+
+    async with mcp_client(relay_env, "storm", mode) as storm:
+        missing = await storm.call_tool("send_message", {"to": "glacier"})
+        assert missing.is_error and "subject" in missing.content[0].text
+        wrong = await storm.call_tool("send_message", {"to": "glacier", "subject": "s", "body": "b", "priority": "asap"})
+        assert wrong.is_error and "priority" in wrong.content[0].text
+        with pytest.raises(MCPError) as raised:
+            await storm.session.call_tool("no_such_tool", {})
+        assert raised.value.code == -32602
+
+
+@pytest.mark.anyio
+async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_env: dict[str, str]) -> None:
+    async with mcp_client(relay_env, "overlord", "legacy") as overlord:
+        tools = (await overlord.list_tools()).tools
+    shown = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
+    chars = len(msgspec.json.encode(shown))
+    assert {"send_message", "check_inbox", "get_status", "update_status", "broadcast", "check_hub_status"} <= {t.name for t in tools}
+    assert all(t.output_schema for t in tools)
+    assert chars == model_visible_chars()
+    assert chars / 4 <= TOKEN_BUDGET, f"tools/list costs {chars / 4:.0f} tokens"
+
+
+# -- push delivery -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_channel_event_reaches_a_capable_client(mode: str, team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
+    inbox = ChannelInbox()
+    async with mcp_client(relay_env, "inferno", mode, channel=inbox) as inferno:
+        caps = inferno.server_capabilities
+        assert caps.experimental is not None and "claude/channel" in caps.experimental
+        assert inferno.instructions and "check_inbox" in inferno.instructions
+        await inferno.call_tool("check_hub_status", {})  # a 2026-07-28 client declares its capabilities per request
+        relayctl("send", "inferno", "--subject", "deploy", "--priority", "urgent", "--thread", "t-9", "ship the hotfix now", agent="strategist")
+        await inbox.wait(1.0)
+        [event] = inbox.events
+        assert event.meta == {"from": "strategist", "message_id": event.meta["message_id"], "priority": "urgent", "thread": "t-9"}
+        assert "deploy" in event.content and "ship the hotfix now" in event.content
+        read = structured(await inferno.call_tool("check_inbox", {}))
+        assert [m["id"] for m in read["messages"]] == [event.meta["message_id"]]
+
+
+@pytest.mark.anyio
+async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: dict[str, str], channel_capable: None) -> None:
+    from relayd import ops
+    from relayd.store import Store
+
+    inbox = ChannelInbox()
+    async with mcp_client(relay_env, "glacier", "legacy", channel=inbox) as glacier:
+        await glacier.call_tool("check_hub_status", {})
+        with Store(relay_env["RELAY_DIR"], fsync=False) as store:
+            for n in range(40):
+                ops.call(store, "send", {"agent": "storm", "to": ["glacier"], "subject": f"part {n}", "body": "x" * 5000})
+        announced = 0
+        while announced < 40:
+            await inbox.wait(5.0)
+            announced = sum(int(e.meta.get("count", "1")) for e in inbox.events)
+        assert announced == 40
+        assert len(inbox.events) < 10
+        assert all(len(e.content) < 1200 for e in inbox.events)
+        assert structured(await glacier.call_tool("check_inbox", {}))["unread"] == 0
+
+
+@pytest.mark.anyio
+async def test_no_channel_events_for_a_client_that_did_not_ask(team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
+    inbox = ChannelInbox()  # listens for the notification, but the client does not declare the capability
+    async with mcp_client(relay_env, "shadow", "legacy", channel=inbox, declare=False) as shadow:
+        await shadow.call_tool("check_hub_status", {})
+        relayctl("send", "shadow", "are you there?", agent="overlord")
+        with pytest.raises(TimeoutError):
+            await inbox.wait(1.5)  # longer than the coalescing window: an event would have come by now
+        hub = structured(await shadow.call_tool("check_hub_status", {}))
+    assert hub["unread_count"] == 1
+    assert inbox.events == []
+
+
+# -- the raw process ---------------------------------------------------------------------
+
+
+def _run(env: dict[str, str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "mcp_shim"], input=stdin, env=env, capture_output=True, timeout=30)
+
+
+def test_missing_role_is_one_line_and_a_nonzero_exit(relay_env: dict[str, str]) -> None:
+    proc = _run(relay_env)
+    assert proc.returncode != 0
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "OVLD_ROLE" in lines[0]
+    assert b"Traceback" not in proc.stderr and proc.stdout == b""
+
+
+def test_no_home_and_no_store_dir_is_one_line(relay_env: dict[str, str]) -> None:
+    env = {k: v for k, v in relay_env.items() if k not in ("HOME", "RELAY_DIR", "OVLD_RELAY_DIR")}
+    env["OVLD_ROLE"] = "inferno"
+    proc = _run(env)
+    assert proc.returncode != 0
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "RELAY_DIR" in lines[0] and b"Traceback" not in proc.stderr
+
+
+def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: dict[str, str]) -> None:
+    env = dict(relay_env, OVLD_ROLE="inferno")
+    requests = b"\n".join(
+        [
+            b"{not json",
+            b'{"jsonrpc":"2.0","id":1,"method":"no/such/method"}',
+            b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"0"}}}',
+            b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+            b'{"jsonrpc":"2.0","id":3,"method":"ping"}',
+            b'{"jsonrpc":"2.0","id":4,"method":"tools/list"}',
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}',
+        ]
+    )
+    proc = _run(env, requests + b"\n")
+    assert proc.returncode == 0
+    replies = [msgspec.json.decode(line) for line in proc.stdout.splitlines()]
+    assert replies[0]["error"]["code"] == -32700 and replies[0]["id"] is None
+    assert replies[1]["error"]["code"] == -32601
+    assert replies[2]["result"]["protocolVersion"] == "2024-11-05"
+    assert replies[3] == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    assert all("outputSchema" not in tool for tool in replies[4]["result"]["tools"])  # 2024-11-05 has none
+    assert replies[5]["error"]["code"] == -32022
+    assert replies[5]["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+    assert len(replies) == 6
+
