@@ -1,0 +1,68 @@
+"""The daemon's command line, shared by `relayd` and `relayctl daemon`.
+
+This module only declares options; the asynchronous machinery is imported when the
+command runs, so listing `relayctl --help` never loads anyio or structlog.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+HELP = """Run relayd in the foreground: serve the store on a Unix socket, push events to
+subscribers, batch fsyncs (group commit), run GC and stale-agent detection.
+
+One daemon per store (a flock on <store>/relayd.lock). Logs are JSON lines on stderr
+(readable text on a terminal). SIGTERM/SIGINT drain and exit 0; a second signal exits
+at once. Works under systemd (Type=notify, watchdog, socket activation).
+
+\b
+Examples:
+  relayd
+  relayd --dir ~/team-store --gc-interval 10m --log-level debug
+  relayctl daemon --socket $XDG_RUNTIME_DIR/relay/relayd.sock
+  RELAY_DIR=/tmp/t relayd & relayctl status
+"""
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from relayd.errors import UsageError
+    from relayd.timefmt import parse_duration
+
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except UsageError as exc:
+        raise click.BadParameter(exc.message) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be longer than zero")
+    return seconds
+
+
+@click.command("daemon", help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--dir", "store_dir", envvar=["RELAY_DIR", "OVLD_RELAY_DIR"], metavar="PATH", help="Store directory. [env: RELAY_DIR, then OVLD_RELAY_DIR; default: ~/.relay]")
+@click.option("--socket", "socket_path", envvar="RELAY_SOCKET", metavar="PATH", help="Socket to listen on. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock, else <store>/relayd.sock]")
+@click.option("--gc-interval", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="How often to run garbage collection.")
+@click.option("--stale", "stale_after", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="Heartbeat age after which an agent counts as stale (one presence event each).")
+@click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.pass_context
+def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, drain_timeout: float, log_level: str) -> None:
+    from relayd import layout
+    from relayd.errors import UsageError
+
+    # Under relayctl, its global --dir/--socket (given before `daemon`) count too.
+    outer = ctx.find_root().obj
+    store_dir = store_dir or getattr(outer, "store_dir", None)
+    socket_path = socket_path or getattr(outer, "socket", None)
+    try:
+        root = os.path.abspath(os.path.expanduser(store_dir)) if store_dir else layout.default_store_dir()
+    except layout.NoHome as exc:
+        raise UsageError(str(exc)) from None
+    sock = os.path.abspath(os.path.expanduser(socket_path)) if socket_path else layout.default_socket_path(root)
+
+    from .main import Config, run
+
+    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, drain_timeout=drain_timeout, log_level=log_level.lower()))
+    ctx.exit(status)
+

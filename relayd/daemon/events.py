@@ -1,0 +1,235 @@
+"""Events from the log: tail `events.jsonl` with inotify and publish each line.
+
+Every mutation, by the daemon or by a client in direct mode, is appended to
+`events.jsonl`; following that file (not the daemon's own calls) is what makes direct-mode
+writes visible to subscribers. Each subscriber has a bounded queue; one that falls behind
+is dropped instead of slowing the others (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Awaitable, Callable, Iterator
+
+import anyio
+import msgspec
+import structlog
+from anyio.streams.memory import MemoryObjectSendStream
+from inotify_simple import INotify, flags
+
+from relayd import layout, protocol
+from relayd.records import Event, event_decoder
+
+log = structlog.get_logger()
+
+QUEUE_EVENTS = 4096  # per subscriber; a reader this far behind is dropped
+_CHUNK = 256 * 1024
+
+
+class _IdOnly(msgspec.Struct):
+    id: str = ""
+
+
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+
+
+class Subscriber:
+    __slots__ = ("topics", "agent", "queue", "drop", "dropped")
+
+    def __init__(self, topics: list[str], agent: str | None, queue: MemoryObjectSendStream[bytes], drop: Callable[[], None]) -> None:
+        self.topics = frozenset(topics)
+        self.agent = agent
+        self.queue = queue
+        self.drop = drop
+        self.dropped = False
+
+    def wants(self, event: Event) -> bool:
+        return event.topic in self.topics and (self.agent is None or event.agent == self.agent)
+
+
+class Hub:
+    """Who is subscribed to what; publishing never waits for a subscriber."""
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self.dropped = 0
+
+    def publish(self, event: Event, frame: bytes) -> None:
+        for sub in tuple(self.subscribers):
+            if not sub.wants(event):
+                continue
+            try:
+                sub.queue.send_nowait(frame)
+            except anyio.WouldBlock:
+                self.remove(sub)
+                sub.dropped = True
+                self.dropped += 1
+                log.warning("subscriber dropped: not reading its events", queued=QUEUE_EVENTS)
+                sub.drop()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.remove(sub)
+
+    def remove(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+
+
+def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each complete line of `fd` from `start` (up to `end`).
+    A torn or unfinished tail is not a line yet."""
+    offset = start
+    want = _CHUNK
+    while end is None or offset < end:
+        size = want if end is None else min(want, end - offset)
+        data = os.pread(fd, size, offset)
+        if not data:
+            return
+        last = data.rfind(b"\n")
+        if last < 0:
+            if len(data) < size:
+                return
+            want *= 2  # one line longer than the chunk
+            continue
+        want = _CHUNK
+        position = offset
+        for line in data[:last].split(b"\n"):
+            position += len(line) + 1
+            yield position, line
+        offset += last + 1
+
+
+class EventLog:
+    """Follows `events.jsonl` from its end, across rotation and reset."""
+
+    def __init__(self, root: str, hub: Hub, before_publish: Callable[[], Awaitable[None]], on_event: Callable[[Event], None]) -> None:
+        self.root = root
+        self.path = os.path.join(root, layout.EVENTS)
+        self.hub = hub
+        self.before_publish = before_publish
+        self.on_event = on_event
+        self.fd = -1
+        self.ino = -1
+        self.published = 0  # offset in `fd` up to which every line has been published
+        self.events = 0
+
+    def _open_current(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.ino, self.published = fd, os.fstat(fd).st_ino, 0
+        return True
+
+    def start_at_end(self) -> None:
+        if self._open_current():
+            size = os.fstat(self.fd).st_size
+            self.published = size
+            if size and os.pread(self.fd, 1, size - 1) != b"\n":
+                # an unfinished last line: publish it once its newline arrives
+                self.published = os.pread(self.fd, size, 0).rfind(b"\n") + 1
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        watcher = INotify(nonblocking=True)
+        try:
+            watcher.add_watch(self.root, flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE)
+            self.start_at_end()
+            task_status.started()
+            while True:
+                await anyio.wait_readable(watcher.fd)
+                try:
+                    watcher.read(timeout=0)  # only the wake-up matters; the file says what changed
+                except BlockingIOError:
+                    pass
+                await self.catch_up()
+        finally:
+            watcher.close()
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+    async def catch_up(self) -> None:
+        while True:
+            if self.fd >= 0:
+                await self._publish_new()
+            try:
+                now = os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                return  # reset removed it; the next append creates it
+            if now == self.ino:
+                return
+            # Rotated or recreated: what was left in the old file has just been published.
+            self._open_current()
+
+    async def _publish_new(self) -> None:
+        size = os.fstat(self.fd).st_size
+        if size < self.published:
+            self.published = size  # truncated (a torn tail was cut back)
+            return
+        if size == self.published:
+            return
+        batch = list(complete_lines(self.fd, self.published))
+        if not batch:
+            return
+        await self.before_publish()  # an event goes out only once its write is durable
+        for end, line in batch:
+            try:
+                event = event_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                log.warning("skipped a corrupt line in events.jsonl", offset=self.published)
+            else:
+                self.events += 1
+                self.hub.publish(event, protocol.encode_event_line(line))
+                self.on_event(event)
+            self.published = end
+
+    def replay(self, after: str) -> Iterator[bytes]:
+        """Event frames after the event `after`, from the rotated file and the current one,
+        up to what has been published live (later ones reach the subscriber's queue).
+        When `after` is no longer in the log, everything with a later id is replayed.
+
+        The files and the end offset are fixed now, before the caller awaits anything.
+        """
+        sources: list[tuple[int, int | None]] = []
+        try:
+            rotated = os.open(os.path.join(self.root, layout.EVENTS_ROTATED), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            pass
+        else:
+            if os.fstat(rotated).st_ino != self.ino:
+                sources.append((rotated, None))
+            else:
+                os.close(rotated)
+        if self.fd >= 0:
+            sources.append((os.dup(self.fd), self.published))
+        return self._replay(sources, after)
+
+    def _replay(self, sources: list[tuple[int, int | None]], after: str) -> Iterator[bytes]:
+        try:
+            found = any(self._contains(fd, end, after) for fd, end in sources)
+            passed = False
+            for fd, end in sources:
+                for _, line in complete_lines(fd, 0, end):
+                    event_id = _event_id(line)
+                    if found:
+                        if passed:
+                            yield protocol.encode_event_line(line)
+                        elif event_id == after:
+                            passed = True
+                    elif event_id > after:
+                        yield protocol.encode_event_line(line)
+        finally:
+            for fd, _ in sources:
+                os.close(fd)
+
+    @staticmethod
+    def _contains(fd: int, end: int | None, event_id: str) -> bool:
+        needle = f'"id":"{event_id}"'.encode()
+        return any(needle in line for _, line in complete_lines(fd, 0, end))
+
+
+def _event_id(line: bytes) -> str:
+    try:
+        return _id_decoder.decode(line).id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""

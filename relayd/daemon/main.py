@@ -1,0 +1,155 @@
+"""relayd's entry point: start up safely, serve until a signal, drain, exit.
+
+Startup order matters: the store lock first (so of many daemons started at once exactly
+one goes on), then the socket, then the event follower positioned at the log's end, and
+only then READY=1 for systemd.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import anyio
+import click
+import structlog
+from anyio.abc import SocketListener
+
+from relayd import __version__, layout
+from relayd.errors import RelayError
+from relayd.fsio import NoSync
+from relayd.store import Store
+
+from .commit import GroupCommit
+from .events import EventLog, Hub
+from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
+from .notifications import Notifier
+from .server import Server
+from .timers import StaleWatch, collect_garbage
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Config:
+    store_dir: str
+    socket_path: str
+    gc_interval: float = 300.0
+    stale_after: float = 300.0
+    drain_timeout: float = 5.0
+    log_level: str = "info"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `relayd` console script."""
+    from .cli import daemon
+
+    try:
+        daemon.main(args=argv, prog_name="relayd", standalone_mode=False)
+    except RelayError as exc:
+        click.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        sys.exit(exc.exit_status)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def run(config: Config) -> int:
+    configure_logging(config.log_level)
+    store = Store(config.store_dir)
+    try:
+        root = store.root_dir(create=True)
+        for name in layout.TOP_DIRS:  # recover a partly created layout before serving
+            store.top(name)
+        lock = acquire_store_lock(root)
+        try:
+            sock = inherited_listener()
+            activated = sock is not None
+            if sock is None:
+                sock = bind_listener(config.socket_path)
+            file_id = None if activated else socket_file_id(config.socket_path)
+            try:
+                return anyio.run(_serve, config, store, sock, activated)
+            except Exception:  # a bug: one structured log record, not a bare traceback
+                log.exception("relayd crashed")
+                return 70
+            finally:
+                if not activated:
+                    remove_socket(config.socket_path, file_id)
+        finally:
+            os.close(lock)  # releases the flock; the file stays (deleting it would race)
+    finally:
+        store.close()
+
+
+async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
+    systemd = Systemd()
+    committer = None if isinstance(store.sync, NoSync) else GroupCommit()
+    if committer is not None:
+        store.sync = committer
+    hub = Hub()
+    notifier = Notifier(store.root)
+    events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=notifier.on_event)
+    server = Server(store, committer, hub, events)
+    stale = StaleWatch(store, config.stale_after)
+    stale.start()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        if committer is not None:
+            tasks.start_soon(committer.run)
+        await tasks.start(events.run)
+        tasks.start_soon(notifier.run)
+        tasks.start_soon(collect_garbage, store, config.gc_interval)
+        tasks.start_soon(stale.run)
+        tasks.start_soon(_signals, stop)
+        if systemd.watchdog_seconds:
+            tasks.start_soon(_watchdog, systemd)
+        await tasks.start(server.serve, await SocketListener.from_socket(sock))
+        systemd.notify(f"READY=1\nSTATUS=serving {store.root}\nMAINPID={os.getpid()}")
+        log.info("ready", version=__version__, store=store.root, socket=config.socket_path, activated=activated, pid=os.getpid(), durable=committer is not None)
+        await stop.wait()
+        systemd.notify("STOPPING=1")
+        log.info("draining", connections=len(server.peers), deadline=config.drain_timeout)
+        server.stop_accepting()
+        with anyio.move_on_after(config.drain_timeout) as waited:
+            await server.all_closed.wait()
+        if waited.cancelled_caught:
+            log.warning("drain deadline passed, closing remaining connections", connections=len(server.peers))
+        if committer is not None:
+            with anyio.move_on_after(config.drain_timeout):
+                await committer.flushed()
+        tasks.cancel_scope.cancel()
+    log.info("stopped", requests=server.requests, events=events.events, subscribers_dropped=hub.dropped)
+    return 0
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _signals(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        async for signum in received:
+            if not stop.is_set():
+                log.info("stopping", signal=signal.Signals(signum).name)
+                stop.set()
+            else:
+                log.warning("second signal, exiting at once", signal=signal.Signals(signum).name)
+                os._exit(128 + signum)
+
+
+async def _watchdog(systemd: Systemd) -> None:
+    assert systemd.watchdog_seconds is not None
+    while True:
+        systemd.notify("WATCHDOG=1")
+        await anyio.sleep(systemd.watchdog_seconds / 2)
+
+
+if __name__ == "__main__":
+    main()

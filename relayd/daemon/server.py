@@ -1,0 +1,270 @@
+"""The socket server: accept connections, check who is calling, move bytes.
+
+Each connection has a reader (frames in, store operations run right here in the loop
+thread), a reply writer (waits for the group commit that makes a reply's writes durable,
+then sends replies in request order) and, once subscribed, an event pump. All of them
+live in the connection's task group; the connection is closed in `finally`.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import socket
+import struct
+from typing import Any, Iterator
+
+import anyio
+import structlog
+from anyio.abc import SocketListener, SocketStream, TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from relayd import __version__, ops, protocol
+from relayd.errors import ProtocolError, RelayError, StoreError
+from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
+from relayd.records import check_agent_name
+from relayd.store import Store
+
+from .commit import Batch, GroupCommit
+from .events import QUEUE_EVENTS, EventLog, Hub, Subscriber
+
+log = structlog.get_logger()
+
+RECEIVE_BYTES = 64 * 1024
+OUTBOX = 256  # replies waiting per connection; a client that never reads stops being read
+_PEERCRED = struct.Struct("3i")
+_RETRY_ACCEPT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class Server:
+    def __init__(self, store: Store, committer: GroupCommit | None, hub: Hub, events: EventLog) -> None:
+        self.store = store
+        self.committer = committer
+        self.hub = hub
+        self.events = events
+        self.table = ops.table()
+        self.peers: set[Peer] = set()
+        self.draining = False
+        self.all_closed = anyio.Event()
+        self._ids = itertools.count(1)
+        self._accepting: anyio.CancelScope | None = None
+        self.requests = 0
+
+    # -- accepting -------------------------------------------------------------------
+    async def serve(self, listener: SocketListener, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as peers:
+            with anyio.CancelScope() as self._accepting:
+                task_status.started()
+                async with listener:
+                    while True:
+                        try:
+                            stream = await listener.accept()
+                        except OSError as exc:
+                            if exc.errno not in _RETRY_ACCEPT:
+                                raise
+                            log.warning("accept failed, retrying", error=exc.strerror)
+                            await anyio.sleep(0.1)
+                            continue
+                        peers.start_soon(self._handle, stream)
+
+    def stop_accepting(self) -> None:
+        self.draining = True
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for peer in tuple(self.peers):
+            peer.stop_reading()
+        if not self.peers:
+            self.all_closed.set()
+
+    async def _handle(self, stream: SocketStream) -> None:
+        peer_id = next(self._ids)
+        try:
+            with structlog.contextvars.bound_contextvars(conn=peer_id):
+                raw: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+                pid, uid, _ = _PEERCRED.unpack(raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+                if uid != os.geteuid():
+                    log.warning("refused a connection from another user", uid=uid, pid=pid)
+                    refusal = ErrorFrame(error=ErrorBody(code="permission_denied", message="relayd serves only its own user"), fatal=True)
+                    with anyio.move_on_after(1):
+                        await stream.send(protocol.encode(refusal))
+                    return
+                log.debug("connected", pid=pid)
+                peer = Peer(self, stream)
+                self.peers.add(peer)
+                try:
+                    await peer.run()
+                finally:
+                    self.peers.discard(peer)
+                    if self.draining and not self.peers:
+                        self.all_closed.set()
+                    log.debug("disconnected")
+        except OSError as exc:
+            log.info("connection failed", error=str(exc))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    # -- operations ------------------------------------------------------------------
+    def execute(self, request: Request) -> tuple[Batch | None, bytes]:
+        """Run one operation in this (the loop) thread; the reply waits for the batch."""
+        self.requests += 1
+        try:
+            op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
+            result = op.run(self.store, ops.decode_params(op, request.params))
+            payload = protocol.encode(Response(id=request.id, ok=True, result=result))
+            if len(payload) > protocol.MAX_LINE:
+                raise RelayError(
+                    f"the result of {request.op} is {len(payload)} bytes, more than one line may hold ({protocol.MAX_LINE}); ask for less (e.g. a smaller last)",
+                )
+        except RelayError as exc:
+            payload = protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
+        except Exception as exc:  # a bug in an operation: report it, keep serving
+            log.exception("operation failed", op=request.op)
+            body = ErrorBody(code="internal", message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
+            payload = protocol.encode(Response(id=request.id, ok=False, error=body))
+        return (self.committer.pending() if self.committer is not None else None), payload
+
+
+class Peer:
+    """One client connection."""
+
+    def __init__(self, server: Server, stream: SocketStream) -> None:
+        self.server = server
+        self.stream = stream
+        self.conn = protocol.Connection("server")
+        self.lock = anyio.Lock()
+        self.subscriber: Subscriber | None = None
+        self._group: TaskGroup | None = None
+        self._reading: anyio.CancelScope | None = None
+        self._pumping: anyio.CancelScope | None = None
+
+    async def run(self) -> None:
+        replies, pending = anyio.create_memory_object_stream[tuple[Batch | None, Any, bytes]](OUTBOX)
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                group.start_soon(self._write_replies, pending)
+                async with replies:
+                    with anyio.CancelScope() as self._reading:
+                        await self._read(replies)
+                # Done reading (EOF, fatal error or drain). Replies already queued still go
+                # out; a subscriber that half-closed keeps receiving events.
+        finally:
+            if self.subscriber is not None:
+                self.server.hub.remove(self.subscriber)
+
+    def stop_reading(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._pumping is not None:
+            self._pumping.cancel()
+
+    def _abort(self) -> None:
+        if self._group is not None:
+            self._group.cancel_scope.cancel()
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            async with self.lock:
+                await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self._abort()  # the peer is gone
+            await anyio.lowlevel.checkpoint()
+
+    async def _read(self, replies: MemoryObjectSendStream[tuple[Batch | None, Any, bytes]]) -> None:
+        while not self.conn.closed:
+            try:
+                data = await self.stream.receive(RECEIVE_BYTES)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                return
+            for item in self.conn.receive_data(data):
+                if isinstance(item, Request):
+                    batch, payload = self.server.execute(item)
+                    await replies.send((batch, item.id, payload))
+                elif isinstance(item, Violation):
+                    log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
+                    await replies.send((None, None, self.conn.violation_reply(item)))
+                elif isinstance(item, Hello):
+                    answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
+                    await replies.send((None, None, protocol.encode(answer)))
+                elif isinstance(item, Subscribe):
+                    await self._subscribe(item, replies)
+                else:
+                    body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
+                    await replies.send((None, None, protocol.encode(ErrorFrame(error=body))))
+
+    async def _write_replies(self, pending: MemoryObjectReceiveStream[tuple[Batch | None, Any, bytes]]) -> None:
+        """Replies in request order, each once its writes are durable; ready ones coalesce."""
+        async with pending:
+            carry = None
+            while True:
+                if carry is None:
+                    try:
+                        carry = await pending.receive()
+                    except anyio.EndOfStream:
+                        return
+                out = [await _ready(carry)]
+                carry = None
+                while len(out) < 64:
+                    try:
+                        item = pending.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    if item[0] is not None and not item[0].done.is_set():
+                        carry = item
+                        break
+                    out.append(await _ready(item))
+                await self._send(b"".join(out))
+
+    async def _subscribe(self, request: Subscribe, replies: MemoryObjectSendStream[tuple[Batch | None, Any, bytes]]) -> None:
+        try:
+            if self.subscriber is not None:
+                raise ProtocolError("already subscribed on this connection; open another one for other topics")
+            topics = protocol.normalize_topics(request.topics)
+            if request.agent is not None:
+                check_agent_name(request.agent)
+        except RelayError as exc:
+            await replies.send((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
+            return
+        queue, events = anyio.create_memory_object_stream[bytes](QUEUE_EVENTS)
+        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._abort)
+        # Fix the replay's end and join the hub in one step (no await between), so every
+        # event is either replayed or queued, never both, never neither.
+        replay = self.server.events.replay(request.after) if request.after else iter(())
+        self.server.hub.subscribers.add(self.subscriber)
+        log.debug("subscribed", topics=topics, agent=request.agent, after=request.after)
+        assert self._group is not None
+        ack = protocol.encode(Subscribed(topics=topics, agent=request.agent))
+        self._group.start_soon(self._pump, ack, replay, events)
+
+    async def _pump(self, ack: bytes, replay: Iterator[bytes], events: MemoryObjectReceiveStream[bytes]) -> None:
+        with anyio.CancelScope() as self._pumping:
+            async with events:
+                await self._send(ack)
+                chunk: list[bytes] = []
+                for frame in replay:
+                    chunk.append(frame)
+                    if len(chunk) >= 256:
+                        await self._send(b"".join(chunk))
+                        chunk = []
+                if chunk:
+                    await self._send(b"".join(chunk))
+                async for frame in events:
+                    out = [frame]
+                    while len(out) < 256:
+                        try:
+                            out.append(events.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    await self._send(b"".join(out))
+
+
+async def _ready(item: tuple[Batch | None, Any, bytes]) -> bytes:
+    batch, request_id, payload = item
+    if batch is not None:
+        try:
+            await batch.wait()
+        except StoreError as exc:
+            return protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(exc)))
+    return payload

@@ -1,0 +1,69 @@
+"""Work on a clock: garbage collection and stale-agent detection.
+
+Both run store functions in the loop thread like any request. A stale agent is announced
+once, as a `presence` event with action `stale` appended to events.jsonl (so it reaches
+subscribers the same way as everything else); it is announced again only after it has
+been alive in between.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from relayd import ops
+from relayd.agents import agent_states
+from relayd.errors import RelayError
+from relayd.store import Store
+
+log = structlog.get_logger()
+
+
+async def collect_garbage(store: Store, every: float) -> None:
+    while True:
+        await anyio.sleep(every)
+        op = ops.table().get("gc")
+        if op is None:
+            continue  # no gc operation in this build yet
+        try:
+            result = ops.call(store, "gc", {})
+        except RelayError as exc:
+            log.warning("gc failed", error=exc.message)
+        else:
+            log.info("gc done", result=result)
+
+
+class StaleWatch:
+    def __init__(self, store: Store, stale_after: float) -> None:
+        self.store = store
+        self.stale_after = stale_after
+        self.stale: set[str] = set()
+
+    def _stale_now(self) -> set[str]:
+        states = agent_states(self.store, None, str(self.stale_after))
+        return {s.name for s in states if not s.alive and not s.archived}
+
+    def start(self) -> None:
+        """Agents already stale when the daemon starts are not news."""
+        try:
+            self.stale = self._stale_now()
+        except RelayError as exc:
+            log.warning("stale-agent check failed", error=exc.message)
+
+    def check(self) -> list[str]:
+        now = self._stale_now()
+        went_stale = sorted(now - self.stale)
+        self.stale = now
+        if went_stale:
+            self.store.emit(*(self.store.event("presence", action="stale", agent=name) for name in went_stale))
+            log.info("agents went stale", agents=went_stale)
+        return went_stale
+
+    async def run(self) -> None:
+        every = min(30.0, max(0.2, self.stale_after / 4))
+        while True:
+            await anyio.sleep(every)
+            try:
+                self.check()
+            except RelayError as exc:
+                log.warning("stale-agent check failed", error=exc.message)

@@ -1,0 +1,283 @@
+"""Protocol v1 on relayd's Unix socket, without any I/O (DESIGN §3, docs/protocol.md).
+
+NDJSON: one JSON object per line, UTF-8, at most `MAX_LINE` bytes including the newline.
+Every frame has a `type`. A `Connection` is one side of a conversation: feed it the bytes
+that arrived, get frames (or protocol violations) out, and ask it for the bytes of a frame
+to send. The daemon and the blocking client share it, and tests drive two of them against
+each other in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+from .errors import ProtocolError, RelayError
+from .records import Event
+
+VERSION = 1
+MAX_LINE = 1 << 20  # bytes per line, newline included
+
+# Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
+TOPICS: dict[str, str] = {
+    "inbox": "inbox",
+    "reservation": "reservation",
+    "reservations": "reservation",
+    "command": "command",
+    "commands": "command",
+    "presence": "presence",
+    "agent": "agent",
+    "agents": "agent",
+    "wake": "wake",
+}
+ALL_TOPICS = "*"
+
+RequestId = Union[int, str]
+
+
+class Frame(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Base of every wire message; the `type` field says which one it is."""
+
+
+class Hello(Frame, tag="hello"):
+    """Optional first frame, both ways. The server's answer names its store directory."""
+
+    version: int
+    client: str | None = None
+    server: str | None = None
+    store: str | None = None
+
+
+class Request(Frame, tag="request"):
+    """Run operation `op` (a name from `relayd.ops.table()`) with `params`."""
+
+    id: RequestId
+    op: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class Response(Frame, tag="response"):
+    id: RequestId
+    ok: bool
+    result: Any = None
+    error: ErrorBody | None = None
+
+
+class Subscribe(Frame, tag="subscribe"):
+    """Start receiving events; `agent` narrows them to one agent, `after` replays first."""
+
+    topics: list[str]
+    agent: str | None = None
+    after: str | None = None
+
+
+class Subscribed(Frame, tag="subscribed"):
+    """The server's acknowledgement: events follow (replayed ones first)."""
+
+    topics: list[str]
+    agent: str | None = None
+
+
+class ErrorFrame(Frame, tag="error"):
+    """A problem not tied to a request id. `fatal` means the server closes the connection."""
+
+    error: ErrorBody
+    fatal: bool = False
+
+
+# An event on the wire is an `events.jsonl` record plus `"type":"event"`: the same fields,
+# derived from `records.Event` so the two can never drift apart.
+EventFrame = msgspec.defstruct(
+    "EventFrame",
+    [
+        (f.name, f.type, msgspec.field(default=f.default, name=f.encode_name) if f.encode_name != f.name else f.default)
+        for f in msgspec.structs.fields(Event)
+    ],
+    bases=(Frame,),
+    tag="event",
+    kw_only=True,
+    omit_defaults=True,
+    module=__name__,
+)
+
+AnyFrame = Union[Hello, Request, Response, Subscribe, Subscribed, ErrorFrame, EventFrame]  # type: ignore[valid-type]
+
+_decoder = msgspec.json.Decoder(AnyFrame)
+_encoder = msgspec.json.Encoder()
+
+
+class Violation(msgspec.Struct, frozen=True):
+    """A line that is not protocol v1. The peer gets an error frame and, when
+    `fatal`, the connection is closed (the byte stream can no longer be trusted)."""
+
+    code: str
+    message: str
+    fatal: bool = True
+    request_id: RequestId | None = None
+
+
+class LineTooLong(Exception):
+    pass
+
+
+class LineFramer:
+    """Splits a byte stream into lines of at most `max_line` bytes (newline included)."""
+
+    __slots__ = ("_buffer", "max_line", "overflowed")
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self._buffer = bytearray()
+        self.max_line = max_line
+        self.overflowed = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Complete lines (without their newline). Raises LineTooLong once a line
+        exceeds the limit; after that the framer accepts nothing more."""
+        if self.overflowed:
+            raise LineTooLong()
+        buffer = self._buffer
+        start_scan = len(buffer)
+        buffer += data
+        lines = []
+        start = 0
+        newline = buffer.find(b"\n", start_scan)
+        while newline >= 0:
+            if newline + 1 - start > self.max_line:
+                self._overflow()
+            lines.append(bytes(buffer[start:newline]))
+            start = newline + 1
+            newline = buffer.find(b"\n", start)
+        if start:
+            del buffer[:start]
+        if len(buffer) >= self.max_line:  # no room left for the newline
+            self._overflow()
+        return lines
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self._buffer = bytearray()
+        raise LineTooLong()
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete line held back."""
+        return len(self._buffer)
+
+
+def encode(frame: Frame) -> bytes:
+    """One frame as a wire line, newline included."""
+    return _encoder.encode(frame) + b"\n"
+
+
+def encode_event_line(line: bytes) -> bytes:
+    """An `events.jsonl` line (`{"id":...}`, no newline) as an event frame, without re-encoding."""
+    return b'{"type":"event",' + line[1:] + b"\n"
+
+
+def decode(line: bytes) -> Frame | Violation:
+    """One line (no newline) -> a frame, or the Violation that describes what is wrong."""
+    try:
+        return _decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        return Violation("protocol_error", f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
+    except msgspec.DecodeError as exc:
+        return Violation("protocol_error", f"not a JSON object on one UTF-8 line: {exc}")
+    except RecursionError:
+        return Violation("protocol_error", "JSON nested too deeply")
+
+
+class _JustId(msgspec.Struct):
+    id: RequestId | None = None
+
+
+_id_decoder = msgspec.json.Decoder(_JustId)
+
+
+def _peek_id(line: bytes) -> RequestId | None:
+    """The `id` of a request that failed validation, so its error can carry it."""
+    try:
+        return _id_decoder.decode(line).id
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+def error_body(exc: RelayError) -> ErrorBody:
+    wire = exc.to_wire()
+    details = wire.get("details")
+    return ErrorBody(code=exc.code, message=exc.message, details=details if isinstance(details, dict) else None)
+
+
+def normalize_topics(topics: list[str]) -> list[str]:
+    """Subscriber topic names -> event topics; `*` means all. Unknown names are an error."""
+    if not topics:
+        raise ProtocolError("subscribe needs at least one topic, e.g. [\"inbox\"] (or \"*\" for all)")
+    chosen: list[str] = []
+    for name in topics:
+        if name == ALL_TOPICS:
+            return sorted(set(TOPICS.values()))
+        topic = TOPICS.get(name.lower()) if isinstance(name, str) else None
+        if topic is None:
+            known = ", ".join(sorted(set(TOPICS)))
+            raise ProtocolError(f"unknown topic {name!r}: use {known} or *", topic=name)
+        if topic not in chosen:
+            chosen.append(topic)
+    return chosen
+
+
+Role = Literal["client", "server"]
+
+
+class Connection:
+    """One side of a protocol v1 connection, with no I/O of its own.
+
+    `receive_data(bytes)` returns the frames (and violations) found in them;
+    `send(frame)` returns the bytes to write. After a fatal violation the connection
+    is `closed` and yields nothing more.
+    """
+
+    def __init__(self, role: Role, max_line: int = MAX_LINE) -> None:
+        self.role = role
+        self.framer = LineFramer(max_line)
+        self.closed = False
+        self.peer_hello: Hello | None = None
+
+    def receive_data(self, data: bytes) -> list[Frame | Violation]:
+        if self.closed:
+            return []
+        out: list[Frame | Violation] = []
+        try:
+            lines = self.framer.feed(data)
+        except LineTooLong:
+            self.closed = True
+            return [Violation("line_too_long", f"line longer than {self.framer.max_line} bytes")]
+        for line in lines:
+            if not line.strip():
+                continue  # blank lines are harmless keep-alives
+            item = decode(line)
+            if isinstance(item, Violation):
+                out.append(item)
+                if item.fatal:
+                    self.closed = True
+                    break
+                continue
+            if isinstance(item, Hello):
+                self.peer_hello = item
+            out.append(item)
+        return out
+
+    def send(self, frame: Frame) -> bytes:
+        return encode(frame)
+
+    def violation_reply(self, violation: Violation) -> bytes:
+        """What the server answers a violation with."""
+        body = ErrorBody(code=violation.code, message=violation.message)
+        if violation.request_id is not None and not violation.fatal:
+            return encode(Response(id=violation.request_id, ok=False, error=body))
+        return encode(ErrorFrame(error=body, fatal=violation.fatal))
