@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "status": "relayctl.cmd_agents:status",
     "send": "relayctl.cmd_messages:send",
     "read": "relayctl.cmd_messages:read",
+    "mcp-config": "relayctl.cmd_mcp:mcp_config",
 }
 
 
