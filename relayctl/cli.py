@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "status": "relayctl.cmd_agents:status",
     "send": "relayctl.cmd_messages:send",
     "read": "relayctl.cmd_messages:read",
+    "daemon": "relayd.daemon.cli:daemon",
+    "subscribe": "relayctl.cmd_events:subscribe",
     "mcp-config": "relayctl.cmd_mcp:mcp_config",
 }
 

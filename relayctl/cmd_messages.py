@@ -89,7 +89,8 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
 @click.option("--unread", is_flag=True, help="Only messages past your read cursor, oldest first.")
 @click.option("--last", default=20, show_default=True, metavar="N", type=click.IntRange(min=0), help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
 @click.option("--mark-read", is_flag=True, help="Move your read cursor past the messages shown.")
-def read(from_, thread, since, unread, last, mark_read) -> None:
+@click.option("--tail", is_flag=True, help="Then keep printing new messages as they arrive, until Ctrl-C.")
+def read(from_, thread, since, unread, last, mark_read, tail) -> None:
     """Read your inbox. Reading never deletes; --mark-read moves your cursor.
 
     --mark-read never skips an unread message that a filter or --last held back.
@@ -99,6 +100,7 @@ def read(from_, thread, since, unread, last, mark_read) -> None:
       relayctl read --unread --mark-read
       relayctl read --from agent-bd-42 --thread bd-42
       relayctl read --since 1h --json
+      relayctl read --unread --mark-read --tail
     """
     s = settings()
     params = {
@@ -114,6 +116,11 @@ def read(from_, thread, since, unread, last, mark_read) -> None:
     for bad in result.get("corrupt", []):
         s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
     messages = result["messages"]
+    if tail:
+        from .follow import follow
+
+        follow(s, params, messages, render_message)
+        return
     if s.json:
         s.out(messages)
         return

@@ -1,37 +1,228 @@
 """The one client used by `relayctl` and `relay-mcp`.
 
 `call(op, params)` sends the request to relayd when it runs. When the daemon is absent
-(socket file missing, connection refused) the very same store function runs in this
-process instead; any other failure is reported, never masked by a silent fallback.
+(socket file missing, connection refused, or the daemon on that socket serves another
+store) the very same store function runs in this process instead; any other failure is
+reported, never masked by a silent fallback. Blocking sockets only: no event loop, so
+a command starts in milliseconds.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Any
+import socket
+from typing import Any, Iterator
 
-from . import layout, ops
+import msgspec
+
+from . import __version__, layout, protocol
+from .errors import ProtocolError, RelayError, TimedOut, Unavailable, from_wire
 from .store import Store
+
+RECEIVE_BYTES = 256 * 1024
+
+
+class _Lost(Exception):
+    """The daemon went away mid-conversation."""
+
+
+class _Line:
+    """A blocking protocol connection to relayd."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.conn = protocol.Connection("client")
+        self.frames: list[protocol.Frame | protocol.Violation] = []
+
+    def send(self, frame: protocol.Frame) -> None:
+        try:
+            self.sock.sendall(protocol.encode(frame))
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Lost(str(exc)) from None
+
+    def receive(self) -> protocol.Frame:
+        while not self.frames:
+            try:
+                data = self.sock.recv(RECEIVE_BYTES)
+            except socket.timeout:
+                raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
+            except ConnectionResetError as exc:
+                raise _Lost(str(exc)) from None
+            if not data:
+                raise _Lost("relayd closed the connection")
+            self.frames.extend(self.conn.receive_data(data))
+        item = self.frames.pop(0)
+        if isinstance(item, protocol.Violation):
+            raise ProtocolError(f"relayd sent something that is not protocol v1: {item.message}")
+        return item
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Client:
-    def __init__(self, store_dir: str, socket_path: str | None = None, *, fsync: bool | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        socket_path: str | None = None,
+        *,
+        fsync: bool | None = None,
+        name: str = "relayctl",
+        timeout: float | None = 30.0,
+    ) -> None:
         self.store_dir = os.path.abspath(store_dir)
         self.socket_path = socket_path or layout.default_socket_path(self.store_dir)
+        self.name = name
+        self.timeout = timeout
         self._fsync = fsync
         self._store: Store | None = None
-        self.mode = "direct"
+        self._line: _Line | None = None
+        self._ids = itertools.count(1)
+        self.mode = "direct"  # "daemon" once a call went through relayd
+
+    # -- connecting ------------------------------------------------------------------
+    def _open(self, timeout: float | None) -> _Line | None:
+        """A greeted connection to the daemon serving this store, or None when there is none."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            return None
+        except socket.timeout:
+            sock.close()
+            raise TimedOut(f"connecting to relayd at {self.socket_path} timed out") from None
+        except OSError as exc:
+            sock.close()
+            raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
+        line = _Line(sock)
+        try:
+            line.send(protocol.Hello(version=protocol.VERSION, client=f"{self.name} {__version__}"))
+            answer = line.receive()
+        except _Lost:
+            line.close()
+            return None  # it was shutting down: as good as absent
+        except RelayError:
+            line.close()
+            raise
+        if isinstance(answer, protocol.ErrorFrame):
+            line.close()
+            raise from_wire(msgspec.to_builtins(answer.error))
+        if not isinstance(answer, protocol.Hello):
+            line.close()
+            raise ProtocolError(f"relayd answered hello with {type(answer).__name__}")
+        if not answer.store or not _same_dir(answer.store, self.store_dir):
+            line.close()
+            return None  # a daemon for another store: not ours
+        return line
+
+    def _daemon(self) -> _Line | None:
+        if self._line is None:
+            self._line = self._open(self.timeout)
+        return self._line
+
+    def _drop(self) -> None:
+        if self._line is not None:
+            self._line.close()
+            self._line = None
 
     def store(self) -> Store:
         if self._store is None:
             self._store = Store(self.store_dir, fsync=self._fsync)
         return self._store
 
+    # -- requests --------------------------------------------------------------------
     def call(self, op: str, params: dict[str, Any] | None = None) -> Any:
         """Run `op` with `params`; returns plain JSON-able data, or raises RelayError."""
-        return ops.call(self.store(), op, params or {})
+        params = params or {}
+        for attempt in (1, 2):
+            line = self._daemon()
+            if line is None:
+                return self._direct(op, params)
+            request_id = next(self._ids)
+            try:
+                line.send(protocol.Request(id=request_id, op=op, params=params))
+            except _Lost:
+                self._drop()  # died since our last call, before seeing this request: safe to redo
+                continue
+            try:
+                reply = self._reply(line, request_id)
+            except _Lost:
+                self._drop()
+                if not _mutates(op):
+                    return self._direct(op, params)
+                raise Unavailable(
+                    f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)"
+                ) from None
+            except RelayError:
+                self._drop()
+                raise
+            self.mode = "daemon"
+            if not reply.ok:
+                raise from_wire(msgspec.to_builtins(reply.error) if reply.error else {})
+            return reply.result
+        return self._direct(op, params)
+
+    def _reply(self, line: _Line, request_id: int) -> protocol.Response:
+        while True:
+            frame = line.receive()
+            if isinstance(frame, protocol.Response) and frame.id == request_id:
+                return frame
+            if isinstance(frame, protocol.ErrorFrame):
+                raise from_wire(msgspec.to_builtins(frame.error))
+
+    def _direct(self, op: str, params: dict[str, Any]) -> Any:
+        from . import ops
+
+        self.mode = "direct"
+        result = ops.call(self.store(), op, params)
+        if op == "send" and isinstance(result, dict):
+            # With no daemon to react to the inbox events, the sender notifies.
+            from .notify import notify_new_messages
+
+            recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
+            result["notifications"] = notify_new_messages(self.store(), recipients)
+        return result
+
+    def daemon_running(self) -> bool:
+        """Whether a relayd serves this store right now (connects if need be)."""
+        return self._daemon() is not None
+
+    # -- events ----------------------------------------------------------------------
+    def subscribe(self, topics: list[str], agent: str | None = None, after: str | None = None) -> Iterator[dict[str, Any]]:
+        """The `{"type":"subscribed",...}` acknowledgement, then events as dicts
+        (`{"type":"event","topic":...}`), replayed ones first with `after`.
+
+        Needs the daemon: raises Unavailable when none serves this store, and when the
+        daemon goes away (the caller may fall back to watching files itself).
+        """
+        line = self._open(self.timeout)
+        if line is None:
+            raise Unavailable(f"relayd is not running for {self.store_dir}; start it with 'relayctl daemon' (or 'relayd')")
+        try:
+            line.send(protocol.Subscribe(topics=list(topics), agent=agent, after=after))
+            answer = line.receive()
+            if isinstance(answer, protocol.ErrorFrame):
+                raise from_wire(msgspec.to_builtins(answer.error))
+            if not isinstance(answer, protocol.Subscribed):
+                raise ProtocolError(f"relayd answered subscribe with {type(answer).__name__}")
+            line.sock.settimeout(None)
+            yield msgspec.to_builtins(answer)
+            while True:
+                frame = line.receive()
+                if isinstance(frame, protocol.ErrorFrame):
+                    raise from_wire(msgspec.to_builtins(frame.error))
+                if isinstance(frame, protocol.EventFrame):
+                    yield msgspec.to_builtins(frame)
+        except _Lost:
+            raise Unavailable("relayd closed the event stream (stopped or restarted)") from None
+        finally:
+            line.close()
 
     def close(self) -> None:
+        self._drop()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -41,3 +232,14 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _mutates(op: str) -> bool:
+    from . import ops
+
+    found = ops.table().get(op)
+    return found is None or found.mutates

@@ -1,0 +1,37 @@
+"""subscribe: the daemon's event stream as NDJSON."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import msgspec
+
+from .context import settings
+
+
+@click.command()
+@click.argument("topics", nargs=-1, required=True, metavar="TOPIC...")
+@click.option("--for", "for_agent", metavar="AGENT", help="Only events about AGENT (its inbox, its reservations, its presence).")
+@click.option("--after", metavar="EVENT_ID", help="Resume: first replay the events that followed EVENT_ID.")
+def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None) -> None:
+    """Print events as NDJSON, one per line, until Ctrl-C. Needs relayd running.
+
+    TOPIC is inbox, reservations, commands, presence, agent, wake, or all.
+    Each line is what relayd sends (see docs/protocol.md), e.g.
+    {"type":"event","id":"01J...","topic":"inbox","agent":"inferno","message_id":"01J...",...}
+
+    \b
+    Examples:
+      relayctl subscribe inbox reservations commands
+      relayctl subscribe inbox --for inferno | jq -r .subject
+      relayctl subscribe all --after 01JMHF3XYZ0000000000000000
+    """
+    s = settings()
+    chosen = ["*" if topic == "all" else topic for topic in topics]
+    encode = msgspec.json.Encoder().encode
+    out = sys.stdout.buffer
+    for item in s.client().subscribe(chosen, agent=for_agent, after=after):
+        if item.get("type") == "event":
+            out.write(encode(item) + b"\n")
+            out.flush()

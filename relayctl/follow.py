@@ -1,0 +1,69 @@
+"""`read --tail`: keep printing new messages until Ctrl-C.
+
+Woken by relayd's inbox events for the agent; with no daemon (or once it goes away),
+by inotify on the agent's directory. Either way each wake-up runs the same `read` and
+prints only messages not shown yet.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import OrderedDict
+from typing import Any, Callable, Iterator
+
+import click
+
+from relayd import layout
+from relayd.errors import Unavailable
+
+_REMEMBER = 4096  # ids of shown messages kept to avoid repeats
+
+
+def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[dict], str]) -> None:
+    seen: OrderedDict[str, None] = OrderedDict()
+
+    def show(messages: list[dict]) -> None:
+        for message in messages:
+            if message["id"] in seen:
+                continue
+            seen[message["id"]] = None
+            if len(seen) > _REMEMBER:
+                seen.popitem(last=False)
+            if s.json:
+                import json
+
+                click.echo(json.dumps(message, ensure_ascii=False))
+            else:
+                click.echo(render(message))
+        sys.stdout.flush()
+
+    show(first)
+    again = dict(params)
+    if again.get("unread") and again.get("mark_read"):
+        again["last"] = 0  # each round shows what arrived since, and marks it read
+    else:
+        again["unread"] = False
+        again["last"] = 100  # the newest; anything not yet shown among them is printed
+    for _ in _wakeups(s, params["agent"]):
+        show(s.call("read", again)["messages"])
+
+
+def _wakeups(s: Any, agent: str) -> Iterator[None]:
+    try:
+        for _ in s.client().subscribe(["inbox"], agent=agent):
+            yield  # the acknowledgement too: catch up on what arrived before it
+    except Unavailable:
+        pass
+    yield from _inotify_wakeups(os.path.join(s.dir, layout.AGENTS, agent))
+
+
+def _inotify_wakeups(agent_dir: str) -> Iterator[None]:
+    from inotify_simple import INotify, flags
+
+    with INotify() as watcher:
+        watcher.add_watch(agent_dir, flags.MODIFY | flags.CREATE | flags.MOVED_TO)
+        yield  # catch up on what arrived before the watch
+        while True:
+            if any(event.name in (layout.INBOX, layout.INBOX_ROTATED) for event in watcher.read()):
+                yield
