@@ -85,8 +85,9 @@ class Cursor(msgspec.Struct, omit_defaults=True, kw_only=True):
     rotated: bool = False
 
 
-class Reservation(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`reservations/<sha256(repo:pattern)>.json` (seed 004 §3.3)."""
+class Reservation(msgspec.Struct, kw_only=True):
+    """`reservations/<sha256(repo:pattern)>.json` (seed 004 §3.3); every field is written,
+    as in the seed, so scripts can rely on `exclusive` being there."""
 
     id: str
     agent: str
@@ -101,8 +102,9 @@ class Reservation(msgspec.Struct, omit_defaults=True, kw_only=True):
 CommandStatus = Literal["pending", "consumed", "done"]
 
 
-class Command(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`commands/<ulid>.json` (seed 004 §3.4): pending -> consumed -> done."""
+class Command(msgspec.Struct, kw_only=True):
+    """`commands/<ulid>.json` (seed 004 §3.4): pending -> consumed -> done. Every field is
+    written: consumers outside relay poll these files for `"status": "pending"`."""
 
     id: str
     ts: str
