@@ -1,14 +1,180 @@
 """Getting new mail in front of a busy agent (DESIGN §4).
 
 `notify_new_messages(store, recipients)` is called by the daemon for every inbox event and,
-with no daemon, by the client that sent the message. It returns one outcome per recipient.
+with no daemon, by the client that sent the message. It returns one outcome per recipient:
+`{"agent", "method", "ok", "skipped"?, "error"?, "retry"?}`, and never raises.
+
+Each agent's `meta.notify` says how:
+  tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
+                         separate key; not while the pane is in copy mode (retried later).
+                         `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
+  zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
+                         zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
+                         focus, then type (seed 001's method).
+  cmd:ARGV...            run ARGV (shlex-split, no shell) with RELAY_NOTIFY_AGENT and
+                         RELAY_TRIGGER in its environment.
+  channel | hook | none  nothing to do here (relay-mcp, Claude Code hooks, or nobody).
+
+The trigger is one short fixed line from config.json, never a message body. The flag
+`agents/<name>/pending` (created O_EXCL) means "triggered, inbox not read since": while it
+exists no further trigger is sent; reading the inbox with mark-read removes it. A trigger
+that was skipped or failed removes the flag again, so the next message retries.
 """
 
 from __future__ import annotations
 
-from .store import Store
+import os
+import re
+import shlex
+import subprocess
+
+from . import layout
+from .timefmt import now_iso, parse_duration
+
+ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
+_zellij_version: tuple[int, ...] | None = None
 
 
-def notify_new_messages(store: Store, recipients: list[str]) -> list[dict]:
+class _Skip(Exception):
+    """The trigger was not sent now, but may be later (pane busy)."""
+
+
+class _Failed(Exception):
+    pass
+
+
+def notify_new_messages(store, recipients: list[str]) -> list[dict]:
     """Trigger each recipient's configured arrival mechanism; never raises for a failed one."""
-    return []
+    outcomes = []
+    try:
+        from .config import load_config
+
+        config = load_config(store)
+        trigger, timeout = config.notify.trigger, parse_duration(config.notify.timeout).total_seconds()
+    except Exception as exc:  # a broken config must not fail the send
+        return [{"agent": name, "method": "unknown", "ok": False, "error": str(exc)} for name in recipients]
+    for name in dict.fromkeys(recipients):
+        try:
+            outcomes.append(_notify_one(store, name, trigger, timeout))
+        except Exception as exc:
+            outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+    return outcomes
+
+
+def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
+    from .agents import read_meta
+
+    with store.agent_dir(name) as agent:
+        meta = read_meta(agent)
+        how = (meta.notify if meta else None) or "none"
+        kind, _, target = how.partition(":")
+        outcome: dict = {"agent": name, "method": kind}
+        if kind not in ("tmux", "zellij", "cmd"):
+            outcome.update(ok=True, skipped=f"{kind}: nothing to trigger")
+            return outcome
+        if not agent.create_exclusive(layout.PENDING, f"{now_iso()}\n".encode(), None):
+            outcome.update(ok=True, skipped="already notified; waiting for the inbox to be read")
+            return outcome
+        try:
+            if kind == "tmux":
+                _tmux(target, trigger, timeout)
+            elif kind == "zellij":
+                _zellij(target, trigger, timeout)
+            else:
+                _command(target, name, trigger, timeout)
+        except _Skip as why:
+            agent.unlink(layout.PENDING, missing_ok=True)
+            outcome.update(ok=True, skipped=str(why), retry=True)
+        except _Failed as why:
+            agent.unlink(layout.PENDING, missing_ok=True)
+            outcome.update(ok=False, error=str(why))
+        else:
+            outcome.update(ok=True)
+        return outcome
+
+
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
+    """stdout of a finished command; _Failed with its stderr otherwise."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=env)
+    except FileNotFoundError:
+        raise _Failed(f"{argv[0]} is not installed (not on PATH)") from None
+    except PermissionError:
+        raise _Failed(f"{argv[0]} is not executable") from None
+    except subprocess.TimeoutExpired:
+        raise _Failed(f"{argv[0]} did not finish within {timeout:g}s") from None
+    except OSError as exc:
+        raise _Failed(f"{argv[0]}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        said = " ".join(done.stderr.decode(errors="replace").split())[:200]
+        raise _Failed(f"{' '.join(argv[:3])} exited {done.returncode}" + (f": {said}" if said else ""))
+    return done.stdout.decode(errors="replace")
+
+
+# -- tmux -------------------------------------------------------------------------------------
+
+
+def tmux_target(target: str) -> tuple[list[str], str]:
+    """(`tmux` argv prefix, pane target): `/socket/path:TARGET` selects the server."""
+    if target.startswith("/") and ":" in target:
+        socket_path, _, pane = target.partition(":")
+        return ["tmux", "-S", socket_path], pane
+    return ["tmux"], target
+
+
+def _tmux(target: str, trigger: str, timeout: float) -> None:
+    tmux, pane = tmux_target(target)
+    in_mode = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode}"], timeout).strip()
+    if in_mode == "1":
+        raise _Skip(f"tmux pane {pane} is in copy mode; retry later")
+    _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
+    # Enter goes separately: sent with the text, a busy TUI can swallow it as part of a paste.
+    _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
+
+
+# -- zellij -----------------------------------------------------------------------------------
+
+
+def zellij_version(timeout: float) -> tuple[int, ...]:
+    global _zellij_version
+    if _zellij_version is None:
+        found = re.search(r"(\d+)\.(\d+)\.(\d+)", _run(["zellij", "--version"], timeout))
+        if not found:
+            raise _Failed("cannot tell the zellij version from `zellij --version`")
+        _zellij_version = tuple(int(part) for part in found.groups())
+    return _zellij_version
+
+
+def _zellij(target: str, trigger: str, timeout: float) -> None:
+    pane, _, route = target.partition("@")
+    version = zellij_version(timeout)
+    if version >= ZELLIJ_PANE_ID_SINCE:
+        _run(["zellij", "action", "write-chars", "--pane-id", pane, trigger], timeout)
+        _run(["zellij", "action", "write-chars", "--pane-id", pane, "\r"], timeout)
+        return
+    if not route:
+        shown = ".".join(map(str, version))
+        raise _Failed(
+            f"zellij {shown} cannot type into a pane by id (needs 0.44.1); "
+            f"register the route instead: --notify zellij:{pane}@TAB/DIRECTION..., e.g. zellij:{pane}@2/right"
+        )
+    tab, *moves = route.split("/")
+    _run(["zellij", "action", "go-to-tab", tab] if tab.isdigit() else ["zellij", "action", "go-to-tab-name", tab], timeout)
+    for direction in moves:
+        _run(["zellij", "action", "move-focus", direction], timeout)
+    _run(["zellij", "action", "write-chars", trigger], timeout)
+    _run(["zellij", "action", "write-chars", "\r"], timeout)
+
+
+# -- cmd ----------------------------------------------------------------------------------------
+
+
+def _command(target: str, name: str, trigger: str, timeout: float) -> None:
+    try:
+        argv = shlex.split(target)
+    except ValueError as exc:
+        raise _Failed(f"cannot split the notify command: {exc}") from None
+    if not argv:
+        raise _Failed("empty notify command")
+    env = dict(os.environ, RELAY_NOTIFY_AGENT=name, RELAY_TRIGGER=trigger)
+    _run(argv, timeout, env)

@@ -44,7 +44,7 @@ def operation(name: str, params: type[msgspec.Struct], *, mutates: bool = True) 
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the table."""
-    from . import admin, agents, inbox, overview  # noqa: F401  (registration side effect)
+    from . import admin, agents, commands, gc, inbox, overview, reservations, wake  # noqa: F401  (registration side effect)
 
     return _REGISTRY
 

@@ -22,4 +22,11 @@ class StatusResult(msgspec.Struct, kw_only=True):
 @operation("status", StatusParams, mutates=False)
 def status(store: Store, p: StatusParams) -> StatusResult:
     """Everything `relayctl status` shows: agents alive/stale, reservations, pending commands."""
-    return StatusResult(agents=agent_states(store, None, p.stale))
+    from .commands import commands, CommandsParams
+    from .reservations import listing
+
+    return StatusResult(
+        agents=agent_states(store, None, p.stale),
+        reservations=[msgspec.to_builtins(r) for r in listing(store, expired=True)],
+        commands=[msgspec.to_builtins(c) for c in commands(store, CommandsParams(status="pending"))],
+    )

@@ -1,0 +1,57 @@
+"""`config.json` in the store: how to wake the orchestrator and what a pane trigger says.
+
+    {
+      "wake":   {"gateway_command": ["/home/me/athena/scripts/wake-gateway.sh"],
+                 "gateway_socket": "/run/user/1000/openclaw/gateway.sock",
+                 "timeout": "5s"},
+      "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"}
+    }
+
+Every key is optional. A missing file means the defaults: no gateway, no socket (so
+`wake` falls through to the file trigger) and the default trigger line.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from . import layout
+from .errors import StoreError
+from .store import Store
+
+DEFAULT_TRIGGER = "[relay] New message waiting. Call check_inbox (or: relayctl read --unread --mark-read)."
+MAX_TRIGGER = 200
+
+
+class WakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    gateway_command: list[str] | str | None = None  # argv (or one shell-like string, split with shlex); TEXT is appended
+    gateway_socket: str | None = None  # a Unix stream socket that accepts one JSON line
+    timeout: str = "5s"
+
+
+class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    trigger: str = DEFAULT_TRIGGER  # the line typed into a pane: short, fixed, never a message body
+    timeout: str = "5s"  # per tmux / zellij / cmd invocation
+
+
+class Config(msgspec.Struct, kw_only=True):
+    wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
+    notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
+
+
+_decoder = msgspec.json.Decoder(Config)
+
+
+def load_config(store: Store) -> Config:
+    raw = store.root_dir().read_bytes(layout.CONFIG_FILE)
+    if not raw or not raw.strip():
+        return Config()
+    try:
+        config = _decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not valid: {exc}") from None
+    trigger = " ".join(config.notify.trigger.split())
+    if not trigger or len(trigger) > MAX_TRIGGER:
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: notify.trigger must be 1-{MAX_TRIGGER} characters on one line")
+    config.notify.trigger = trigger
+    return config

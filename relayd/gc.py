@@ -1,0 +1,134 @@
+"""`gc` (seed 004 US-017): expired reservations, stale agents, finished commands.
+
+* expired reservations are removed (re-checked under the reservation lock, so a fresh
+  reservation that replaced an expired one in the meantime is never removed);
+* agents whose heartbeat is older than `stale` are archived: `heartbeat` becomes
+  `heartbeat.stale` (the next heartbeat brings them back);
+* consumed and done commands older than an hour are removed with their claim markers.
+The daemon runs it on a timer; `dry_run` only reports.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+
+from . import layout
+from .agents import last_heartbeat
+from .commands import SUFFIX as COMMAND_SUFFIX
+from .commands import all_commands
+from .errors import UnknownAgent, UsageError
+from .ops import operation
+from .records import Reservation, reservation_decoder
+from .reservations import is_expired, load_all
+from .store import Store
+from .timefmt import now, parse_duration, parse_iso
+
+FINISHED_COMMANDS_KEPT = timedelta(hours=1)
+
+
+class GcParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    dry_run: bool = False
+    expired_only: bool = False  # only reservations; leave agents and commands alone
+    stale: str = "30m"
+
+
+class GcResult(msgspec.Struct, kw_only=True):
+    dry_run: bool
+    reservations: list[Reservation]
+    agents: list[str]
+    commands: list[str]
+
+
+@operation("gc", GcParams)
+def gc(store: Store, p: GcParams) -> GcResult:
+    """Remove expired reservations, archive stale agents, drop finished commands older than 1h."""
+    stale = parse_duration(p.stale)
+    reference = now()
+    removed = _expired_reservations(store, p.dry_run)
+    archived = [] if p.expired_only else _stale_agents(store, stale, p.dry_run)
+    finished = [] if p.expired_only else _finished_commands(store, reference, p.dry_run)
+    if not p.dry_run:
+        store.emit(
+            *(store.event("reservation", action="expired", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in removed),
+            *(store.event("presence", action="stale", agent=name) for name in archived),
+        )
+    return GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished)
+
+
+def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:
+    folder = store.top(layout.RESERVATIONS)
+    removed = []
+    with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+        for name, r in load_all(store):
+            if not is_expired(r):
+                continue
+            if not dry_run:
+                folder.unlink(name, missing_ok=True)
+            removed.append(r)
+        if removed and not dry_run:
+            store.sync.dir(folder.fd)
+    # A damaged reservation file holds nothing; it goes too.
+    for name in folder.listdir():
+        if name.endswith(".json") and not name.startswith("."):
+            raw = folder.read_bytes(name)
+            try:
+                reservation_decoder.decode(raw or b"")
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                if not dry_run:
+                    folder.unlink(name, missing_ok=True)
+    removed.sort(key=lambda r: (r.repo, r.pattern))
+    return removed
+
+
+def _stale_agents(store: Store, stale: timedelta, dry_run: bool) -> list[str]:
+    archived = []
+    for name in store.known_agents():
+        try:
+            agent = store.agent_dir(name)
+        except UnknownAgent:
+            continue
+        with agent:
+            if not agent.exists(layout.HEARTBEAT):
+                continue  # already archived
+            beat = last_heartbeat(agent)
+            try:
+                age = now() - parse_iso(beat) if beat else None
+            except UsageError:
+                age = None
+            if age is not None and age <= stale:
+                continue
+            if not dry_run:
+                try:
+                    agent.rename(layout.HEARTBEAT, layout.HEARTBEAT_STALE)
+                except FileNotFoundError:
+                    continue  # a heartbeat raced us and archived nothing
+            archived.append(name)
+    return archived
+
+
+def _finished_commands(store: Store, reference, dry_run: bool) -> list[str]:
+    folder = store.top(layout.COMMANDS)
+    dropped = []
+    for command in all_commands(store):
+        if command.status == "pending":
+            continue
+        finished_at = command.done_at or command.consumed_at or command.ts
+        try:
+            age = reference - parse_iso(finished_at)
+        except UsageError:
+            age = FINISHED_COMMANDS_KEPT
+        if age < FINISHED_COMMANDS_KEPT:
+            continue
+        if not dry_run:
+            folder.unlink(command.id + COMMAND_SUFFIX, missing_ok=True)
+            folder.unlink(command.id + layout.COMMAND_CLAIM_SUFFIX, missing_ok=True)
+        dropped.append(command.id)
+    if not dry_run:
+        # Claim markers whose command is gone.
+        names = set(folder.listdir())
+        for name in names:
+            if name.endswith(layout.COMMAND_CLAIM_SUFFIX) and name[: -len(layout.COMMAND_CLAIM_SUFFIX)] + COMMAND_SUFFIX not in names:
+                folder.unlink(name, missing_ok=True)
+    return dropped

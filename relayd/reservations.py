@@ -1,0 +1,272 @@
+"""File reservations (seed 004 §3.3): reserve, release, list.
+
+One file per reservation, `reservations/<sha256(repo + ":" + pattern)>.json`, created with
+O_CREAT|O_EXCL semantics. A shared reservation is keyed by `repo:pattern:agent` instead,
+so several agents can hold the same pattern shared at once.
+
+Conflicts: two reservations in the same repo conflict when some path matches both
+patterns (decided exactly, `relayd.globs`), unless both are shared or one has expired.
+An agent never conflicts with itself. The check and the create happen under one
+store-wide flock, so two processes reserving overlapping (not only identical) patterns
+at the same moment cannot both win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import msgspec
+
+from . import layout
+from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
+from .globs import compile_glob, normalize, overlaps
+from .ops import operation
+from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
+from .store import Store
+from .timefmt import now, parse_duration, parse_iso, short_span, to_iso
+from .ulid import new_ulid
+
+SUFFIX = ".json"
+MAX_REASON = 1024
+
+
+def reservation_key(repo: str, pattern: str, shared_by: str | None = None) -> str:
+    text = f"{repo}:{pattern}" if shared_by is None else f"{repo}:{pattern}:{shared_by}"
+    return hashlib.sha256(text.encode()).hexdigest() + SUFFIX
+
+
+def check_repo(repo: str | None) -> str:
+    """Repos are compared as text, so only canonical absolute paths are accepted."""
+    if not repo:
+        raise UsageError("repo is required: the repository's absolute path (relayctl uses the current directory)")
+    if not os.path.isabs(repo) or "\x00" in repo or "\n" in repo:
+        raise UsageError(f"repo must be an absolute path, not {repo!r}")
+    return os.path.normpath(repo)
+
+
+def is_expired(r: Reservation, reference=None) -> bool:
+    try:
+        return parse_iso(r.expires_at) <= (reference or now())
+    except UsageError:
+        return True  # an unreadable expiry cannot hold anything
+
+
+def load_all(store: Store) -> list[tuple[str, Reservation]]:
+    """Every readable reservation file with its name; damaged files are skipped."""
+    folder = store.top(layout.RESERVATIONS)
+    found = []
+    for name in folder.listdir():
+        if not name.endswith(SUFFIX) or name.startswith("."):
+            continue
+        raw = folder.read_bytes(name)
+        if not raw:
+            continue
+        try:
+            found.append((name, reservation_decoder.decode(raw)))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return found
+
+
+def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[Reservation]:
+    """The reservations that keep `candidate` from being taken."""
+    mine = compile_glob(candidate.pattern)
+    reference = now()
+    return [
+        other
+        for other in existing
+        if other.repo == candidate.repo
+        and other.agent != candidate.agent
+        and (candidate.exclusive or other.exclusive)
+        and not is_expired(other, reference)
+        and overlaps(mine, compile_glob(other.pattern))
+    ]
+
+
+def describe(r: Reservation) -> str:
+    left = (parse_iso(r.expires_at) - now()).total_seconds()
+    kind = "exclusive" if r.exclusive else "shared"
+    return f"{r.agent} holds {r.pattern} ({kind}, expires {r.expires_at}, in {short_span(left)})"
+
+
+# -- reserve ----------------------------------------------------------------------------
+
+
+class ReserveParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    pattern: str
+    repo: str | None = None
+    shared: bool = False
+    ttl: str = "1h"
+    reason: str | None = None
+    force: bool = False
+    check: bool = False
+
+
+class ReserveResult(msgspec.Struct, kw_only=True):
+    reserved: bool
+    reservation: Reservation | None
+    conflicts: list[Reservation]
+    renewed: bool = False  # the agent already held this pattern; its expiry moved
+    overridden: bool = False  # --force took it despite the conflicts
+
+
+@operation("reserve", ReserveParams)
+def reserve(store: Store, p: ReserveParams) -> ReserveResult:
+    """Reserve a path pattern in a repo; refused (Conflict) when someone else holds an overlapping one."""
+    check_agent_name(p.agent)
+    repo = check_repo(p.repo)
+    pattern = normalize(p.pattern)
+    ttl = parse_duration(p.ttl)
+    if ttl.total_seconds() <= 0:
+        raise UsageError(f"--ttl must be positive, not {p.ttl!r}")
+    if p.reason is not None and len(p.reason) > MAX_REASON:
+        raise UsageError(f"reason is too long ({len(p.reason)} characters, at most {MAX_REASON})")
+    stamp = now()
+    candidate = Reservation(
+        id=new_ulid(),
+        agent=p.agent,
+        pattern=pattern,
+        repo=repo,
+        exclusive=not p.shared,
+        reason=p.reason,
+        created_at=to_iso(stamp),
+        expires_at=to_iso(stamp + ttl),
+    )
+    folder = store.top(layout.RESERVATIONS)
+    with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+        held = load_all(store)
+        conflicts = find_conflicts(candidate, [r for _, r in held])
+        if p.check:
+            return ReserveResult(reserved=False, reservation=None, conflicts=conflicts)
+        if conflicts and not p.force:
+            raise Conflict(
+                f"cannot reserve {pattern} in {repo}: "
+                + "; ".join(describe(c) for c in conflicts)
+                + " (wait, ask the holder, or use --force)",
+                conflicts=[msgspec.to_builtins(c) for c in conflicts],
+            )
+        key = reservation_key(repo, pattern, None if candidate.exclusive else p.agent)
+        data = json_encoder.encode(candidate) + b"\n"
+        events = []
+        renewed = False
+        if not folder.create_exclusive(key, data, store.sync):
+            previous = dict(held).get(key)
+            if previous is not None and previous.agent == p.agent:
+                renewed = True
+                candidate = msgspec.structs.replace(candidate, id=previous.id, created_at=previous.created_at)
+                data = json_encoder.encode(candidate) + b"\n"
+            elif previous is not None and not is_expired(previous) and not p.force:
+                # Unreachable while every writer holds the lock; kept so a stray file never gets overwritten silently.
+                raise Conflict(f"cannot reserve {pattern} in {repo}: {describe(previous)}")
+            elif previous is not None and is_expired(previous):
+                events.append(store.event("reservation", action="expired", pattern=previous.pattern, repo=repo, agent=previous.agent))
+            folder.replace(key, data, store.sync)
+        # Switching between shared and exclusive leaves one reservation, not two.
+        other_mode = reservation_key(repo, pattern, p.agent if candidate.exclusive else None)
+        other = dict(held).get(other_mode)
+        if other is not None and other.agent == p.agent:
+            folder.unlink(other_mode, missing_ok=True)
+        events.append(
+            store.event("reservation", action="renewed" if renewed else "created", pattern=pattern, repo=repo, agent=p.agent)
+        )
+    store.emit(*events)
+    return ReserveResult(reserved=True, reservation=candidate, conflicts=conflicts, renewed=renewed, overridden=bool(conflicts))
+
+
+# -- release ----------------------------------------------------------------------------
+
+
+class ReleaseParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    pattern: str | None = None
+    repo: str | None = None  # with all: only this repo (None = every repo)
+    all: bool = False
+
+
+class ReleaseResult(msgspec.Struct, kw_only=True):
+    released: list[Reservation]
+
+
+@operation("release", ReleaseParams)
+def release(store: Store, p: ReleaseParams) -> ReleaseResult:
+    """Release a reservation you hold (or all of yours); someone else's is refused (NotOwner)."""
+    check_agent_name(p.agent)
+    if p.all == (p.pattern is not None):
+        raise UsageError("give a pattern to release, or all (not both)")
+    folder = store.top(layout.RESERVATIONS)
+    released: list[Reservation] = []
+    with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+        if p.all:
+            repo = check_repo(p.repo) if p.repo else None
+            for name, r in load_all(store):
+                if r.agent == p.agent and (repo is None or r.repo == repo):
+                    folder.unlink(name, missing_ok=True)
+                    released.append(r)
+        else:
+            repo = check_repo(p.repo)
+            pattern = normalize(p.pattern)  # type: ignore[arg-type]
+            found = None
+            for key in (reservation_key(repo, pattern, p.agent), reservation_key(repo, pattern)):
+                raw = folder.read_bytes(key)
+                if raw:
+                    try:
+                        found = (key, reservation_decoder.decode(raw))
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        raise StoreError(f"reservation file {key} is damaged; remove it or run relayctl gc") from None
+                    break
+            if found is None:
+                raise NotFound(f"no reservation of {pattern} in {repo}")
+            key, r = found
+            if r.agent != p.agent:
+                raise NotOwner(
+                    f"{pattern} in {repo} is held by {r.agent}; only {r.agent} can release it "
+                    "(or take it over with reserve --force)",
+                    holder=r.agent,
+                )
+            folder.unlink(key)
+            released.append(r)
+        if released:
+            store.sync.dir(folder.fd)
+    store.emit(*(store.event("reservation", action="released", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in released))
+    released.sort(key=lambda r: (r.repo, r.pattern))
+    return ReleaseResult(released=released)
+
+
+# -- list ---------------------------------------------------------------------------------
+
+
+class ReservationsParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    repo: str | None = None
+    agent: str | None = None
+    expired: bool = False  # include expired ones
+
+
+class ReservationView(Reservation, kw_only=True, omit_defaults=False):
+    expired: bool = False
+
+
+def listing(store: Store, repo: str | None = None, agent: str | None = None, expired: bool = False) -> list[ReservationView]:
+    repo = check_repo(repo) if repo else None
+    reference = now()
+    shown = []
+    for _, r in load_all(store):
+        if repo is not None and r.repo != repo:
+            continue
+        if agent is not None and r.agent != agent:
+            continue
+        gone = is_expired(r, reference)
+        if gone and not expired:
+            continue
+        shown.append(ReservationView(**msgspec.structs.asdict(r), expired=gone))
+    shown.sort(key=lambda r: (r.repo, r.pattern, r.agent))
+    return shown
+
+
+@operation("reservations", ReservationsParams, mutates=False)
+def reservations(store: Store, p: ReservationsParams) -> list[ReservationView]:
+    """List active reservations (optionally by repo or agent, or with the expired ones)."""
+    if p.agent is not None:
+        check_agent_name(p.agent)
+    return listing(store, p.repo, p.agent, p.expired)

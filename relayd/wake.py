@@ -1,0 +1,182 @@
+"""Waking the orchestrator (seed 004 §3.6): three layers, tried in order.
+
+  gateway  run the configured gateway command with the text as its last argument
+  socket   write one JSON line to the configured gateway Unix socket
+  file     write `wake/last-message` and touch `wake/trigger` (a systemd path unit or any
+           inotify watcher picks it up); always works while the store is writable
+
+The first two run in the calling process (they start programs and open sockets, which
+the daemon should not do on a client's behalf); the file layer is the store operation
+`wake_trigger`, so it goes through relayd like every other write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+from typing import Any, Callable
+
+import msgspec
+
+from . import layout
+from .config import Config, load_config
+from .errors import RelayError, UsageError
+from .ops import operation
+from .records import check_agent_name
+from .store import Store
+from .timefmt import now_iso, parse_duration
+
+METHODS = ("gateway", "socket", "file")
+MAX_TEXT = 4096
+_SOCKET_REPLY_WAIT = 0.5
+
+
+class WakeFailed(RelayError):
+    code = "wake_failed"
+
+
+# -- the file layer (a store operation) ----------------------------------------------------
+
+
+class WakeTriggerParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    text: str
+    agent: str | None = None
+
+
+class WakeTriggerResult(msgspec.Struct, kw_only=True):
+    trigger: str
+    last_message: str
+    ts: str
+
+
+@operation("wake_trigger", WakeTriggerParams)
+def wake_trigger(store: Store, p: WakeTriggerParams) -> WakeTriggerResult:
+    """Wake by file: write wake/last-message, then touch wake/trigger for the watcher."""
+    if p.agent is not None:
+        check_agent_name(p.agent)
+    if len(p.text) > MAX_TEXT:
+        raise UsageError(f"wake text is too long ({len(p.text)} characters, at most {MAX_TEXT})")
+    folder = store.top(layout.WAKE)
+    stamp = now_iso()
+    folder.replace(layout.WAKE_LAST_MESSAGE, p.text.encode() + b"\n", store.sync)
+    # Written in place (not renamed) so path watchers see a plain modification.
+    fd = folder.open(layout.WAKE_TRIGGER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, f"{stamp} {p.agent or '-'}\n".encode())
+        store.sync.file(fd)
+    finally:
+        os.close(fd)
+    store.emit(store.event("wake", action="wake", agent=p.agent, subject=p.text[:120]))
+    return WakeTriggerResult(
+        trigger=os.path.join(folder.path, layout.WAKE_TRIGGER),
+        last_message=os.path.join(folder.path, layout.WAKE_LAST_MESSAGE),
+        ts=stamp,
+    )
+
+
+# -- the gateway layers -----------------------------------------------------------------------
+
+
+def gateway_argv(config: Config) -> list[str] | None:
+    command = config.wake.gateway_command
+    if not command:
+        return None
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    return [os.path.expanduser(argv[0]), *argv[1:]] if argv else None
+
+
+def by_gateway(config: Config, text: str) -> str | None:
+    """None on success, else why it failed."""
+    argv = gateway_argv(config)
+    if argv is None:
+        return "no gateway_command in config.json"
+    timeout = parse_duration(config.wake.timeout).total_seconds()
+    try:
+        done = subprocess.run(argv + [text], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+    except FileNotFoundError:
+        return f"{argv[0]} not found"
+    except PermissionError:
+        return f"{argv[0]} is not executable"
+    except subprocess.TimeoutExpired:
+        return f"{argv[0]} did not finish within {config.wake.timeout}"
+    except OSError as exc:
+        return f"{argv[0]}: {exc.strerror or exc}"
+    if done.returncode != 0:
+        said = " ".join(done.stderr.decode(errors="replace").split())[:200]
+        return f"{argv[0]} exited {done.returncode}" + (f": {said}" if said else "")
+    return None
+
+
+def by_socket(config: Config, text: str, agent: str | None) -> str | None:
+    """One JSON line `{"type":"wake","text":...,"from":...,"ts":...}` to the gateway socket.
+
+    Success is the line written; a reply line saying `"ok": false` counts as failure.
+    """
+    path = config.wake.gateway_socket
+    if not path:
+        return "no gateway_socket in config.json"
+    path = os.path.expanduser(path)
+    timeout = parse_duration(config.wake.timeout).total_seconds()
+    line = json.dumps({"type": "wake", "text": text, "from": agent, "ts": now_iso()}).encode() + b"\n"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            sock.sendall(line)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(_SOCKET_REPLY_WAIT)
+            try:
+                reply = sock.recv(4096)
+            except (socket.timeout, ConnectionResetError):
+                reply = b""
+    except FileNotFoundError:
+        return f"{path}: no such socket"
+    except (socket.timeout, OSError) as exc:
+        return f"{path}: {getattr(exc, 'strerror', None) or exc}"
+    if reply.strip():
+        try:
+            answer = json.loads(reply.splitlines()[0])
+        except ValueError:
+            return None
+        if isinstance(answer, dict) and answer.get("ok") is False:
+            return f"{path} refused: {answer.get('error') or answer}"
+    return None
+
+
+def wake(store: Store, call: Callable[[str, dict], Any], text: str, method: str | None = None, agent: str | None = None, layers: tuple[str, ...] = METHODS) -> dict:
+    """Try the layers in order (or only `method`); the first that works wins.
+
+    Returns {"ok", "method", "tried": [{"method", "ok", "error"?}]}; raises WakeFailed
+    when a forced method (or every layer) failed.
+    """
+    if method is not None and method not in METHODS:
+        raise UsageError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
+    if not text.strip():
+        raise UsageError("wake text is empty")
+    config = load_config(store)
+    tried: list[dict] = []
+    for layer in (method,) if method else layers:
+        if layer == "file":
+            try:
+                result = call("wake_trigger", {"text": text, "agent": agent})
+            except RelayError as exc:
+                tried.append({"method": "file", "ok": False, "error": exc.message})
+                continue
+            tried.append({"method": "file", "ok": True})
+            return {"ok": True, "method": "file", "tried": tried, "trigger": result["trigger"]}
+        error = by_gateway(config, text) if layer == "gateway" else by_socket(config, text, agent)
+        tried.append({"method": layer, "ok": error is None, **({"error": error} if error else {})})
+        if error is None:
+            return {"ok": True, "method": layer, "tried": tried}
+    reasons = "; ".join(f"{t['method']}: {t.get('error')}" for t in tried)
+    raise WakeFailed(f"wake failed ({reasons})", tried=tried)
+
+
+def forward_pending(store: Store) -> dict:
+    """For the systemd path unit: hand `wake/last-message` to the gateway or the socket."""
+    raw = store.top(layout.WAKE).read_bytes(layout.WAKE_LAST_MESSAGE)
+    text = (raw or b"").decode(errors="replace").strip() or "relay wake"
+    return wake(store, lambda op, params: None, text, None, None, layers=("gateway", "socket"))
