@@ -9,6 +9,7 @@ and the cursor is moved along with it, under the same lock, so unread mail stays
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
@@ -16,7 +17,7 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .errors import UnknownAgent, UsageError
+from .errors import UnknownAgent, UnsafePath, UsageError
 from .fsio import Dir, append_lines
 from .ops import operation
 from .records import (
@@ -157,10 +158,26 @@ def _rotate(store: Store, agent: Dir, old_size: int) -> None:
     _write_cursor(store, agent, moved)
 
 
+def _check_inbox(store: Store, recipient: str) -> None:
+    """Refuse an inbox whose files are not plain files (a planted symlink) before writing."""
+    with store.agent_dir(recipient) as agent:
+        for name in (layout.INBOX, layout.INBOX_LOCK):
+            try:
+                st = os.stat(name, dir_fd=agent.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(f"{os.path.join(agent.path, name)} is a symlink or not a regular file; relay does not follow it")
+
+
 @operation("send", SendParams)
 def send(store: Store, p: SendParams) -> SendResult:
     """Append a message to each recipient's inbox (or every other agent's, with broadcast)."""
     messages = build_messages(store, p)
+    if len(messages) > 1:
+        # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
+        for message in messages:
+            _check_inbox(store, message.to)
     for message in messages:
         append_messages(store, message.to, [message])
     store.emit(
