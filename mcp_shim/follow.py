@@ -121,12 +121,12 @@ def channel_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
     if first.get("thread"):
         meta["thread"] = str(first["thread"])
     if len(messages) == 1:
-        content = (
-            f"New message from {first.get('from')} ({meta['priority']}): {_clip(first.get('subject'), 120)}\n"
-            f"{_clip(first.get('body'), PREVIEW_CHARS)}\n"
-            "Call check_inbox to read it."
-        )
-        return {"content": content, "meta": meta}
+        subject, preview = _clip(first.get("subject"), 120), _clip(first.get("body"), PREVIEW_CHARS)
+        lines = [f"New message from {first.get('from')} ({meta['priority']}): {subject}"]
+        if preview != subject:  # a subject defaulted from the body would only repeat it
+            lines.append(preview)
+        lines.append("Call check_inbox to read it.")
+        return {"content": "\n".join(lines), "meta": meta}
     meta["count"] = str(len(messages))
     lines = [f"{len(messages)} new messages:"]
     for m in messages[:MAX_LISTED]:

@@ -13,16 +13,19 @@ the SDK as shipped.
 from __future__ import annotations
 
 import os
+import select
+import socket
 import subprocess
 import sys
+import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import anyio
 import jsonschema
 import msgspec
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.client.session import ClientSession
 from mcp.types import Implementation
@@ -87,6 +90,51 @@ def team(relayctl: Any) -> None:
     relayctl("init", "--preset", "overlord")
 
 
+@pytest.fixture(params=["daemon-down", "daemon-up"])
+def daemon(request: pytest.FixtureRequest, team: None, relay_env: dict[str, str]) -> Iterator[subprocess.Popen[bytes] | None]:
+    """No relayd (every tool call and the push path work on the files), or a real relayd."""
+    if request.param == "daemon-down":
+        yield None
+        return
+    proc = start_relayd(relay_env)
+    try:
+        yield proc
+    finally:
+        stop_relayd(proc)
+
+
+def start_relayd(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relayd.daemon.main", "--dir", env["RELAY_DIR"], "--socket", env["RELAY_SOCKET"]],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(env["RELAY_SOCKET"])
+            return proc
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
+        if proc.poll() is not None:
+            break
+    stop_relayd(proc)
+    raise AssertionError("relayd did not start listening")
+
+
+def stop_relayd(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @asynccontextmanager
 async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: ChannelInbox | None = None, declare: bool = True) -> AsyncIterator[Client]:
     server = StdioServerParameters(
@@ -95,14 +143,20 @@ async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: Chan
         env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role},
     )
     name = CHANNEL_CLIENT if channel is not None and declare else "plain-test-client"
-    async with Client(
-        server,
-        mode=mode,  # type: ignore[arg-type]
-        client_info=Implementation(name=name, version="1"),
-        extensions=[channel] if channel is not None else None,
-        read_timeout_seconds=30,
-    ) as client:
-        yield client
+    with open(server_log(env, role), "a") as errlog:
+        async with Client(
+            stdio_client(server, errlog=errlog),
+            mode=mode,  # type: ignore[arg-type]
+            client_info=Implementation(name=name, version="1"),
+            extensions=[channel] if channel is not None else None,
+            read_timeout_seconds=30,
+        ) as client:
+            yield client
+
+
+def server_log(env: dict[str, str], role: str) -> str:
+    """Where the relay-mcp of `role` logs (its stderr)."""
+    return os.path.join(os.path.dirname(env["RELAY_DIR"]), f"relay-mcp-{role}.log")
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -121,7 +175,7 @@ async def check_against_schema(client: Client, tool: str, result: Any) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
-async def test_team_scenario(mode: str, team: None, relay_env: dict[str, str]) -> None:
+async def test_team_scenario(mode: str, daemon: Any, relay_env: dict[str, str]) -> None:
     async with mcp_client(relay_env, "strategist", mode) as strategist, mcp_client(relay_env, "inferno", mode) as inferno:
         assert strategist.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
 
@@ -226,7 +280,7 @@ async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_e
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
-async def test_channel_event_reaches_a_capable_client(mode: str, team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
+async def test_channel_event_reaches_a_capable_client(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
     inbox = ChannelInbox()
     async with mcp_client(relay_env, "inferno", mode, channel=inbox) as inferno:
         caps = inferno.server_capabilities
@@ -240,6 +294,9 @@ async def test_channel_event_reaches_a_capable_client(mode: str, team: None, rel
         assert "deploy" in event.content and "ship the hotfix now" in event.content
         read = structured(await inferno.call_tool("check_inbox", {}))
         assert [m["id"] for m in read["messages"]] == [event.meta["message_id"]]
+    with open(server_log(relay_env, "inferno")) as fh:
+        followed = fh.read()
+    assert ("through relayd" in followed) == (daemon is not None), followed
 
 
 @pytest.mark.anyio
@@ -325,3 +382,82 @@ def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: 
     assert replies[5]["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
     assert len(replies) == 6
 
+
+
+class RawShim:
+    """relay-mcp on plain pipes, for what the SDK client does not expose (its stderr, timing of
+    background events while no request is in flight)."""
+
+    def __init__(self, env: dict[str, str], role: str) -> None:
+        self.log_path = server_log(env, role)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mcp_shim"], env=dict(env, OVLD_ROLE=role), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        self.buffer = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(msgspec.json.encode(message) + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, left))
+            if not ready:
+                raise TimeoutError(f"nothing from relay-mcp within {timeout} s")
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            assert chunk, "relay-mcp closed stdout"
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return msgspec.json.decode(line)
+
+    def wait_for_log(self, text: str, timeout: float, occurrences: int = 1) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as fh:
+                if fh.read().count(text.encode()) >= occurrences:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"relay-mcp never logged {text!r}")
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        self.log.close()
+        return code
+
+
+def test_push_follows_relayd_going_and_coming_back(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    shim = RawShim(relay_env, "storm")
+    daemon: subprocess.Popen[bytes] | None = None
+    try:
+        shim.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {"experimental": {"claude/channel": {}}}, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert shim.receive(10)["id"] == 1
+        shim.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+        def delivered(body: str) -> None:
+            relayctl("send", "storm", body, agent="overlord")
+            event = shim.receive(1.0)
+            assert event["method"] == "notifications/claude/channel" and body in event["params"]["content"]
+
+        shim.wait_for_log("with inotify", 10)
+        delivered("first, no daemon")
+        daemon = start_relayd(relay_env)
+        shim.wait_for_log("through relayd", 10)
+        delivered("second, through relayd")
+        stop_relayd(daemon)
+        daemon = None
+        shim.wait_for_log("falling back to inotify", 10)
+        delivered("third, daemon gone")
+        daemon = start_relayd(relay_env)
+        shim.wait_for_log("through relayd", 10, occurrences=2)
+        delivered("fourth, daemon back")
+    finally:
+        if daemon is not None:
+            stop_relayd(daemon)
+        assert shim.close() == 0
