@@ -1,0 +1,78 @@
+"""wake and gc."""
+
+from __future__ import annotations
+
+import click
+
+from .context import settings
+
+
+def wake_and_report(s, text: str, method: str | None = None) -> dict:
+    """Wake through the layers and say which one worked (used by wake, send --wake, cmd --wake)."""
+    from relayd.wake import wake as run_wake
+
+    result = run_wake(s.client().store(), s.call, text, method, s.agent)
+    failed = [t for t in result["tried"] if not t["ok"]]
+    reasons = "; ".join(f"{t['method']}: {t['error']}" for t in failed)
+    detail = f" ({reasons})" if failed else ""
+    s.note(f"woke via {result['method']}{detail}")
+    return result
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--method", type=click.Choice(["gateway", "socket", "file"]), help="Use only this layer. [default: gateway, then socket, then file]")
+@click.option("--forward", is_flag=True, help="Hand the last file-trigger wake to the gateway or socket (for the systemd path unit).")
+def wake(text: str | None, method: str | None, forward: bool) -> None:
+    """Wake the orchestrator with TEXT: gateway command, then gateway socket, then file trigger.
+
+    Configure the layers in config.json in the store:
+    {"wake": {"gateway_command": ["~/athena/scripts/wake-gateway.sh"], "gateway_socket": "/path/to.sock"}}.
+    The file layer writes wake/last-message and touches wake/trigger; it always works.
+    Prints which method worked; exits 1 when a forced --method fails.
+
+    \b
+    Examples:
+      relayctl wake "Agent bd-42 completed. Check results."
+      relayctl wake --method file "Agent done"
+      relayctl wake --forward            # what contrib/systemd/relay-wake.service runs
+    """
+    s = settings()
+    if forward:
+        if text or method:
+            raise click.UsageError("--forward takes no TEXT or --method: it sends wake/last-message")
+        from relayd.wake import forward_pending
+
+        result = forward_pending(s.client().store())
+        s.note(f"forwarded via {result['method']}")
+        s.out(result)
+        return
+    result = wake_and_report(s, text or (f"relay wake from {s.agent}" if s.agent else "relay wake"), method)
+    s.out(result)
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Only show what would be cleaned.")
+@click.option("--expired-only", is_flag=True, help="Only expired reservations; leave agents and commands alone.")
+@click.option("--stale", default="30m", show_default=True, metavar="DURATION", help="Archive agents whose heartbeat is older than this.")
+def gc(dry_run: bool, expired_only: bool, stale: str) -> None:
+    """Clean up: expired reservations, stale agents (heartbeat -> heartbeat.stale), and
+    consumed/done commands older than an hour. relayd runs this on a timer.
+
+    \b
+    Examples:
+      relayctl gc
+      relayctl gc --dry-run
+      relayctl gc --expired-only
+    """
+    s = settings()
+    result = s.call("gc", {"dry_run": dry_run, "expired_only": expired_only, "stale": stale})
+
+    def human(r: dict) -> str:
+        verb = "would remove" if r["dry_run"] else "removed"
+        lines = [f"{verb} reservation {x['pattern']} in {x['repo']} ({x['agent']}, expired {x['expires_at']})" for x in r["reservations"]]
+        lines += [f"{'would archive' if r['dry_run'] else 'archived'} stale agent {name}" for name in r["agents"]]
+        lines += [f"{verb} finished command {cid}" for cid in r["commands"]]
+        return "\n".join(lines) or "nothing to clean"
+
+    s.out(result, human)
