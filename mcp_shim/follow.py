@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from relayd import layout
+from relayd import __version__, layout, protocol
 
 log = logging.getLogger("relay-mcp")
 
@@ -34,7 +34,6 @@ MAX_LISTED = 5  # messages described in one notification; the rest are counted
 PREVIEW_CHARS = 160
 DAEMON_RETRY_SECONDS = 2.0
 BACKSTOP_SECONDS = 2.0  # re-read the inbox even without a wake-up (a lost watch, a reset store)
-MAX_LINE = 1 << 20
 _READ_CHUNK = 256 * 1024
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -138,72 +137,66 @@ def channel_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class DaemonLink:
-    """A subscription to relayd's inbox events for one agent (wire contract: docs/protocol)."""
+    """A subscription to relayd's inbox events for one agent (protocol v1, `relayd.protocol`)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.buffer = b""
+        self.conn = protocol.Connection("client")
+        self.frames: list[Any] = []
 
     @classmethod
     def connect(cls, socket_path: str, store_dir: str, agent: str) -> "DaemonLink | None":
         """A link when relayd serves `store_dir` at `socket_path`; None when it does not."""
         if not os.path.exists(socket_path):
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(2.0)
         try:
             sock.connect(socket_path)
             link = cls(sock)
-            link.send({"type": "hello", "version": 1, "client": "relay-mcp"})
-            hello = link.read_one()
-            if not isinstance(hello, dict) or hello.get("type") != "hello" or hello.get("version") != 1:
-                raise ConnectionError(f"unexpected hello: {hello!r}")
-            if os.path.realpath(str(hello.get("store", ""))) != os.path.realpath(store_dir):
-                raise ConnectionError(f"relayd serves another store ({hello.get('store')})")
-            link.send({"type": "subscribe", "topics": ["inbox"], "agent": agent})
-        except (OSError, ConnectionError, ValueError) as exc:
+            link.send(protocol.Hello(version=protocol.VERSION, client=f"relay-mcp {__version__}"))
+            hello = link.next_frame()
+            if not isinstance(hello, protocol.Hello) or not hello.store:
+                raise ConnectionError(f"relayd answered hello with {type(hello).__name__}")
+            if os.path.realpath(hello.store) != os.path.realpath(store_dir):
+                raise ConnectionError(f"relayd serves another store ({hello.store})")
+            link.send(protocol.Subscribe(topics=["inbox"], agent=agent))
+            answer = link.next_frame()
+            if not isinstance(answer, protocol.Subscribed):
+                raise ConnectionError(f"relayd answered subscribe with {type(answer).__name__}")
+        except (OSError, ConnectionError) as exc:
             log.debug("no relayd subscription: %s", exc)
             sock.close()
             return None
         sock.setblocking(False)
         return link
 
-    def send(self, obj: dict[str, Any]) -> None:
-        self.sock.sendall(msgspec.json.encode(obj) + b"\n")
+    def send(self, frame: Any) -> None:
+        self.sock.sendall(self.conn.send(frame))
 
-    def read_one(self) -> Any:
-        while b"\n" not in self.buffer:
-            chunk = self.sock.recv(65536)
-            if not chunk:
+    def next_frame(self) -> Any:
+        """The next frame, blocking (used during the handshake only)."""
+        while not self.frames:
+            data = self.sock.recv(65536)
+            if not data:
                 raise ConnectionError("relayd closed the connection")
-            self.buffer += chunk
-            if len(self.buffer) > MAX_LINE:
-                raise ValueError("line too long")
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return msgspec.json.decode(line)
+            self.frames.extend(self.conn.receive_data(data))
+        return self.frames.pop(0)
 
-    def events(self) -> list[dict[str, Any]]:
-        """Everything readable now; raises ConnectionError when relayd went away."""
+    def events(self) -> int:
+        """How many inbox events are readable now; ConnectionError when relayd went away."""
         try:
-            chunk = self.sock.recv(65536)
+            data = self.sock.recv(65536)
         except BlockingIOError:
-            return []
-        if not chunk:
+            return 0
+        if not data:
             raise ConnectionError("relayd closed the connection")
-        self.buffer += chunk
-        lines = self.buffer.split(b"\n")
-        self.buffer = lines.pop()
-        if len(self.buffer) > MAX_LINE:
-            raise ConnectionError("relayd sent an over-long line")
-        decoded = []
-        for line in lines:
-            try:
-                item = msgspec.json.decode(line)
-            except msgspec.DecodeError:
-                continue
-            if isinstance(item, dict):
-                decoded.append(item)
-        return decoded
+        self.frames.extend(self.conn.receive_data(data))
+        if self.conn.closed:
+            raise ConnectionError("relayd sent something that is not protocol v1")
+        count = sum(isinstance(f, protocol.EventFrame) for f in self.frames)
+        self.frames.clear()
+        return count
 
     def fileno(self) -> int:
         return self.sock.fileno()

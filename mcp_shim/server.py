@@ -75,7 +75,7 @@ class Shim:
         if self._client is None:
             from relayd.client import Client
 
-            self._client = Client(self.identity.store_dir, self.identity.socket_path)
+            self._client = Client(self.identity.store_dir, self.identity.socket_path, name="relay-mcp")
         return self._client.call(op, params)
 
     def seen(self) -> None:
