@@ -30,7 +30,8 @@ def render_message(m: dict) -> str:
 @click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
 @click.option("--type", "type_", metavar="TYPE", help="Message type, e.g. task_assignment (IGNITE types).")
 @click.option("--ack", is_flag=True, help="Ask for delivery to be acknowledged.")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack) -> None:
+@click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, wake) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -39,7 +40,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
     \b
     Examples:
       relayctl send athena "Bead bd-42 complete. All tests pass."
-      relayctl send athena "Need review" --thread bd-42 --priority high
+      relayctl send athena "Need review" --thread bd-42 --priority high --wake
       relayctl send --broadcast "Rebasing main, hold commits for 2 minutes" --priority urgent
       git diff --stat | relayctl send glacier - --subject "what changed"
     """
@@ -75,11 +76,15 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
             s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
     if s.json:
         s.out(messages if broadcast or len(messages) != 1 else messages[0])
-        return
-    if len(messages) == 1:
+    elif len(messages) == 1:
         s.note(f"sent {messages[0]['id']} to {messages[0]['to']}")
     else:
         s.note(f"sent to {len(messages)} agents: {', '.join(m['to'] for m in messages)}")
+    if wake:
+        from .cmd_wake import wake_and_report
+
+        first = messages[0]
+        wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
 
 
 @click.command()
