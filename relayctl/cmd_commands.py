@@ -47,7 +47,7 @@ def render_command(c: dict) -> str:
     return f"{c['id']}  {c['status']:<8}  {c['from']} → {c['target_session']}  {text}{by if c['status'] != 'pending' else ''}"
 
 
-@click.group(cls=CmdGroup, help=GROUP_HELP)
+@click.group(cls=CmdGroup, help=GROUP_HELP, subcommand_metavar="SESSION COMMAND [ARGS]... | consume | done | list | show")
 def cmd() -> None:
     pass
 
