@@ -1,0 +1,256 @@
+"""What people and scripts rely on from `relayctl` in direct mode, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from relayctl.cli import COMMANDS
+
+MESSAGE_FIELDS = {"id", "ts", "from", "to", "subject", "body", "thread", "priority", "tags", "type", "ack"}
+
+
+@pytest.fixture
+def trio(relayctl):
+    relayctl("init")
+    relayctl("register", "alice", "--program", "claude-code", "--task", "parser")
+    relayctl("register", "bob", "--task", "auth refactor")
+    relayctl("register", "carol")
+    return relayctl
+
+
+def inbox_lines(store_dir: Path, name: str) -> list[dict]:
+    raw = (store_dir / "agents" / name / "inbox.jsonl").read_text()
+    return [json.loads(line) for line in raw.splitlines()]
+
+
+@pytest.mark.parametrize("command", [None, *sorted(COMMANDS)])
+def test_every_help_has_an_examples_block(relayctl, command: str | None) -> None:
+    proc = relayctl(*([command] if command else []), "--help")
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"^\s*Examples:\n( {4,}\S.*\n)+", proc.stdout, re.M), proc.stdout
+
+
+def test_send_json_prints_the_stored_message(trio, store_dir: Path) -> None:
+    proc = trio("--json", "send", "bob", "Bead bd-42 complete.", "--thread", "bd-42", "--priority", "high", "--tag", "done", "--tag", "bd-42", agent="alice")
+    sent = json.loads(proc.stdout)
+    assert set(sent) == MESSAGE_FIELDS
+    assert sent["from"] == "alice" and sent["to"] == "bob" and sent["thread"] == "bd-42"
+    assert sent["priority"] == "high" and sent["tags"] == ["done", "bd-42"]
+    assert re.fullmatch(r"[0-9A-HJKMNP-TV-Z]{26}", sent["id"])
+    assert inbox_lines(store_dir, "bob") == [sent]
+
+
+def test_read_json_is_an_array_of_messages_with_store_field_names(trio, store_dir: Path) -> None:
+    trio("send", "bob", "one", agent="alice")
+    trio("send", "bob", "two", "--type", "task_assignment", "--priority", "critical", agent="carol")
+    messages = json.loads(trio("--json", "read", agent="bob").stdout)
+    assert isinstance(messages, list) and len(messages) == 2
+    assert all(set(m) == MESSAGE_FIELDS for m in messages)
+    assert messages == inbox_lines(store_dir, "bob")
+    assert messages[1]["type"] == "task_assignment" and messages[1]["priority"] == "urgent"
+
+
+def test_subject_defaults_to_the_first_80_characters(trio) -> None:
+    body = "".join(chr(ord("a") + n % 26) for n in range(200))
+    sent = json.loads(trio("--json", "send", "bob", body, agent="alice").stdout)
+    assert sent["subject"] == body[:80] and sent["body"] == body
+    chosen = json.loads(trio("--json", "send", "bob", body, "--subject", "short", agent="alice").stdout)
+    assert chosen["subject"] == "short"
+
+
+def test_message_from_stdin(trio) -> None:
+    sent = json.loads(trio("--json", "send", "bob", "-", "--subject", "diff", agent="alice", input="line 1\nline 2\n").stdout)
+    assert sent["body"] == "line 1\nline 2\n" and sent["subject"] == "diff"
+
+
+def test_broadcast_reaches_everyone_but_the_sender(trio, store_dir: Path) -> None:
+    proc = trio("--json", "send", "--broadcast", "rebasing main", "--priority", "urgent", agent="carol")
+    sent = json.loads(proc.stdout)
+    assert sorted(m["to"] for m in sent) == ["alice", "bob"]
+    assert inbox_lines(store_dir, "carol") == []
+    for name in ("alice", "bob"):
+        (line,) = inbox_lines(store_dir, name)
+        assert line["body"] == "rebasing main" and line["priority"] == "urgent" and line["from"] == "carol"
+
+
+def test_unread_mark_read_then_nothing_unread(trio) -> None:
+    for n in range(3):
+        trio("send", "bob", f"note {n}", agent="alice")
+    first = trio("read", "--unread", "--mark-read", agent="bob").stdout
+    assert all(f"note {n}" in first for n in range(3))
+    assert trio("read", "--unread", agent="bob").stdout.strip() == "no unread messages"
+    assert json.loads(trio("--json", "read", "--unread", agent="bob").stdout) == []
+    trio("send", "bob", "note 3", agent="carol")
+    again = json.loads(trio("--json", "read", "--unread", "--mark-read", agent="bob").stdout)
+    assert [m["body"] for m in again] == ["note 3"]
+    # Reading never deletes: the whole history is still there.
+    assert [m["body"] for m in json.loads(trio("--json", "read", agent="bob").stdout)] == [f"note {n}" for n in range(4)]
+
+
+def test_unread_with_last_leaves_the_rest_unread(trio) -> None:
+    for n in range(5):
+        trio("send", "bob", f"m{n}", agent="alice")
+    shown = json.loads(trio("--json", "read", "--unread", "--last", "2", "--mark-read", agent="bob").stdout)
+    assert [m["body"] for m in shown] == ["m0", "m1"]
+    rest = json.loads(trio("--json", "read", "--unread", "--mark-read", agent="bob").stdout)
+    assert [m["body"] for m in rest] == ["m2", "m3", "m4"]
+
+
+def test_last_shows_the_newest_in_order(trio) -> None:
+    for n in range(5):
+        trio("send", "bob", f"m{n}", agent="alice")
+    shown = json.loads(trio("--json", "read", "--last", "2", agent="bob").stdout)
+    assert [m["body"] for m in shown] == ["m3", "m4"]
+    everything = json.loads(trio("--json", "read", "--last", "0", agent="bob").stdout)
+    assert len(everything) == 5
+
+
+def test_filters_from_and_thread(trio) -> None:
+    trio("send", "bob", "a1", "--thread", "bd-1", agent="alice")
+    trio("send", "bob", "c1", "--thread", "bd-1", agent="carol")
+    trio("send", "bob", "a2", "--thread", "bd-2", agent="alice")
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--from", "alice", agent="bob").stdout)] == ["a1", "a2"]
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--thread", "bd-1", agent="bob").stdout)] == ["a1", "c1"]
+
+
+def test_since_takes_a_duration_or_a_date(trio, store_dir: Path) -> None:
+    # Mail from long ago, written as a store line (the format is the interface).
+    old = {
+        "id": "01HQ0000000000000000000000",
+        "ts": "2024-02-16T06:08:00.000Z",
+        "from": "alice",
+        "to": "bob",
+        "subject": "old news",
+        "body": "old news",
+        "thread": None,
+        "priority": "normal",
+        "tags": [],
+        "type": None,
+        "ack": False,
+    }
+    with open(store_dir / "agents" / "bob" / "inbox.jsonl", "a") as fh:
+        fh.write(json.dumps(old) + "\n")
+    trio("send", "bob", "fresh", agent="alice")
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "1h", agent="bob").stdout)] == ["fresh"]
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "2024-01-01", agent="bob").stdout)] == ["old news", "fresh"]
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "2024-03-01", agent="bob").stdout)] == ["fresh"]
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%d")
+    assert json.loads(trio("--json", "read", "--since", tomorrow, agent="bob").stdout) == []
+
+
+def test_human_read_output(trio) -> None:
+    trio("send", "bob", "Need review", "--thread", "bd-42", "--priority", "high", agent="alice")
+    out = trio("read", agent="bob").stdout
+    assert re.match(r"^[0-9A-Z]{26}  \d{4}-\d\d-\d\d \d\d:\d\d  alice → bob  \[high\] Need review  \(thread bd-42\)$", out.splitlines()[0])
+
+
+def test_status_reads_like_the_seed_example(trio, store_dir: Path) -> None:
+    # carol went quiet 47 minutes ago
+    stale = (datetime.now(timezone.utc) - timedelta(minutes=47)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    (store_dir / "agents" / "carol" / "heartbeat").write_text(stale + "\n")
+    out = trio("status").stdout
+    lines = out.splitlines()
+    assert "AGENTS (2 alive, 1 stale)" in lines
+    assert re.search(r"^  alice +alive +last heartbeat: \d+s ago +task: parser$", out, re.M), out
+    assert re.search(r"^  bob +alive +last heartbeat: \d+s ago +task: auth refactor$", out, re.M), out
+    assert re.search(r"^  carol +STALE +last heartbeat: 47m ago +task: \(unknown\)$", out, re.M), out
+    assert any(line.startswith("RESERVATIONS (") for line in lines)
+    assert any(line.startswith("PENDING COMMANDS (") for line in lines)
+    assert "AGENTS (3 alive, 0 stale)" in trio("status", "--agents", "--stale", "1h").stdout
+
+    data = json.loads(trio("--json", "status").stdout)
+    states = {a["name"]: a for a in data["agents"]}
+    assert states["carol"]["alive"] is False and states["alice"]["alive"] is True
+    assert states["bob"]["task"] == "auth refactor"
+
+
+def test_heartbeat_and_set_status_show_in_status(trio) -> None:
+    trio("heartbeat", "--task", "writing tests", agent="carol")
+    trio("set-status", "blocked", "--task", "waiting for review", agent="bob")
+    states = {a["name"]: a for a in json.loads(trio("--json", "status").stdout)["agents"]}
+    assert states["carol"]["task"] == "writing tests"
+    assert states["bob"]["status"] == "blocked" and states["bob"]["task"] == "waiting for review"
+
+
+def test_identity_and_store_from_the_environment(relayctl, relay_env: dict[str, str], short_tmp: Path) -> None:
+    other = short_tmp / "other-store"
+    env = {k: v for k, v in relay_env.items() if k != "RELAY_DIR"}
+    env["OVLD_RELAY_DIR"] = str(other)
+    env["OVLD_ROLE"] = "inferno"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "relayctl", *a], env=env, capture_output=True, text=True, timeout=60)  # noqa: E731
+    assert run("init", "--preset", "overlord").returncode == 0
+    assert sorted(p.name for p in (other / "agents").iterdir()) == sorted(["overlord", "strategist", "inferno", "glacier", "shadow", "storm"])
+    proc = run("--json", "send", "glacier", "from the environment")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["from"] == "inferno"
+    env["RELAY_AGENT"] = "storm"  # RELAY_AGENT wins over OVLD_ROLE
+    assert json.loads(run("--json", "send", "glacier", "again").stdout)["from"] == "storm"
+
+
+def test_init_ignite_preset(relayctl, store_dir: Path) -> None:
+    data = json.loads(relayctl("--json", "init", "--preset", "ignite").stdout)
+    assert {"leader", "strategist", "architect", "evaluator", "coordinator", "innovator"} <= set(data["agents"])
+
+
+def test_store_permissions(trio, store_dir: Path) -> None:
+    trio("send", "bob", "hi", agent="alice")
+    assert store_dir.stat().st_mode & 0o777 == 0o700
+    for path in store_dir.rglob("*"):
+        if path.is_symlink():
+            continue
+        expected = 0o700 if path.is_dir() else 0o600
+        assert path.stat().st_mode & 0o777 == expected, path
+
+
+def test_reset_refuses_without_yes_when_stdin_is_not_a_terminal(trio, relay_env: dict[str, str], store_dir: Path) -> None:
+    trio("send", "bob", "keep me", agent="alice")
+    proc = subprocess.run([sys.executable, "-m", "relayctl", "reset"], env=relay_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
+    assert inbox_lines(store_dir, "bob")[0]["body"] == "keep me"
+    trio("reset", "--yes")
+    assert json.loads(trio("--json", "status").stdout)["agents"] == []
+    assert (store_dir / "agents").is_dir()
+
+
+def test_version(relayctl) -> None:
+    data = json.loads(relayctl("--json", "version").stdout)
+    assert data["store_format"] == 1 and data["version"]
+    assert relayctl("--version").stdout.startswith("relayctl ")
+
+
+LEAN_PROBE = """
+import sys
+from relayctl.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("anyio", "structlog"))
+print("HEAVY:" + ",".join(heavy), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--agent", "alice", "send", "bob", "hi"],
+        ["--agent", "bob", "read", "--unread", "--mark-read"],
+        ["status"],
+        ["--agent", "alice", "heartbeat"],
+        ["register", "dave"],
+    ],
+    ids=["help", "send", "read", "status", "heartbeat", "register"],
+)
+def test_relayctl_never_imports_anyio_or_structlog(trio, relay_env: dict[str, str], argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-c", LEAN_PROBE, *argv], env=relay_env, capture_output=True, text=True, timeout=60)
+    heavy = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY:")]
+    assert heavy == ["HEAVY:"], proc.stderr
