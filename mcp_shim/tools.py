@@ -8,6 +8,7 @@ at 4 characters a token, for all tools together).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -151,6 +152,48 @@ def _check_hub_status(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_RESERVATION = {
+    "type": "object",
+    "properties": {
+        "id": _STR,
+        "agent": _STR,
+        "pattern": _STR,
+        "repo": _STR,
+        "exclusive": {"type": "boolean"},
+        "reason": _NULLABLE_STR,
+        "created_at": _STR,
+        "expires_at": _STR,
+    },
+    "required": ["agent", "pattern", "repo", "expires_at"],
+}
+
+
+def _repo(args: dict[str, Any]) -> str:
+    """Patterns are relative to a repository; Claude Code starts its servers in the project."""
+    return os.path.realpath(os.path.expanduser(args["repo"]) if args.get("repo") else os.getcwd())
+
+
+def _reserve_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    params = {"agent": ctx.role, "pattern": args["pattern"], "repo": _repo(args)}
+    for optional in ("shared", "ttl", "reason", "check"):
+        if args.get(optional) is not None:
+            params[optional] = args[optional]
+    result = ctx.call("reserve", params)
+    return {"reserved": result["reserved"], "reservation": result["reservation"], "conflicts": result["conflicts"]}
+
+
+def _release_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    everything = bool(args.get("all"))
+    if everything == (args.get("pattern") is not None):
+        raise ToolFailed("release_files: give a pattern, or all=true")
+    params: dict[str, Any] = {"agent": ctx.role, "all": everything}
+    if not everything:
+        params.update(pattern=args["pattern"], repo=_repo(args))
+    elif args.get("repo"):
+        params["repo"] = _repo(args)
+    return {"released": ctx.call("release", params)["released"]}
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "send_message",
@@ -203,6 +246,37 @@ TOOLS: tuple[Tool, ...] = (
             ["has_new_mention", "unread_count", "team_presence"],
         ),
         _check_hub_status,
+    ),
+    Tool(
+        "reserve_files",
+        "Reserve a path glob (e.g. src/auth/**) before editing; fails naming the holder if taken.",
+        _obj(
+            {
+                "pattern": _STR,
+                "repo": {"type": "string", "description": "default: cwd"},
+                "shared": {"type": "boolean"},
+                "ttl": {"type": "string", "description": "e.g. 30m, 2h"},
+                "reason": _STR,
+                "check": {"type": "boolean", "description": "only report conflicts"},
+            },
+            ["pattern"],
+        ),
+        _obj(
+            {
+                "reserved": {"type": "boolean"},
+                "reservation": {"anyOf": [_RESERVATION, {"type": "null"}]},
+                "conflicts": {"type": "array", "items": _RESERVATION},
+            },
+            ["reserved", "reservation", "conflicts"],
+        ),
+        _reserve_files,
+    ),
+    Tool(
+        "release_files",
+        "Release your reservation of a pattern, or all of yours.",
+        _obj({"pattern": _STR, "repo": _STR, "all": {"type": "boolean"}}),
+        _obj({"released": {"type": "array", "items": _RESERVATION}}, ["released"]),
+        _release_files,
     ),
 )
 

@@ -136,11 +136,12 @@ def stop_relayd(proc: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: ChannelInbox | None = None, declare: bool = True) -> AsyncIterator[Client]:
+async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: ChannelInbox | None = None, declare: bool = True, cwd: str | None = None) -> AsyncIterator[Client]:
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcp_shim"],
         env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role},
+        cwd=cwd,
     )
     name = CHANNEL_CLIENT if channel is not None and declare else "plain-test-client"
     with open(server_log(env, role), "a") as errlog:
@@ -273,6 +274,33 @@ async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_e
     assert all(t.output_schema for t in tools)
     assert chars == model_visible_chars()
     assert chars / 4 <= TOKEN_BUDGET, f"tools/list costs {chars / 4:.0f} tokens"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_file_reservations_between_two_panes(mode: str, daemon: Any, relay_env: dict[str, str], short_tmp: Any) -> None:
+    repo = short_tmp / "oathkeeper"
+    repo.mkdir()
+    async with mcp_client(relay_env, "inferno", mode, cwd=str(repo)) as inferno, mcp_client(relay_env, "glacier", mode) as glacier:
+        taken = await inferno.call_tool("reserve_files", {"pattern": "src/auth/**", "reason": "auth refactor", "ttl": "30m"})
+        await check_against_schema(inferno, "reserve_files", taken)
+        held = structured(taken)["reservation"]
+        assert (held["agent"], held["pattern"], held["repo"], held["exclusive"]) == ("inferno", "src/auth/**", str(repo), True)
+
+        refused = await glacier.call_tool("reserve_files", {"pattern": "src/auth/login.py", "repo": str(repo)})
+        assert refused.is_error and "inferno" in refused.content[0].text and "src/auth/**" in refused.content[0].text
+        probe = structured(await glacier.call_tool("reserve_files", {"pattern": "src/*/login.py", "repo": str(repo), "check": True}))
+        assert probe["reserved"] is False and [c["agent"] for c in probe["conflicts"]] == ["inferno"]
+        elsewhere = structured(await glacier.call_tool("reserve_files", {"pattern": "src/ui/**", "repo": str(repo)}))
+        assert elsewhere["reserved"] is True
+
+        released = await inferno.call_tool("release_files", {"pattern": "src/auth/**"})
+        await check_against_schema(inferno, "release_files", released)
+        assert [r["pattern"] for r in structured(released)["released"]] == ["src/auth/**"]
+        assert structured(await glacier.call_tool("reserve_files", {"pattern": "src/auth/login.py", "repo": str(repo)}))["reserved"] is True
+        mine = structured(await glacier.call_tool("release_files", {"all": True}))["released"]
+        assert sorted(r["pattern"] for r in mine) == ["src/auth/login.py", "src/ui/**"]
+        assert (await glacier.call_tool("release_files", {})).is_error
 
 
 # -- push delivery -------------------------------------------------------------------
