@@ -69,6 +69,14 @@ def load_all(store: Store) -> list[tuple[str, Reservation]]:
     return found
 
 
+def _read(folder, name: str) -> Reservation | None:
+    raw = folder.read_bytes(name)
+    try:
+        return reservation_decoder.decode(raw) if raw else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # a damaged file holds nothing
+
+
 def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[Reservation]:
     """The reservations that keep `candidate` from being taken."""
     mine = compile_glob(candidate.pattern)
@@ -152,7 +160,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         events = []
         renewed = False
         if not folder.create_exclusive(key, data, store.sync):
-            previous = dict(held).get(key)
+            previous = _read(folder, key)
             if previous is not None and previous.agent == p.agent:
                 renewed = True
                 candidate = msgspec.structs.replace(candidate, id=previous.id, created_at=previous.created_at)

@@ -1,0 +1,193 @@
+"""File reservations through the real CLI, and races between real processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd import ops
+from relayd.errors import Conflict
+from relayd.reservations import reservation_key
+from relayd.store import Store
+
+
+@pytest.fixture
+def repo(short_tmp: Path) -> str:
+    path = short_tmp / "repo"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def team(relayctl) -> None:
+    relayctl("init", "--preset", "overlord")
+
+
+def test_reserve_conflict_lists_holder_pattern_and_expiry(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", repo, "--reason", "bd-42", agent="inferno")
+    refused = relayctl("reserve", "src/auth/login.go", "--repo", repo, agent="glacier", check=False)
+    assert refused.returncode == 1
+    line = refused.stderr.strip()
+    assert line.startswith("error: ") and "\n" not in line and "Traceback" not in line
+    assert "inferno holds src/auth/**" in line and "expires 20" in line
+    # Nothing was created for the refused agent.
+    listed = json.loads(relayctl("--json", "reservations").stdout)
+    assert [(r["agent"], r["pattern"]) for r in listed] == [("inferno", "src/auth/**")]
+
+
+def test_no_conflict_between_disjoint_patterns_or_repos(relayctl, team, repo, short_tmp) -> None:
+    relayctl("reserve", "src/a/*", "--repo", repo, agent="inferno")
+    relayctl("reserve", "src/b/*", "--repo", repo, agent="glacier")
+    other = short_tmp / "other"
+    other.mkdir()
+    relayctl("reserve", "src/a/*", "--repo", str(other), agent="glacier")
+    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+    assert sorted(r["pattern"] for r in listed) == ["src/a/*", "src/b/*"]
+
+
+def test_repo_defaults_to_the_current_directory(relayctl, relay_env, team, repo) -> None:
+    link = Path(repo).parent / "via-link"
+    link.symlink_to(repo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "relayctl", "--agent", "inferno", "--json", "reserve", "docs/**"],
+        cwd=link, env=relay_env, capture_output=True, text=True, check=True,
+    )
+    assert json.loads(proc.stdout)["reservation"]["repo"] == os.path.realpath(repo)
+
+
+def test_shared_and_exclusive(relayctl, team, repo) -> None:
+    relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="inferno")
+    relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="glacier")  # shared + shared: fine
+    refused = relayctl("reserve", "main.go", "--repo", repo, agent="storm", check=False)
+    assert refused.returncode == 1 and "inferno holds *.go" in refused.stderr and "glacier holds *.go" in refused.stderr
+    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+    assert sorted((r["agent"], r["exclusive"]) for r in listed) == [("glacier", False), ("inferno", False)]
+
+
+def test_check_reports_without_reserving(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/*.py", "--repo", repo, agent="inferno")
+    checked = relayctl("--json", "reserve", "src/a*", "--check", "--repo", repo, agent="glacier", check=False)
+    assert checked.returncode == 1
+    result = json.loads(checked.stdout)
+    assert result["reserved"] is False and [c["agent"] for c in result["conflicts"]] == ["inferno"]
+    free = relayctl("reserve", "tests/**", "--check", "--repo", repo, agent="glacier")
+    assert "free" in free.stdout
+    assert len(json.loads(relayctl("--json", "reservations").stdout)) == 1
+
+
+def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
+    relayctl("reserve", "README.md", "--ttl", "1s", "--repo", repo, agent="inferno")
+    time.sleep(1.1)
+    relayctl("reserve", "README.md", "--repo", repo, agent="glacier")
+    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+    assert [r["agent"] for r in listed] == ["glacier"]
+
+
+def test_only_the_owner_releases(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
+    refused = relayctl("release", "src/auth/**", "--repo", repo, agent="glacier", check=False)
+    assert refused.returncode == 1 and "held by inferno" in refused.stderr
+    assert len(json.loads(relayctl("--json", "reservations").stdout)) == 1
+    missing = relayctl("release", "nothing/**", "--repo", repo, agent="inferno", check=False)
+    assert missing.returncode == 1 and "no reservation" in missing.stderr
+    relayctl("release", "src/auth/**", "--repo", repo, agent="inferno")
+    assert json.loads(relayctl("--json", "reservations").stdout) == []
+
+
+def test_force_overrides_and_release_all(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/**", "--repo", repo, agent="inferno")
+    forced = relayctl("reserve", "src/x.go", "--force", "--repo", repo, agent="glacier")
+    assert "overriding" in forced.stderr
+    relayctl("reserve", "docs/**", "--repo", repo, agent="glacier")
+    released = json.loads(relayctl("--json", "release", "--all", agent="glacier").stdout)["released"]
+    assert sorted(r["pattern"] for r in released) == ["docs/**", "src/x.go"]
+    assert [r["agent"] for r in json.loads(relayctl("--json", "reservations").stdout)] == ["inferno"]
+
+
+def test_renewing_your_own_reservation(relayctl, team, repo) -> None:
+    first = json.loads(relayctl("--json", "reserve", "src/**", "--ttl", "10m", "--repo", repo, agent="inferno").stdout)
+    again = json.loads(relayctl("--json", "reserve", "src/**", "--ttl", "2h", "--repo", repo, agent="inferno").stdout)
+    assert again["renewed"] and again["reservation"]["id"] == first["reservation"]["id"]
+    assert again["reservation"]["expires_at"] > first["reservation"]["expires_at"]
+
+
+def test_file_format_and_key(relayctl, team, repo, store_dir) -> None:
+    relayctl("reserve", "./src/auth/", "--repo", repo, "--reason", "bd-42", agent="inferno")
+    files = [p for p in (store_dir / "reservations").iterdir() if p.suffix == ".json"]
+    assert [p.name for p in files] == [reservation_key(repo, "src/auth/**")]
+    record = json.loads(files[0].read_text())
+    assert set(record) == {"id", "agent", "pattern", "repo", "exclusive", "reason", "created_at", "expires_at"}
+    assert record["pattern"] == "src/auth/**" and record["exclusive"] is True
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("bad", ["src/[ab", "../outside/**", ""])
+def test_bad_patterns_get_one_error_line(relayctl, team, repo, bad) -> None:
+    proc = relayctl("reserve", bad, "--repo", repo, agent="inferno", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+
+
+def test_status_shows_reservations(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
+    relayctl("reserve", "tests/**", "--shared", "--repo", repo, agent="inferno")
+    out = relayctl("status", "--reservations").stdout
+    assert "RESERVATIONS (2 active, 0 expired)" in out
+    assert "src/auth/**" in out and "exclusive" in out and "shared" in out and "repo" in out
+
+
+# -- races between processes ------------------------------------------------------------
+
+
+def test_two_cli_processes_racing_for_one_pattern(relayctl, relay_env, team, repo) -> None:
+    for round_ in range(5):
+        pattern = f"race{round_}/**"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "relayctl", "--agent", agent, "reserve", pattern, "--repo", repo],
+                env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            for agent in ("inferno", "glacier")
+        ]
+        for p in procs:
+            p.communicate(timeout=60)
+        codes = sorted(p.returncode for p in procs)
+        assert codes == [0, 1], round_
+    listed = json.loads(relayctl("--json", "reservations").stdout)
+    assert len(listed) == 5
+
+
+def _racer(store_dir: str, agent: str, pattern: str, repo: str, start, results) -> None:
+    store = Store(store_dir)
+    start.wait()
+    try:
+        ops.call(store, "reserve", {"agent": agent, "pattern": pattern, "repo": repo})
+        results.put((agent, True))
+    except Conflict:
+        results.put((agent, False))
+
+
+def test_overlapping_patterns_raced_by_many_processes(store_dir, repo) -> None:
+    """Different but overlapping patterns, reserved at the same instant: one winner a round."""
+    Store(str(store_dir)).root_dir()
+    ctx = multiprocessing.get_context("spawn")
+    patterns = ["src/**", "src/*.py", "src/a*", "**/a.py", "src/[a-c].py", "src/?.py"]
+    for round_ in range(4):
+        repo_round = f"{repo}/r{round_}"
+        start = ctx.Event()
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_racer, args=(str(store_dir), f"agent-{i}", pattern, repo_round, start, results)) for i, pattern in enumerate(patterns)]
+        for p in procs:
+            p.start()
+        time.sleep(0.3)  # let them all reach the start line
+        start.set()
+        outcomes = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert sum(won for _, won in outcomes) == 1, outcomes
