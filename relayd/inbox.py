@@ -148,11 +148,13 @@ def _rotate(store: Store, agent: Dir, old_size: int) -> None:
     """Under the inbox lock: current -> `.1`, and carry the cursor along."""
     cursor = read_cursor(agent)
     agent.rename(layout.INBOX, layout.INBOX_ROTATED)
+    # A crash right here leaves the old cursor, which read_cursor recognises by its inode.
+    rotated_ino = _ino(agent, layout.INBOX_ROTATED)
     if cursor.rotated:
         # The previous `.1` and anything unread in it are gone; start at the file rotated now.
-        moved = Cursor(offset=0, rotated=True)
+        moved = Cursor(offset=0, rotated=True, ino=rotated_ino)
     elif cursor.offset < old_size:
-        moved = Cursor(offset=cursor.offset, rotated=True)
+        moved = Cursor(offset=cursor.offset, rotated=True, ino=rotated_ino)
     else:
         moved = Cursor(offset=0)
     _write_cursor(store, agent, moved)
@@ -201,15 +203,24 @@ def send(store: Store, p: SendParams) -> SendResult:
 
 
 def read_cursor(agent: Dir) -> Cursor:
+    """The cursor, checked against the files it points into (call it under the inbox lock)."""
     raw = agent.read_bytes(layout.CURSOR)
     if not raw:
         return Cursor()
     try:
-        return cursor_decoder.decode(raw)
-    except msgspec.DecodeError:
+        cursor = cursor_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         # Older stores kept a bare byte offset.
         text = raw.decode(errors="replace").strip()
         return Cursor(offset=int(text)) if text.isdigit() else Cursor()
+    if not cursor.ino or _ino(agent, layout.INBOX_ROTATED if cursor.rotated else layout.INBOX) == cursor.ino:
+        return cursor
+    # A rotation renamed the inbox but died before moving the cursor along.
+    rotated_ino = _ino(agent, layout.INBOX_ROTATED)
+    if not cursor.rotated and rotated_ino == cursor.ino:
+        return Cursor(offset=cursor.offset, rotated=True, ino=cursor.ino)
+    # The file it pointed into was rotated away (the policy drops it): begin at what is kept.
+    return Cursor(offset=0, rotated=rotated_ino >= 0, ino=max(rotated_ino, 0))
 
 
 def _write_cursor(store: Store, agent: Dir, cursor: Cursor) -> None:
@@ -406,7 +417,8 @@ def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> 
             was = Position(False, 0)  # a cursor past the end of a replaced inbox counts as none
         if was.key() >= target.key():
             return  # another reader already moved it further
-        _write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated))
+        ino = now_rotated if target.rotated else now_current
+        _write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated, ino=ino))
 
 
 def _size(agent: Dir, name: str) -> int:

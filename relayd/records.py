@@ -83,6 +83,9 @@ class Cursor(msgspec.Struct, omit_defaults=True, kw_only=True):
 
     offset: int = 0
     rotated: bool = False
+    # Inode of the file `offset` points into: a rotation cut short between its rename
+    # and the cursor update is recognised (and repaired) by a mismatch. 0 = not recorded.
+    ino: int = 0
 
 
 class Reservation(msgspec.Struct, kw_only=True):

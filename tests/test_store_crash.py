@@ -90,3 +90,29 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
     assert [m["id"] for m in after["messages"]] == [m["id"] for m in before] + [sent["messages"][0]["id"]]
     # How often a kill tore a write is the kernel's business; record it for the curious.
     print(f"torn tails left by SIGKILL: {torn_tails} of {ROUNDS} rounds; acknowledged sends: {len(acknowledged)}")
+
+
+def test_rotation_cut_short_after_its_rename_loses_no_unread_mail(store_dir: Path) -> None:
+    """Rotation is a rename and then a cursor update; a crash between the two must not
+    turn the unread mail of the rotated file into read mail."""
+    bob = store_dir / "agents" / "bob"
+    with Store(str(store_dir)) as store:
+        for name in ("alice", "bob"):
+            ops.call(store, "register", {"name": name})
+        sent = [ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": f"m{n}"})["messages"][0]["id"] for n in range(4)]
+        ops.call(store, "read", {"agent": "bob", "unread": True, "last": 2, "mark_read": True})
+
+        os.rename(bob / "inbox.jsonl", bob / "inbox.jsonl.1")  # the rotation's rename, then SIGKILL
+        sent.append(ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "m4"})["messages"][0]["id"])
+        unread = ops.call(store, "read", {"agent": "bob", "unread": True, "last": 1, "mark_read": True})
+        assert [m["id"] for m in unread["messages"]] == sent[2:3]
+        assert unread["unread"] == 2
+
+        # Again, with the cursor inside `.1`: that file is dropped by the rotation policy,
+        # and reading resumes at the start of the file rotated now.
+        for n in (5, 6):
+            sent.append(ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": f"m{n}" * 40})["messages"][0]["id"])
+        os.rename(bob / "inbox.jsonl", bob / "inbox.jsonl.1")
+        unread = ops.call(store, "read", {"agent": "bob", "unread": True, "last": 0, "mark_read": True})
+        assert [m["id"] for m in unread["messages"]] == sent[4:]
+        assert unread["unread"] == 0

@@ -203,6 +203,8 @@ class StoreModel(RuleBasedStateMachine):
             except FileNotFoundError:
                 continue
             file = layout.INBOX_ROTATED if cursor.rotated else layout.INBOX
+            if cursor.ino:
+                assert os.stat(self.inbox_path(name, file)).st_ino == cursor.ino, f"{name}'s cursor names another file"
             if cursor.offset == 0:
                 continue
             with open(self.inbox_path(name, file), "rb") as fh:
