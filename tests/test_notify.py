@@ -1,0 +1,197 @@
+"""Pane notifications with a real tmux server, zellij through a recording stub, cmd: hooks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from relayd.notify import notify_new_messages
+from relayd.store import Store
+
+TRIGGER = "relay-test: new mail, call check_inbox"
+
+class Tmux:
+    """A private tmux server (-L) whose one pane appends every line it receives to a file."""
+
+    def __init__(self, base: Path) -> None:
+        self.name = f"relay-test-{uuid.uuid4().hex[:10]}"
+        self.received = base / "pane.txt"
+        self.received.touch()
+        self.seen = 0  # lines already returned by lines_after_sentinel
+        self("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "160", "-y", "40", f"exec cat >> {self.received}")
+        self.socket = self("display-message", "-p", "#{socket_path}").strip()
+        self.pane = self("display-message", "-p", "-t", "t", "#{pane_id}").strip()
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.name, *args], check=True, capture_output=True, text=True, timeout=30).stdout
+
+    def lines_after_sentinel(self) -> list[str]:
+        """What the pane received since the last call, once a sentinel typed now arrived behind it.
+
+        tmux handles commands for a pane in order, so any trigger sent before the sentinel
+        is in the file before it: no sleeping and guessing.
+        """
+        sentinel = f"sentinel-{uuid.uuid4().hex[:8]}"
+        self("send-keys", "-t", self.pane, "-l", sentinel)
+        self("send-keys", "-t", self.pane, "Enter")
+        for _ in range(3000):
+            lines = self.received.read_text().splitlines()
+            if sentinel in lines:
+                end = lines.index(sentinel)
+                new, self.seen = lines[self.seen : end], end + 1
+                return new
+            time.sleep(0.01)
+        raise AssertionError(f"the pane never received {sentinel}: {self.received.read_text()!r}")
+
+    def capture(self) -> str:
+        return self("capture-pane", "-p", "-t", self.pane)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def tmux(short_tmp: Path):
+    server = Tmux(short_tmp)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def configured(relayctl, store_dir: Path) -> None:
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", "sender")
+
+
+def test_tmux_trigger_once_until_the_inbox_is_read(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "inferno", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    relayctl("send", "inferno", "SECRET-BODY-1", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+    assert TRIGGER in tmux.capture() and "SECRET-BODY" not in tmux.capture()
+    assert (store_dir / "agents" / "inferno" / "pending").exists()
+
+    # A second message before the inbox is read: no second trigger.
+    relayctl("send", "inferno", "SECRET-BODY-2", agent="sender")
+    assert tmux.lines_after_sentinel() == []
+
+    # Reading the inbox clears the flag; the next message triggers again.
+    relayctl("read", "--unread", "--mark-read", agent="inferno")
+    assert not (store_dir / "agents" / "inferno" / "pending").exists()
+    relayctl("send", "inferno", "SECRET-BODY-3", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+    assert "SECRET-BODY" not in tmux.received.read_text()
+
+
+def test_a_pane_in_copy_mode_is_not_typed_into(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    tmux("copy-mode", "-t", tmux.pane)
+    assert tmux("display-message", "-p", "-t", tmux.pane, "#{pane_in_mode}").strip() == "1"
+    with Store(str(store_dir)) as store:
+        relayctl("send", "glacier", "while copying", agent="sender")
+        # Skipped, flag removed so that the trigger is retried later.
+        assert not (store_dir / "agents" / "glacier" / "pending").exists()
+        [outcome] = notify_new_messages(store, ["glacier"])
+        assert outcome["ok"] and outcome.get("retry") and "copy mode" in outcome["skipped"]
+    tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+    assert tmux.lines_after_sentinel() == []
+    relayctl("send", "glacier", "after copying", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+
+
+def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "shadow", "--notify", f"tmux:{tmux.socket}:%999")
+    sent = relayctl("send", "shadow", "hello", agent="sender")
+    assert sent.returncode == 0 and "notifying shadow failed" in sent.stderr
+    assert "Traceback" not in sent.stderr
+    assert not (store_dir / "agents" / "shadow" / "pending").exists()  # the next message tries again
+    assert json.loads(relayctl("--json", "read", agent="shadow").stdout)[0]["body"] == "hello"
+
+
+# -- zellij (no binary can be installed here: a recording stub on PATH) -----------------------
+
+
+@pytest.fixture
+def zellij_env(relay_env, short_tmp: Path):
+    bin_dir = short_tmp / "bin"
+    bin_dir.mkdir()
+    log = short_tmp / "zellij.log"
+    stub = bin_dir / "zellij"
+    stub.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "if sys.argv[1:] == ['--version']:\n"
+        "    print('zellij ' + os.environ['ZELLIJ_STUB_VERSION'])\n"
+        "    sys.exit(0)\n"
+        f"with open({str(log)!r}, 'a') as fh:\n"
+        "    fh.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    stub.chmod(0o755)
+    env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
+    return env, log
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.44.1"
+    relayctl.env = env
+    relayctl("register", "storm", "--notify", "zellij:3")
+    relayctl("send", "storm", "body text", agent="sender")
+    relayctl("send", "storm", "second", agent="sender")  # pending: no second trigger
+    assert _calls(log) == [
+        ["action", "write-chars", "--pane-id", "3", TRIGGER],
+        ["action", "write-chars", "--pane-id", "3", "\r"],
+    ]
+
+
+def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.43.1"
+    relayctl.env = env
+    relayctl("register", "storm", "--notify", "zellij:3@2/right/down")
+    relayctl("send", "storm", "body text", agent="sender")
+    assert _calls(log) == [
+        ["action", "go-to-tab", "2"],
+        ["action", "move-focus", "right"],
+        ["action", "move-focus", "down"],
+        ["action", "write-chars", TRIGGER],
+        ["action", "write-chars", "\r"],
+    ]
+    relayctl("register", "glacier", "--notify", "zellij:4")
+    sent = relayctl("send", "glacier", "x", agent="sender")
+    assert "notifying glacier failed" in sent.stderr and "0.44.1" in sent.stderr
+
+
+def test_cmd_notification_runs_argv_without_a_shell(relayctl, configured, short_tmp: Path) -> None:
+    record = short_tmp / "cmd.json"
+    script = short_tmp / "notify me.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps([sys.argv[1:], os.environ['RELAY_NOTIFY_AGENT'], os.environ['RELAY_TRIGGER']]))\n"
+    )
+    relayctl("register", "inferno", "--notify", f"cmd:{sys.executable} '{script}' --flag '$(touch pwned)'")
+    relayctl("send", "inferno", "the body", agent="sender")
+    assert json.loads(record.read_text()) == [["--flag", "$(touch pwned)"], "inferno", TRIGGER]
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir: Path) -> None:
+    relayctl("register", "overlord", "--notify", "channel")
+    with Store(str(store_dir)) as store:
+        relayctl("send", "overlord", "hi", agent="sender")
+        assert not (store_dir / "agents" / "overlord" / "pending").exists()
+        assert notify_new_messages(store, ["overlord", "nobody"])[0]["skipped"]
+        assert notify_new_messages(store, ["nobody"])[0]["ok"] is False  # reported, never raised
