@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterator
 
 import msgspec
@@ -484,6 +484,7 @@ def read(store: Store, p: ReadParams) -> ReadResult:
         raise UsageError("--last must be 0 (no limit) or more")
     limit = p.last or None
     matches, since = _matcher(p)
+    since_utc = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") if since is not None else ""
     bad: list[CorruptLine] = []
     with store.agent_dir(p.agent) as agent:
         if not agent.exists(layout.META):
@@ -506,7 +507,7 @@ def read(store: Store, p: ReadParams) -> ReadResult:
             else:
                 newest: list[Message] = []
                 for _, message in _newest_first(snap, bad):
-                    if since is not None and message.ts < since.strftime("%Y-%m-%dT%H:%M:%S"):
+                    if since is not None and message.ts < since_utc:
                         break  # older from here on (appends are in time order)
                     if matches(message):
                         newest.append(message)

@@ -7,9 +7,10 @@ through it; the daemon keeps one open for its lifetime, a client opens one per c
 from __future__ import annotations
 
 import os
+import stat
 
 from . import layout
-from .errors import InvalidName, StoreError, UnknownAgent
+from .errors import InvalidName, StoreError, UnknownAgent, UnsafePath
 from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_lines
 from .records import Event, check_agent_name, json_encoder
 from .timefmt import now_iso
@@ -52,7 +53,22 @@ class Store:
             if not existed:
                 os.chmod(self.root, DIR_MODE)
                 self._lay_out()
+            self._refuse_planted_event_log()
         return self._root
+
+    def _refuse_planted_event_log(self) -> None:
+        """Every mutation ends by appending to the event log; finding a symlink there only
+        then would leave the mutation done and reported as failed, so look first."""
+        assert self._root is not None
+        for name in (layout.EVENTS, layout.EVENTS_LOCK):
+            try:
+                st = os.stat(name, dir_fd=self._root.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                self._root.close()
+                self._root = None
+                raise UnsafePath(f"{os.path.join(self.root, name)} is a symlink or not a regular file; relay does not follow it")
 
     def _lay_out(self) -> None:
         root = self.root_dir()

@@ -141,6 +141,8 @@ def test_since_takes_a_duration_or_a_date(trio, store_dir: Path) -> None:
     assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "1h", agent="bob").stdout)] == ["fresh"]
     assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "2024-01-01", agent="bob").stdout)] == ["old news", "fresh"]
     assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "2024-03-01", agent="bob").stdout)] == ["fresh"]
+    # A time with an offset is the same moment in UTC: 08:00+02:00 is 06:00Z, just before 06:08Z.
+    assert [m["body"] for m in json.loads(trio("--json", "read", "--since", "2024-02-16T08:00:00+02:00", agent="bob").stdout)] == ["old news", "fresh"]
     tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%d")
     assert json.loads(trio("--json", "read", "--since", tomorrow, agent="bob").stdout) == []
 

@@ -152,6 +152,8 @@ SYMLINK_CASES: dict[str, tuple[str, Callable[[Path], Path], list[str], str | Non
     "cursor symlink, read": ("agents/bob/cursor", _outside_file, ["read", "--unread", "--mark-read"], "bob"),
     "lock symlink, send": ("agents/bob/inbox.lock", _outside_file, ["send", "bob", "hi"], "alice"),
     "agents dir symlink, send": ("agents", _outside_agent_dir, ["send", "bob", "hi"], "alice"),
+    "event log symlink, send": ("events.jsonl", _outside_file, ["send", "bob", "hi"], "alice"),
+    "event log symlink, register": ("events.jsonl", _outside_file, ["register", "dave"], None),
 }
 
 
