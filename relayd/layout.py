@@ -5,7 +5,6 @@ The one place that names a file of the store; daemon and clients both use it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 AGENTS = "agents"
@@ -72,6 +71,8 @@ def default_socket_path(store_dir: str, env: dict[str, str] | os._Environ[str] |
         home = env.get("HOME")
         if home and os.path.abspath(store_dir) == os.path.join(os.path.abspath(home), ".relay"):
             return os.path.join(runtime, "relay", SOCKET_NAME)
+        import hashlib  # here, not at the top: it loads OpenSSL (~4 MiB) for a rare case
+
         digest = hashlib.sha256(os.path.abspath(store_dir).encode()).hexdigest()[:12]
         return os.path.join(runtime, "relay", f"relayd-{digest}.sock")
     return os.path.join(store_dir, SOCKET_NAME)

@@ -7,39 +7,14 @@ peers keep decoding.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import msgspec
 
-from .errors import InvalidName, UsageError
+from .names import AGENT_NAME_RE, PRIORITIES, check_agent_name, normalize_priority  # noqa: F401  (re-exported)
 
 Priority = Literal["low", "normal", "high", "urgent"]
-PRIORITIES: tuple[str, ...] = ("low", "normal", "high", "urgent")
-_PRIORITY_ALIASES = {"critical": "urgent"}  # IGNITE's top level (seed 003)
-
-AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 SUBJECT_DEFAULT_CHARS = 80
-
-
-def check_agent_name(name: str, what: str = "agent name") -> str:
-    """Agent names become directory names, so only this shape is ever accepted."""
-    if not isinstance(name, str) or not AGENT_NAME_RE.fullmatch(name):
-        shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:77]}..."
-        raise InvalidName(
-            f"invalid {what} {shown!r}: use 1-64 characters a-z, 0-9, '_' or '-', starting with a letter or digit",
-            name=shown,
-        )
-    return name
-
-
-def normalize_priority(value: str | None) -> str:
-    if value is None:
-        return "normal"
-    lowered = _PRIORITY_ALIASES.get(value.lower(), value.lower())
-    if lowered not in PRIORITIES:
-        raise UsageError(f"invalid priority {value!r}: use one of {', '.join(PRIORITIES)}")
-    return lowered
 
 
 class Message(msgspec.Struct, kw_only=True):
