@@ -7,14 +7,13 @@ hands out the complete lines written since. What wakes the tail up is either rel
 serves this store, inotify on the agent's directory (the directory, so that a rotation,
 which renames the file, is seen too). The daemon is looked for again every few seconds.
 
-Bursts are coalesced: the first message opens a short window, everything arriving in it
-goes out as one notification, and notifications are spaced out, so a flood of mail costs
-the session a few events rather than hundreds.
+Bursts are coalesced: after a quiet spell a new message is announced at once, but
+notifications are spaced at least MIN_INTERVAL_SECONDS apart and whatever arrives in
+between goes out as one, so a flood of mail costs the session a few events, not hundreds.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import socket
@@ -26,10 +25,9 @@ import msgspec
 
 from relayd import __version__, layout, protocol
 
-log = logging.getLogger("relay-mcp")
+from . import logs
 
-COALESCE_SECONDS = 0.05  # wait this long after the first new message for more
-MIN_INTERVAL_SECONDS = 0.5  # and leave at least this much between two notifications
+MIN_INTERVAL_SECONDS = 0.5  # between two notifications; what arrives meanwhile is batched
 MAX_LISTED = 5  # messages described in one notification; the rest are counted
 PREVIEW_CHARS = 160
 DAEMON_RETRY_SECONDS = 2.0
@@ -165,7 +163,7 @@ class DaemonLink:
             if not isinstance(answer, protocol.Subscribed):
                 raise ConnectionError(f"relayd answered subscribe with {type(answer).__name__}")
         except (OSError, ConnectionError) as exc:
-            log.debug("no relayd subscription: %s", exc)
+            logs.debug(f"no relayd subscription: {exc}")
             sock.close()
             return None
         sock.setblocking(False)
@@ -260,14 +258,16 @@ class Follower(threading.Thread):
             while not self._stop.is_set():
                 self._step()
         except Exception:  # the session must go on without push delivery rather than die
-            log.exception("inbox follower stopped")
+            import traceback
+
+            logs.info(f"inbox follower stopped:\n{traceback.format_exc()}")
 
     def _connect(self, now: float) -> None:
         if self.link is None and now >= self.next_daemon_try:
             self.next_daemon_try = now + DAEMON_RETRY_SECONDS
             self.link = DaemonLink.connect(self.socket_path, self.store_dir, self.agent)
             if self.link is not None:
-                log.info("following %s's inbox through relayd", self.agent)
+                logs.info(f"following {self.agent}'s inbox through relayd")
                 self.mode = "daemon"
                 self._close_watch()
                 self._collect()  # whatever arrived while nothing was watching
@@ -278,7 +278,7 @@ class Follower(threading.Thread):
                 self.watch = None  # no such agent directory (yet); the backstop keeps looking
             else:
                 if self.mode != "inotify":
-                    log.info("following %s's inbox with inotify (relayd is not running)", self.agent)
+                    logs.info(f"following {self.agent}'s inbox with inotify (relayd is not running)")
                 self.mode = "inotify"
                 self._collect()
 
@@ -291,7 +291,8 @@ class Follower(threading.Thread):
         fresh = self.tail.drain()
         if fresh:
             if not self.pending:
-                self.emit_at = max(time.monotonic() + COALESCE_SECONDS, self.last_emit + MIN_INTERVAL_SECONDS)
+                # After a quiet spell the first message goes out at once; during a burst the rest wait.
+                self.emit_at = max(time.monotonic(), self.last_emit + MIN_INTERVAL_SECONDS)
             self.pending.extend(fresh)
 
     def _step(self) -> None:
@@ -315,7 +316,7 @@ class Follower(threading.Thread):
             try:
                 self.link.events()  # any inbox event for us means: look at the file
             except (ConnectionError, OSError):
-                log.info("relayd went away; falling back to inotify")
+                logs.info("relayd went away; falling back to inotify")
                 self.link.close()
                 self.link = None
                 self.next_daemon_try = 0.0

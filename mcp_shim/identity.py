@@ -7,23 +7,24 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from relayd import layout
 from relayd.errors import InvalidName
-from relayd.records import check_agent_name
+from relayd.names import check_agent_name
 
 
 class IdentityError(Exception):
     """relay-mcp cannot start: the message is the one line printed on stderr."""
 
 
-@dataclass(frozen=True)
 class Identity:
-    role: str
-    store_dir: str
-    socket_path: str
-    session: str | None
+    __slots__ = ("role", "store_dir", "socket_path", "session")
+
+    def __init__(self, role: str, store_dir: str, socket_path: str, session: str | None) -> None:
+        self.role = role
+        self.store_dir = store_dir
+        self.socket_path = socket_path
+        self.session = session
 
 
 def from_env(env: dict[str, str] | os._Environ[str] | None = None) -> Identity:

@@ -13,7 +13,6 @@ protocol itself (bad JSON, unknown method, unknown tool) are JSON-RPC errors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
@@ -59,15 +58,16 @@ def declares_channel(capabilities: Any) -> bool:
     return isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental
 
 
-@dataclass
 class ToolOutcome:
-    structured: dict[str, Any] | None
-    text: str
-    is_error: bool = False
-    notice: str | None = None
+    __slots__ = ("structured", "text", "is_error", "notice")
+
+    def __init__(self, structured: dict[str, Any] | None, text: str, is_error: bool = False, notice: str | None = None) -> None:
+        self.structured = structured
+        self.text = text
+        self.is_error = is_error
+        self.notice = notice
 
 
-@dataclass
 class Session:
     """One client connection's protocol state.
 
@@ -76,17 +76,22 @@ class Session:
     is called once, the first time the client declares the channel capability.
     """
 
-    server_info: dict[str, str]
-    instructions: str
-    list_tools: Callable[[bool], list[dict[str, Any]]]
-    call_tool: Callable[[str, Any], ToolOutcome]
-    on_channel_support: Callable[[], None] = lambda: None
-    version: str | None = None  # negotiated by initialize; None until then
-    channel: bool = False
-    _handlers: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._handlers = {
+    def __init__(
+        self,
+        server_info: dict[str, str],
+        instructions: str,
+        list_tools: Callable[[bool], list[dict[str, Any]]],
+        call_tool: Callable[[str, Any], ToolOutcome],
+        on_channel_support: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.server_info = server_info
+        self.instructions = instructions
+        self.list_tools = list_tools
+        self.call_tool = call_tool
+        self.on_channel_support = on_channel_support
+        self.version: str | None = None  # negotiated by initialize; None until then
+        self.channel = False
+        self._handlers: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
             "ping": lambda params, modern: {},
