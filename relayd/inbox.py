@@ -76,12 +76,9 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if not p.to:
         raise UsageError("no recipient: give an agent name or --broadcast")
     seen: list[str] = []
-    known = None
     for name in p.to:
         check_agent_name(name, "recipient")
-        if known is None:
-            known = set(store.known_agents())
-        if name not in known:
+        if not store.is_agent(name):
             raise store.unknown_agent(name)
         if name not in seen:
             seen.append(name)

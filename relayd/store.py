@@ -95,17 +95,26 @@ class Store:
         except FileNotFoundError:
             raise self.unknown_agent(name) from None
 
-    def known_agents(self) -> list[str]:
+    def is_agent(self, name: str) -> bool:
+        """Registered: a real directory (never a symlink) under agents/ holding meta.json.
+
+        One lookup, so a send does not pay for listing every agent."""
         agents = self.top(layout.AGENTS)
+        try:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=agents.fd, follow_symlinks=False).st_mode):
+                return False
+            return stat.S_ISREG(os.stat(f"{name}/{layout.META}", dir_fd=agents.fd).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def known_agents(self) -> list[str]:
         names = []
-        for entry in agents.listdir():
+        for entry in self.top(layout.AGENTS).listdir():
             try:
                 check_agent_name(entry)
             except InvalidName:
                 continue
-            if os.path.isfile(os.path.join(agents.path, entry, layout.META)) and not os.path.islink(
-                os.path.join(agents.path, entry)
-            ):
+            if self.is_agent(entry):
                 names.append(entry)
         return sorted(names)
 
