@@ -255,12 +255,33 @@ class Follower(threading.Thread):
 
     def run(self) -> None:
         try:
+            self._announce_waiting()
             while not self._stop.is_set():
                 self._step()
         except Exception:  # the session must go on without push delivery rather than die
             import traceback
 
             logs.info(f"inbox follower stopped:\n{traceback.format_exc()}")
+
+    def _announce_waiting(self) -> None:
+        """Mail that arrived before this session started is announced once, as a count."""
+        from relayd.client import Client
+        from relayd.errors import RelayError
+
+        try:
+            with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
+                waiting = client.call("unread", {"agent": self.agent})["unread"]
+        except RelayError as exc:
+            logs.debug(f"no unread count at start: {exc}")
+            return
+        if waiting > 0:
+            self.last_emit = time.monotonic()
+            self.emit(
+                {
+                    "content": f"{waiting} unread message{'s' if waiting != 1 else ''} waiting from before this session. Call check_inbox to read {'them' if waiting != 1 else 'it'}.",
+                    "meta": {"count": str(waiting)},
+                }
+            )
 
     def _connect(self, now: float) -> None:
         if self.link is None and now >= self.next_daemon_try:

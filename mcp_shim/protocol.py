@@ -73,7 +73,9 @@ class Session:
 
     `call_tool(name, arguments)` runs a tool and returns a ToolOutcome; it raises
     RpcError(INVALID_PARAMS) for a tool that does not exist. `on_channel_support()`
-    is called once, the first time the client declares the channel capability.
+    is called once, when a client that declared the channel capability is ready for
+    notifications: after `notifications/initialized` in the handshake era, at its first
+    request in the 2026-07-28 era.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Session:
         self.on_channel_support = on_channel_support
         self.version: str | None = None  # negotiated by initialize; None until then
         self.channel = False
+        self._announced = False
         self._handlers: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = {
             "initialize": self._initialize,
             "server/discover": self._discover,
@@ -106,6 +109,8 @@ class Session:
             return error_response(message.get("id") if isinstance(message, dict) else None, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
         method = message.get("method")
         if "id" not in message:
+            if method == "notifications/initialized":
+                self._ready()
             return None  # a notification (initialized, cancelled, ...): nothing to answer
         request_id = message["id"]
         if not isinstance(method, str):
@@ -148,11 +153,16 @@ class Session:
         if META_CLIENT_CAPABILITIES not in meta:
             raise RpcError(INVALID_PARAMS, f"params._meta is missing the required envelope key {META_CLIENT_CAPABILITIES}")
         self._note_capabilities(meta[META_CLIENT_CAPABILITIES])
+        self._ready()
         return True
 
     def _note_capabilities(self, capabilities: Any) -> None:
-        if not self.channel and declares_channel(capabilities):
+        if declares_channel(capabilities):
             self.channel = True
+
+    def _ready(self) -> None:
+        if self.channel and not self._announced:
+            self._announced = True
             self.on_channel_support()
 
     def structured(self, modern: bool) -> bool:

@@ -328,6 +328,21 @@ async def test_channel_event_reaches_a_capable_client(mode: str, daemon: Any, re
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_mail_waiting_from_before_the_session_is_announced_once(mode: str, team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
+    relayctl("send", "storm", "first", agent="overlord")
+    relayctl("send", "storm", "second", agent="glacier")
+    inbox = ChannelInbox()
+    async with mcp_client(relay_env, "storm", mode, channel=inbox) as storm:
+        if mode != "legacy":
+            await storm.call_tool("check_hub_status", {})
+        await inbox.wait(5.0)
+        [notice] = inbox.events
+        assert notice.meta == {"count": "2"} and "check_inbox" in notice.content
+        assert len(structured(await storm.call_tool("check_inbox", {}))["messages"]) == 2
+
+
+@pytest.mark.anyio
 async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: dict[str, str], channel_capable: None) -> None:
     from relayd import ops
     from relayd.store import Store
