@@ -40,6 +40,7 @@ class PatternError(UsageError):
 # -- character sets -----------------------------------------------------------------------
 
 
+@lru_cache(maxsize=65536)
 def _intersect(a: Charset, b: Charset) -> Charset:
     out = []
     i = j = 0
@@ -99,6 +100,7 @@ Atom = str | Charset  # STAR or a one-character set
 Segment = str | tuple[Atom, ...]  # GLOBSTAR or the atoms of one segment
 
 
+@lru_cache(maxsize=8192)
 def normalize(pattern: str) -> str:
     """The canonical text of a pattern (used for the reservation key and display)."""
     return _parse(pattern)[0]
@@ -202,8 +204,6 @@ class Glob:
     text: str
     literal: bool  # no wildcard at all: the pattern is one path
     path: str  # that path, when literal
-    prefix: str  # every matching path starts with this
-    suffix: str  # ... and ends with this
     start: int
     moves: tuple[tuple[tuple[Charset, int], ...], ...]  # per state: (label, target)
     accepting: frozenset[int]
@@ -287,20 +287,7 @@ def compile_glob(pattern: str) -> Glob:
     moves, final = _remove_epsilons(b, accepting)
     flat = _flatten(segments)
     literal = None not in flat
-    path = "".join(flat) if literal else ""
-    head = flat.index(None) if not literal else len(flat)
-    tail = len(flat) - flat[::-1].index(None) if not literal else 0
-    return Glob(
-        text=text,
-        literal=literal,
-        path=path,
-        # `a/**` also matches `a`, `**/b` also matches `b`: the slash next to `**` is dropped.
-        prefix=path if literal else "".join(flat[:head]).rstrip("/"),
-        suffix=path if literal else "".join(flat[tail:]).lstrip("/"),
-        start=start,
-        moves=moves,
-        accepting=final,
-    )
+    return Glob(text=text, literal=literal, path="".join(flat) if literal else "", start=start, moves=moves, accepting=final)
 
 
 def _flatten(segments: tuple[Segment, ...]) -> list[str | None]:
@@ -340,7 +327,7 @@ def _remove_epsilons(b: _Builder, accepting: set[int]) -> tuple[tuple[tuple[tupl
 def witness(a: Glob, b: Glob) -> str | None:
     """The shortest path that matches both, or None when no path does."""
     start = (a.start, b.start, True)
-    parent: dict[tuple[int, int, bool], tuple[tuple[int, int, bool], str] | None] = {start: None}
+    parent: dict[tuple[int, int, bool], tuple[tuple[int, int, bool], Charset] | None] = {start: None}
     queue = deque([start])
     while queue:
         node = queue.popleft()
@@ -348,8 +335,8 @@ def witness(a: Glob, b: Glob) -> str | None:
         if not at_start and qa in a.accepting and qb in b.accepting:
             chars = []
             while parent[node] is not None:
-                node, ch = parent[node]  # type: ignore[misc]
-                chars.append(ch)
+                node, label = parent[node]  # type: ignore[misc]
+                chars.append(_pick(label))
             return "".join(reversed(chars))
         for label_a, ta in a.moves[qa]:
             for label_b, tb in b.moves[qb]:
@@ -361,7 +348,7 @@ def witness(a: Glob, b: Glob) -> str | None:
                     continue
                 nxt = (ta, tb, is_slash)
                 if nxt not in parent:
-                    parent[nxt] = (node, "/" if is_slash else _pick(label))
+                    parent[nxt] = (node, label)
                     queue.append(nxt)
     return None
 
@@ -369,26 +356,52 @@ def witness(a: Glob, b: Glob) -> str | None:
 _overlap_cache: dict[tuple[str, str], bool] = {}
 
 
-def overlaps(a: Glob, b: Glob) -> bool:
-    """Exact: True iff some path matches both patterns."""
-    pa, pb = a.prefix, b.prefix
-    if not (pa.startswith(pb) or pb.startswith(pa)):
+@lru_cache(maxsize=16384)
+def _ends(text: str) -> tuple[bool, str, str]:
+    """(no wildcard at all, literal prefix, literal suffix) of a normalized pattern, cheaply.
+
+    Every path the pattern matches starts with the prefix and ends with the suffix: the
+    prefix stops before the first `*?[\\`, the suffix starts after the last `*?]\\` (text
+    after the last `]` is outside every set). The slash next to a `**` is dropped, since
+    `a/**` also matches `a` and `**/b` also matches `b`.
+    """
+    first = min((i for i in (text.find(ch) for ch in "*?[\\") if i >= 0), default=-1)
+    if first < 0:
+        return True, text, text
+    last = max(text.rfind(ch) for ch in "*?]\\")
+    return False, text[:first].rstrip("/"), text[last + 1 :].lstrip("/")
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """Exact: True iff some path matches both patterns (any spelling)."""
+    return normalized_overlap(normalize(a), normalize(b))
+
+
+def normalized_overlap(a: str, b: str) -> bool:
+    """`patterns_overlap` for patterns already in normal form (as reservations store them)."""
+    literal_a, prefix_a, suffix_a = _ends(a)
+    literal_b, prefix_b, suffix_b = _ends(b)
+    if not (prefix_a.startswith(prefix_b) or prefix_b.startswith(prefix_a)):
         return False
-    sa, sb = a.suffix, b.suffix
-    if not (sa.endswith(sb) or sb.endswith(sa)):
+    if not (suffix_a.endswith(suffix_b) or suffix_b.endswith(suffix_a)):
         return False
-    if a.literal:
-        return a.path == b.path if b.literal else b.matches(a.path)
-    if b.literal:
-        return a.matches(b.path)
-    key = (a.text, b.text) if a.text <= b.text else (b.text, a.text)
+    if literal_a and literal_b:
+        return a == b
+    key = (a, b) if a <= b else (b, a)
     found = _overlap_cache.get(key)
     if found is None:
         if len(_overlap_cache) > 65536:
             _overlap_cache.clear()
-        found = _overlap_cache[key] = witness(a, b) is not None
+        ga, gb = compile_glob(a), compile_glob(b)
+        if ga.literal:
+            found = gb.matches(ga.path)
+        elif gb.literal:
+            found = ga.matches(gb.path)
+        else:
+            found = witness(ga, gb) is not None
+        _overlap_cache[key] = found
     return found
 
 
-def patterns_overlap(a: str, b: str) -> bool:
-    return overlaps(compile_glob(a), compile_glob(b))
+def overlaps(a: Glob, b: Glob) -> bool:
+    return normalized_overlap(a.text, b.text)

@@ -20,7 +20,7 @@ import msgspec
 
 from . import layout
 from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
-from .globs import compile_glob, normalize, overlaps
+from .globs import PatternError, normalize, normalized_overlap
 from .ops import operation
 from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
 from .store import Store
@@ -45,9 +45,16 @@ def check_repo(repo: str | None) -> str:
     return os.path.normpath(repo)
 
 
+_ISO_LEN = len("2026-02-16T06:08:00.000Z")
+
+
 def is_expired(r: Reservation, reference=None) -> bool:
+    moment = reference or now()
+    stamp = r.expires_at
+    if len(stamp) == _ISO_LEN and stamp.endswith("Z"):
+        return stamp <= to_iso(moment)  # relay's own fixed-width format sorts as text
     try:
-        return parse_iso(r.expires_at) <= (reference or now())
+        return parse_iso(stamp) <= moment
     except UsageError:
         return True  # an unreadable expiry cannot hold anything
 
@@ -78,18 +85,21 @@ def _read(folder, name: str) -> Reservation | None:
 
 
 def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[Reservation]:
-    """The reservations that keep `candidate` from being taken."""
-    mine = compile_glob(candidate.pattern)
+    """The reservations that keep `candidate` from being taken (cheapest tests first)."""
     reference = now()
-    return [
-        other
-        for other in existing
-        if other.repo == candidate.repo
-        and other.agent != candidate.agent
-        and (candidate.exclusive or other.exclusive)
-        and not is_expired(other, reference)
-        and overlaps(mine, compile_glob(other.pattern))
-    ]
+    stamp = to_iso(reference)
+    found = []
+    for other in existing:
+        if other.repo != candidate.repo or other.agent == candidate.agent or not (candidate.exclusive or other.exclusive):
+            continue
+        if other.expires_at <= stamp if len(other.expires_at) == _ISO_LEN else is_expired(other, reference):
+            continue
+        try:
+            if normalized_overlap(candidate.pattern, other.pattern):
+                found.append(other)
+        except PatternError:
+            continue  # a hand-edited file with a broken pattern holds nothing
+    return found
 
 
 def describe(r: Reservation) -> str:
