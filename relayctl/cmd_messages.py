@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
 from relayd.records import PRIORITIES
 
 from .context import read_body, settings

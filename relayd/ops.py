@@ -60,7 +60,9 @@ def decode_params(op: Operation, params: object) -> msgspec.Struct:
 
 
 def lookup(name: str) -> Operation:
-    found = table().get(name)
+    # A caller that imported the operation's module already skips importing all the others
+    # (relayctl starts faster); anything else loads the full table.
+    found = _REGISTRY.get(name) or table().get(name)
     if found is None:
         raise UsageError(f"unknown operation {name!r}; known: {', '.join(sorted(table()))}", op=name)
     return found
