@@ -106,6 +106,7 @@ def send_to_channel_event(store: str, sock: str, count: int) -> list[float]:
         for server, capabilities in ((sender, {}), (receiver, {"experimental": {"claude/channel": {}}})):
             server.send(msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "bench", "version": "1"}}}) + b"\n")
             server.until(lambda m: m.get("id") == 1)
+            server.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         _call(sender, 2, "check_hub_status", {})  # first call loads the store client
         time.sleep(0.3)  # let the receiver settle on its wake-up source (relayd or inotify)
         samples = []
