@@ -3,6 +3,7 @@ matcher (fnmatch per segment, recursion for `**`)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from fnmatch import fnmatchcase
 
@@ -141,3 +142,25 @@ def test_brute_force_against_an_independent_matcher(a: str, b: str, paths: list[
 @given(_pattern, _pattern)
 def test_overlap_is_symmetric(a: str, b: str) -> None:
     assert patterns_overlap(a, b) is patterns_overlap(b, a)
+
+
+def _small_universe() -> list[str]:
+    segments = [a + b for a in "ab." for b in ["", *"ab."]]
+    paths = list(segments)
+    for depth in (2, 3):
+        paths += ["/".join(p) for p in itertools.product(segments, repeat=depth)]
+    return paths
+
+
+SMALL_UNIVERSE = _small_universe()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_pattern, _pattern)
+def test_no_overlap_means_no_path_in_a_whole_small_universe(a: str, b: str) -> None:
+    """Every path of up to 3 segments of up to 2 characters from {a, b, .}: none may match
+    both patterns when the automata say they do not overlap."""
+    if patterns_overlap(a, b):
+        return
+    both = [path for path in SMALL_UNIVERSE if ref_match(a, path) and ref_match(b, path)]
+    assert both == [], (a, b, both[:3])
