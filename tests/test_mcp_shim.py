@@ -376,6 +376,35 @@ async def test_no_channel_events_for_a_client_that_did_not_ask(team: None, relay
     assert inbox.events == []
 
 
+@pytest.mark.anyio
+async def test_mcp_config_files_start_the_servers_claude_code_would(team: None, relay_env: dict[str, str], relayctl: Any, short_tmp: Any, channel_capable: None) -> None:
+    """README's setup: `relayctl mcp-config --preset overlord --out-dir DIR`, then each pane's
+    server is started exactly as its file says."""
+    out = short_tmp / "cfg"
+    relayctl("--socket", relay_env["RELAY_SOCKET"], "mcp-config", "--preset", "overlord", "--out-dir", str(out))
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{role}.json" for role in OVERLORD)
+    printed = msgspec.json.decode(relayctl("mcp-config", "--role", "inferno", "--session", "agent:main:main").stdout)
+    assert printed["mcpServers"]["relay"]["env"] == {
+        "OVLD_ROLE": "inferno",
+        "RELAY_DIR": relay_env["RELAY_DIR"],
+        "RELAY_SOCKET": relay_env["RELAY_SOCKET"],  # RELAY_SOCKET is set in this environment
+        "OVLD_SESSION": "agent:main:main",
+    }
+
+    def configured(role: str) -> StdioServerParameters:
+        entry = msgspec.json.decode((out / f"{role}.json").read_bytes())["mcpServers"]["relay"]
+        assert entry["env"]["OVLD_ROLE"] == role and entry["env"]["RELAY_SOCKET"] == relay_env["RELAY_SOCKET"]
+        return StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"])
+
+    inbox = ChannelInbox()
+    async with Client(configured("inferno"), mode="legacy", client_info=Implementation(name=CHANNEL_CLIENT, version="1"), extensions=[inbox]) as inferno:
+        async with Client(configured("strategist"), mode="legacy") as strategist:
+            await strategist.call_tool("send_message", {"to": "inferno", "subject": "auth", "body": "take the auth task"})
+        await inbox.wait(5.0)
+        assert inbox.events[0].meta["from"] == "strategist"
+        assert [m["body"] for m in structured(await inferno.call_tool("check_inbox", {}))["messages"]] == ["take the auth task"]
+
+
 # -- the raw process ---------------------------------------------------------------------
 
 
@@ -504,3 +533,19 @@ def test_push_follows_relayd_going_and_coming_back(team: None, relay_env: dict[s
         if daemon is not None:
             stop_relayd(daemon)
         assert shim.close() == 0
+
+
+@pytest.mark.parametrize(
+    "args, complaint",
+    [
+        ((), "--role"),
+        (("--role", "Not A Name"), "invalid role"),
+        (("--role", "inferno", "--preset", "overlord"), "not both"),
+        (("--role", "inferno", "--out-dir", "x"), "--preset"),
+    ],
+)
+def test_mcp_config_refuses_bad_input_in_one_line(relayctl: Any, args: tuple[str, ...], complaint: str) -> None:
+    proc = relayctl("mcp-config", *args, check=False)
+    assert proc.returncode in (1, 2) and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and complaint in lines[0]
