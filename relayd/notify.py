@@ -61,6 +61,27 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
     return outcomes
 
 
+def agents_awaiting_trigger(store) -> list[str]:
+    """Agents with a pane/cmd mechanism, unread mail and no pending flag: a trigger that was
+    skipped (copy mode) or failed. A timer passes them to notify_new_messages to retry."""
+    from .agents import read_meta
+    from .inbox import UnreadParams, unread
+
+    waiting = []
+    for name in store.known_agents():
+        try:
+            with store.agent_dir(name) as agent:
+                meta = read_meta(agent)
+                kind = ((meta.notify if meta else None) or "none").partition(":")[0]
+                if kind not in ("tmux", "zellij", "cmd") or agent.exists(layout.PENDING):
+                    continue
+            if unread(store, UnreadParams(agent=name)).unread:
+                waiting.append(name)
+        except Exception:  # an agent being removed or a damaged meta.json: skip it this round
+            continue
+    return waiting
+
+
 def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
     from .agents import read_meta
 

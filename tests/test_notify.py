@@ -195,3 +195,19 @@ def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir:
         assert not (store_dir / "agents" / "overlord" / "pending").exists()
         assert notify_new_messages(store, ["overlord", "nobody"])[0]["skipped"]
         assert notify_new_messages(store, ["nobody"])[0]["ok"] is False  # reported, never raised
+
+
+def test_a_skipped_trigger_is_found_again_for_retry(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    from relayd.notify import agents_awaiting_trigger
+
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    relayctl("register", "storm", "--notify", "channel")
+    tmux("copy-mode", "-t", tmux.pane)
+    relayctl("send", "glacier", "while copying", agent="sender")
+    relayctl("send", "storm", "not a pane agent", agent="sender")
+    with Store(str(store_dir)) as store:
+        assert agents_awaiting_trigger(store) == ["glacier"]
+        tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+        assert [o["ok"] for o in notify_new_messages(store, agents_awaiting_trigger(store))] == [True]
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+        assert agents_awaiting_trigger(store) == []  # triggered: pending until read
