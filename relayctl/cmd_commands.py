@@ -47,9 +47,11 @@ def render_command(c: dict) -> str:
     return f"{c['id']}  {c['status']:<8}  {c['from']} → {c['target_session']}  {text}{by if c['status'] != 'pending' else ''}"
 
 
-@click.group(cls=CmdGroup, help=GROUP_HELP, subcommand_metavar="SESSION COMMAND [ARGS]... | consume | done | list | show")
-def cmd() -> None:
-    pass
+@click.group(cls=CmdGroup, help=GROUP_HELP, subcommand_metavar="SESSION COMMAND [ARGS]... | consume | done | list | show", invoke_without_command=True)
+@click.pass_context
+def cmd(ctx: click.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 @cmd.command()

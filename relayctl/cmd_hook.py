@@ -26,14 +26,17 @@ BODY_MAX = 3000
 PREVIEW = 50
 
 
-@click.group()
-def hook() -> None:
+@click.group(invoke_without_command=True)
+@click.pass_context
+def hook(ctx: click.Context) -> None:
     """Integrations that run as hooks of an agent program.
 
     \b
     Examples:
       relayctl --agent inferno hook claude < event.json
     """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 @hook.command()
