@@ -59,6 +59,7 @@ class Shim:
         self.identity = identity
         self.out = out
         self._client: Any = None
+        self._mode = ""  # "daemon" or "direct", as last reported on stderr
         self._known = False
         self.follower: Any = None
         self.push = os.environ.get("RELAY_MCP_CHANNEL", "auto").lower()
@@ -76,7 +77,12 @@ class Shim:
             from relayd.client import Client
 
             self._client = Client(self.identity.store_dir, self.identity.socket_path, name="relay-mcp")
-        return self._client.call(op, params)
+        try:
+            return self._client.call(op, params)
+        finally:
+            if self._client.mode != self._mode:
+                self._mode = self._client.mode
+                logs.info("store operations go through relayd" if self._mode == "daemon" else "store operations run on the files (relayd is not running)")
 
     def seen(self) -> None:
         """Refresh last-seen; a role nobody registered yet is registered now (seed 002)."""

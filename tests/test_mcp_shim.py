@@ -211,11 +211,14 @@ async def test_team_scenario(mode: str, daemon: Any, relay_env: dict[str, str]) 
         text = unknown.content[0].text
         assert "nobody" in text and all(name in text for name in OVERLORD)
         assert (await strategist.call_tool("get_status", {"role": "nobody"})).is_error
+    with open(server_log(relay_env, "strategist")) as fh:
+        logged = fh.read()
+    assert ("store operations go through relayd" in logged) == (daemon is not None), logged
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
-async def test_broadcast_reaches_the_five_others(mode: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+async def test_broadcast_reaches_the_five_others(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any) -> None:
     async with mcp_client(relay_env, "overlord", mode) as overlord:
         result = await overlord.call_tool("broadcast", {"subject": "sync", "body": "standup in 5"})
         await check_against_schema(overlord, "broadcast", result)
