@@ -163,7 +163,29 @@ class Shim:
                 self.out.write(reply)
 
 
-def main() -> int:
+USAGE = """usage: relay-mcp
+
+An MCP server on stdio for one agent of a relay team; MCP clients such as Claude Code
+start it (see `relayctl mcp-config`). Configured by the environment:
+  OVLD_ROLE or RELAY_AGENT    the agent this session speaks for (required)
+  RELAY_DIR or OVLD_RELAY_DIR the store (default ~/.relay)
+  RELAY_SOCKET                relayd's socket
+  OVLD_SESSION                the terminal session the role runs in
+  RELAY_MCP_CHANNEL           auto | on | off: push new mail as channel events
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    if args == ["--version"]:
+        sys.stdout.write(f"relay-mcp {__version__}\n")
+        return 0
+    if args:
+        logs.info(f"error: relay-mcp takes no arguments (got {' '.join(args)}); see relay-mcp --help")
+        return 2
     try:
         identity = from_env()
     except IdentityError as exc:
