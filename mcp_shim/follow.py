@@ -33,7 +33,32 @@ PREVIEW_CHARS = 160
 DAEMON_RETRY_SECONDS = 2.0
 BACKSTOP_SECONDS = 2.0  # re-read the inbox even without a wake-up (a lost watch, a reset store)
 _READ_CHUNK = 256 * 1024
+_MAX_LINE = 16 << 20  # a 256 KiB body stays far below this even with every character escaped
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+_RANK = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
+
+
+class Batch:
+    """New messages waiting to be announced: the first few kept whole, the rest counted,
+    so a flood of mail costs neither memory nor a long notification."""
+
+    def __init__(self) -> None:
+        self.listed: list[dict[str, Any]] = []
+        self.total = 0
+        self.priority = "low"
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.total += 1
+        if len(self.listed) < MAX_LISTED:
+            self.listed.append(message)
+        priority = str(message.get("priority") or "normal")
+        if _RANK.get(priority, 1) > _RANK.get(self.priority, 1):
+            self.priority = priority
+
+    def __bool__(self) -> bool:
+        return self.total > 0
 
 
 class InboxTail:
@@ -53,26 +78,29 @@ class InboxTail:
             return
         self.offset = os.fstat(self.fd).st_size if at_end else 0
 
-    def _read_lines(self) -> list[bytes]:
-        lines: list[bytes] = []
+    def _read_into(self, batch: Batch) -> None:
+        size = _READ_CHUNK
         while True:
-            chunk = os.pread(self.fd, _READ_CHUNK, self.offset)
-            if not chunk:
-                return lines
+            chunk = os.pread(self.fd, size, self.offset)
             end = chunk.rfind(b"\n")
             if end < 0:
-                if len(chunk) < _READ_CHUNK:
-                    return lines  # a line still being written: wait for its newline
-                self.offset += len(chunk)  # a line longer than any message may be: skip it
+                if len(chunk) < size:
+                    return  # nothing new, or a line still being written: wait for its newline
+                if size < _MAX_LINE:
+                    size *= 2  # one long message: read further
+                    continue
+                self.offset += len(chunk)  # longer than any message can be: not one of ours
                 continue
-            lines.extend(line for line in chunk[: end + 1].split(b"\n") if line)
+            for line in chunk[: end + 1].split(b"\n"):
+                if line:
+                    _decode_into(line, batch)
             self.offset += end + 1
+            size = _READ_CHUNK
 
-    def drain(self) -> list[dict[str, Any]]:
-        """Messages appended since the last call (the oldest first)."""
-        raw: list[bytes] = []
+    def drain(self, batch: Batch) -> None:
+        """Add the messages appended since the last call to `batch` (the oldest first)."""
         if self.fd >= 0:
-            raw = self._read_lines()
+            self._read_into(batch)
         try:
             current = os.stat(self.path, follow_symlinks=False).st_ino
         except OSError:
@@ -85,16 +113,7 @@ class InboxTail:
             if current is not None:
                 self._open(at_end=False)
                 if self.fd >= 0:
-                    raw.extend(self._read_lines())
-        messages = []
-        for line in raw:
-            try:
-                message = msgspec.json.decode(line)
-            except msgspec.DecodeError:
-                continue  # a corrupt line is the reader's to report; nothing to announce
-            if isinstance(message, dict) and "id" in message:
-                messages.append(message)
-        return messages
+                    self._read_into(batch)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -102,34 +121,39 @@ class InboxTail:
             self.fd = -1
 
 
+def _decode_into(line: bytes, batch: Batch) -> None:
+    try:
+        message = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return  # a corrupt line is the reader's to report; nothing to announce
+    if isinstance(message, dict) and "id" in message:
+        batch.add(message)
+
+
 def _clip(text: Any, width: int) -> str:
     flat = " ".join(str(text or "").split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-_RANK = {"low": 0, "normal": 1, "high": 2, "urgent": 3}
-
-
-def channel_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `notifications/claude/channel` params announcing `messages` (one or a burst)."""
-    first = messages[0]
-    meta = {"from": str(first.get("from", "")), "message_id": str(first.get("id", ""))}
-    meta["priority"] = max((str(m.get("priority") or "normal") for m in messages), key=lambda p: _RANK.get(p, 1))
+def channel_event(batch: Batch) -> dict[str, Any]:
+    """The `notifications/claude/channel` params announcing a batch (one message or a burst)."""
+    first = batch.listed[0]
+    meta = {"from": str(first.get("from", "")), "message_id": str(first.get("id", "")), "priority": batch.priority}
     if first.get("thread"):
         meta["thread"] = str(first["thread"])
-    if len(messages) == 1:
+    if batch.total == 1:
         subject, preview = _clip(first.get("subject"), 120), _clip(first.get("body"), PREVIEW_CHARS)
-        lines = [f"New message from {first.get('from')} ({meta['priority']}): {subject}"]
+        lines = [f"New message from {first.get('from')} ({batch.priority}): {subject}"]
         if preview != subject:  # a subject defaulted from the body would only repeat it
             lines.append(preview)
         lines.append("Call check_inbox to read it.")
         return {"content": "\n".join(lines), "meta": meta}
-    meta["count"] = str(len(messages))
-    lines = [f"{len(messages)} new messages:"]
-    for m in messages[:MAX_LISTED]:
+    meta["count"] = str(batch.total)
+    lines = [f"{batch.total} new messages:"]
+    for m in batch.listed:
         lines.append(f"- {m.get('from')}: {_clip(m.get('subject'), 80)} — {_clip(m.get('body'), 60)}")
-    if len(messages) > MAX_LISTED:
-        lines.append(f"(+{len(messages) - MAX_LISTED} more)")
+    if batch.total > len(batch.listed):
+        lines.append(f"(+{batch.total - len(batch.listed)} more)")
     lines.append("Call check_inbox to read them.")
     return {"content": "\n".join(lines), "meta": meta}
 
@@ -211,7 +235,11 @@ class InboxWatch:
 
         self.inotify = INotify()
         mask = flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
-        self.watch = self.inotify.add_watch(agent_dir, mask)
+        try:
+            self.watch = self.inotify.add_watch(agent_dir, mask)
+        except OSError:
+            self.inotify.close()
+            raise
 
     def fileno(self) -> int:
         return self.inotify.fileno()
@@ -243,7 +271,7 @@ class Follower(threading.Thread):
         self.tail = InboxTail(self.agent_dir)
         self.link: DaemonLink | None = None
         self.watch: InboxWatch | None = None
-        self.pending: list[dict[str, Any]] = []
+        self.pending = Batch()
         self.emit_at = 0.0
         self.last_emit = 0.0
         self.next_daemon_try = 0.0
@@ -309,12 +337,11 @@ class Follower(threading.Thread):
             self.watch = None
 
     def _collect(self) -> None:
-        fresh = self.tail.drain()
-        if fresh:
-            if not self.pending:
-                # After a quiet spell the first message goes out at once; during a burst the rest wait.
-                self.emit_at = max(time.monotonic(), self.last_emit + MIN_INTERVAL_SECONDS)
-            self.pending.extend(fresh)
+        was_empty = not self.pending
+        self.tail.drain(self.pending)
+        if was_empty and self.pending:
+            # After a quiet spell the first message goes out at once; during a burst the rest wait.
+            self.emit_at = max(time.monotonic(), self.last_emit + MIN_INTERVAL_SECONDS)
 
     def _step(self) -> None:
         now = time.monotonic()
@@ -346,6 +373,6 @@ class Follower(threading.Thread):
                 self._close_watch()
         self._collect()
         if self.pending and time.monotonic() >= self.emit_at:
-            batch, self.pending = self.pending, []
+            batch, self.pending = self.pending, Batch()
             self.last_emit = time.monotonic()
             self.emit(channel_event(batch))

@@ -365,6 +365,14 @@ async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: 
         assert all(len(e.content) < 1200 for e in inbox.events)
         assert structured(await glacier.call_tool("check_inbox", {}))["unread"] == 0
 
+        # One message whose stored line is far longer than a read chunk (every quote escaped).
+        with Store(relay_env["RELAY_DIR"], fsync=False) as store:
+            big = ops.call(store, "send", {"agent": "storm", "to": ["glacier"], "subject": "the whole log", "body": '"' * 200_000})
+        inbox.events.clear()
+        await inbox.wait(5.0)
+        [event] = inbox.events
+        assert event.meta["message_id"] == big["messages"][0]["id"] and len(event.content) < 400
+
 
 @pytest.mark.anyio
 async def test_no_channel_events_for_a_client_that_did_not_ask(team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
