@@ -451,6 +451,11 @@ def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: 
             b'{"jsonrpc":"2.0","id":3,"method":"ping"}',
             b'{"jsonrpc":"2.0","id":4,"method":"tools/list"}',
             b'{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}',
+            b'{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}',
+            b'{"jsonrpc":"2.0","id":7,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}',
+            b'{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"launch_missiles","arguments":{}}}',
+            b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"check_inbox","arguments":{"unexpected":1}}}',
+            b'[1, 2]',
         ]
     )
     proc = _run(env, requests + b"\n")
@@ -463,7 +468,15 @@ def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: 
     assert all("outputSchema" not in tool for tool in replies[4]["result"]["tools"])  # 2024-11-05 has none
     assert replies[5]["error"]["code"] == -32022
     assert replies[5]["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
-    assert len(replies) == 6
+    assert replies[6]["error"]["code"] == -32602 and "clientCapabilities" in replies[6]["error"]["message"]
+    discovered = replies[7]["result"]
+    assert discovered["resultType"] == "complete" and discovered["supportedVersions"] == ["2026-07-28"]
+    assert "claude/channel" in discovered["capabilities"]["experimental"] and discovered["instructions"]
+    assert discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "relay-mcp"
+    assert replies[8]["error"]["code"] == -32602 and "launch_missiles" in replies[8]["error"]["message"]
+    assert replies[9]["result"]["isError"] is True and "unexpected" in replies[9]["result"]["content"][0]["text"]
+    assert [r["error"]["code"] for r in replies[10]] == [-32600, -32600]
+    assert len(replies) == 11
 
 
 
