@@ -60,7 +60,6 @@ class Shim:
         self.out = out
         self._client: Any = None
         self._mode = ""  # "daemon" or "direct", as last reported on stderr
-        self._known = False
         self.follower: Any = None
         self.push = os.environ.get("RELAY_MCP_CHANNEL", "auto").lower()
         self.session = protocol.Session(
@@ -70,6 +69,9 @@ class Shim:
             call_tool=self.call_tool,
             on_channel_support=self.start_push,
         )
+        # `on`: treat the client as channel-capable even if it does not say so (push still
+        # starts only once the client is initialized).
+        self.session.channel = self.push in ("on", "1", "yes", "always")
 
     # -- store access ----------------------------------------------------------------
     def call(self, op: str, params: dict[str, Any]) -> Any:
@@ -96,7 +98,6 @@ class Shim:
                 params["session"] = self.identity.session
             self.call("register", params)
             logs.info(f"registered {self.identity.role} in {self.identity.store_dir}")
-        self._known = True
 
     def unread_notice(self) -> str | None:
         count = self.call("unread", {"agent": self.identity.role})["unread"]
@@ -141,8 +142,6 @@ class Shim:
 
     # -- the read loop ---------------------------------------------------------------
     def serve(self, stream: BinaryIO) -> None:
-        if self.push in ("on", "1", "yes", "always"):
-            self.start_push()
         for line in stream:
             if not line.strip():
                 continue

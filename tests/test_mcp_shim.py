@@ -573,3 +573,23 @@ def test_mcp_config_refuses_bad_input_in_one_line(relayctl: Any, args: tuple[str
     assert proc.returncode in (1, 2) and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and complaint in lines[0]
+
+
+@pytest.mark.parametrize("setting, declared, pushed", [("on", False, True), ("off", True, False)])
+def test_channel_setting_overrides_what_the_client_declares(team: None, relay_env: dict[str, str], relayctl: Any, setting: str, declared: bool, pushed: bool) -> None:
+    shim = RawShim(dict(relay_env, RELAY_MCP_CHANNEL=setting), "glacier")
+    try:
+        capabilities = {"experimental": {"claude/channel": {}}} if declared else {}
+        shim.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert shim.receive(10)["id"] == 1
+        shim.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        if pushed:
+            shim.wait_for_log("with inotify", 10)
+        relayctl("send", "glacier", "anyone home?", agent="storm")
+        if pushed:
+            assert shim.receive(1.0)["method"] == "notifications/claude/channel"
+        else:
+            with pytest.raises(TimeoutError):
+                shim.receive(1.5)
+    finally:
+        assert shim.close() == 0
