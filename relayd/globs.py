@@ -19,7 +19,7 @@ segments, so the product also tracks "at a segment start" and refuses `/` there.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .errors import UsageError
@@ -207,20 +207,36 @@ class Glob:
     start: int
     moves: tuple[tuple[tuple[Charset, int], ...], ...]  # per state: (label, target)
     accepting: frozenset[int]
+    steps: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # memo of `after`
 
     def matches(self, path: str) -> bool:
         """Does this concrete path match? (Used for literal-vs-glob checks.)"""
-        states = {self.start}
+        return not path.endswith("/") and bool(self.after(path) & self.accepting)
+
+    def after(self, text: str) -> frozenset[int]:
+        """The states reached by reading `text` from the start (empty for an empty segment).
+
+        Steps are memoized per (state set, character): a lazily built DFA, so checking many
+        similar paths against one pattern costs a dict lookup per character.
+        """
+        states = frozenset((self.start,))
+        steps = self.steps
         at_start = True
-        for ch in path:
+        for ch in text:
             code = ord(ch)
             if code == _SLASH and at_start:
-                return False  # empty segment
-            states = {t for s in states for label, t in self.moves[s] if any(lo <= code <= hi for lo, hi in label)}
-            if not states:
-                return False
+                return frozenset()  # empty segment
+            key = (states, code)
+            nxt = steps.get(key)
+            if nxt is None:
+                nxt = frozenset(t for s in states for label, t in self.moves[s] if any(lo <= code <= hi for lo, hi in label))
+                if len(steps) < 4096:
+                    steps[key] = nxt
+            if not nxt:
+                return nxt
+            states = nxt
             at_start = code == _SLASH
-        return not at_start and bool(states & self.accepting)
+        return states if text else frozenset()
 
 
 class _Builder:
@@ -392,16 +408,65 @@ def normalized_overlap(a: str, b: str) -> bool:
     if found is None:
         if len(_overlap_cache) > 65536:
             _overlap_cache.clear()
-        ga, gb = compile_glob(a), compile_glob(b)
-        if ga.literal:
-            found = gb.matches(ga.path)
-        elif gb.literal:
-            found = ga.matches(gb.path)
+        if _is_directory(a):
+            found = _covers_directory(compile_glob(b), a[:-3])
+        elif _is_directory(b):
+            found = _covers_directory(compile_glob(a), b[:-3])
+        elif literal_a:
+            found = compile_glob(b).matches(a)
+        elif literal_b:
+            found = compile_glob(a).matches(b)
         else:
-            found = witness(ga, gb) is not None
+            ga, gb = compile_glob(a), compile_glob(b)
+            if ga.literal:  # escaped wildcards only, e.g. `src/\*.go`
+                found = gb.matches(ga.path)
+            elif gb.literal:
+                found = ga.matches(gb.path)
+            else:
+                found = witness(ga, gb) is not None
         _overlap_cache[key] = found
     return found
 
 
 def overlaps(a: Glob, b: Glob) -> bool:
     return normalized_overlap(a.text, b.text)
+
+
+# -- the most common reservation, `some/dir/**`, without building a product ----------------
+
+
+def _is_directory(text: str) -> bool:
+    """`L/**` with L a plain path: it matches L and everything below L."""
+    return text.endswith("/**") and len(text) > 3 and _ends(text[:-3])[0]
+
+
+def _covers_directory(g: Glob, directory: str) -> bool:
+    """Does `g` match `directory` itself or some path below it?"""
+    if g.matches(directory):
+        return True
+    return bool(g.after(directory + "/") & _live_at_segment_start(g.text))
+
+
+@lru_cache(maxsize=8192)
+def _live_at_segment_start(text: str) -> frozenset[int]:
+    """States from which, at the start of a segment, some non-empty rest of a path is accepted."""
+    g = compile_glob(text)
+    # good[(state, at_start)]: an accepting end is reachable; solved backwards to a fixpoint.
+    good = {(q, False) for q in g.accepting}
+    changed = True
+    while changed:
+        changed = False
+        for q, moves in enumerate(g.moves):
+            for at_start in (True, False):
+                if (q, at_start) in good:
+                    continue
+                for label, t in moves:
+                    is_slash = label == SLASH
+                    if is_slash and at_start:
+                        continue
+                    if (t, is_slash) in good:
+                        good.add((q, at_start))
+                        changed = True
+                        break
+    return frozenset(q for q, at_start in good if at_start)
+

@@ -59,6 +59,12 @@ OVERLAP_TABLE = [
     ("src/[ab]", "src/[bc]", True),
     ("src/[ab]", "src/[cd]", False),
     ("tests/**", "src/**", False),
+    ("src/auth/**", "src/*/login.go", True),
+    ("src/auth/**", "src/a?th", True),
+    ("src/auth/**", "src/*.go", False),
+    ("src/auth/**", "**/*.go", True),
+    ("src/auth/**", "src/auth*/x", True),
+    ("src/auth/**", "src/[!a]*/**", False),
 ]
 
 
