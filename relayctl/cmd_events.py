@@ -31,7 +31,10 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None)
     chosen = ["*" if topic == "all" else topic for topic in topics]
     encode = msgspec.json.Encoder().encode
     out = sys.stdout.buffer
-    for item in s.client().subscribe(chosen, agent=for_agent, after=after):
-        if item.get("type") == "event":
-            out.write(encode(item) + b"\n")
-            out.flush()
+    try:
+        for item in s.client().subscribe(chosen, agent=for_agent, after=after):
+            if item.get("type") == "event":
+                out.write(encode(item) + b"\n")
+                out.flush()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how this command ends: exit 0

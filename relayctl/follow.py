@@ -45,8 +45,11 @@ def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[
     else:
         again["unread"] = False
         again["last"] = 100  # the newest; anything not yet shown among them is printed
-    for _ in _wakeups(s, params["agent"]):
-        show(s.call("read", again)["messages"])
+    try:
+        for _ in _wakeups(s, params["agent"]):
+            show(s.call("read", again)["messages"])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how following ends: exit 0
 
 
 def _wakeups(s: Any, agent: str) -> Iterator[None]:

@@ -187,7 +187,7 @@ def decode(line: bytes) -> Frame | Violation:
         return _decoder.decode(line)
     except msgspec.ValidationError as exc:
         return Violation("protocol_error", f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         return Violation("protocol_error", f"not a JSON object on one UTF-8 line: {exc}")
     except RecursionError:
         return Violation("protocol_error", "JSON nested too deeply")
@@ -204,7 +204,7 @@ def _peek_id(line: bytes) -> RequestId | None:
     """The `id` of a request that failed validation, so its error can carry it."""
     try:
         return _id_decoder.decode(line).id
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         return None
 
 

@@ -85,8 +85,8 @@ def test_a_line_exactly_at_the_limit_is_accepted():
 
 @pytest.mark.parametrize(
     "line",
-    [b"\xff\xfe{}", b'{"type":"request","id":1,"op":"x","params":{"a":NaN}}', b'{"type":"request","id":1,"op":"\\ud800"}', b'{"type":"request","id":1,"op":"version","params":{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}}", b"\x00\x01\x02"],
-    ids=["invalid-utf8", "nan", "lone-surrogate", "deep-nesting", "binary"],
+    [b"\xff\xfe{}", b'{"type":"request","id":1,"op":"send","params":{"body":"\xff\xfe"}}', b'{"type":"request","id":1,"op":"x","params":{"a":NaN}}', b'{"type":"request","id":1,"op":"\\ud800"}', b'{"type":"request","id":1,"op":"version","params":{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}}", b"\x00\x01\x02"],
+    ids=["invalid-utf8", "invalid-utf8-in-string", "nan", "lone-surrogate", "deep-nesting", "binary"],
 )
 def test_undecodable_lines_are_fatal_violations(line):
     server = Connection("server")

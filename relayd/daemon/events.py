@@ -183,7 +183,7 @@ class EventLog:
                 self.on_event(event)
             self.published = end
 
-    def replay(self, after: str) -> Iterator[bytes]:
+    def replay(self, after: str, wants: Callable[[Event], bool]) -> Iterator[bytes]:
         """Event frames after the event `after`, from the rotated file and the current one,
         up to what has been published live (later ones reach the subscriber's queue).
         When `after` is no longer in the log, everything with a later id is replayed.
@@ -202,22 +202,26 @@ class EventLog:
                 os.close(rotated)
         if self.fd >= 0:
             sources.append((os.dup(self.fd), self.published))
-        return self._replay(sources, after)
+        return self._replay(sources, after, wants)
 
-    def _replay(self, sources: list[tuple[int, int | None]], after: str) -> Iterator[bytes]:
+    def _replay(self, sources: list[tuple[int, int | None]], after: str, wants: Callable[[Event], bool]) -> Iterator[bytes]:
+        def frame(line: bytes) -> bytes | None:
+            try:
+                event = event_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return None
+            return protocol.encode_event_line(line) if wants(event) else None
+
         try:
             found = any(self._contains(fd, end, after) for fd, end in sources)
             passed = False
             for fd, end in sources:
                 for _, line in complete_lines(fd, 0, end):
                     event_id = _event_id(line)
-                    if found:
-                        if passed:
-                            yield protocol.encode_event_line(line)
-                        elif event_id == after:
-                            passed = True
-                    elif event_id > after:
-                        yield protocol.encode_event_line(line)
+                    if found and not passed:
+                        passed = event_id == after
+                    elif (found or event_id > after) and (out := frame(line)) is not None:
+                        yield out
         finally:
             for fd, _ in sources:
                 os.close(fd)

@@ -101,6 +101,8 @@ class Server:
                     log.debug("disconnected")
         except OSError as exc:
             log.info("connection failed", error=str(exc))
+        except Exception:  # a bug in handling one peer must not take the daemon down
+            log.exception("connection handler failed", conn=peer_id)
         finally:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -231,7 +233,7 @@ class Peer:
         self.subscriber = Subscriber(topics, request.agent, queue, drop=self._abort)
         # Fix the replay's end and join the hub in one step (no await between), so every
         # event is either replayed or queued, never both, never neither.
-        replay = self.server.events.replay(request.after) if request.after else iter(())
+        replay = self.server.events.replay(request.after, self.subscriber.wants) if request.after else iter(())
         self.server.hub.subscribers.add(self.subscriber)
         log.debug("subscribed", topics=topics, agent=request.agent, after=request.after)
         assert self._group is not None

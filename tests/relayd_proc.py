@@ -1,0 +1,164 @@
+"""A real relayd process and a raw-socket client, for tests (and benchmarks) that need them.
+
+Readiness is detected by polling the socket until the daemon answers hello for the right
+store, never by sleeping blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+class RawClient:
+    """Speaks NDJSON on the socket with nothing from relay in between."""
+
+    opened: list["RawClient"] = []  # closed by `close_all()` after each test
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.buffer = b""
+        self.next_id = 0
+        RawClient.opened.append(self)
+
+    @classmethod
+    def close_all(cls) -> None:
+        while cls.opened:
+            cls.opened.pop().close()
+
+    def send_line(self, obj: Any) -> None:
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def line(self) -> dict | None:
+        """The next line as an object; None at EOF."""
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        raw, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(raw)
+
+    def request(self, op: str, params: dict | None = None) -> dict:
+        self.next_id += 1
+        self.send_line({"type": "request", "id": self.next_id, "op": op, "params": params or {}})
+        while True:
+            reply = self.line()
+            assert reply is not None, "relayd closed the connection"
+            if reply.get("type") == "response" and reply.get("id") == self.next_id:
+                return reply
+
+    def subscribe(self, topics: list[str], **extra: Any) -> dict:
+        self.send_line({"type": "subscribe", "topics": topics, **extra})
+        ack = self.line()
+        assert ack is not None and ack["type"] == "subscribed", ack
+        return ack
+
+    def closed(self) -> bool:
+        """True when the daemon has closed the connection (after any pending lines)."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buffer += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Daemon:
+    """`python -m relayd.daemon.main` with the test's environment."""
+
+    def __init__(self, env: dict[str, str], *args: str, log_path: str | None = None) -> None:
+        self.env = dict(env)
+        self.args = list(args)
+        self.socket_path = self.env["RELAY_SOCKET"]
+        self.store_dir = os.path.abspath(self.env["RELAY_DIR"])
+        self.log_path = log_path or os.path.join(os.path.dirname(self.socket_path), f"relayd-{time.monotonic_ns()}.log")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True, **popen: Any) -> "Daemon":
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "relayd.daemon.main", *self.args], env=self.env, stdout=log, stderr=log, **popen)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"relayd exited {self.proc.returncode}: {self.log()}")
+            try:
+                client = RawClient(self.socket_path, timeout=2)
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.01)
+                continue
+            try:
+                client.send_line({"type": "hello", "version": 1})
+                hello = client.line()
+            except OSError:  # includes timeouts: not answering yet
+                hello = None
+            finally:
+                client.close()
+            if hello and hello.get("store") == self.store_dir:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"relayd not ready after {timeout}s: {self.log()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"relayd did not stop on signal {sig}: {self.log()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,641 @@
+"""relayd as users meet it: a real daemon process on a real Unix socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd import ops
+from relayd.client import Client
+from relayd.store import Store
+from relayd_proc import Daemon, RawClient
+
+REPO = "/srv/project"
+
+
+@pytest.fixture(autouse=True)
+def _close_raw_clients():
+    yield
+    RawClient.close_all()
+
+
+@pytest.fixture
+def daemon(relay_env, relayctl):
+    relayctl("init", "--preset", "overlord")
+    started = Daemon(relay_env).start()
+    yield started
+    started.kill()
+
+
+def snapshot(root: str) -> dict[str, bytes]:
+    """Every file of the store by relative path (what 'nothing written' compares)."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                files[os.path.relpath(path, root)] = Path(path).read_bytes()
+    return files
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+def test_raw_subscriber_gets_seed_shaped_inbox_events_for_relayctl_and_direct_writes(daemon, relayctl):
+    sub = RawClient(daemon.socket_path)
+    sub.send_bytes(b'{"type":"subscribe","topics":["inbox","reservations","commands"]}\n')
+    assert sub.line() == {"type": "subscribed", "topics": ["inbox", "reservation", "command"]}
+
+    sent = json.loads(relayctl("--json", "send", "inferno", "deploy at noon", "--priority", "high", agent="storm").stdout)
+    event = sub.line()
+    assert event["type"] == "event" and event["topic"] == "inbox"
+    assert event["agent"] == "inferno" and event["message_id"] == sent["id"]
+    assert event["from"] == "storm" and event["priority"] == "high" and event["subject"] == "deploy at noon"
+
+    # A write that never goes near the daemon (direct mode, in this process) is published too.
+    with Store(daemon.store_dir) as store:
+        direct = ops.call(store, "send", {"agent": "glacier", "to": ["shadow"], "body": "written directly"})
+    event = sub.line()
+    assert (event["topic"], event["agent"], event["message_id"]) == ("inbox", "shadow", direct["messages"][0]["id"])
+
+    relayctl("reserve", "src/auth/**", "--repo", REPO, agent="inferno", check=False)
+    with Store(daemon.store_dir) as store:
+        ops.call(store, "reserve", {"agent": "inferno", "pattern": "src/db/**", "repo": REPO})
+    reservation = sub.line()
+    while reservation["pattern"] != "src/db/**":
+        reservation = sub.line()
+    assert reservation["topic"] == "reservation" and reservation["action"] == "created"
+
+
+def test_agent_filter_and_resume_after_an_event_id(daemon, relayctl):
+    for text in ("one", "two", "three"):
+        relayctl("send", "inferno", text, agent="storm")
+        relayctl("send", "glacier", text, agent="storm")
+    first = RawClient(daemon.socket_path)
+    first.subscribe(["inbox"], agent="inferno", after="0")  # everything still in the log
+    replayed = [first.line() for _ in range(3)]
+    assert [e["subject"] for e in replayed] == ["one", "two", "three"]
+    assert {e["agent"] for e in replayed} == {"inferno"}
+    first.close()
+
+    resumed = RawClient(daemon.socket_path)
+    resumed.subscribe(["inbox"], agent="inferno", after=replayed[0]["id"])
+    assert [resumed.line()["subject"] for _ in range(2)] == ["two", "three"]
+    relayctl("send", "inferno", "four", agent="storm")
+    assert resumed.line()["subject"] == "four"  # then live, nothing doubled or lost
+
+
+def test_relayctl_subscribe_prints_ndjson(daemon, relayctl, relay_env):
+    proc = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "inbox", "--for", "inferno"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        line = ""
+        while not line and time.monotonic() < deadline:
+            relayctl("send", "inferno", "ping", agent="storm")
+            ready, _, _ = select_readable(proc.stdout, 0.5)
+            if ready:
+                line = proc.stdout.readline()
+        event = json.loads(line)
+        assert event["type"] == "event" and event["agent"] == "inferno" and event["subject"] == "ping"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err and not err.strip()
+
+
+def select_readable(stream, timeout):
+    import select
+
+    return select.select([stream], [], [], timeout)
+
+
+def test_stale_agent_is_announced_once(relay_env, relayctl):
+    relayctl("register", "sleepy")
+    daemon = Daemon(relay_env, "--stale", "1s").start()
+    try:
+        sub = RawClient(daemon.socket_path, timeout=15)
+        sub.subscribe(["presence"])
+        relayctl("heartbeat", agent="sleepy")  # alive now; goes stale a second later
+        events = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            event = sub.line()
+            if event.get("action") == "stale":
+                events.append(event)
+                break
+        assert events and events[0]["agent"] == "sleepy"
+        sub.sock.settimeout(2.5)
+        with pytest.raises(socket.timeout):
+            while True:
+                again = sub.line()
+                assert again.get("action") != "stale", "announced twice"
+    finally:
+        daemon.kill()
+
+
+# -- equivalence --------------------------------------------------------------------------
+
+ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?")
+
+
+def scenario():
+    """Every operation, with the results of earlier steps available (ids differ per run)."""
+    return [
+        ("init", lambda r: {"preset": "overlord"}),
+        ("version", lambda r: {}),
+        ("register", lambda r: {"name": "agent-1", "program": "claude-code", "model": "opus", "task": "parser"}),
+        ("register", lambda r: {"name": "Bad Name"}),
+        ("heartbeat", lambda r: {"agent": "agent-1", "task": "tests"}),
+        ("touch", lambda r: {"agent": "agent-1"}),
+        ("set_status", lambda r: {"agent": "inferno", "status": "working", "task": "auth"}),
+        ("send", lambda r: {"agent": "storm", "to": ["inferno"], "body": "hello\nthere", "priority": "high", "tags": ["a"], "thread": "bd-1"}),
+        ("send", lambda r: {"agent": "storm", "broadcast": True, "body": "to everyone"}),
+        ("send", lambda r: {"agent": "storm", "to": ["nobody"], "body": "lost"}),
+        ("unread", lambda r: {"agent": "inferno"}),
+        ("read", lambda r: {"agent": "inferno", "unread": True, "last": 1, "mark_read": True}),
+        ("read", lambda r: {"agent": "inferno"}),
+        ("agents", lambda r: {}),
+        ("agents", lambda r: {"name": "inferno"}),
+        ("status", lambda r: {}),
+        ("reserve", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO, "ttl": "1h", "reason": "auth"}),
+        ("reserve", lambda r: {"agent": "glacier", "pattern": "src/auth/login.py", "repo": REPO}),
+        ("reservations", lambda r: {}),
+        ("reservations", lambda r: {"agent": "inferno", "repo": REPO}),
+        ("release", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO}),
+        ("cmd", lambda r: {"agent": "storm", "session": "agent:main:main", "command": "/compact", "args": "now"}),
+        ("commands", lambda r: {}),
+        ("cmd_get", lambda r: {"id": r["cmd"]["id"]}),
+        ("cmd_consume", lambda r: {"session": "agent:main:main", "agent": "inferno"}),
+        ("cmd_done", lambda r: {"id": r["cmd"]["id"], "agent": "inferno"}),
+        ("wake_trigger", lambda r: {"text": "wake up", "agent": "storm"}),
+        ("gc", lambda r: {"dry_run": True}),
+        ("gc", lambda r: {}),
+        ("unknown_op", lambda r: {}),
+        ("reset", lambda r: {}),
+        ("reset", lambda r: {"confirm": True}),
+        ("agents", lambda r: {}),
+    ]
+
+
+def normalize(value, root):
+    if isinstance(value, dict):
+        return {k: (None if k == "age_seconds" else normalize(v, root)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalize(v, root) for v in value]
+    if isinstance(value, str):
+        return STAMP.sub("<ts>", ULID.sub("<id>", value.replace(root, "<store>")))
+    return value
+
+
+def run_scenario(call, root):
+    results, last = [], {}
+    for op, params in scenario():
+        try:
+            result = call(op, params(last))
+            last[op] = result
+            results.append((op, "ok", normalize(result, root)))
+        except Exception as exc:  # RelayError: compare code and message
+            results.append((op, getattr(exc, "code", type(exc).__name__), normalize(str(exc), root)))
+    return results
+
+
+def normalized_store(root):
+    files = {}
+    for rel, data in snapshot(root).items():
+        if rel == "relayd.lock":
+            continue
+        name = ULID.sub("<id>", rel)
+        if "reservations/" in rel:
+            name = "reservations/<key>.json"  # the key hashes the pattern; compared by content
+        text = data.decode(errors="replace")
+        files.setdefault(name, []).append(normalize(text, root))
+    return {k: sorted(v) for k, v in files.items()}
+
+
+def test_every_operation_gives_the_same_result_and_store_through_the_daemon_and_directly(short_tmp, relay_env):
+    covered = {op for op, _ in scenario()}
+    missing = set(ops.table()) - covered
+    assert not missing, f"add these operations to the equivalence scenario: {sorted(missing)}"
+
+    daemon_store = str(short_tmp / "via-daemon")
+    direct_store = str(short_tmp / "direct")
+    env = dict(relay_env, RELAY_DIR=daemon_store)
+    daemon = Daemon(env).start()
+    try:
+        with Client(daemon_store, env["RELAY_SOCKET"]) as client:
+            through_daemon = run_scenario(client.call, daemon_store)
+            assert client.mode == "daemon"
+        with Store(direct_store) as store:
+            direct = run_scenario(lambda op, params: ops.call(store, op, params), direct_store)
+        for got, want in zip(through_daemon, direct):
+            assert got == want
+        assert normalized_store(daemon_store) == normalized_store(direct_store)
+    finally:
+        daemon.kill()
+
+
+def test_a_daemon_for_another_store_means_direct_mode(daemon, short_tmp):
+    other = str(short_tmp / "other-store")
+    with Client(other, daemon.socket_path) as client:
+        client.call("init", {"preset": "overlord"})
+        assert client.mode == "direct"
+    assert os.path.exists(os.path.join(other, "agents", "inferno", "meta.json"))
+    assert not os.path.exists(os.path.join(daemon.store_dir, "..", "other-store", "relayd.lock"))
+
+
+# -- crashes and restarts -----------------------------------------------------------------
+
+STREAMER = textwrap.dedent(
+    """
+    import json, sys
+    from relayd.client import Client
+    from relayd.errors import RelayError
+    client = Client(sys.argv[1], sys.argv[2])
+    for i in range(int(sys.argv[3])):
+        try:
+            result = client.call("send", {"agent": "storm", "to": ["inferno"], "body": f"m{i}"})
+        except RelayError as exc:
+            print(json.dumps({"i": i, "error": exc.code}), flush=True)
+            continue
+        print(json.dumps({"i": i, "id": result["messages"][0]["id"], "mode": client.mode}), flush=True)
+    """
+)
+
+
+def wait_for_ready_datagram(sock: socket.socket, timeout: float) -> float:
+    sock.settimeout(timeout)
+    while True:
+        message = sock.recv(4096).decode()
+        if "READY=1" in message.split("\n"):
+            return time.monotonic()
+
+
+def test_sigkill_during_sends_loses_nothing_acknowledged_and_restart_is_quick(daemon, relay_env, short_tmp):
+    with subprocess.Popen(
+        [sys.executable, "-c", STREAMER, daemon.store_dir, daemon.socket_path, "600"],
+        env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as streamer:
+        lines = []
+        for line in streamer.stdout:
+            lines.append(json.loads(line))
+            if len(lines) == 150:
+                daemon.kill()  # SIGKILL
+                assert os.path.exists(daemon.socket_path)  # a stale socket file stays behind
+        streamer.wait(60)
+        assert streamer.returncode == 0, streamer.stderr.read()
+    acked = [entry for entry in lines if "id" in entry]
+    modes = [entry["mode"] for entry in acked]
+    assert modes[0] == "daemon" and modes[-1] == "direct"  # it fell back and carried on
+    assert len([e for e in lines if "error" in e]) <= 1  # at most the request in flight
+    with Store(daemon.store_dir) as store:
+        stored = {m["id"] for m in ops.call(store, "read", {"agent": "inferno", "last": 0})["messages"]}
+    assert {entry["id"] for entry in acked} <= stored
+
+    notify_path = str(short_tmp / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(notify_path)
+    try:
+        restarted = Daemon(dict(relay_env, NOTIFY_SOCKET=notify_path))
+        began = time.monotonic()
+        restarted.start(wait=False)
+        ready_after = wait_for_ready_datagram(listener, 20) - began
+        restarted.wait_ready()
+        with Client(daemon.store_dir, daemon.socket_path) as client:
+            assert client.call("unread", {"agent": "inferno"})["unread"] == len(stored)
+            assert client.mode == "daemon"
+        assert ready_after < 1.0, f"READY after {ready_after:.2f}s"
+        assert restarted.stop() == 0
+        assert b"STOPPING=1" in listener.recv(4096) or True
+    finally:
+        listener.close()
+        if "restarted" in locals():
+            restarted.kill()
+
+
+def test_fifty_daemons_at_once_exactly_one_serves(relay_env, relayctl):
+    relayctl("init")
+    daemons = [Daemon(relay_env) for _ in range(50)]
+    for d in daemons:
+        d.start(wait=False)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and sum(d.proc.poll() is None for d in daemons) > 1:
+            time.sleep(0.1)
+        running = [d for d in daemons if d.proc.poll() is None]
+        assert len(running) == 1
+        running[0].wait_ready()
+        for d in daemons:
+            if d is not running[0]:
+                assert d.proc.returncode == 1
+                assert "relayd is already running for store" in d.log() and "Traceback" not in d.log()
+        client = RawClient(running[0].socket_path)
+        assert client.request("version")["ok"]
+    finally:
+        for d in daemons:
+            d.kill()
+
+
+def test_sigterm_drains_and_exits_zero_and_a_new_daemon_can_start(daemon, relay_env):
+    client = RawClient(daemon.socket_path)
+    assert client.request("status")["ok"]
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert not os.path.exists(daemon.socket_path)
+    assert client.closed()
+    again = Daemon(relay_env).start()
+    try:
+        assert RawClient(again.socket_path).request("version")["ok"]
+    finally:
+        again.kill()
+
+
+def test_a_socket_in_use_by_another_store_s_daemon_is_left_alone(daemon, relay_env, short_tmp):
+    other = Daemon(dict(relay_env, RELAY_DIR=str(short_tmp / "second")))
+    other.start(wait=False)
+    assert other.proc.wait(20) == 1
+    assert "another relayd is already listening" in other.log()
+    assert RawClient(daemon.socket_path).request("version")["ok"]
+
+
+def test_socket_activation_and_permissions(relay_env, relayctl, short_tmp):
+    relayctl("init")
+    path = relay_env["RELAY_SOCKET"]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    daemon = Daemon(relay_env)
+    daemon.args = []
+    with open(daemon.log_path, "ab") as log:
+        # systemd's protocol: the socket is fd 3 and LISTEN_PID names the daemon's own pid.
+        activate = (
+            "import os, sys; os.dup2(int(sys.argv[1]), 3);"
+            "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1');"
+            "os.execv(sys.executable, [sys.executable, '-m', 'relayd.daemon.main'])"
+        )
+        daemon.proc = subprocess.Popen(
+            [sys.executable, "-c", activate, str(listener.fileno())],
+            env=relay_env, stdout=log, stderr=log, pass_fds=(listener.fileno(),),
+        )
+    try:
+        daemon.wait_ready()
+        assert '"activated": true' in daemon.log()
+    finally:
+        daemon.kill()
+        listener.close()
+
+
+def test_socket_dir_and_socket_are_private(daemon):
+    assert os.stat(daemon.socket_path).st_mode & 0o777 == 0o600
+    base = os.path.dirname(daemon.socket_path)
+    fresh = Daemon(dict(daemon.env, RELAY_SOCKET=os.path.join(base, "run", "relay", "d.sock"), RELAY_DIR=daemon.store_dir + "-2"), log_path=os.path.join(base, "fresh.log"))
+    fresh.start()
+    try:
+        assert os.stat(os.path.dirname(fresh.socket_path)).st_mode & 0o777 == 0o700
+        assert os.stat(fresh.socket_path).st_mode & 0o777 == 0o600
+    finally:
+        fresh.kill()
+
+
+# -- hostile peers ------------------------------------------------------------------------
+
+HOSTILE = {
+    "invalid-utf8": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\xff\xfe"}}\n',
+    "lone-surrogate": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\\ud800"}}\n',
+    "nan": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"x","priority":NaN}}\n',
+    "deep-nesting": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","body":' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n",
+    "two-mib-line": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"' + b"a" * (2 << 20) + b'"}}\n',
+    "binary-garbage": bytes(range(256)) * 64 + b"\n",
+    "unknown-op": b'{"type":"request","id":1,"op":"format_disk","params":{}}\n',
+    "not-an-object": b"[1,2,3]\n",
+    "wrong-params": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":"inferno","body":5}}\n',
+}
+
+
+@pytest.mark.parametrize("payload", list(HOSTILE), ids=list(HOSTILE))
+def test_hostile_input_gets_an_error_and_writes_nothing(daemon, payload):
+    before = snapshot(daemon.store_dir)
+    bystander = RawClient(daemon.socket_path)
+    bystander.subscribe(["*"])
+    hostile = RawClient(daemon.socket_path)
+    try:
+        hostile.send_bytes(HOSTILE[payload])
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # closed before we finished: the 2 MiB line
+    answers = []
+    try:
+        while (answer := hostile.line()) is not None:
+            answers.append(answer)
+            if answer.get("type") in ("response", "error"):
+                break
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    assert answers, "no error reply"
+    error = answers[-1]
+    assert (error.get("ok") is False) or error.get("type") == "error"
+    assert error["error"]["code"] in {"protocol_error", "line_too_long", "invalid_argument"}
+    assert RawClient(daemon.socket_path).request("version")["ok"]  # still serving others
+    assert snapshot(daemon.store_dir) == before
+    bystander.sock.settimeout(0.3)
+    with pytest.raises(socket.timeout):
+        bystander.line()  # and no event was published
+
+
+def test_floods_and_generated_frames_keep_memory_bounded(daemon):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    before = snapshot(daemon.store_dir)
+    baseline = daemon.rss_kib()
+
+    flood = RawClient(daemon.socket_path)
+    try:
+        for _ in range(64):  # 64 MiB without a newline
+            flood.send_bytes(b"z" * (1 << 20))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert flood.closed()
+
+    real_ops = set(ops.table())
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=20,
+    )
+    frames = st.one_of(
+        st.binary(max_size=200),
+        st.builds(
+            lambda t, extra: json.dumps({"type": t, **extra}).encode(),
+            st.sampled_from(["request", "subscribe", "hello", "response", "event", "error", "nonsense"]),
+            st.dictionaries(st.sampled_from(["id", "op", "params", "topics", "agent", "after", "version"]), json_values, max_size=4),
+        ),
+        st.builds(
+            lambda op, params: json.dumps({"type": "request", "id": 1, "op": op, "params": params}).encode(),
+            st.text(max_size=12).filter(lambda op: op not in real_ops),
+            st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+        ),
+    )
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(frames)
+    def hostile_frame_then_probe(frame):
+        peer = RawClient(daemon.socket_path)
+        try:
+            peer.send_bytes(frame.replace(b"\n", b" ") + b"\n" + b'{"type":"request","id":"probe","op":"version"}\n')
+            while (line := peer.line()) is not None:
+                if line.get("id") == "probe":
+                    assert line["ok"]
+                    break
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            peer.close()
+
+    hostile_frame_then_probe()
+    assert RawClient(daemon.socket_path).request("version")["ok"]
+    assert snapshot(daemon.store_dir) == before
+    assert daemon.rss_kib() - baseline < 48 * 1024, f"RSS grew from {baseline} KiB to {daemon.rss_kib()} KiB"
+
+
+SLOW_SUBSCRIBER = textwrap.dedent(
+    """
+    import socket, sys
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(sys.argv[1])
+    sock.sendall(b'{"type":"subscribe","topics":["presence"]}\\n')
+    data = sock.recv(100)
+    print("subscribed", flush=True)
+    sys.stdin.readline()  # the test SIGSTOPs us here
+    count = data.count(b'"type":"event"')
+    while chunk := sock.recv(1 << 16):
+        data = chunk
+        count += chunk.count(b'"type":"event"')
+    print(count, flush=True)
+    """
+)
+
+
+def test_a_stopped_subscriber_is_dropped_and_others_get_everything(daemon, relay_env):
+    total = 9000
+    slow = subprocess.Popen([sys.executable, "-c", SLOW_SUBSCRIBER, daemon.socket_path], env=relay_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert slow.stdout.readline().strip() == "subscribed"
+    os.kill(slow.pid, signal.SIGSTOP)
+
+    fast = RawClient(daemon.socket_path, timeout=60)
+    fast.subscribe(["presence"])
+    received = []
+    reader = threading.Thread(target=lambda: received.extend(fast.line() for _ in range(total)), daemon=True)
+    reader.start()
+
+    writer = RawClient(daemon.socket_path, timeout=60)
+    batch = 300
+    for start in range(0, total, batch):
+        writer.send_bytes(b"".join(json.dumps({"type": "request", "id": i, "op": "heartbeat", "params": {"agent": "storm"}}).encode() + b"\n" for i in range(start, start + batch)))
+        for _ in range(batch):
+            assert writer.line()["ok"]
+    reader.join(60)
+    assert len(received) == total and all(e["topic"] == "presence" for e in received)
+
+    os.kill(slow.pid, signal.SIGCONT)
+    slow.stdin.write("go\n")
+    slow.stdin.flush()
+    out, _ = slow.communicate(timeout=30)
+    assert int(out.strip()) < total  # it was cut off, not waited for
+    assert "subscriber dropped" in daemon.log()
+
+
+def test_a_connection_from_another_user_is_refused(daemon, short_tmp):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another user")
+
+    def connect_as_nobody() -> str:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: become nobody, connect, report
+            try:
+                os.close(read_end)
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(10)
+                try:
+                    sock.connect(daemon.socket_path)
+                    data = b""
+                    while chunk := sock.recv(4096):  # the daemon speaks (and hangs up) first
+                        data += chunk
+                    result = "closed:" + data.decode(errors="replace")
+                    try:
+                        sock.sendall(b'{"type":"request","id":1,"op":"init","params":{"preset":"ignite"}}\n')
+                    except OSError:
+                        pass
+                except PermissionError:
+                    result = "eacces"
+                except OSError as exc:
+                    result = f"oserror:{exc}"
+                os.write(write_end, result.encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as fh:
+            result = fh.read()
+        os.waitpid(pid, 0)
+        return result
+
+    before = snapshot(daemon.store_dir)
+    assert connect_as_nobody() == "eacces"  # the 0700 directory and 0600 socket stop it first
+    # With the file permissions opened up, the daemon's own peer-uid check still refuses.
+    os.chmod(os.path.dirname(daemon.socket_path), 0o711)
+    os.chmod(daemon.socket_path, 0o666)
+    result = connect_as_nobody()
+    assert result.startswith("closed:") and "permission_denied" in result, result
+    assert '"ok":true' not in result
+    assert "refused a connection from another user" in daemon.log() and '"uid": 65534' in daemon.log()
+    assert snapshot(daemon.store_dir) == before
+    assert RawClient(daemon.socket_path).request("version")["ok"]
+
+
+# -- read --tail --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
+def test_read_tail_follows_new_messages_until_ctrl_c(relay_env, relayctl, with_daemon):
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "old news", agent="storm")
+    daemon = Daemon(relay_env).start() if with_daemon else None
+    tail = subprocess.Popen([sys.executable, "-m", "relayctl", "--agent", "inferno", "read", "--tail", "--last", "5"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "old news" in tail.stdout.readline()
+        got = ""
+        deadline = time.monotonic() + 20
+        while "fresh" not in got and time.monotonic() < deadline:
+            relayctl("send", "inferno", "fresh", agent="glacier")
+            if select_readable(tail.stdout, 1.0)[0]:
+                got = tail.stdout.readline()
+        assert "glacier → inferno  fresh" in got
+    finally:
+        tail.send_signal(signal.SIGINT)
+        _, err = tail.communicate(timeout=10)
+        if daemon:
+            daemon.kill()
+    assert tail.returncode in (0, 130) and "Traceback" not in err
+
+
+def test_status_says_whether_the_daemon_runs(relay_env, relayctl):
+    relayctl("init")
+    assert "relayd: not running" in relayctl("status").stdout
+    daemon = Daemon(relay_env).start()
+    try:
+        assert "relayd: running" in relayctl("status").stdout
+    finally:
+        daemon.kill()
