@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from datetime import timedelta
 
 import msgspec
 
@@ -29,6 +30,7 @@ from .ulid import new_ulid
 
 SUFFIX = ".json"
 MAX_REASON = 1024
+MAX_TTL = timedelta(days=366)
 
 
 def reservation_key(repo: str, pattern: str, shared_by: str | None = None) -> str:
@@ -137,8 +139,8 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
     repo = check_repo(p.repo)
     pattern = normalize(p.pattern)
     ttl = parse_duration(p.ttl)
-    if ttl.total_seconds() <= 0:
-        raise UsageError(f"--ttl must be positive, not {p.ttl!r}")
+    if not timedelta(0) < ttl <= MAX_TTL:
+        raise UsageError(f"--ttl must be positive and at most {MAX_TTL.days} days, not {p.ttl!r}")
     if p.reason is not None and len(p.reason) > MAX_REASON:
         raise UsageError(f"reason is too long ({len(p.reason)} characters, at most {MAX_REASON})")
     stamp = now()
@@ -153,7 +155,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         expires_at=to_iso(stamp + ttl),
     )
     folder = store.top(layout.RESERVATIONS)
-    with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+    with store.root_dir().locked(layout.RESERVATIONS_LOCK, shared=p.check):
         held = load_all(store)
         conflicts = find_conflicts(candidate, [r for _, r in held])
         if p.check:

@@ -40,16 +40,20 @@ def parse_duration(text: str) -> timedelta:
     """`90s`, `5m`, `1h30m`, `2d`; a bare number is seconds."""
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", raw):
-        return timedelta(seconds=float(raw))
-    pos, total = 0, 0.0
-    for match in _DURATION_RE.finditer(raw):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not raw or pos != len(raw):
-        raise UsageError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 2d)")
-    return timedelta(seconds=total)
+        total = float(raw)
+    else:
+        pos, total = 0, 0.0
+        for match in _DURATION_RE.finditer(raw):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if not raw or pos != len(raw):
+            raise UsageError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m, 2d)")
+    try:
+        return timedelta(seconds=total)
+    except OverflowError:
+        raise UsageError(f"duration {text!r} is too long") from None
 
 
 def parse_since(text: str) -> datetime:
