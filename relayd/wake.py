@@ -156,6 +156,8 @@ def wake(store: Store, call: Callable[[str, dict], Any], text: str, method: str 
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
     if not text.strip():
         raise UsageError("wake text is empty")
+    if len(text) > MAX_TEXT:
+        raise UsageError(f"wake text is too long ({len(text)} characters, at most {MAX_TEXT})")
     config = load_config(store)
     tried: list[dict] = []
     for layer in (method,) if method else layers:
