@@ -22,10 +22,12 @@ _STRUCTURED_SINCE = "2025-06-18"  # outputSchema / structuredContent exist from 
 
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 CHANNEL_CAPABILITY = "claude/channel"
 CHANNEL_METHOD = "notifications/claude/channel"
+CLAUDE_CODE_CLIENT = "claude-code"  # clientInfo.name Claude Code sends
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -50,12 +52,19 @@ def error_response(request_id: Any, code: int, message: str, data: Any = None) -
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
-def declares_channel(capabilities: Any) -> bool:
-    """Whether a client's capabilities include `experimental["claude/channel"]`."""
-    if not isinstance(capabilities, dict):
-        return False
-    experimental = capabilities.get("experimental")
-    return isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental
+def takes_channel_events(capabilities: Any, client_info: Any) -> bool:
+    """Whether a client handles `notifications/claude/channel`.
+
+    Either it says so, with `experimental["claude/channel"]` in its capabilities, or it is
+    Claude Code, which announces nothing on its side: the channel is enabled per session
+    (`--channels`, `--dangerously-load-development-channels`) and events for a session
+    that did not enable it are dropped by Claude Code itself.
+    """
+    if isinstance(capabilities, dict):
+        experimental = capabilities.get("experimental")
+        if isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental:
+            return True
+    return isinstance(client_info, dict) and client_info.get("name") == CLAUDE_CODE_CLIENT
 
 
 class ToolOutcome:
@@ -73,7 +82,7 @@ class Session:
 
     `call_tool(name, arguments)` runs a tool and returns a ToolOutcome; it raises
     RpcError(INVALID_PARAMS) for a tool that does not exist. `on_channel_support()`
-    is called once, when a client that declared the channel capability is ready for
+    is called once, when a client that takes channel events is ready for
     notifications: after `notifications/initialized` in the handshake era, at its first
     request in the 2026-07-28 era.
     """
@@ -152,12 +161,12 @@ class Session:
             )
         if META_CLIENT_CAPABILITIES not in meta:
             raise RpcError(INVALID_PARAMS, f"params._meta is missing the required envelope key {META_CLIENT_CAPABILITIES}")
-        self._note_capabilities(meta[META_CLIENT_CAPABILITIES])
+        self._note_client(meta[META_CLIENT_CAPABILITIES], meta.get(META_CLIENT_INFO))
         self._ready()
         return True
 
-    def _note_capabilities(self, capabilities: Any) -> None:
-        if declares_channel(capabilities):
+    def _note_client(self, capabilities: Any, client_info: Any) -> None:
+        if takes_channel_events(capabilities, client_info):
             self.channel = True
 
     def _ready(self) -> None:
@@ -178,7 +187,7 @@ class Session:
             raise RpcError(INVALID_PARAMS, "initialize: protocolVersion is required")
         # A version we know is echoed; for anything else we offer our newest and the client decides.
         self.version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
-        self._note_capabilities(params.get("capabilities"))
+        self._note_client(params.get("capabilities"), params.get("clientInfo"))
         return {
             "protocolVersion": self.version,
             "capabilities": self.capabilities(),

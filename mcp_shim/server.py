@@ -129,7 +129,7 @@ class Shim:
 
     # -- push delivery ---------------------------------------------------------------
     def start_push(self) -> None:
-        """The client declared `claude/channel`: follow the inbox and announce new mail."""
+        """The client takes channel events: follow the inbox and announce new mail."""
         if self.push in ("off", "0", "no") or self.follower is not None:
             return
         from .follow import Follower

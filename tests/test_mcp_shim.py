@@ -575,12 +575,20 @@ def test_mcp_config_refuses_bad_input_in_one_line(relayctl: Any, args: tuple[str
     assert len(lines) == 1 and lines[0].startswith("error:") and complaint in lines[0]
 
 
-@pytest.mark.parametrize("setting, declared, pushed", [("on", False, True), ("off", True, False)])
-def test_channel_setting_overrides_what_the_client_declares(team: None, relay_env: dict[str, str], relayctl: Any, setting: str, declared: bool, pushed: bool) -> None:
+@pytest.mark.parametrize(
+    "setting, declared, client, pushed",
+    [
+        ("auto", False, "claude-code", True),  # Claude Code declares nothing and drops events itself when not enabled
+        ("auto", False, "some-other-client", False),
+        ("on", False, "some-other-client", True),
+        ("off", True, "claude-code", False),
+    ],
+)
+def test_who_gets_channel_events(team: None, relay_env: dict[str, str], relayctl: Any, setting: str, declared: bool, client: str, pushed: bool) -> None:
     shim = RawShim(dict(relay_env, RELAY_MCP_CHANNEL=setting), "glacier")
     try:
         capabilities = {"experimental": {"claude/channel": {}}} if declared else {}
-        shim.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "1"}}})
+        shim.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": client, "version": "1"}}})
         assert shim.receive(10)["id"] == 1
         shim.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         if pushed:
