@@ -5,9 +5,10 @@ Each scenario runs in the handshake era (`mode="legacy"`, revision 2025-11-25) a
 request with its `_meta` envelope).
 
 The SDK client cannot declare `experimental` capabilities through its public API, so the
-tests that need a channel-capable client (the way Claude Code announces it) add
-`experimental["claude/channel"]` to the capabilities the SDK builds; everything else is
-the SDK as shipped.
+tests that need a client declaring `experimental["claude/channel"]` add it to the
+capabilities the SDK builds; everything else is the SDK as shipped. (Claude Code itself
+declares nothing and is recognised by its client name: see test_who_gets_channel_events
+and the README walk-through.)
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def channel_capable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clients named CHANNEL_CLIENT declare `experimental["claude/channel"]`, as Claude Code does."""
+    """Clients named CHANNEL_CLIENT declare `experimental["claude/channel"]`."""
     build = ClientSession._build_capabilities
 
     def with_channel(self: ClientSession, version: str) -> Any:
