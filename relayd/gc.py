@@ -4,12 +4,16 @@
   reservation that replaced an expired one in the meantime is never removed);
 * agents whose heartbeat is older than `stale` are archived: `heartbeat` becomes
   `heartbeat.stale` (the next heartbeat brings them back);
-* consumed and done commands older than an hour are removed with their claim markers.
+* consumed and done commands older than an hour are removed with their claim markers; a
+  claim left on a still-pending command for over a minute (its consumer died mid-claim)
+  is removed, so the command can be claimed again.
 The daemon runs it on a timer; `dry_run` only reports.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import timedelta
 
 import msgspec
@@ -26,6 +30,7 @@ from .store import Store
 from .timefmt import now, parse_duration, parse_iso
 
 FINISHED_COMMANDS_KEPT = timedelta(hours=1)
+ABANDONED_CLAIM_SECONDS = 60.0
 
 
 class GcParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -113,6 +118,7 @@ def _finished_commands(store: Store, reference, dry_run: bool) -> list[str]:
     dropped = []
     for command in all_commands(store):
         if command.status == "pending":
+            _reoffer_if_abandoned(folder, command.id, dry_run)
             continue
         finished_at = command.done_at or command.consumed_at or command.ts
         try:
@@ -132,3 +138,15 @@ def _finished_commands(store: Store, reference, dry_run: bool) -> list[str]:
             if name.endswith(layout.COMMAND_CLAIM_SUFFIX) and name[: -len(layout.COMMAND_CLAIM_SUFFIX)] + COMMAND_SUFFIX not in names:
                 folder.unlink(name, missing_ok=True)
     return dropped
+
+
+def _reoffer_if_abandoned(folder, command_id: str, dry_run: bool) -> None:
+    """A claim marker on a command that is still pending long after the claim means the
+    consumer died between the two steps (they are microseconds apart): offer it again."""
+    marker = command_id + layout.COMMAND_CLAIM_SUFFIX
+    try:
+        claimed_at = os.stat(marker, dir_fd=folder.fd, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return
+    if time.time() - claimed_at > ABANDONED_CLAIM_SECONDS and not dry_run:
+        folder.unlink(marker, missing_ok=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,16 @@ def test_four_consumers_over_a_thousand_commands(relay_env, store_dir: Path) -> 
         assert record["status"] == "consumed" and record["consumed_by"] == consumer
     assert sum(per_consumer) == 1000
     print("claims per consumer", per_consumer)
+
+
+def test_gc_reoffers_a_command_whose_consumer_died_mid_claim(relayctl, store_dir: Path) -> None:
+    posted = json.loads(relayctl("--json", "cmd", SESSION, "/verify", agent="athena").stdout)
+    marker = store_dir / "commands" / f"{posted['id']}.claim"
+    marker.write_text("crashed-consumer\n")  # claimed, but the status was never rewritten
+    assert json.loads(relayctl("--json", "cmd", "consume", "--session", SESSION, agent="glacier").stdout) == []
+    relayctl("gc")
+    assert marker.exists()  # a fresh claim is left alone
+    os.utime(marker, (time.time() - 120, time.time() - 120))
+    relayctl("gc")
+    claimed = json.loads(relayctl("--json", "cmd", "consume", "--session", SESSION, agent="glacier").stdout)
+    assert [c["id"] for c in claimed] == [posted["id"]]
