@@ -277,6 +277,7 @@ class Follower(threading.Thread):
         self.next_daemon_try = 0.0
         self._stop = threading.Event()
         self.mode = "starting"  # "daemon" or "inotify", for logs and tests
+        self.channel_configured = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -302,7 +303,7 @@ class Follower(threading.Thread):
         except RelayError as exc:
             logs.debug(f"no unread count at start: {exc}")
             return
-        if waiting > 0:
+        if waiting > 0 and self._arrival_is_channel():
             self.last_emit = time.monotonic()
             self.emit(
                 {
@@ -375,4 +376,23 @@ class Follower(threading.Thread):
         if self.pending and time.monotonic() >= self.emit_at:
             batch, self.pending = self.pending, Batch()
             self.last_emit = time.monotonic()
-            self.emit(channel_event(batch))
+            if self._arrival_is_channel():
+                self.emit(channel_event(batch))
+
+    def _arrival_is_channel(self) -> bool:
+        """DESIGN §4: an agent has one arrival mechanism. Push unless another one is set
+        (`register --notify tmux:...`, `hook`, `none`, ...), so mail is not announced twice."""
+        try:
+            fd = os.open(os.path.join(self.agent_dir, layout.META), _O_READ)
+            try:
+                notify = msgspec.json.decode(os.read(fd, 1 << 20)).get("notify")
+            finally:
+                os.close(fd)
+        except (OSError, msgspec.DecodeError, AttributeError):
+            return True  # no readable meta: nothing else is configured
+        wanted = notify in (None, "", "channel")
+        if wanted != self.channel_configured:
+            self.channel_configured = wanted
+            if not wanted:
+                logs.info(f"{self.agent} gets mail through notify={notify}; no channel events")
+        return wanted

@@ -94,6 +94,8 @@ class Shim:
             self.call("touch", {"agent": self.identity.role})
         except UnknownAgent:
             params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code"}
+            if self.follower is not None:
+                params["notify"] = "channel"  # this session is how the new agent gets its mail
             if self.identity.session:
                 params["session"] = self.identity.session
             self.call("register", params)

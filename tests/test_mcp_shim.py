@@ -576,6 +576,25 @@ def test_mcp_config_refuses_bad_input_in_one_line(relayctl: Any, args: tuple[str
     assert len(lines) == 1 and lines[0].startswith("error:") and complaint in lines[0]
 
 
+def test_no_channel_events_while_another_arrival_mechanism_is_configured(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    relayctl("register", "shadow", "--notify", "cmd:true")
+    shim = RawShim(relay_env, "shadow")
+    try:
+        shim.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "1"}}})
+        assert shim.receive(10)["id"] == 1
+        shim.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        shim.wait_for_log("with inotify", 10)
+        relayctl("send", "shadow", "via the cmd hook only", agent="storm")
+        with pytest.raises(TimeoutError):
+            shim.receive(1.5)
+        relayctl("register", "shadow", "--notify", "channel")
+        relayctl("send", "shadow", "now through the channel", agent="storm")
+        event = shim.receive(2.0)
+        assert "now through the channel" in event["params"]["content"]
+    finally:
+        assert shim.close() == 0
+
+
 @pytest.mark.parametrize(
     "setting, declared, client, pushed",
     [
