@@ -1,0 +1,253 @@
+"""relayd: durable request latency, event latency, CLI start with the daemon up,
+concurrent durable throughput, and memory after a million messages (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir, time_process
+
+AREA = "daemon"
+
+
+class Relayd:
+    """A relayd process on a fresh store with the overlord preset."""
+
+    def __init__(self, **extra_env: str) -> None:
+        self.dir = scratch_dir("rbd-")
+        self.store = os.path.join(self.dir, "store")
+        self.socket = os.path.join(self.dir, "relayd.sock")
+        self.env = child_env(self.store, self.socket, **extra_env)
+        subprocess.run([PYTHON, "-m", "relayctl", "init", "--preset", "overlord"], env=self.env, check=True, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon.main", "--log-level", "warning"], env=self.env, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                probe = Raw(self.socket)
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("relayd did not start")
+                time.sleep(0.01)
+                continue
+            probe.close()
+            return
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Raw:
+    """A bare NDJSON connection (what any client in any language would do)."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def lines(self, count: int) -> list[bytes]:
+        out: list[bytes] = []
+        while len(out) < count:
+            while b"\n" not in self.buffer:
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise RuntimeError("relayd closed the connection")
+                self.buffer += chunk
+            parts = self.buffer.split(b"\n")
+            self.buffer = parts.pop()
+            out.extend(parts)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _request(i: int, body: str = "benchmark message") -> bytes:
+    return json.dumps({"type": "request", "id": i, "op": "send", "params": {"agent": "storm", "to": ["inferno"], "body": body}}).encode() + b"\n"
+
+
+def persistent_client(quick: bool) -> list[Row]:
+    from relayd.client import Client
+
+    count = 300 if quick else 3000
+    daemon = Relayd()
+    try:
+        with Client(daemon.store, daemon.socket) as client:
+            client.call("version")
+            samples = []
+            params = {"agent": "storm", "to": ["inferno"], "body": "benchmark message"}
+            for _ in range(count):
+                start = time.perf_counter()
+                client.call("send", params)
+                samples.append(time.perf_counter() - start)
+            assert client.mode == "daemon"
+    finally:
+        daemon.close()
+    median, p99 = median_ms(samples), p99_ms(samples)
+    note = f"{count} sequential sends, one client, fsync before each reply"
+    return [
+        Row(AREA, "persistent-client send, durable: median", round(median, 3), "ms", "<= 0.5 ms", median <= 0.5, note),
+        Row(AREA, "persistent-client send, durable: p99", round(p99, 3), "ms", "<= 2 ms", p99 <= 2.0),
+    ]
+
+
+def event_latency(quick: bool) -> list[Row]:
+    count = 200 if quick else 2000
+    daemon = Relayd()
+    try:
+        subscriber = Raw(daemon.socket)
+        subscriber.send(b'{"type":"subscribe","topics":["inbox"]}\n')
+        subscriber.lines(1)
+        sender = Raw(daemon.socket)
+        samples = []
+        for i in range(count):
+            start = time.perf_counter()
+            sender.send(_request(i))
+            subscriber.lines(1)
+            samples.append(time.perf_counter() - start)
+            sender.lines(1)
+        subscriber.close()
+        sender.close()
+    finally:
+        daemon.close()
+    median = median_ms(samples)
+    return [
+        Row(AREA, "send -> subscriber event: median", round(median, 3), "ms", "<= 1 ms", median <= 1.0, f"{count} sends; events go out once the send is durable"),
+        Row(AREA, "send -> subscriber event: p99", round(p99_ms(samples), 3), "ms"),
+    ]
+
+
+def cli_with_daemon(quick: bool) -> list[Row]:
+    count = 10 if quick else 30
+    daemon = Relayd()
+    try:
+        baseline = median_ms(time_process([PYTHON, "-c", "pass"], count=count))
+        env = dict(daemon.env, RELAY_AGENT="storm")
+        send = median_ms(time_process([PYTHON, "-m", "relayctl", "send", "inferno", "hello from a script"], env=env, count=count))
+        script = shutil.which("relayctl")
+        rows = [
+            Row(AREA, "python3 -c pass (reference)", round(baseline, 1), "ms", note=f"median of {count}"),
+            Row(AREA, "relayctl send, whole process, daemon up", round(send, 1), "ms", note=f"median of {count}, python -m relayctl"),
+            Row(AREA, "relayctl send (daemon up) / python3 -c pass", round(send / baseline, 2), "x", "<= 2x", send / baseline <= 2.0),
+        ]
+        if script:
+            console = median_ms(time_process([script, "send", "inferno", "hello from a script"], env=env, count=count))
+            rows.insert(2, Row(AREA, "relayctl send via the console script, daemon up", round(console, 1), "ms", note=f"median of {count}"))
+        return rows
+    finally:
+        daemon.close()
+
+
+SENDER = textwrap.dedent(
+    """
+    import os, sys, time
+    from relayd.client import Client
+    store, sock, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    client = Client(store, sock)
+    client.call("version")
+    while time.time() < start_at:
+        time.sleep(0.0005)
+    params = {"agent": "storm", "to": ["inferno"], "body": "x" * 100}
+    for _ in range(count):
+        client.call("send", params)
+    print(time.time(), client.mode, flush=True)
+    """
+)
+
+
+def concurrent_clients(quick: bool) -> list[Row]:
+    from relayd import ops
+    from relayd.store import Store
+
+    clients, each = (20, 100) if quick else (20, 1000)
+    daemon = Relayd()
+    try:
+        start_at = time.time() + 2.0  # every process connected and idle by then
+        procs = [
+            subprocess.Popen([PYTHON, "-c", SENDER, daemon.store, daemon.socket, str(each), str(start_at)], env=daemon.env, stdout=subprocess.PIPE, text=True)
+            for _ in range(clients)
+        ]
+        ends, modes = [], set()
+        for proc in procs:
+            out, _ = proc.communicate(120)
+            end, mode = out.split()
+            ends.append(float(end))
+            modes.add(mode)
+        elapsed = max(ends) - start_at
+        with Store(daemon.store) as store:
+            result = ops.call(store, "read", {"agent": "inferno", "last": 0})
+        got = len({m["id"] for m in result["messages"]})
+        lost = clients * each - got
+        corrupt = len(result["corrupt"])
+    finally:
+        daemon.close()
+    ok = elapsed <= 1.0 and lost == 0 and corrupt == 0
+    note = f"{lost} lost, {corrupt} corrupt; persistent clients, group commit; modes {sorted(modes)}"
+    return [Row(AREA, f"{clients} clients x {each} durable sends, one inbox", round(elapsed, 2), "s", "<= 1 s, 0 lost", ok, note)]
+
+
+def memory_after_many(quick: bool) -> list[Row]:
+    total = 50_000 if quick else 1_000_000
+    batch = 500
+    daemon = Relayd()
+    samples: list[tuple[int, float]] = [(0, daemon.rss_mib())]
+    try:
+        subscriber = Raw(daemon.socket)  # a live subscriber, so events flow too
+        subscriber.send(b'{"type":"subscribe","topics":["inbox"],"agent":"glacier"}\n')
+        subscriber.lines(1)
+        sender = Raw(daemon.socket)
+        every = total // 10
+        start = time.perf_counter()
+        for first in range(0, total, batch):
+            sender.send(b"".join(_request(i, f"message {i} " + "x" * 80) for i in range(first, first + batch)))
+            sender.lines(batch)
+            if (first + batch) % every == 0:
+                samples.append((first + batch, daemon.rss_mib()))
+        elapsed = time.perf_counter() - start
+        sender.close()
+        subscriber.close()
+    finally:
+        daemon.close()
+    peak = max(rss for _, rss in samples)
+    after_first = samples[1][1] if len(samples) > 1 else samples[0][1]
+    growth = samples[-1][1] - after_first
+    trail = ", ".join(f"{n // 1000}k:{rss:.1f}" for n, rss in samples)
+    return [
+        Row(AREA, f"relayd RSS after {total:,} messages", round(samples[-1][1], 1), "MiB", "<= 40 MiB, flat", peak <= 40 and growth <= 2, f"start {samples[0][1]:.1f} MiB, peak {peak:.1f}; MiB by messages sent: {trail}"),
+        Row(AREA, "pipelined durable sends, one connection (batches of 500)", round(total / elapsed), "msg/s", note=f"{total:,} messages in {elapsed:.1f} s"),
+    ]
+
+
+def run(quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for bench in (persistent_client, event_latency, cli_with_daemon, concurrent_clients, memory_after_many):
+        print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
+        rows.extend(bench(quick))
+    return rows
