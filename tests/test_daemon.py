@@ -639,3 +639,79 @@ def test_status_says_whether_the_daemon_runs(relay_env, relayctl):
         assert "relayd: running" in relayctl("status").stdout
     finally:
         daemon.kill()
+
+
+# -- lifecycle details --------------------------------------------------------------------
+
+
+def test_relayctl_stays_lean_and_relayctl_daemon_runs_one(relay_env, relayctl, short_tmp):
+    for args in (["--help"], ["daemon", "--help"], ["--agent", "storm", "send", "inferno", "x"]):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "relayctl", *args], env=relay_env, capture_output=True, text=True, timeout=60)
+        imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+        assert not {name for name in imported if name.split(".")[0] in ("anyio", "structlog")}, args
+    store = str(short_tmp / "via-relayctl")
+    daemon = Daemon(dict(relay_env, RELAY_DIR="/nonexistent-should-be-overridden"))
+    daemon.store_dir = store
+    with open(daemon.log_path, "ab") as log:
+        daemon.proc = subprocess.Popen([sys.executable, "-m", "relayctl", "--dir", store, "daemon", "--log-level", "debug"], env=daemon.env, stdout=log, stderr=log)
+    try:
+        daemon.wait_ready()
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+
+
+def test_drain_deadline_and_second_signal(relay_env, relayctl):
+    relayctl("init", "--preset", "overlord")
+    for i in range(20):
+        relayctl("send", "inferno", f"message {i} " + "x" * 2000, agent="storm")
+    request = json.dumps({"type": "request", "id": 1, "op": "read", "params": {"agent": "inferno", "last": 20}}).encode() + b"\n"
+
+    def stuck_client(daemon):
+        """Pipelines requests and never reads: its replies cannot all be delivered."""
+        client = RawClient(daemon.socket_path, timeout=1)
+        try:
+            for _ in range(400):
+                client.send_bytes(request * 10)
+        except (socket.timeout, BlockingIOError):
+            pass  # the daemon stopped reading us: replies are backed up
+        return client
+
+    quick = Daemon(relay_env, "--drain-timeout", "1s").start()
+    stuck_client(quick)
+    assert quick.stop(signal.SIGTERM, timeout=30) == 0  # gave up on the stuck client after 1 s
+    assert "drain deadline passed" in quick.log()
+
+    patient = Daemon(relay_env, "--drain-timeout", "10m").start()
+    stuck_client(patient)
+    patient.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while "draining" not in patient.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert patient.stop(signal.SIGTERM, timeout=30) == 128 + signal.SIGTERM  # the second signal: at once
+    assert "second signal" in patient.log()
+
+
+def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(relay_env, relayctl, short_tmp):
+    log = short_tmp / "notified.txt"
+    relayctl("init", "--preset", "overlord")
+    for name in ("inferno", "glacier"):
+        relayctl("register", name, "--notify", f"cmd:sh -c 'echo \"$RELAY_NOTIFY_AGENT\" >> {log}'")
+
+    def wait_for(line):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if log.exists() and line in log.read_text().split():
+                return log.read_text().split()
+            time.sleep(0.05)
+        raise AssertionError(f"{line} was not notified: {log.read_text() if log.exists() else 'nothing'}")
+
+    relayctl("send", "glacier", "without a daemon the sender notifies", agent="storm")
+    assert wait_for("glacier") == ["glacier"]
+    daemon = Daemon(relay_env).start()
+    try:
+        with Store(daemon.store_dir) as store:  # written directly: the daemon sees the event
+            ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": "the daemon notifies"})
+        assert wait_for("inferno") == ["glacier", "inferno"]
+    finally:
+        daemon.kill()

@@ -51,10 +51,13 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
     from relayd import layout
     from relayd.errors import UsageError
 
-    # Under relayctl, its global --dir/--socket (given before `daemon`) count too.
+    # Under relayctl, its global --dir/--socket (given before `daemon`) count too, and
+    # win over the environment that both levels read.
     outer = ctx.find_root().obj
-    store_dir = store_dir or getattr(outer, "store_dir", None)
-    socket_path = socket_path or getattr(outer, "socket", None)
+    if ctx.get_parameter_source("store_dir") != click.core.ParameterSource.COMMANDLINE:
+        store_dir = getattr(outer, "store_dir", None) or store_dir
+    if ctx.get_parameter_source("socket_path") != click.core.ParameterSource.COMMANDLINE:
+        socket_path = getattr(outer, "socket", None) or socket_path
     try:
         root = os.path.abspath(os.path.expanduser(store_dir)) if store_dir else layout.default_store_dir()
     except layout.NoHome as exc:
