@@ -242,6 +242,24 @@ async def test_unread_notice_ends_every_result_until_the_inbox_is_read(team: Non
 
 
 @pytest.mark.anyio
+async def test_check_inbox_clears_the_pending_flag(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    from relayd import ops
+    from relayd.store import Store
+
+    relayctl("register", "storm", "--notify", "cmd:true")
+    relayctl("send", "storm", "wake up", agent="overlord")  # the sender triggers storm's notify and sets the flag
+
+    def pending() -> bool:
+        with Store(relay_env["RELAY_DIR"]) as store:
+            return ops.call(store, "unread", {"agent": "storm"})["pending"]
+
+    assert pending()
+    async with mcp_client(relay_env, "storm", "legacy") as storm:
+        assert [m["body"] for m in structured(await storm.call_tool("check_inbox", {}))["messages"]] == ["wake up"]
+    assert not pending()
+
+
+@pytest.mark.anyio
 async def test_tool_calls_refresh_last_seen_and_register_a_new_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     before = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
     async with mcp_client(relay_env, "shadow", "legacy") as shadow, mcp_client(relay_env, "reviewer", "legacy") as reviewer:
