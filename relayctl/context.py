@@ -50,7 +50,9 @@ class Settings:
         return self._client
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> Any:
-        return self.client().call(op, params or {})
+        params = params or {}
+        _refuse_undecodable(params)
+        return self.client().call(op, params)
 
     def out(self, data: Any, human: Callable[[Any], str | None] | None = None) -> None:
         """Print `data` as JSON with --json, else `human(data)`; --quiet prints nothing."""
@@ -81,10 +83,24 @@ def clip(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _refuse_undecodable(params: dict[str, Any]) -> None:
+    """Arguments that were not UTF-8 reach Python as lone surrogates; no JSON can hold them."""
+    for key, value in params.items():
+        for text in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(text, str):
+                try:
+                    text.encode()
+                except UnicodeEncodeError:
+                    raise UsageError(f"{key.replace('_', '-')}: not valid UTF-8 text") from None
+
+
 def read_body(message: str | None) -> str:
     """The message text; `-` (or nothing, with a pipe on stdin) reads stdin."""
     if message == "-" or (message is None and not sys.stdin.isatty()):
-        return sys.stdin.read()
+        try:
+            return sys.stdin.buffer.read().decode()
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"the message on stdin is not valid UTF-8 (byte {exc.start})") from None
     if message is None:
         raise UsageError("no message text: give it as an argument, or pipe it in with '-'")
     return message

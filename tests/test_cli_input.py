@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -78,6 +80,9 @@ BAD_COMMANDS = {
     "send to unknown": (["send", "zed", "hi"], "alice", 1),
     "send to one known one unknown": (["send", "bob,zed", "hi"], "alice", 1),
     "send empty message": (["send", "bob", "   "], "alice", 2),
+    "send non-UTF-8 message": (["send", "bob", os.fsdecode(b"bad \xff byte")], "alice", 2),
+    "send non-UTF-8 subject": (["send", "bob", "hi", "--subject", os.fsdecode(b"\xfe")], "alice", 2),
+    "register non-UTF-8 name": (["register", os.fsdecode(b"\xff")], None, 2),
     "send without recipient": (["send"], "alice", 2),
     "send without identity": (["send", "bob", "hi"], None, 2),
     "send bad priority": (["send", "bob", "hi", "--priority", "bad"], "alice", 2),
@@ -103,6 +108,20 @@ def test_bad_input_is_one_error_line_and_writes_nothing(team, store_dir: Path, c
     before = snapshot(store_dir)
     proc = team(*args, agent=agent, check=False)
     assert_refused(proc, (status,))
+    assert snapshot(store_dir) == before
+
+
+def test_non_utf8_message_on_stdin_is_refused(team, relay_env: dict[str, str], store_dir: Path) -> None:
+    before = snapshot(store_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "relayctl", "--agent", "alice", "send", "bob", "-"],
+        env=relay_env,
+        input=b"caf\xe9 latin-1",
+        capture_output=True,
+        timeout=60,
+    )
+    line = assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()), (2,))
+    assert "UTF-8" in line
     assert snapshot(store_dir) == before
 
 
