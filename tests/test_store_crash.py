@@ -116,3 +116,44 @@ def test_rotation_cut_short_after_its_rename_loses_no_unread_mail(store_dir: Pat
         unread = ops.call(store, "read", {"agent": "bob", "unread": True, "last": 0, "mark_read": True})
         assert [m["id"] for m in unread["messages"]] == sent[4:]
         assert unread["unread"] == 0
+
+
+def _send_with_file_size_limit(relay_env: dict[str, str], limit: int, body: str) -> subprocess.CompletedProcess[str]:
+    """`relayctl send` in a process that may not grow any file past `limit` bytes: the
+    kernel then cuts the append short (or refuses it), as a full disk does."""
+    import resource
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG / a short write, not death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "relayctl", "--agent", "alice", "send", "bob", body],
+        env=relay_env,
+        preexec_fn=limit_file_size,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("room", [100, 0], ids=["short-write", "no-room"])
+def test_a_cut_short_append_is_rolled_back_and_reported(relay_env: dict[str, str], store_dir: Path, room: int) -> None:
+    with Store(str(store_dir)) as store:
+        for name in ("alice", "bob"):
+            ops.call(store, "register", {"name": name})
+        ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "x" * 5000})
+    inbox = store_dir / "agents" / "bob" / "inbox.jsonl"
+    before = inbox.read_bytes()
+    assert all(p.stat().st_size < len(before) for p in store_dir.rglob("*") if p.is_file() and p != inbox)
+
+    proc = _send_with_file_size_limit(relay_env, len(before) + room, "y" * 1000)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert inbox.read_bytes() == before, "a partial record was left behind"
+
+    with Store(str(store_dir)) as store:
+        ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "later"})
+        result = ops.call(store, "read", {"agent": "bob", "last": 0})
+    assert result["corrupt"] == []
+    assert [m["body"][:5] for m in result["messages"]] == ["xxxxx", "later"]
