@@ -256,3 +256,16 @@ def test_relayctl_never_imports_anyio_or_structlog(trio, relay_env: dict[str, st
     proc = subprocess.run([sys.executable, "-c", LEAN_PROBE, *argv], env=relay_env, capture_output=True, text=True, timeout=60)
     heavy = [line for line in proc.stderr.splitlines() if line.startswith("HEAVY:")]
     assert heavy == ["HEAVY:"], proc.stderr
+
+
+def test_a_corrupt_line_is_skipped_and_reported_and_later_mail_still_arrives(trio, store_dir: Path) -> None:
+    trio("send", "bob", "before", agent="alice")
+    inbox = store_dir / "agents" / "bob" / "inbox.jsonl"
+    offset = inbox.stat().st_size
+    with open(inbox, "ab") as fh:
+        fh.write(b'{"id": "garbage", "this is not a message\n')
+    trio("send", "bob", "after", agent="carol")
+    proc = trio("--json", "read", "--unread", "--mark-read", agent="bob")
+    assert [m["body"] for m in json.loads(proc.stdout)] == ["before", "after"]
+    assert proc.stderr.strip() == f"warning: skipped a corrupt line in inbox.jsonl at byte {offset}"
+    assert json.loads(trio("--json", "read", "--unread", agent="bob").stdout) == []
