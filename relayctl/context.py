@@ -7,7 +7,6 @@ command's human rendering otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -57,6 +56,8 @@ class Settings:
     def out(self, data: Any, human: Callable[[Any], str | None] | None = None) -> None:
         """Print `data` as JSON with --json, else `human(data)`; --quiet prints nothing."""
         if self.json:
+            import json  # only here: most runs print text, and every millisecond of start-up shows
+
             click.echo(json.dumps(data, ensure_ascii=False, indent=None))
             return
         if self.quiet or human is None:
