@@ -16,6 +16,8 @@ from relayd.store import Store
 
 log = structlog.get_logger()
 
+COALESCE_SECONDS = 0.02
+
 
 class Notifier:
     def __init__(self, store_dir: str) -> None:
@@ -33,6 +35,9 @@ class Notifier:
         try:
             while True:
                 await self._wakeup.wait()
+                # Let a burst of mail gather: one round per agent instead of one per message,
+                # and the work stays off the reply path of the sends that caused it.
+                await anyio.sleep(COALESCE_SECONDS)
                 self._wakeup = anyio.Event()
                 agents = sorted(self.waiting)
                 self.waiting.clear()
