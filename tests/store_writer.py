@@ -1,6 +1,6 @@
 """A sender process for the concurrency and crash tests (not a test module itself).
 
-    python tests/store_writer.py STORE SENDER RECIPIENT COUNT [BODY_BYTES]
+    python tests/store_writer.py STORE SENDER RECIPIENT COUNT [BODY_BYTES [ROTATE_BYTES]]
 
 Calls the store's `send` operation COUNT times (0 = until killed) and prints each
 message id on its own line, flushed, only after the call has returned: a printed id is
@@ -19,9 +19,10 @@ def main() -> None:
     store_dir, sender, recipient, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     body_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     padding = "x" * body_bytes
-    # Rotation off: these tests check that every acknowledged send stays readable,
-    # and rotation drops old unread mail by design (tested in test_store_model).
-    store = Store(store_dir, rotate_bytes=1 << 40)
+    # Rotation off unless asked for: most callers check that every acknowledged send stays
+    # readable, and rotation drops old unread mail by design.
+    rotate_bytes = int(sys.argv[6]) if len(sys.argv) > 6 else 1 << 40
+    store = Store(store_dir, rotate_bytes=rotate_bytes)
     out = sys.stdout
     seq = 0
     while count == 0 or seq < count:
