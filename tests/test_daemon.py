@@ -307,17 +307,21 @@ def test_sigkill_during_sends_loses_nothing_acknowledged_and_restart_is_quick(da
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(notify_path)
     try:
-        restarted = Daemon(dict(relay_env, NOTIFY_SOCKET=notify_path))
+        restarted = Daemon(dict(relay_env, NOTIFY_SOCKET=notify_path, WATCHDOG_USEC="200000"))
         began = time.monotonic()
         restarted.start(wait=False)
         ready_after = wait_for_ready_datagram(listener, 20) - began
         restarted.wait_ready()
+        assert "WATCHDOG=1" in listener.recv(4096).decode().split("\n")  # pinged every 0.1 s
         with Client(daemon.store_dir, daemon.socket_path) as client:
             assert client.call("unread", {"agent": "inferno"})["unread"] == len(stored)
             assert client.mode == "daemon"
         assert ready_after < 1.0, f"READY after {ready_after:.2f}s"
         assert restarted.stop() == 0
-        assert b"STOPPING=1" in listener.recv(4096) or True
+        listener.settimeout(5)
+        states = []
+        while "STOPPING=1" not in states:
+            states.extend(listener.recv(4096).decode().split("\n"))
     finally:
         listener.close()
         if "restarted" in locals():
@@ -713,5 +717,21 @@ def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(rel
         with Store(daemon.store_dir) as store:  # written directly: the daemon sees the event
             ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": "the daemon notifies"})
         assert wait_for("inferno") == ["glacier", "inferno"]
+    finally:
+        daemon.kill()
+
+
+def test_gc_runs_on_its_interval(relay_env, relayctl):
+    relayctl("init", "--preset", "overlord")
+    relayctl("reserve", "docs/**", "--repo", REPO, "--ttl", "1s", agent="inferno")
+    reservations = os.path.join(relay_env["RELAY_DIR"], "reservations")
+    assert [n for n in os.listdir(reservations) if n.endswith(".json")]
+    daemon = Daemon(relay_env, "--gc-interval", "1s").start()
+    try:
+        deadline = time.monotonic() + 20
+        while [n for n in os.listdir(reservations) if n.endswith(".json")] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [n for n in os.listdir(reservations) if n.endswith(".json")], "expired reservation not collected"
+        assert "gc done" in daemon.log()
     finally:
         daemon.kill()
