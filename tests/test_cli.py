@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -201,8 +202,17 @@ def test_init_ignite_preset(relayctl, store_dir: Path) -> None:
     assert {"leader", "strategist", "architect", "evaluator", "coordinator", "innovator"} <= set(data["agents"])
 
 
-def test_store_permissions(trio, store_dir: Path) -> None:
-    trio("send", "bob", "hi", agent="alice")
+def test_store_permissions_hold_even_with_a_permissive_umask(relay_env: dict[str, str], store_dir: Path) -> None:
+    def run(*args: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", "relayctl", *args], env=relay_env, preexec_fn=lambda: os.umask(0), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+
+    run("init")
+    for name in ("alice", "bob"):
+        run("register", name)
+    run("--agent", "alice", "send", "bob", "hi")
+    run("--agent", "bob", "read", "--unread", "--mark-read")
+    run("--agent", "bob", "heartbeat")
     assert store_dir.stat().st_mode & 0o777 == 0o700
     for path in store_dir.rglob("*"):
         if path.is_symlink():
