@@ -43,7 +43,7 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
         # Large bodies make each append a long write() that SIGKILL can cut short.
         procs = [
             subprocess.Popen(
-                [sys.executable, WRITER, str(store_dir), name, "target", "0", str(rng.choice([64, 60_000, 250_000]))],
+                [sys.executable, WRITER, str(store_dir), name, "target", "0", str(rng.choice([64, 4_000, 100_000]))],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
@@ -74,13 +74,15 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
 
     assert acknowledged, "the writers never got a send through; the test proved nothing"
 
-    # Plant a torn tail for certain (whether or not a kill produced one), then append.
+    # Plant a torn tail for certain (whether or not a kill produced one), then append
+    # (rotation off, as in the writers, so the append lands in this very file).
     with open(inbox, "ab") as fh:
         fh.write(b'{"id":"01TORN","ts":"2026-')
-    with Store(str(store_dir)) as store:
+    with Store(str(store_dir), rotate_bytes=1 << 40) as store:
         before = ops.call(store, "read", {"agent": "target", "last": 0})["messages"]
         sent = ops.call(store, "send", {"agent": senders[0], "to": ["target"], "body": "after the crash"})
         after = ops.call(store, "read", {"agent": "target", "last": 0})
+    assert not (store_dir / "agents" / "target" / "inbox.jsonl.1").exists()
     raw = inbox.read_bytes()
     assert raw.endswith(b"\n")
     lines = raw.split(b"\n")[:-1]
@@ -89,7 +91,7 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
     assert after["corrupt"] == []
     assert [m["id"] for m in after["messages"]] == [m["id"] for m in before] + [sent["messages"][0]["id"]]
     # How often a kill tore a write is the kernel's business; record it for the curious.
-    print(f"torn tails left by SIGKILL: {torn_tails} of {ROUNDS} rounds; acknowledged sends: {len(acknowledged)}")
+    print(f"torn tails left by SIGKILL: {torn_tails} of {ROUNDS} rounds; acknowledged sends: {len(acknowledged)}; inbox {inbox.stat().st_size >> 20} MiB")
 
 
 def test_rotation_cut_short_after_its_rename_loses_no_unread_mail(store_dir: Path) -> None:
