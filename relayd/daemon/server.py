@@ -88,6 +88,7 @@ class Server:
                     refusal = ErrorFrame(error=ErrorBody(code="permission_denied", message="relayd serves only its own user"), fatal=True)
                     with anyio.move_on_after(1):
                         await stream.send(protocol.encode(refusal))
+                        await _linger(stream)
                     return
                 log.debug("connected", pid=pid)
                 peer = Peer(self, stream)
@@ -152,6 +153,9 @@ class Peer:
                         await self._read(replies)
                 # Done reading (EOF, fatal error or drain). Replies already queued still go
                 # out; a subscriber that half-closed keeps receiving events.
+            if self.conn.closed:
+                with anyio.move_on_after(1):
+                    await _linger(self.stream)
         finally:
             if self.subscriber is not None:
                 self.server.hub.remove(self.subscriber)
@@ -260,6 +264,18 @@ class Peer:
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
                     await self._send(b"".join(out))
+
+
+async def _linger(stream: SocketStream, limit: int = 4 << 20) -> None:
+    """Half-close, then discard what the peer still sends (up to `limit` bytes): closing a
+    Unix socket with unread input resets the connection, and the peer would lose the
+    error frame that explains why it is being closed."""
+    try:
+        await stream.send_eof()
+        while limit > 0:
+            limit -= len(await stream.receive(RECEIVE_BYTES))
+    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
 
 
 async def _ready(item: tuple[Batch | None, Any, bytes]) -> bytes:
