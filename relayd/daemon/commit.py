@@ -5,11 +5,16 @@ the points where direct mode would fsync. Here those calls only keep a duplicate
 descriptor in the current batch. One task fsyncs a whole batch in a worker thread while
 the next batch fills up; a reply is sent only once the batch holding its writes is
 durable (DESIGN §2: "acknowledged" means durable).
+
+When a single request is waiting (one client calling in turn), the fsync runs in the loop
+thread: there is nothing to overlap it with, and the hand-off to a worker thread would
+be most of the latency the daemon adds.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import anyio
 
@@ -60,6 +65,8 @@ class GroupCommit(Syncer):
         self._wakeup = anyio.Event()
         self.batches = 0
         self.fsynced_fds = 0
+        # Whether to fsync in the loop thread instead of a worker (set by the server).
+        self.inline_when: Callable[[], bool] = lambda: False
 
     # -- Syncer: called by store functions in the loop thread ---------------------------
     def file(self, fd: int) -> None:
@@ -91,7 +98,12 @@ class GroupCommit(Syncer):
             self._filling = Batch()
             self._syncing = batch
             try:
-                batch.error = await anyio.to_thread.run_sync(_sync_all, batch.fds, abandon_on_cancel=False)
+                if self.inline_when():
+                    # One request waiting and nothing else to do meanwhile: a thread hand-off
+                    # would only add latency.
+                    batch.error = _sync_all(batch.fds)
+                else:
+                    batch.error = await anyio.to_thread.run_sync(_sync_all, batch.fds, abandon_on_cancel=False)
             finally:
                 self._syncing = None
                 self.batches += 1

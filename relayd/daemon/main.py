@@ -97,6 +97,8 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     notifier = Notifier(store.root)
     events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=notifier.on_event)
     server = Server(store, committer, hub, events)
+    if committer is not None:
+        committer.inline_when = server.quiet
     stale = StaleWatch(store, config.stale_after)
     stale.start()
     stop = anyio.Event()

@@ -128,6 +128,10 @@ class Server:
             payload = protocol.encode(Response(id=request.id, ok=False, error=body))
         return (self.committer.pending() if self.committer is not None else None), payload
 
+    def quiet(self) -> bool:
+        """At most one reply is waiting for durability (group commit may fsync inline)."""
+        return sum(peer.unanswered for peer in self.peers) <= 1
+
 
 class Peer:
     """One client connection."""
@@ -138,6 +142,7 @@ class Peer:
         self.conn = protocol.Connection("server")
         self.lock = anyio.Lock()
         self.subscriber: Subscriber | None = None
+        self.unanswered = 0  # replies waiting for their batch to become durable
         self._group: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._pumping: anyio.CancelScope | None = None
@@ -187,6 +192,8 @@ class Peer:
             for item in self.conn.receive_data(data):
                 if isinstance(item, Request):
                     batch, payload = self.server.execute(item)
+                    if batch is not None:
+                        self.unanswered += 1
                     await replies.send((batch, item.id, payload))
                 elif isinstance(item, Violation):
                     log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
@@ -210,7 +217,7 @@ class Peer:
                         carry = await pending.receive()
                     except anyio.EndOfStream:
                         return
-                out = [await _ready(carry)]
+                out = [await self._ready(carry)]
                 carry = None
                 while len(out) < 64:
                     try:
@@ -220,8 +227,19 @@ class Peer:
                     if item[0] is not None and not item[0].done.is_set():
                         carry = item
                         break
-                    out.append(await _ready(item))
+                    out.append(await self._ready(item))
                 await self._send(b"".join(out))
+
+    async def _ready(self, item: tuple[Batch | None, Any, bytes]) -> bytes:
+        batch, request_id, payload = item
+        if batch is not None:
+            try:
+                await batch.wait()
+            except StoreError as exc:
+                payload = protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(exc)))
+            finally:
+                self.unanswered -= 1
+        return payload
 
     async def _subscribe(self, request: Subscribe, replies: MemoryObjectSendStream[tuple[Batch | None, Any, bytes]]) -> None:
         try:
@@ -278,11 +296,3 @@ async def _linger(stream: SocketStream, limit: int = 4 << 20) -> None:
         pass
 
 
-async def _ready(item: tuple[Batch | None, Any, bytes]) -> bytes:
-    batch, request_id, payload = item
-    if batch is not None:
-        try:
-            await batch.wait()
-        except StoreError as exc:
-            return protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(exc)))
-    return payload
