@@ -190,22 +190,23 @@ class Peer:
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return
             for item in self.conn.receive_data(data):
-                if isinstance(item, Request):
-                    batch, payload = self.server.execute(item)
-                    if batch is not None:
-                        self.unanswered += 1
-                    await replies.send((batch, item.id, payload))
-                elif isinstance(item, Violation):
-                    log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
-                    await replies.send((None, None, self.conn.violation_reply(item)))
-                elif isinstance(item, Hello):
-                    answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
-                    await replies.send((None, None, protocol.encode(answer)))
-                elif isinstance(item, Subscribe):
-                    await self._subscribe(item, replies)
-                else:
-                    body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
-                    await replies.send((None, None, protocol.encode(ErrorFrame(error=body))))
+                match item:
+                    case Request():
+                        batch, payload = self.server.execute(item)
+                        if batch is not None:
+                            self.unanswered += 1
+                        await replies.send((batch, item.id, payload))
+                    case Violation():
+                        log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
+                        await replies.send((None, None, self.conn.violation_reply(item)))
+                    case Hello():
+                        answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
+                        await replies.send((None, None, protocol.encode(answer)))
+                    case Subscribe():
+                        await self._subscribe(item, replies)
+                    case _:
+                        body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
+                        await replies.send((None, None, protocol.encode(ErrorFrame(error=body))))
 
     async def _write_replies(self, pending: MemoryObjectReceiveStream[tuple[Batch | None, Any, bytes]]) -> None:
         """Replies in request order, each once its writes are durable; ready ones coalesce."""
