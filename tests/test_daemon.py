@@ -738,3 +738,28 @@ def test_gc_runs_on_its_interval(relay_env, relayctl):
         assert "gc done" in daemon.log()
     finally:
         daemon.kill()
+
+
+def test_relayctl_subscribe_needs_the_daemon_and_resumes_with_after(relay_env, relayctl):
+    relayctl("init", "--preset", "overlord")
+    refused = relayctl("subscribe", "inbox", check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: relayd is not running") and "Traceback" not in refused.stderr
+    first = json.loads(relayctl("--json", "send", "inferno", "first", agent="storm").stdout)
+    relayctl("send", "inferno", "second", agent="storm")
+    daemon = Daemon(relay_env).start()
+    try:
+        with Store(daemon.store_dir) as store:
+            log = [json.loads(line) for line in Path(store.root, "events.jsonl").read_text().splitlines()]
+        after = next(e["id"] for e in log if e.get("message_id") == first["id"])
+        proc = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "all", "--after", after], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert select_readable(proc.stdout, 20)[0]
+            replayed = json.loads(proc.stdout.readline())
+            assert replayed["topic"] == "inbox" and replayed["subject"] == "second"
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=10)
+        bad = relayctl("subscribe", "mail", check=False)
+        assert bad.returncode == 1 and "unknown topic 'mail'" in bad.stderr
+    finally:
+        daemon.kill()
