@@ -732,7 +732,8 @@ def test_gc_runs_on_its_interval(relay_env, relayctl):
     daemon = Daemon(relay_env, "--gc-interval", "1s").start()
     try:
         deadline = time.monotonic() + 20
-        while [n for n in os.listdir(reservations) if n.endswith(".json")] and time.monotonic() < deadline:
+        # The log line follows the removal, so wait for both.
+        while ([n for n in os.listdir(reservations) if n.endswith(".json")] or "gc done" not in daemon.log()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [n for n in os.listdir(reservations) if n.endswith(".json")], "expired reservation not collected"
         assert "gc done" in daemon.log()
