@@ -117,6 +117,38 @@ def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux:
     assert json.loads(relayctl("--json", "read", agent="shadow").stdout)[0]["body"] == "hello"
 
 
+def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
+    from relayd_proc import Daemon
+
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        tmux("copy-mode", "-t", tmux.pane)
+        relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
+        _wait_for(lambda: "trigger held back" in daemon.log(), "the daemon to hold the trigger back")
+        assert tmux.received.read_text() == ""  # nothing typed into the copy-mode pane
+        assert not (store_dir / "agents" / "glacier" / "pending").exists()
+
+        # No new mail arrives; leaving copy mode is enough for the timer to deliver it.
+        tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+        _wait_for(lambda: TRIGGER in tmux.received.read_text().splitlines(), "the retried trigger")
+        assert (store_dir / "agents" / "glacier" / "pending").exists()
+        time.sleep(3.5)  # several more retry rounds: the pending flag keeps it to one trigger
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+        assert "SECRET-BODY" not in tmux.received.read_text()
+        assert "held trigger delivered" in daemon.log()
+    finally:
+        daemon.kill()
+
+
+def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
 # -- zellij (no binary can be installed here: a recording stub on PATH) -----------------------
 
 

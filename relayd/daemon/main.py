@@ -38,6 +38,7 @@ class Config:
     socket_path: str
     gc_interval: float = 300.0
     stale_after: float = 300.0
+    retry_interval: float = 5.0
     drain_timeout: float = 5.0
     log_level: str = "info"
 
@@ -94,7 +95,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     if committer is not None:
         store.sync = committer
     hub = Hub()
-    notifier = Notifier(store.root)
+    notifier = Notifier(store.root, config.retry_interval)
     events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=notifier.on_event)
     server = Server(store, committer, hub, events)
     if committer is not None:

@@ -1,8 +1,14 @@
-"""Triggering notifications for inbox events, off the event loop.
+"""Triggering notifications for inbox events, off the event loop, and retrying held ones.
 
 Notification mechanisms run commands (tmux, zellij, cmd:...), so they go to a worker
-thread with their own Store handle (a Store is used by one thread only). Agents whose
-mail arrives while a round is running are handled together in the next round.
+thread with their own Store handle (a Store is used by one thread only, so one round
+runs at a time). Agents whose mail arrives while a round is running are handled together
+in the next round.
+
+A trigger can be held back: the pane was in copy mode, or the command failed. Nothing
+new may arrive for that agent, so every `retry_interval` a round also sweeps the store
+for agents with unread mail and no pending flag (`agents_awaiting_trigger`) and tries
+them again. The pending flag keeps a retried trigger to one.
 """
 
 from __future__ import annotations
@@ -10,21 +16,26 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from relayd.notify import notify_new_messages
+from relayd.notify import agents_awaiting_trigger, notify_new_messages
 from relayd.records import Event
 from relayd.store import Store
 
 log = structlog.get_logger()
 
 COALESCE_SECONDS = 0.02
+RETRY_SECONDS = 5.0
 
 
 class Notifier:
-    def __init__(self, store_dir: str) -> None:
+    def __init__(self, store_dir: str, retry_interval: float = RETRY_SECONDS) -> None:
         self.store = Store(store_dir)
+        self.retry_interval = retry_interval
         self.waiting: set[str] = set()
         self._wakeup = anyio.Event()
         self.rounds = 0
+        # Agent -> why its trigger is held back, so a retry that keeps failing the same
+        # way is logged once, not every interval.
+        self.held: dict[str, str] = {}
 
     def on_event(self, event: Event) -> None:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
@@ -33,20 +44,30 @@ class Notifier:
 
     async def run(self) -> None:
         try:
+            next_sweep = anyio.current_time() + self.retry_interval
             while True:
-                await self._wakeup.wait()
-                # Let a burst of mail gather: one round per agent instead of one per message,
-                # and the work stays off the reply path of the sends that caused it.
-                await anyio.sleep(COALESCE_SECONDS)
+                with anyio.move_on_after(max(0.0, next_sweep - anyio.current_time())):
+                    await self._wakeup.wait()
+                    # Let a burst of mail gather: one round per agent instead of one per
+                    # message, and the work stays off the reply path of the sends.
+                    await anyio.sleep(COALESCE_SECONDS)
+                sweep = anyio.current_time() >= next_sweep
+                if sweep:
+                    next_sweep = anyio.current_time() + self.retry_interval
                 self._wakeup = anyio.Event()
                 agents = sorted(self.waiting)
                 self.waiting.clear()
-                await anyio.to_thread.run_sync(self._notify, agents)
+                await anyio.to_thread.run_sync(self._round, agents, sweep)
                 self.rounds += 1
         finally:
             self.store.close()
 
-    def _notify(self, agents: list[str]) -> None:
+    def _round(self, agents: list[str], sweep: bool) -> None:
+        if sweep:
+            try:
+                agents = sorted(set(agents).union(agents_awaiting_trigger(self.store)))
+            except Exception:  # e.g. the store being reset under us: try again next time
+                log.exception("looking for triggers to retry failed")
         for agent in agents:
             try:
                 outcomes = notify_new_messages(self.store, [agent])
@@ -54,5 +75,18 @@ class Notifier:
                 log.exception("notification failed", agent=agent)
                 continue
             for outcome in outcomes:
-                if not outcome.get("ok", True):
-                    log.warning("notification failed", agent=agent, outcome=outcome)
+                self._report(agent, outcome)
+
+    def _report(self, agent: str, outcome: dict) -> None:
+        if outcome.get("ok", True) and not outcome.get("retry"):
+            if self.held.pop(agent, None) is not None and not outcome.get("skipped"):
+                log.info("held trigger delivered", agent=agent, method=outcome.get("method"))
+            return
+        why = outcome.get("error") or outcome.get("skipped") or "unknown"
+        if self.held.get(agent) == why:
+            return
+        self.held[agent] = why
+        if outcome.get("ok", True):
+            log.info("trigger held back; retrying", agent=agent, reason=why, every=self.retry_interval)
+        else:
+            log.warning("notification failed; retrying", agent=agent, outcome=outcome, every=self.retry_interval)
