@@ -17,7 +17,7 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .errors import UnknownAgent, UnsafePath, UsageError
+from .errors import RelayError, UnknownAgent, UnsafePath, UsageError
 from .fsio import Dir, append_lines
 from .ops import operation
 from .records import (
@@ -169,31 +169,75 @@ def _check_inbox(store: Store, recipient: str) -> None:
                 raise UnsafePath(f"{os.path.join(agent.path, name)} is a symlink or not a regular file; relay does not follow it")
 
 
-@operation("send", SendParams)
+def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | RelayError]:
+    """Several sends done as one: each inbox gets one append, the event log one write.
+
+    The outcome of each request is what `send` alone would have given, in order: its
+    messages are appended in request order, and a request that fails (bad input, an
+    append refused) writes no events and gets its error. The daemon passes the sends
+    that arrive together; `send` is the batch of one.
+    """
+    outcomes: list[SendResult | RelayError | None] = []
+    planned: list[list[Message]] = []
+    for p in requests:
+        try:
+            messages = build_messages(store, p)
+            if len(messages) > 1:
+                # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
+                for message in messages:
+                    _check_inbox(store, message.to)
+        except RelayError as exc:
+            outcomes.append(exc)
+            planned.append([])
+        else:
+            outcomes.append(None)
+            planned.append(messages)
+    by_inbox: dict[str, list[tuple[int, Message]]] = {}
+    for index, messages in enumerate(planned):
+        for message in messages:
+            by_inbox.setdefault(message.to, []).append((index, message))
+    for recipient, items in by_inbox.items():
+        items = [(index, message) for index, message in items if outcomes[index] is None]
+        if not items:
+            continue  # every request with mail for this inbox has failed already
+        try:
+            append_messages(store, recipient, [message for _, message in items])
+        except RelayError as exc:
+            for index, _ in items:
+                outcomes[index] = exc
+    done = [index for index, outcome in enumerate(outcomes) if outcome is None]
+    try:
+        store.emit(
+            *(
+                store.event(
+                    "inbox",
+                    action="message",
+                    agent=m.to,
+                    message_id=m.id,
+                    from_=m.from_,
+                    priority=m.priority,
+                    subject=m.subject[:120],
+                )
+                for index in done
+                for m in planned[index]
+            )
+        )
+    except RelayError as exc:
+        for index in done:
+            outcomes[index] = exc
+    else:
+        for index in done:
+            outcomes[index] = SendResult(messages=planned[index])
+    return outcomes  # type: ignore[return-value]  (no None is left)
+
+
+@operation("send", SendParams, batch=send_many)
 def send(store: Store, p: SendParams) -> SendResult:
     """Append a message to each recipient's inbox (or every other agent's, with broadcast)."""
-    messages = build_messages(store, p)
-    if len(messages) > 1:
-        # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
-        for message in messages:
-            _check_inbox(store, message.to)
-    for message in messages:
-        append_messages(store, message.to, [message])
-    store.emit(
-        *(
-            store.event(
-                "inbox",
-                action="message",
-                agent=m.to,
-                message_id=m.id,
-                from_=m.from_,
-                priority=m.priority,
-                subject=m.subject[:120],
-            )
-            for m in messages
-        )
-    )
-    return SendResult(messages=messages)
+    [outcome] = send_many(store, [p])
+    if isinstance(outcome, RelayError):
+        raise outcome
+    return outcome
 
 
 # -- the cursor ------------------------------------------------------------------------

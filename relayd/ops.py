@@ -24,19 +24,22 @@ class Operation:
     run: Callable[[Store, Any], Any]
     mutates: bool
     summary: str
+    # Optional: run many requests of this operation as one (list of params -> list of
+    # results or RelayErrors, same order); the daemon uses it for requests that arrive together.
+    batch: Callable[[Store, list[Any]], list[Any]] | None = None
 
 
 _REGISTRY: dict[str, Operation] = {}
 
 
-def operation(name: str, params: type[msgspec.Struct], *, mutates: bool = True) -> Callable:
+def operation(name: str, params: type[msgspec.Struct], *, mutates: bool = True, batch: Callable[[Store, list[Any]], list[Any]] | None = None) -> Callable:
     """Register a store function as the operation `name`."""
 
     def register(func: Callable[[Store, Any], Any]) -> Callable[[Store, Any], Any]:
         if name in _REGISTRY:
             raise RuntimeError(f"operation {name!r} defined twice")
         summary = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else ""
-        _REGISTRY[name] = Operation(name, params, func, mutates, summary)
+        _REGISTRY[name] = Operation(name, params, func, mutates, summary, batch)
         return func
 
     return register

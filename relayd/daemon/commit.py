@@ -32,7 +32,8 @@ class Batch:
 
     async def wait(self) -> None:
         """Until durable; raises the fsync failure for every request in the batch."""
-        await self.done.wait()
+        if not self.done.is_set():  # (waiting on a set Event would still yield once)
+            await self.done.wait()
         if self.error is not None:
             raise self.error
 
@@ -67,6 +68,8 @@ class GroupCommit(Syncer):
         self.fsynced_fds = 0
         # Whether to fsync in the loop thread instead of a worker (set by the server).
         self.inline_when: Callable[[], bool] = lambda: False
+        # Runs the writes queued for this round (set by the server; see Server.defer).
+        self.collect: Callable[[], None] = lambda: None
 
     # -- Syncer: called by store functions in the loop thread ---------------------------
     def file(self, fd: int) -> None:
@@ -74,6 +77,10 @@ class GroupCommit(Syncer):
         self._wakeup.set()
 
     dir = file
+
+    def poke(self) -> None:
+        """Writes are queued for `collect`: run a round for them."""
+        self._wakeup.set()
 
     # -- for the server ----------------------------------------------------------------
     def pending(self) -> Batch | None:
@@ -92,6 +99,7 @@ class GroupCommit(Syncer):
         while True:
             await self._wakeup.wait()
             self._wakeup = anyio.Event()
+            self.collect()
             batch = self._filling
             if not batch.fds:
                 continue

@@ -100,6 +100,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     server = Server(store, committer, hub, events)
     if committer is not None:
         committer.inline_when = server.quiet
+        committer.collect = server.run_deferred
     stale = StaleWatch(store, config.stale_after)
     stale.start()
     stop = anyio.Event()

@@ -50,6 +50,8 @@ class Server:
         self._ids = itertools.count(1)
         self._accepting: anyio.CancelScope | None = None
         self.requests = 0
+        self.deferred: list[Deferred] = []  # batchable requests waiting for run_deferred
+        self.round = anyio.Event()  # set when the requests deferred so far have run
 
     # -- accepting -------------------------------------------------------------------
     async def serve(self, listener: SocketListener, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -115,22 +117,111 @@ class Server:
         try:
             op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
             result = op.run(self.store, ops.decode_params(op, request.params))
-            payload = protocol.encode(Response(id=request.id, ok=True, result=result))
-            if len(payload) > protocol.MAX_LINE:
-                raise RelayError(
-                    f"the result of {request.op} is {len(payload)} bytes, more than one line may hold ({protocol.MAX_LINE}); ask for less (e.g. a smaller last)",
-                )
+            payload = _reply(request, result)
         except RelayError as exc:
             payload = protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
         except Exception as exc:  # a bug in an operation: report it, keep serving
             log.exception("operation failed", op=request.op)
-            body = ErrorBody(code="internal", message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
-            payload = protocol.encode(Response(id=request.id, ok=False, error=body))
-        return (self.committer.pending() if self.committer is not None else None), payload
+            payload = _internal_error(request, exc)
+        return self._pending(), payload
+
+    def _pending(self) -> Batch | None:
+        return self.committer.pending() if self.committer is not None else None
+
+    def defer(self, request: Request) -> Deferred | None:
+        """Queue a request of a batchable operation to run with the others that arrive
+        while the current fsync round runs (see `run_deferred`). None when it is run
+        alone instead: not batchable, no group commit, or parameters that do not decode."""
+        op = self.table.get(request.op)
+        if op is None or op.batch is None or self.committer is None:
+            return None
+        try:
+            params = ops.decode_params(op, request.params)
+        except RelayError:
+            return None
+        self.requests += 1
+        item = Deferred(op, request, params, self.round)
+        self.deferred.append(item)
+        self.committer.poke()
+        return item
+
+    def run_deferred(self) -> None:
+        """Run every queued request now, those of one operation together, in arrival order.
+
+        The group commit calls this just before it takes a batch to fsync, so the sends
+        that arrived while the previous batch was syncing share one append per inbox,
+        one event-log write and one fsync round. A connection whose next request is not
+        batchable calls it first: that request may depend on the queued ones."""
+        queued, self.deferred = self.deferred, []
+        finished, self.round = self.round, anyio.Event()
+        start = 0
+        while start < len(queued):
+            op = queued[start].op
+            end = start
+            while end < len(queued) and queued[end].op is op:
+                end += 1
+            group = queued[start:end]
+            start = end
+            assert op.batch is not None
+            try:
+                outcomes = op.batch(self.store, [item.params for item in group])
+            except Exception as exc:  # a bug in an operation: every request of the group fails
+                log.exception("operation failed", op=op.name, batched=len(group))
+                for item in group:
+                    item.payload = _internal_error(item.request, exc)
+                continue
+            for item, outcome in zip(group, outcomes):
+                try:
+                    if isinstance(outcome, RelayError):
+                        raise outcome
+                    item.payload = _reply(item.request, outcome)
+                except RelayError as exc:
+                    item.payload = protocol.encode(Response(id=item.request.id, ok=False, error=protocol.error_body(exc)))
+        batch = self._pending()
+        for item in queued:
+            item.batch = batch
+        finished.set()
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
         return sum(peer.unanswered for peer in self.peers) <= 1
+
+
+def _reply(request: Request, result: Any) -> bytes:
+    payload = protocol.encode(Response(id=request.id, ok=True, result=result))
+    if len(payload) > protocol.MAX_LINE:
+        raise RelayError(
+            f"the result of {request.op} is {len(payload)} bytes, more than one line may hold ({protocol.MAX_LINE}); ask for less (e.g. a smaller last)",
+        )
+    return payload
+
+
+def _internal_error(request: Request, exc: Exception) -> bytes:
+    body = ErrorBody(code="internal", message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
+    return protocol.encode(Response(id=request.id, ok=False, error=body))
+
+
+class Deferred:
+    """A request queued to run together with others. Once `ran` is set, `payload` is
+    its reply and `batch` the group commit batch that makes its writes durable."""
+
+    __slots__ = ("op", "request", "params", "ran", "payload", "batch")
+
+    def __init__(self, op: ops.Operation, request: Request, params: Any, ran: anyio.Event) -> None:
+        self.op = op
+        self.request = request
+        self.params = params
+        self.ran = ran
+        self.payload: bytes | None = None
+        self.batch: Batch | None = None
+
+    def ready(self) -> bool:
+        return self.ran.is_set() and (self.batch is None or self.batch.done.is_set())
+
+
+# What a connection's reply writer gets, in request order: (the batch to wait for, the
+# request id, the reply), or a deferred request that supplies both once it has run.
+Reply = tuple[Batch | None, Any, bytes] | Deferred
 
 
 class Peer:
@@ -140,15 +231,16 @@ class Peer:
         self.server = server
         self.stream = stream
         self.conn = protocol.Connection("server")
-        self.lock = anyio.Lock()
+        self.lock = anyio.Lock(fast_acquire=True)  # no extra loop turn when free (the usual case)
         self.subscriber: Subscriber | None = None
         self.unanswered = 0  # replies waiting for their batch to become durable
+        self._last_deferred: Deferred | None = None
         self._group: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._pumping: anyio.CancelScope | None = None
 
     async def run(self) -> None:
-        replies, pending = anyio.create_memory_object_stream[tuple[Batch | None, Any, bytes]](OUTBOX)
+        replies, pending = anyio.create_memory_object_stream[Reply](OUTBOX)
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
@@ -183,19 +275,26 @@ class Peer:
             self._abort()  # the peer is gone
             await anyio.lowlevel.checkpoint()
 
-    async def _read(self, replies: MemoryObjectSendStream[tuple[Batch | None, Any, bytes]]) -> None:
+    async def _read(self, replies: MemoryObjectSendStream[Reply]) -> None:
         while not self.conn.closed:
             try:
                 data = await self.stream.receive(RECEIVE_BYTES)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 return
             for item in self.conn.receive_data(data):
+                if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
+                    self.unanswered += 1
+                    self._last_deferred = queued
+                    await _put(replies, queued)
+                    continue
+                if self._last_deferred is not None and not self._last_deferred.ran.is_set():
+                    self.server.run_deferred()  # this request may depend on the queued ones
                 match item:
                     case Request():
                         batch, payload = self.server.execute(item)
                         if batch is not None:
                             self.unanswered += 1
-                        await replies.send((batch, item.id, payload))
+                        await _put(replies, (batch, item.id, payload))
                     case Violation():
                         log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
                         await replies.send((None, None, self.conn.violation_reply(item)))
@@ -208,14 +307,19 @@ class Peer:
                         body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
                         await replies.send((None, None, protocol.encode(ErrorFrame(error=body))))
 
-    async def _write_replies(self, pending: MemoryObjectReceiveStream[tuple[Batch | None, Any, bytes]]) -> None:
+    async def _write_replies(self, pending: MemoryObjectReceiveStream[Reply]) -> None:
         """Replies in request order, each once its writes are durable; ready ones coalesce."""
         async with pending:
             carry = None
             while True:
                 if carry is None:
                     try:
-                        carry = await pending.receive()
+                        carry = pending.receive_nowait()
+                    except anyio.WouldBlock:
+                        try:
+                            carry = await pending.receive()
+                        except anyio.EndOfStream:
+                            return
                     except anyio.EndOfStream:
                         return
                 out = [await self._ready(carry)]
@@ -225,13 +329,21 @@ class Peer:
                         item = pending.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    if item[0] is not None and not item[0].done.is_set():
+                    if not _is_ready(item):
                         carry = item
                         break
                     out.append(await self._ready(item))
                 await self._send(b"".join(out))
 
-    async def _ready(self, item: tuple[Batch | None, Any, bytes]) -> bytes:
+    async def _ready(self, item: Reply) -> bytes:
+        if isinstance(item, Deferred):
+            if not item.ran.is_set():  # (waiting on a set Event would still yield once)
+                await item.ran.wait()
+            assert item.payload is not None
+            if item.batch is None:  # nothing to make durable (it failed before writing)
+                self.unanswered -= 1
+                return item.payload
+            item = (item.batch, item.request.id, item.payload)
         batch, request_id, payload = item
         if batch is not None:
             try:
@@ -242,7 +354,7 @@ class Peer:
                 self.unanswered -= 1
         return payload
 
-    async def _subscribe(self, request: Subscribe, replies: MemoryObjectSendStream[tuple[Batch | None, Any, bytes]]) -> None:
+    async def _subscribe(self, request: Subscribe, replies: MemoryObjectSendStream[Reply]) -> None:
         try:
             if self.subscriber is not None:
                 raise ProtocolError("already subscribed on this connection; open another one for other topics")
@@ -283,6 +395,21 @@ class Peer:
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
                     await self._send(b"".join(out))
+
+
+async def _put(replies: MemoryObjectSendStream[Reply], item: Reply) -> None:
+    """Queue a reply; waits (and yields) only when the queue is full. A request handled
+    per loop turn costs several turns otherwise, which is much of relayd's overhead."""
+    try:
+        replies.send_nowait(item)
+    except anyio.WouldBlock:
+        await replies.send(item)
+
+
+def _is_ready(item: Reply) -> bool:
+    if isinstance(item, Deferred):
+        return item.ready()
+    return item[0] is None or item[0].done.is_set()
 
 
 async def _linger(stream: SocketStream, limit: int = 4 << 20) -> None:
