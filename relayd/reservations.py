@@ -47,6 +47,23 @@ def check_repo(repo: str | None) -> str:
     return os.path.normpath(repo)
 
 
+def pattern_in_repo(pattern: str, repo: str) -> str:
+    """The canonical pattern, relative to `repo`.
+
+    Editors and agents name files by absolute path; such a pattern is made relative to
+    the repo so it meets the same reservations as its relative spelling. One outside the
+    repo cannot be reserved in it.
+    """
+    if isinstance(pattern, str) and pattern.strip().startswith("/"):
+        text = pattern.strip()
+        if text == repo or text == repo + "/":
+            return normalize("**")
+        if not text.startswith(repo.rstrip("/") + "/"):
+            raise UsageError(f"{text} is outside the repository {repo}; give a path inside it, or set --repo")
+        pattern = text[len(repo.rstrip("/")) + 1 :]
+    return normalize(pattern)
+
+
 _ISO_LEN = len("2026-02-16T06:08:00.000Z")
 
 
@@ -137,7 +154,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
     """Reserve a path pattern in a repo; refused (Conflict) when someone else holds an overlapping one."""
     check_agent_name(p.agent)
     repo = check_repo(p.repo)
-    pattern = normalize(p.pattern)
+    pattern = pattern_in_repo(p.pattern, repo)
     ttl = parse_duration(p.ttl)
     if not timedelta(0) < ttl <= MAX_TTL:
         raise UsageError(f"--ttl must be positive and at most {MAX_TTL.days} days, not {p.ttl!r}")
@@ -226,7 +243,7 @@ def release(store: Store, p: ReleaseParams) -> ReleaseResult:
                     released.append(r)
         else:
             repo = check_repo(p.repo)
-            pattern = normalize(p.pattern)  # type: ignore[arg-type]
+            pattern = pattern_in_repo(p.pattern, repo)  # type: ignore[arg-type]
             found = None
             for key in (reservation_key(repo, pattern, p.agent), reservation_key(repo, pattern)):
                 raw = folder.read_bytes(key)

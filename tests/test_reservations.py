@@ -52,6 +52,19 @@ def test_no_conflict_between_disjoint_patterns_or_repos(relayctl, team, repo, sh
     assert sorted(r["pattern"] for r in listed) == ["src/a/*", "src/b/*"]
 
 
+def test_absolute_paths_inside_the_repo_meet_relative_reservations(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
+    refused = relayctl("reserve", f"{repo}/src/auth/login.go", "--repo", repo, agent="glacier", check=False)
+    assert refused.returncode == 1 and "inferno holds src/auth/**" in refused.stderr
+    held = json.loads(relayctl("--json", "reserve", f"{repo}/docs/intro.md", "--repo", repo, agent="glacier").stdout)
+    assert held["reservation"]["pattern"] == "docs/intro.md"
+    relayctl("release", f"{repo}/docs/intro.md", "--repo", repo, agent="glacier")
+    outside = relayctl("reserve", "/etc/passwd", "--repo", repo, agent="glacier", check=False)
+    assert outside.returncode == 2 and "outside the repository" in outside.stderr
+    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+    assert [(r["agent"], r["pattern"]) for r in listed] == [("inferno", "src/auth/**")]
+
+
 def test_repo_defaults_to_the_current_directory(relayctl, relay_env, team, repo) -> None:
     link = Path(repo).parent / "via-link"
     link.symlink_to(repo)
