@@ -70,10 +70,13 @@ def mcp_config(role: str | None, preset: str | None, session: str | None, out_di
     if not out_dir:
         click.echo(json.dumps(configs, indent=2))
         return
-    os.makedirs(out_dir, exist_ok=True)
-    for name, config in configs.items():
-        path = os.path.join(out_dir, f"{name}.json")
-        with open(path, "w") as fh:
-            json.dump(config, fh, indent=2)
-            fh.write("\n")
-        s.note(f"wrote {path}")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        for name, config in configs.items():
+            path = os.path.join(out_dir, f"{name}.json")
+            with open(path, "w") as fh:
+                json.dump(config, fh, indent=2)
+                fh.write("\n")
+            s.note(f"wrote {path}")
+    except OSError as exc:
+        raise click.UsageError(f"cannot write to --out-dir {out_dir}: {exc.strerror or exc}") from None

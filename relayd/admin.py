@@ -9,9 +9,10 @@ import msgspec
 
 from . import STORE_FORMAT, __version__, layout
 from .agents import RegisterParams, register
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .ops import operation
 from .store import Store
+from .ulid import new_ulid
 
 PRESETS: dict[str, tuple[str, ...]] = {
     # seed 000: the six panes of the overlord team
@@ -79,21 +80,25 @@ def reset(store: Store, p: ResetParams) -> ResetResult:
         raise UsageError("reset deletes every message and agent; confirm it (relayctl reset --yes)")
     root = store.root_dir()
     removed = []
-    for name in layout.TOP_DIRS:
-        path = os.path.join(store.root, name)
-        if os.path.lexists(path):
-            opened = store._subdirs.pop(name, None)
-            if opened is not None:
-                opened.close()
-            if os.path.islink(path) or not os.path.isdir(path):
-                os.unlink(path)
-            else:
-                shutil.rmtree(path)
-            removed.append(name)
-        store.top(name)
-    for name in (layout.EVENTS, layout.EVENTS_ROTATED):
-        if root.unlink(name, missing_ok=True):
-            removed.append(name)
+    trash = []
+    try:
+        # Swap each directory for an empty one first (renames are atomic), then delete the
+        # old contents: a crash or a read-only store never leaves a directory half-emptied.
+        for name in layout.TOP_DIRS:
+            if root.exists(name):
+                tomb = f".{name}.{new_ulid()}.trash"
+                root.rename(name, tomb)
+                store.forget(name)
+                trash.append(tomb)
+                removed.append(name)
+            store.top(name)
+        for name in (layout.EVENTS, layout.EVENTS_ROTATED):
+            if root.unlink(name, missing_ok=True):
+                removed.append(name)
+        for tomb in trash:
+            shutil.rmtree(tomb, dir_fd=root.fd)
+    except OSError as exc:
+        raise StoreError(f"reset of {store.root} failed: {exc.strerror or exc}") from exc
     store.sync.dir(root.fd)
     store.emit(store.event("agent", action="reset"))
     return ResetResult(dir=store.root, removed=removed)

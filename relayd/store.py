@@ -87,6 +87,12 @@ class Store:
             self._subdirs[name] = found
         return found
 
+    def forget(self, name: str) -> None:
+        """Close a cached top-level directory (after it was replaced, e.g. by reset)."""
+        opened = self._subdirs.pop(name, None)
+        if opened is not None:
+            opened.close()
+
     def agent_dir(self, name: str) -> Dir:
         """The directory of a registered agent; the caller closes it."""
         check_agent_name(name)

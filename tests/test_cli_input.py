@@ -187,3 +187,41 @@ def test_symlink_planted_in_store_is_refused_not_followed(team, store_dir: Path,
     assert snapshot(store_dir) == before
     assert (snapshot(target) if target.is_dir() else target.read_bytes()) == target_before
     assert (store_dir / entry).is_symlink()
+
+
+@pytest.fixture
+def read_only_store(team, store_dir: Path):
+    """The store on a read-only bind mount (needs root; a non-root run uses file modes)."""
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "--bind", str(store_dir), str(store_dir)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(store_dir)], check=True)
+        try:
+            yield store_dir
+        finally:
+            subprocess.run(["umount", str(store_dir)], check=True)
+    else:
+        modes = {p: p.stat().st_mode for p in [store_dir, *store_dir.rglob("*")] if p.is_dir()}
+        for path in modes:
+            path.chmod(0o500)
+        try:
+            yield store_dir
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+
+
+def test_reset_on_a_read_only_store_is_one_error_and_removes_nothing(read_only_store: Path, relayctl) -> None:
+    before = snapshot(read_only_store)
+    proc = relayctl("reset", "--yes", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "Read-only" in proc.stderr or "denied" in proc.stderr
+    assert snapshot(read_only_store) == before
+
+
+def test_mcp_config_out_dir_that_cannot_be_made_is_a_usage_error(relayctl, short_tmp: Path) -> None:
+    blocker = short_tmp / "a-file"
+    blocker.write_text("")
+    proc = relayctl("mcp-config", "--preset", "overlord", "--out-dir", str(blocker / "configs"), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: cannot write to --out-dir") and proc.stderr.count("\n") == 1
