@@ -49,7 +49,29 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        command = getattr(importlib.import_module(module), attr)
+        _accept_output_flags(command)
+        return command
+
+
+def _set_flag(attr: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        settings = ctx.find_object(Settings)
+        if value and settings is not None:
+            setattr(settings, attr, True)
+
+    return callback
+
+
+def _accept_output_flags(command: click.Command) -> None:
+    """`relayctl read --json` works as well as `relayctl --json read`: people type both."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_output_flags(sub)
+    taken = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    for flag, attr, text in (("--json", "json", "Print JSON (same as the global --json)."), ("--quiet", "quiet", "Same as the global --quiet.")):
+        if flag not in taken:
+            command.params.append(click.Option([flag], is_flag=True, expose_value=False, is_eager=True, callback=_set_flag(attr), help=text))
 
 
 HELP = """relay: messages, presence, file reservations, commands and wake-ups for a team

@@ -58,6 +58,13 @@ def test_read_json_is_an_array_of_messages_with_store_field_names(trio, store_di
     assert messages[1]["type"] == "task_assignment" and messages[1]["priority"] == "urgent"
 
 
+def test_json_and_quiet_also_work_after_the_subcommand(trio, store_dir: Path) -> None:
+    trio("send", "bob", "one", agent="alice")
+    assert json.loads(trio("read", "--json", agent="bob").stdout) == json.loads(trio("--json", "read", agent="bob").stdout)
+    assert json.loads(trio("cmd", "list", "--json").stdout) == []
+    assert trio("send", "bob", "two", "--quiet", agent="alice").stdout == ""
+
+
 def test_subject_defaults_to_the_first_80_characters(trio) -> None:
     body = "".join(chr(ord("a") + n % 26) for n in range(200))
     sent = json.loads(trio("--json", "send", "bob", body, agent="alice").stdout)
