@@ -245,9 +245,36 @@ def memory_after_many(quick: bool) -> list[Row]:
     ]
 
 
+def start_to_ready(quick: bool) -> list[Row]:
+    """From exec to sd_notify READY=1 (socket bound, store recovered), as systemd sees it."""
+    count = 3 if quick else 10
+    samples = []
+    for _ in range(count):
+        relayd = Relayd.__new__(Relayd)
+        relayd.dir = scratch_dir("rbr-")
+        store = os.path.join(relayd.dir, "store")
+        notify_path = os.path.join(relayd.dir, "notify.sock")
+        env = child_env(store, os.path.join(relayd.dir, "relayd.sock"), NOTIFY_SOCKET=notify_path)
+        subprocess.run([PYTHON, "-m", "relayctl", "init", "--preset", "overlord"], env=env, check=True, stdout=subprocess.DEVNULL)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        listener.bind(notify_path)
+        listener.settimeout(20)
+        began = time.perf_counter()
+        relayd.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon.main", "--log-level", "warning"], env=env, stderr=subprocess.DEVNULL)
+        try:
+            while b"READY=1" not in listener.recv(4096).split(b"\n"):
+                pass
+            samples.append(time.perf_counter() - began)
+        finally:
+            listener.close()
+            relayd.close()
+    median = median_ms(samples)
+    return [Row(AREA, "relayd start -> READY=1", round(median, 1), "ms", "< 1000 ms", median < 1000, f"median of {count} starts, sd_notify datagram")]
+
+
 def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
-    for bench in (persistent_client, event_latency, cli_with_daemon, concurrent_clients, memory_after_many):
+    for bench in (start_to_ready, persistent_client, event_latency, cli_with_daemon, concurrent_clients, memory_after_many):
         print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.extend(bench(quick))
     return rows
