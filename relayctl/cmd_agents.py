@@ -66,7 +66,7 @@ def set_status(status: str, task: str | None) -> None:
 
 
 def _agent_line(a: dict) -> str:
-    state = "alive" if a["alive"] else "STALE"
+    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "STALE"
     if a["last_heartbeat"] is None:
         beat = "never"
     else:

@@ -64,14 +64,16 @@ def claude() -> None:
         answer = _answer(sys.stdin.read())
     except RelayError as exc:
         _give_up(exc.message)
+    except ValueError as exc:
+        _give_up(str(exc))
     except Exception as exc:  # never a traceback into the agent's transcript
-        _give_up(f"{type(exc).__name__}: {exc}")
+        _give_up(f"internal error: {type(exc).__name__}: {exc}")
     if answer is not None:
         click.echo(json.dumps(answer, ensure_ascii=False))
 
 
 def _give_up(message: str) -> None:
-    click.echo(f"relay hook: {' '.join(message.split())}", err=True)
+    click.echo(f"error: relay hook: {' '.join(message.split())}", err=True)
     sys.exit(1)
 
 

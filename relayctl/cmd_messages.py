@@ -30,7 +30,7 @@ def render_message(m: dict) -> str:
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
 @click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
 @click.option("--type", "type_", metavar="TYPE", help="Message type, e.g. task_assignment (IGNITE types).")
-@click.option("--ack", is_flag=True, help="Ask for delivery to be acknowledged.")
+@click.option("--ack", is_flag=True, help="Ask the recipient to confirm receipt (sets the message's ack field; relay does not yet redeliver unconfirmed mail).")
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
 def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, wake) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.

@@ -149,6 +149,8 @@ class SetStatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 def set_status(store: Store, p: SetStatusParams) -> AgentMeta:
     """Set the agent's status (and task): seed 000 update_status, seed 002 presence."""
     _check_text("status", p.status)
+    if not p.status.strip() or "\n" in p.status:
+        raise UsageError("status must be one line of text, e.g. working, blocked, done")
     _check_text("task", p.task)
     with store.agent_dir(p.agent) as agent:
         meta = read_meta(agent)

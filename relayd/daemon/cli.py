@@ -42,7 +42,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 
 @click.command("daemon", help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--dir", "store_dir", envvar=["RELAY_DIR", "OVLD_RELAY_DIR"], metavar="PATH", help="Store directory. [env: RELAY_DIR, then OVLD_RELAY_DIR; default: ~/.relay]")
-@click.option("--socket", "socket_path", envvar="RELAY_SOCKET", metavar="PATH", help="Socket to listen on. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock, else <store>/relayd.sock]")
+@click.option("--socket", "socket_path", envvar="RELAY_SOCKET", metavar="PATH", help="Socket to listen on. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--gc-interval", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="How often to run garbage collection.")
 @click.option("--stale", "stale_after", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="Heartbeat age after which an agent counts as stale (one presence event each).")
 @click.option("--retry-interval", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="How often to retry pane/cmd triggers that were held back (copy mode) or failed.")
