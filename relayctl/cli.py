@@ -69,9 +69,10 @@ def _accept_output_flags(command: click.Command) -> None:
         for sub in command.commands.values():
             _accept_output_flags(sub)
     taken = {opt for param in command.params for opt in getattr(param, "opts", [])}
-    for flag, attr, text in (("--json", "json", "Print JSON (same as the global --json)."), ("--quiet", "quiet", "Same as the global --quiet.")):
-        if flag not in taken:
-            command.params.append(click.Option([flag], is_flag=True, expose_value=False, is_eager=True, callback=_set_flag(attr), help=text))
+    for flags, attr, text in ((["--json"], "json", "Print JSON (same as the global --json)."), (["--quiet", "-q"], "quiet", "Same as the global --quiet.")):
+        free = [flag for flag in flags if flag not in taken]
+        if flags[0] in free:
+            command.params.append(click.Option(free, is_flag=True, expose_value=False, is_eager=True, callback=_set_flag(attr), help=text))
 
 
 HELP = """relay: messages, presence, file reservations, commands and wake-ups for a team
