@@ -276,11 +276,22 @@ class Peer:
             await anyio.lowlevel.checkpoint()
 
     async def _read(self, replies: MemoryObjectSendStream[Reply]) -> None:
+        raw: socket.socket = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        fd = raw.fileno()
         while not self.conn.closed:
+            # What SocketStream.receive does, minus a loop turn per call: read first, wait
+            # only when nothing is there (and yield anyway when something was, so one
+            # busy connection cannot starve the rest).
             try:
-                data = await self.stream.receive(RECEIVE_BYTES)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                data = raw.recv(RECEIVE_BYTES)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            except OSError:
                 return
+            if not data:
+                return
+            await anyio.lowlevel.checkpoint()
             for item in self.conn.receive_data(data):
                 if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
                     self.unanswered += 1
