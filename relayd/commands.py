@@ -50,19 +50,7 @@ def _write(store: Store, command: Command) -> None:
 
 def all_commands(store: Store) -> list[Command]:
     """Every readable command, oldest first (ULIDs sort by time)."""
-    folder = store.top(layout.COMMANDS)
-    found = []
-    for name in sorted(folder.listdir()):
-        if not name.endswith(SUFFIX) or name.startswith("."):
-            continue
-        raw = folder.read_bytes(name)
-        if not raw:
-            continue
-        try:
-            found.append(command_decoder.decode(raw))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-    return found
+    return [command for _, command in store.records(layout.COMMANDS, command_decoder)]
 
 
 def _check_session(session: str) -> str:

@@ -80,19 +80,7 @@ def is_expired(r: Reservation, reference=None) -> bool:
 
 def load_all(store: Store) -> list[tuple[str, Reservation]]:
     """Every readable reservation file with its name; damaged files are skipped."""
-    folder = store.top(layout.RESERVATIONS)
-    found = []
-    for name in folder.listdir():
-        if not name.endswith(SUFFIX) or name.startswith("."):
-            continue
-        raw = folder.read_bytes(name)
-        if not raw:
-            continue
-        try:
-            found.append((name, reservation_decoder.decode(raw)))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-    return found
+    return store.records(layout.RESERVATIONS, reservation_decoder)
 
 
 def _read(folder, name: str) -> Reservation | None:

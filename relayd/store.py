@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any
+
+import msgspec
 
 from . import layout
 from .errors import InvalidName, StoreError, UnknownAgent, UnsafePath
@@ -112,6 +115,26 @@ class Store:
             return stat.S_ISREG(os.stat(f"{name}/{layout.META}", dir_fd=agents.fd).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             return False
+
+    def records(self, top: str, decoder: msgspec.json.Decoder) -> list[tuple[str, Any]]:
+        """Every readable `*.json` record in a top-level directory, by file name.
+
+        Temp files (dot names) are skipped, and so are damaged files: one broken
+        hand-edited file must not hide the others.
+        """
+        folder = self.top(top)
+        found = []
+        for name in sorted(folder.listdir()):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            raw = folder.read_bytes(name)
+            if not raw:
+                continue
+            try:
+                found.append((name, decoder.decode(raw)))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        return found
 
     def known_agents(self) -> list[str]:
         names = []

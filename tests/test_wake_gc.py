@@ -167,6 +167,6 @@ def test_gc_expired_reservations_stale_agents_old_commands(relayctl, store_dir: 
     assert left == {recent["id"], waiting["id"]}
     glacier = store_dir / "agents" / "glacier"
     assert (glacier / "heartbeat.stale").exists() and not (glacier / "heartbeat").exists()
-    assert "STALE" in relayctl("status", "--agents").stdout
+    assert "ARCHIVED" in relayctl("status", "--agents").stdout
     relayctl("heartbeat", agent="glacier")  # back again
     assert (glacier / "heartbeat").exists() and not (glacier / "heartbeat.stale").exists()
