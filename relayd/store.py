@@ -45,6 +45,8 @@ class Store:
         """The root, created (0700, with the standard layout) on first use."""
         if self._root is None:
             existed = os.path.isdir(self.root)
+            if not existed and os.path.lexists(self.root):
+                raise StoreError(f"cannot use {self.root} as the store: it exists and is not a directory")
             if not existed and not create:
                 raise FileNotFoundError(self.root)
             try:
