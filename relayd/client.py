@@ -88,8 +88,8 @@ class Client:
         sock.settimeout(timeout)
         try:
             sock.connect(self.socket_path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
+        except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
+            sock.close()  # no socket there (or its directory is not one): no daemon
             return None
         except socket.timeout:
             sock.close()
