@@ -122,8 +122,13 @@ def _broadcast(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return _sent(ctx.call("send", params))
 
 
+CHECK_INBOX_BYTES = 64 * 1024
+
+
 def _check_inbox(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    result = ctx.call("read", {"agent": ctx.role, "unread": True, "mark_read": True, "last": 0})
+    # A model's context is the limit here: hand over at most ~16k tokens at a time; the
+    # rest stays unread (its count is in the answer) for the next call.
+    result = ctx.call("read", {"agent": ctx.role, "unread": True, "mark_read": True, "last": 0, "max_bytes": CHECK_INBOX_BYTES})
     return {"messages": result["messages"], "unread": result["unread"]}
 
 

@@ -35,6 +35,10 @@ from .timefmt import now_iso, parse_iso
 from .ulid import new_ulid
 
 MAX_BODY = 256 * 1024
+# What one answer may carry: a send's stored messages, a read's messages. It stays under the
+# wire protocol's 1 MiB line with room for the envelope, so an answer through relayd never
+# fails after the operation took effect.
+MAX_RESULT = 768 * 1024
 MAX_SUBJECT = 1024
 MAX_TAGS = 32
 _CHUNK = 256 * 1024
@@ -101,7 +105,7 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
     if p.thread is not None and (not p.thread or len(p.thread) > 256):
         raise UsageError("thread: 1-256 characters")
     stamp = now_iso()
-    return [
+    messages = [
         Message(
             id=new_ulid(),
             ts=stamp,
@@ -117,6 +121,11 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
         )
         for recipient in _recipients(store, p, sender)
     ]
+    size = len(json_encoder.encode(messages[0])) + 1
+    if size * len(messages) > MAX_RESULT:
+        copies = f"{len(messages)} copies of this {size}-byte message" if len(messages) > 1 else f"this message, {size} bytes stored,"
+        raise UsageError(f"{copies} would be more than one send may carry ({MAX_RESULT} bytes); send a shorter text, or write it to a file and send the path")
+    return messages
 
 
 def append_messages(store: Store, recipient: str, messages: list[Message]) -> None:
@@ -484,6 +493,7 @@ class ReadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     unread: bool = False
     last: int | None = 20  # None or 0: no limit
     mark_read: bool = False
+    max_bytes: int | None = None  # stop before the messages pass this size (at most MAX_RESULT)
 
 
 class ReadResult(msgspec.Struct, kw_only=True):
@@ -519,11 +529,26 @@ def read(store: Store, p: ReadParams) -> ReadResult:
     """Read the agent's inbox: the last N messages, or (unread) the oldest N unread.
 
     With mark_read, the cursor moves past the messages shown, but never past an unread
-    message that a filter or the limit held back, so nothing is marked read unseen.
+    message that a filter, the limit or the size budget held back, so nothing is marked
+    read unseen.
     """
     if p.last is not None and p.last < 0:
         raise UsageError("--last must be 0 (no limit) or more")
     limit = p.last or None
+    if p.max_bytes is not None and p.max_bytes <= 0:
+        raise UsageError("max_bytes must be positive")
+    budget = min(p.max_bytes or MAX_RESULT, MAX_RESULT)
+    used = 0
+
+    def fits(message: Message) -> bool:
+        """Room for this message in the answer? The first one always goes."""
+        nonlocal used
+        size = len(json_encoder.encode(message)) + 2
+        if used and used + size > budget:
+            return False
+        used += size
+        return True
+
     matches, since = _matcher(p)
     since_utc = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") if since is not None else ""
     bad: list[CorruptLine] = []
@@ -538,6 +563,8 @@ def read(store: Store, p: ReadParams) -> ReadResult:
                 contiguous = True
                 for pos, message in _unread(snap, bad):
                     if (limit is None or len(shown) < limit) and matches(message):
+                        if not fits(message):
+                            break  # the answer is full: the rest stays unread
                         shown.append(message)
                         if contiguous:
                             advance = pos
@@ -551,6 +578,8 @@ def read(store: Store, p: ReadParams) -> ReadResult:
                     if since is not None and message.ts < since_utc:
                         break  # older from here on (appends are in time order)
                     if matches(message):
+                        if not fits(message):
+                            break
                         newest.append(message)
                         if limit is not None and len(newest) >= limit:
                             break

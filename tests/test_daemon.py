@@ -763,3 +763,23 @@ def test_relayctl_subscribe_needs_the_daemon_and_resumes_with_after(relay_env, r
         assert bad.returncode == 1 and "unknown topic 'mail'" in bad.stderr
     finally:
         daemon.kill()
+
+
+def test_big_mail_through_the_daemon_is_read_in_parts_and_never_lost(daemon, relayctl):
+    """Answers must fit one protocol line: a read stops before that, leaving the rest unread,
+    and a send too big to answer is refused before anything is written."""
+    body = "z" * 200_000
+    sent = [json.loads(relayctl("--json", "send", "inferno", "-", "--subject", f"big {i}", agent="storm", input=body).stdout)["id"] for i in range(6)]
+    seen: list[str] = []
+    for _ in range(6):
+        part = json.loads(relayctl("--json", "read", "--unread", "--mark-read", agent="inferno").stdout)
+        if not part:
+            break
+        assert 0 < len(part) < 6  # never the whole 1.2 MB at once
+        seen += [m["id"] for m in part]
+    assert seen == sent  # each once, in order, none marked read unseen
+
+    before = snapshot(daemon.store_dir)
+    refused = relayctl("send", "--broadcast", "-", agent="storm", input="w" * 250_000, check=False)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: 5 copies") and refused.stderr.count("\n") == 1
+    assert snapshot(daemon.store_dir) == before
