@@ -2,8 +2,10 @@
 
 An inbox is `agents/<name>/inbox.jsonl`, one message per line, appended under an
 exclusive flock on `inbox.lock`. The cursor is a byte offset at a line boundary. When an
-inbox passes the rotation size it becomes `inbox.jsonl.1` (the previous `.1` is dropped)
-and the cursor is moved along with it, under the same lock, so unread mail stays unread.
+inbox passes the rotation size it becomes `inbox.jsonl.1` and the cursor is moved along
+with it, under the same lock, so unread mail stays unread. Only one rotated file is kept:
+the previous `.1` is deleted when it was read to the end, and moved to `dead_letter/` when
+it still held unread mail.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .errors import RelayError, UnknownAgent, UnsafePath, UsageError
+from .errors import RelayError, StoreError, UnknownAgent, UnsafePath, UsageError
 from .fsio import Dir, append_lines
 from .ops import operation
 from .records import (
@@ -153,17 +155,33 @@ def append_messages(store: Store, recipient: str, messages: list[Message]) -> No
 def _rotate(store: Store, agent: Dir, old_size: int) -> None:
     """Under the inbox lock: current -> `.1`, and carry the cursor along."""
     cursor = read_cursor(agent)
+    if cursor.rotated and agent.exists(layout.INBOX_ROTATED):
+        _dead_letter_rotated(store, agent)
     agent.rename(layout.INBOX, layout.INBOX_ROTATED)
     # A crash right here leaves the old cursor, which read_cursor recognises by its inode.
     rotated_ino = _ino(agent, layout.INBOX_ROTATED)
     if cursor.rotated:
-        # The previous `.1` and anything unread in it are gone; start at the file rotated now.
+        # The previous `.1` went to dead_letter/ with its unread mail; start at the file rotated now.
         moved = Cursor(offset=0, rotated=True, ino=rotated_ino)
     elif cursor.offset < old_size:
         moved = Cursor(offset=cursor.offset, rotated=True, ino=rotated_ino)
     else:
         moved = Cursor(offset=0)
     _write_cursor(store, agent, moved)
+
+
+def _dead_letter_rotated(store: Store, agent: Dir) -> None:
+    """Only one rotated file is kept; one that still holds unread mail is not deleted but
+    moved to `dead_letter/<agent>.<ulid>.jsonl`, so mail is never lost without a trace."""
+    name = os.path.basename(agent.path)
+    folder = store.top(layout.DEAD_LETTER)
+    target = f"{name}.{new_ulid()}.jsonl"
+    try:
+        os.rename(layout.INBOX_ROTATED, target, src_dir_fd=agent.fd, dst_dir_fd=folder.fd)
+    except OSError as exc:
+        raise StoreError(f"moving unread mail of {name} to {folder.path}: {exc.strerror or exc}") from exc
+    store.sync.dir(folder.fd)
+    store.emit(store.event("inbox", action="dead_letter", agent=name))
 
 
 def _check_inbox(store: Store, recipient: str) -> None:

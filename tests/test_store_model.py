@@ -3,8 +3,9 @@
 The model keeps, per agent, the lines of `inbox.jsonl.1` and `inbox.jsonl` as message ids
 with their sizes, plus how many of those lines have been read. Rotation follows the
 documented policy: when an append would take the inbox past `rotate_bytes`, the current
-file becomes `.1` and the previous `.1` is dropped, read or not. Mail dropped that way is
-recorded in `dropped_unread` instead of being hidden: that loss is by design.
+file becomes `.1` and the previous `.1` leaves the inbox, read or not. When it still held
+unread mail it goes to `dead_letter/`; the model records that mail in `dropped_unread` and
+checks it is there, line for line.
 """
 
 from __future__ import annotations
@@ -228,6 +229,16 @@ class StoreModel(RuleBasedStateMachine):
                 assert raw == b"" or raw.endswith(b"\n")
                 ids = [msgspec.json.decode(line)["id"] for line in raw.split(b"\n")[:-1]]
                 assert ids == [i for i, _ in lines], f"{name}/{file}"
+
+    @invariant()
+    def unread_mail_rotated_away_is_in_dead_letter(self) -> None:
+        folder = os.path.join(self.store.root, layout.DEAD_LETTER)
+        for name, box in self.inboxes.items():
+            kept: list[str] = []
+            for file in sorted(f for f in os.listdir(folder) if f.startswith(f"{name}.")):
+                with open(os.path.join(folder, file), "rb") as fh:
+                    kept += [msgspec.json.decode(line)["id"] for line in fh.read().split(b"\n") if line.startswith(b"{")]
+            assert [i for i in kept if i in set(box.dropped_unread)] == box.dropped_unread, name
 
     @invariant()
     def per_sender_order_is_send_order(self) -> None:
