@@ -10,12 +10,14 @@ Rows:
 
 from __future__ import annotations
 
+import msgspec
 import os
 import shutil
 import subprocess
 import sys
 import time
 
+from relayd.inbox import read_all
 from relayd import layout, ops
 from relayd.fsio import append_lines
 from relayd.records import Cursor, Message, json_encoder
@@ -112,7 +114,7 @@ def _many_writers(processes: int, sends: int, fsync: bool) -> tuple[float, int, 
                 raise RuntimeError("a writer failed")
         elapsed = time.perf_counter() - start
         with Store(store_dir) as store:
-            result = ops.call(store, "read", {"agent": "sink", "last": 0})
+            result = msgspec.to_builtins(read_all(store, "sink"))
         ids = {m["id"] for m in result["messages"]}
         lost = processes * sends - len(ids)
         return elapsed, lost, len(result["corrupt"])

@@ -621,6 +621,28 @@ def read(store: Store, p: ReadParams) -> ReadResult:
     return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()))
 
 
+def read_all(store: Store, agent_name: str) -> ReadResult:
+    """Every message in the agent's inbox files, oldest first, read in-process.
+
+    Not an operation: an answer on the wire stays under one line (`MAX_RESULT`), so `read`
+    pages; in-process tools that want the whole inbox at once (tests, benchmarks, export)
+    use this, which reads with the same code and moves no cursor.
+    """
+    bad: list[CorruptLine] = []
+    with store.agent_dir(agent_name) as agent:
+        if not agent.exists(layout.META):
+            raise store.unknown_agent(agent_name)
+        snap = _snapshot(agent)
+        try:
+            messages = [m for _, m in _forward(snap.rotated, 0, True, bad, layout.INBOX_ROTATED)] if snap.rotated >= 0 else []
+            if snap.current >= 0:
+                messages += [m for _, m in _forward(snap.current, 0, False, bad, layout.INBOX)]
+            left = _count_unread(snap)
+        finally:
+            snap.close()
+    return ReadResult(messages=messages, unread=left, corrupt=bad)
+
+
 class UnreadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str
 

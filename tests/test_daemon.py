@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from relayd.inbox import read_all
 from relayd import ops
 from relayd.client import Client
 from relayd.store import Store
@@ -300,7 +302,7 @@ def test_sigkill_during_sends_loses_nothing_acknowledged_and_restart_is_quick(da
     assert modes[0] == "daemon" and modes[-1] == "direct"  # it fell back and carried on
     assert len([e for e in lines if "error" in e]) <= 1  # at most the request in flight
     with Store(daemon.store_dir) as store:
-        stored = {m["id"] for m in ops.call(store, "read", {"agent": "inferno", "last": 0})["messages"]}
+        stored = {m["id"] for m in msgspec.to_builtins(read_all(store, "inferno"))["messages"]}
     assert {entry["id"] for entry in acked} <= stored
 
     notify_path = str(short_tmp / "notify.sock")

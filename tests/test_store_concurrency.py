@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from relayd.inbox import read_all
 from relayd import ops
 from relayd.records import message_decoder
 from relayd.store import Store
@@ -44,7 +46,7 @@ def test_twenty_processes_thousand_sends_each_into_one_inbox(store_dir: Path) ->
         assert len(acknowledged[name]) == SENDS
 
     with Store(str(store_dir)) as store:
-        result = ops.call(store, "read", {"agent": "inbox-owner", "last": 0})
+        result = msgspec.to_builtins(read_all(store, "inbox-owner"))
     messages = result["messages"]
     assert result["corrupt"] == []
     assert len(messages) == PROCESSES * SENDS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from relayd.inbox import read_all
 from relayd import ops
 from relayd.records import message_decoder
 from relayd.store import Store
@@ -62,7 +64,7 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
             torn_tails += 1
 
         with Store(str(store_dir)) as store:
-            result = ops.call(store, "read", {"agent": "target", "last": 0})
+            result = msgspec.to_builtins(read_all(store, "target"))
         assert result["corrupt"] == [], "read reported a corrupt record"
         read_ids = [m["id"] for m in result["messages"]]
         assert len(read_ids) == len(set(read_ids))
@@ -79,9 +81,9 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
     with open(inbox, "ab") as fh:
         fh.write(b'{"id":"01TORN","ts":"2026-')
     with Store(str(store_dir), rotate_bytes=1 << 40) as store:
-        before = ops.call(store, "read", {"agent": "target", "last": 0})["messages"]
+        before = msgspec.to_builtins(read_all(store, "target"))["messages"]
         sent = ops.call(store, "send", {"agent": senders[0], "to": ["target"], "body": "after the crash"})
-        after = ops.call(store, "read", {"agent": "target", "last": 0})
+        after = msgspec.to_builtins(read_all(store, "target"))
     assert not (store_dir / "agents" / "target" / "inbox.jsonl.1").exists()
     raw = inbox.read_bytes()
     assert raw.endswith(b"\n")
@@ -156,6 +158,6 @@ def test_a_cut_short_append_is_rolled_back_and_reported(relay_env: dict[str, str
 
     with Store(str(store_dir)) as store:
         ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "later"})
-        result = ops.call(store, "read", {"agent": "bob", "last": 0})
+        result = msgspec.to_builtins(read_all(store, "bob"))
     assert result["corrupt"] == []
     assert [m["body"][:5] for m in result["messages"]] == ["xxxxx", "later"]
