@@ -72,7 +72,7 @@ class ResetResult(msgspec.Struct, kw_only=True):
 
 @operation("reset", ResetParams)
 def reset(store: Store, p: ResetParams) -> ResetResult:
-    """Remove every agent, message, reservation, command and event (seed 000 cleanup).
+    """Remove every agent, message, reservation, command and event.
 
     The configuration file and the daemon's lock stay.
     """

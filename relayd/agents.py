@@ -147,7 +147,7 @@ class SetStatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 @operation("set_status", SetStatusParams)
 def set_status(store: Store, p: SetStatusParams) -> AgentMeta:
-    """Set the agent's status (and task): seed 000 update_status, seed 002 presence."""
+    """Set the agent's status (and task), as the MCP tool update_status does; refreshes presence."""
     _check_text("status", p.status)
     if not p.status.strip() or "\n" in p.status:
         raise UsageError("status must be one line of text, e.g. working, blocked, done")
