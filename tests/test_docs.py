@@ -1,0 +1,28 @@
+"""The protocol reference must describe the operations the code has, with their parameters:
+a client written from docs/protocol.md alone would otherwise send what the daemon refuses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from relayd import ops
+
+PROTOCOL_MD = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+
+
+def _section(name: str) -> str:
+    match = re.search(rf"^#### `{re.escape(name)}`( \(read-only\))?\n(.*?)(?=^#### |^## |\Z)", PROTOCOL_MD, re.M | re.S)
+    assert match, f"docs/protocol.md has no section for the operation {name!r}"
+    return match.group(2)
+
+
+@pytest.mark.parametrize("name", sorted(ops.table()))
+def test_every_operation_and_parameter_is_documented(name: str) -> None:
+    section = _section(name)
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, re.M))
+    wire_names = {field.encode_name for field in msgspec.structs.fields(ops.table()[name].params)}
+    assert documented == wire_names, f"{name}: documented {sorted(documented)}, code has {sorted(wire_names)}"
