@@ -230,6 +230,7 @@ class Peer:
     def __init__(self, server: Server, stream: SocketStream) -> None:
         self.server = server
         self.stream = stream
+        self.raw: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self.conn = protocol.Connection("server")
         self.lock = anyio.Lock(fast_acquire=True)  # no extra loop turn when free (the usual case)
         self.subscriber: Subscriber | None = None
@@ -270,13 +271,20 @@ class Peer:
     async def _send(self, data: bytes) -> None:
         try:
             async with self.lock:
-                await self.stream.send(data)
+                # Straight into the socket buffer when it has room (the usual case), the
+                # stream's waiting send only for what does not fit: a loop turn less.
+                try:
+                    sent = self.raw.send(data)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(data):
+                    await self.stream.send(data[sent:])
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self._abort()  # the peer is gone
             await anyio.lowlevel.checkpoint()
 
     async def _read(self, replies: MemoryObjectSendStream[Reply]) -> None:
-        raw: socket.socket = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw = self.raw
         fd = raw.fileno()
         while not self.conn.closed:
             # What SocketStream.receive does, minus a loop turn per call: read first, wait
