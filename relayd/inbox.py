@@ -456,6 +456,22 @@ def _count_unread(snap: _Snapshot) -> int:
     return count
 
 
+def has_unread(store: Store, name: str) -> bool:
+    """Whether any complete message lies past the agent's cursor; unlike counting, it
+    stops at the first one (relayd asks this of some agents every few seconds)."""
+    with store.agent_dir(name) as agent:
+        snap = _snapshot(agent)
+        try:
+            for fd, offset in _unread_ranges(snap):
+                while chunk := os.pread(fd, _CHUNK, offset):
+                    if b"\n" in chunk:
+                        return True
+                    offset += len(chunk)
+            return False
+        finally:
+            snap.close()
+
+
 def _unread_ranges(snap: _Snapshot) -> list[tuple[int, int]]:
     cursor = snap.cursor
     ranges = []

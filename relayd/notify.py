@@ -65,7 +65,7 @@ def agents_awaiting_trigger(store) -> list[str]:
     """Agents with a pane/cmd mechanism, unread mail and no pending flag: a trigger that was
     skipped (copy mode) or failed. A timer passes them to notify_new_messages to retry."""
     from .agents import read_meta
-    from .inbox import UnreadParams, unread
+    from .inbox import has_unread
 
     waiting = []
     for name in store.known_agents():
@@ -75,7 +75,7 @@ def agents_awaiting_trigger(store) -> list[str]:
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
                 if kind not in ("tmux", "zellij", "cmd") or agent.exists(layout.PENDING):
                     continue
-            if unread(store, UnreadParams(agent=name)).unread:
+            if has_unread(store, name):
                 waiting.append(name)
         except Exception:  # an agent being removed or a damaged meta.json: skip it this round
             continue

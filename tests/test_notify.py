@@ -118,6 +118,7 @@ def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux:
 
 
 def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
+    from relayd.notify import agents_awaiting_trigger
     from relayd_proc import Daemon
 
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
@@ -137,6 +138,10 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
         assert tmux.lines_after_sentinel() == [TRIGGER]
         assert "SECRET-BODY" not in tmux.received.read_text()
         assert "held trigger delivered" in daemon.log()
+
+        relayctl("read", "--unread", "--mark-read", agent="glacier")  # clears the pending flag
+        with Store(str(store_dir)) as store:
+            assert agents_awaiting_trigger(store) == []  # and nothing unread: nothing to retry
     finally:
         daemon.kill()
 
