@@ -186,10 +186,6 @@ class Client:
             result["notifications"] = notify_new_messages(self.store(), recipients)
         return result
 
-    def daemon_running(self) -> bool:
-        """Whether a relayd serves this store right now (connects if need be)."""
-        return self._daemon() is not None
-
     # -- events ----------------------------------------------------------------------
     def subscribe(self, topics: list[str], agent: str | None = None, after: str | None = None) -> Iterator[dict[str, Any]]:
         """The `{"type":"subscribed",...}` acknowledgement, then events as dicts
