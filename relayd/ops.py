@@ -8,12 +8,13 @@ the two modes give identical answers.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgspec
 
-from .errors import UsageError
+from .errors import NotFound, UsageError
 from .store import Store
 
 
@@ -74,4 +75,9 @@ def lookup(name: str) -> Operation:
 def call(store: Store, name: str, params: object) -> Any:
     """Run operation `name` directly on `store`; returns plain JSON-able data."""
     op = lookup(name)
-    return msgspec.to_builtins(op.run(store, decode_params(op, params)))
+    params = decode_params(op, params)
+    if not op.mutates and name != "version" and not os.path.isdir(store.root):
+        # Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
+        # healthy-looking store instead of an error.
+        raise NotFound(f"no relay store at {store.root}; create it with 'relayctl init' (or check --dir / RELAY_DIR)")
+    return msgspec.to_builtins(op.run(store, params))

@@ -225,3 +225,12 @@ def test_mcp_config_out_dir_that_cannot_be_made_is_a_usage_error(relayctl, short
     proc = relayctl("mcp-config", "--preset", "overlord", "--out-dir", str(blocker / "configs"), check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: cannot write to --out-dir") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["status"], ["read"], ["reservations"], ["cmd", "list"]])
+def test_looking_at_a_store_that_does_not_exist_does_not_create_it(relayctl, store_dir: Path, argv: list[str]) -> None:
+    assert not store_dir.exists()
+    proc = relayctl(*argv, agent="alice", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: no relay store at") and proc.stderr.count("\n") == 1
+    assert not store_dir.exists()
