@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .errors import NotFound, UsageError
+from .errors import UsageError
 from .store import Store
 
 
@@ -79,5 +79,5 @@ def call(store: Store, name: str, params: object) -> Any:
     if not op.mutates and name != "version" and not os.path.isdir(store.root):
         # Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
         # healthy-looking store instead of an error.
-        raise NotFound(f"no relay store at {store.root}; create it with 'relayctl init' (or check --dir / RELAY_DIR)")
+        raise store.missing()
     return msgspec.to_builtins(op.run(store, params))

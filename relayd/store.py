@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from . import layout
-from .errors import InvalidName, StoreError, UnknownAgent, UnsafePath
+from .errors import InvalidName, NotFound, StoreError, UnknownAgent, UnsafePath
 from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_lines
 from .records import Event, check_agent_name, json_encoder
 from .timefmt import now_iso
@@ -98,9 +98,14 @@ class Store:
         if opened is not None:
             opened.close()
 
+    def missing(self) -> NotFound:
+        return NotFound(f"no relay store at {self.root}; create it with 'relayctl init' (or check --dir / RELAY_DIR)")
+
     def agent_dir(self, name: str) -> Dir:
         """The directory of a registered agent; the caller closes it."""
         check_agent_name(name)
+        if self._root is None and not os.path.isdir(self.root):
+            raise self.missing()  # no agent can exist there; do not create a store to say so
         try:
             return self.top(layout.AGENTS).subdir(name)
         except FileNotFoundError:
