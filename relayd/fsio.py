@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -128,6 +129,17 @@ class Dir:
             return True
         except FileNotFoundError:
             return False
+
+    def refuse_non_regular(self, *names: str) -> None:
+        """Raise UnsafePath when one of `names` exists and is not a plain file (a planted
+        symlink): checked before writing, so an operation is refused rather than half done."""
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(f"{os.path.join(self.path, name)} is a symlink or not a regular file; relay does not follow it")
 
     def read_bytes(self, name: str) -> bytes | None:
         """The whole file, or None when it does not exist."""

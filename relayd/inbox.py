@@ -11,7 +11,6 @@ it still held unread mail.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator
@@ -19,7 +18,7 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .errors import RelayError, StoreError, UnknownAgent, UnsafePath, UsageError
+from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .fsio import Dir, append_lines
 from .ops import operation
 from .records import (
@@ -187,13 +186,7 @@ def _dead_letter_rotated(store: Store, agent: Dir) -> None:
 def _check_inbox(store: Store, recipient: str) -> None:
     """Refuse an inbox whose files are not plain files (a planted symlink) before writing."""
     with store.agent_dir(recipient) as agent:
-        for name in (layout.INBOX, layout.INBOX_LOCK):
-            try:
-                st = os.stat(name, dir_fd=agent.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafePath(f"{os.path.join(agent.path, name)} is a symlink or not a regular file; relay does not follow it")
+        agent.refuse_non_regular(layout.INBOX, layout.INBOX_LOCK)
 
 
 def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | RelayError]:

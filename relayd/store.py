@@ -65,15 +65,12 @@ class Store:
         """Every mutation ends by appending to the event log; finding a symlink there only
         then would leave the mutation done and reported as failed, so look first."""
         assert self._root is not None
-        for name in (layout.EVENTS, layout.EVENTS_LOCK):
-            try:
-                st = os.stat(name, dir_fd=self._root.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                self._root.close()
-                self._root = None
-                raise UnsafePath(f"{os.path.join(self.root, name)} is a symlink or not a regular file; relay does not follow it")
+        try:
+            self._root.refuse_non_regular(layout.EVENTS, layout.EVENTS_LOCK)
+        except UnsafePath:
+            self._root.close()
+            self._root = None
+            raise
 
     def _lay_out(self) -> None:
         root = self.root_dir()
