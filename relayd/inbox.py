@@ -424,12 +424,8 @@ def _at_line_start(fd: int, offset: int) -> int:
 
 
 def _unread(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
-    cursor = snap.cursor
-    if cursor.rotated and snap.rotated >= 0:
-        yield from _forward(snap.rotated, _at_line_start(snap.rotated, cursor.offset), True, bad, layout.INBOX_ROTATED)
-    if snap.current >= 0:
-        start = 0 if cursor.rotated else _at_line_start(snap.current, cursor.offset)
-        yield from _forward(snap.current, start, False, bad, layout.INBOX)
+    for fd, start, rotated in _unread_ranges(snap):
+        yield from _forward(fd, start, rotated, bad, layout.INBOX_ROTATED if rotated else layout.INBOX)
 
 
 def _newest_first(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
@@ -441,8 +437,7 @@ def _newest_first(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Pos
 
 def _count_unread(snap: _Snapshot) -> int:
     count = 0
-    for fd, start in _unread_ranges(snap):
-        offset = start
+    for fd, offset, _ in _unread_ranges(snap):
         while chunk := os.pread(fd, _CHUNK, offset):
             count += chunk.count(b"\n")
             offset += len(chunk)
@@ -455,7 +450,7 @@ def has_unread(store: Store, name: str) -> bool:
     with store.agent_dir(name) as agent:
         snap = _snapshot(agent)
         try:
-            for fd, offset in _unread_ranges(snap):
+            for fd, offset, _ in _unread_ranges(snap):
                 while chunk := os.pread(fd, _CHUNK, offset):
                     if b"\n" in chunk:
                         return True
@@ -465,13 +460,14 @@ def has_unread(store: Store, name: str) -> bool:
             snap.close()
 
 
-def _unread_ranges(snap: _Snapshot) -> list[tuple[int, int]]:
+def _unread_ranges(snap: _Snapshot) -> list[tuple[int, int, bool]]:
+    """(fd, offset where unread lines begin, whether it is the rotated file), oldest first."""
     cursor = snap.cursor
     ranges = []
     if cursor.rotated and snap.rotated >= 0:
-        ranges.append((snap.rotated, _at_line_start(snap.rotated, cursor.offset)))
+        ranges.append((snap.rotated, _at_line_start(snap.rotated, cursor.offset), True))
     if snap.current >= 0:
-        ranges.append((snap.current, 0 if cursor.rotated else _at_line_start(snap.current, cursor.offset)))
+        ranges.append((snap.current, 0 if cursor.rotated else _at_line_start(snap.current, cursor.offset), False))
     return ranges
 
 
