@@ -23,10 +23,12 @@ _REMEMBER = 4096  # ids of shown messages kept to avoid repeats
 def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[dict], str]) -> None:
     seen: OrderedDict[str, None] = OrderedDict()
 
-    def show(messages: list[dict]) -> None:
+    def show(messages: list[dict]) -> int:
+        shown = 0
         for message in messages:
             if message["id"] in seen:
                 continue
+            shown += 1
             seen[message["id"]] = None
             if len(seen) > _REMEMBER:
                 seen.popitem(last=False)
@@ -37,6 +39,7 @@ def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[
             else:
                 click.echo(render(message))
         sys.stdout.flush()
+        return shown
 
     show(first)
     again = dict(params)
@@ -47,7 +50,12 @@ def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[
         again["last"] = 100  # the newest; anything not yet shown among them is printed
     try:
         for _ in _wakeups(s, params["agent"]):
-            show(s.call("read", again)["messages"])
+            while True:
+                result = s.call("read", again)
+                # One answer stops at the size budget; when marking read, take the rest now
+                # (as long as each round brings something new: a filter can hold mail back).
+                if not (show(result["messages"]) and again.get("mark_read") and result["unread"]):
+                    break
     except KeyboardInterrupt:
         pass  # Ctrl-C is how following ends: exit 0
 

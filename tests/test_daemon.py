@@ -785,3 +785,25 @@ def test_big_mail_through_the_daemon_is_read_in_parts_and_never_lost(daemon, rel
     refused = relayctl("send", "--broadcast", "-", agent="storm", input="w" * 250_000, check=False)
     assert refused.returncode == 2 and refused.stderr.startswith("error: 5 copies") and refused.stderr.count("\n") == 1
     assert snapshot(daemon.store_dir) == before
+
+
+def test_read_tail_mark_read_catches_up_on_more_than_one_answer_holds(relay_env, relayctl):
+    """Nine 200 KB messages wait (about three answers' worth): following prints them all
+    at once, not one answer now and the rest only when more mail arrives."""
+    relayctl("init", "--preset", "overlord")
+    with Store(relay_env["RELAY_DIR"]) as store:
+        sent = [ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "subject": f"big {i}", "body": "z" * 200_000})["messages"][0]["id"] for i in range(9)]
+    argv = [sys.executable, "-m", "relayctl", "--agent", "inferno", "--json", "read", "--tail", "--unread", "--mark-read"]
+    tail = subprocess.Popen(argv, env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 9 and time.monotonic() < deadline:
+            if select_readable(tail.stdout, 1.0)[0]:
+                got.append(json.loads(tail.stdout.readline())["id"])
+        assert got == sent
+        assert relayctl("--json", "read", "--unread", agent="inferno").stdout.strip() == "[]"
+    finally:
+        tail.send_signal(signal.SIGINT)
+        _, err = tail.communicate(timeout=10)
+    assert tail.returncode in (0, 130) and "Traceback" not in err
