@@ -8,7 +8,6 @@ the two modes give identical answers.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -76,8 +75,8 @@ def call(store: Store, name: str, params: object) -> Any:
     """Run operation `name` directly on `store`; returns plain JSON-able data."""
     op = lookup(name)
     params = decode_params(op, params)
-    if not op.mutates and name != "version" and not os.path.isdir(store.root):
+    if not op.mutates and name != "version":
         # Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
         # healthy-looking store instead of an error.
-        raise store.missing()
+        store.require_existing()
     return msgspec.to_builtins(op.run(store, params))

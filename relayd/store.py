@@ -95,14 +95,15 @@ class Store:
         if opened is not None:
             opened.close()
 
-    def missing(self) -> NotFound:
-        return NotFound(f"no relay store at {self.root}; create it with 'relayctl init' (or check --dir / RELAY_DIR)")
+    def require_existing(self) -> None:
+        """For operations that only look: a missing store is an error, not created."""
+        if self._root is None and not os.path.isdir(self.root):
+            raise NotFound(f"no relay store at {self.root}; create it with 'relayctl init' (or check --dir / RELAY_DIR)")
 
     def agent_dir(self, name: str) -> Dir:
         """The directory of a registered agent; the caller closes it."""
         check_agent_name(name)
-        if self._root is None and not os.path.isdir(self.root):
-            raise self.missing()  # no agent can exist there; do not create a store to say so
+        self.require_existing()  # no agent can exist there; do not create a store to say so
         try:
             return self.top(layout.AGENTS).subdir(name)
         except FileNotFoundError:
