@@ -10,7 +10,7 @@ import msgspec
 from . import STORE_FORMAT, __version__, layout
 from .agents import RegisterParams, register
 from .errors import StoreError, UsageError
-from .ops import operation
+from .registry import operation
 from .store import Store
 from .ulid import new_ulid
 

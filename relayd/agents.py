@@ -9,7 +9,7 @@ import msgspec
 from . import layout
 from .errors import StoreError, UsageError
 from .fsio import Dir
-from .ops import operation
+from .registry import operation
 from .records import AgentMeta, check_agent_name, json_encoder, meta_decoder
 from .store import Store
 from .timefmt import now, now_iso, parse_duration, parse_iso

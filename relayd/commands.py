@@ -13,7 +13,7 @@ import msgspec
 
 from . import layout
 from .errors import Conflict, NotFound, StoreError, UsageError
-from .ops import operation
+from .registry import operation
 from .records import Command, check_agent_name, command_decoder, json_encoder
 from .store import Store
 from .timefmt import now_iso

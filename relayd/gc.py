@@ -23,7 +23,7 @@ from .agents import last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
 from .errors import UnknownAgent, UsageError
-from .ops import operation
+from .registry import operation
 from .records import Reservation, reservation_decoder
 from .reservations import is_expired, load_all
 from .store import Store

@@ -20,7 +20,7 @@ import msgspec
 from . import layout
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .fsio import Dir, append_lines
-from .ops import operation
+from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
     Cursor,

@@ -8,48 +8,20 @@ the two modes give identical answers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
 from .errors import UsageError
+from .registry import REGISTERED, Operation
 from .store import Store
 
 
-@dataclass(frozen=True)
-class Operation:
-    name: str
-    params: type[msgspec.Struct]
-    run: Callable[[Store, Any], Any]
-    mutates: bool
-    summary: str
-    # Optional: run many requests of this operation as one (list of params -> list of
-    # results or RelayErrors, same order); the daemon uses it for requests that arrive together.
-    batch: Callable[[Store, list[Any]], list[Any]] | None = None
-
-
-_REGISTRY: dict[str, Operation] = {}
-
-
-def operation(name: str, params: type[msgspec.Struct], *, mutates: bool = True, batch: Callable[[Store, list[Any]], list[Any]] | None = None) -> Callable:
-    """Register a store function as the operation `name`."""
-
-    def register(func: Callable[[Store, Any], Any]) -> Callable[[Store, Any], Any]:
-        if name in _REGISTRY:
-            raise RuntimeError(f"operation {name!r} defined twice")
-        summary = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else ""
-        _REGISTRY[name] = Operation(name, params, func, mutates, summary, batch)
-        return func
-
-    return register
-
-
 def table() -> dict[str, Operation]:
-    """All operations; importing the domain modules fills the table."""
+    """All operations; importing the domain modules fills the registry."""
     from . import admin, agents, commands, gc, inbox, overview, reservations, wake  # noqa: F401  (registration side effect)
 
-    return _REGISTRY
+    return REGISTERED
 
 
 def decode_params(op: Operation, params: object) -> msgspec.Struct:
@@ -65,7 +37,7 @@ def decode_params(op: Operation, params: object) -> msgspec.Struct:
 def lookup(name: str) -> Operation:
     # A caller that imported the operation's module already skips importing all the others
     # (relayctl starts faster); anything else loads the full table.
-    found = _REGISTRY.get(name) or table().get(name)
+    found = REGISTERED.get(name) or table().get(name)
     if found is None:
         raise UsageError(f"unknown operation {name!r}; known: {', '.join(sorted(table()))}", op=name)
     return found

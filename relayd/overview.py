@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from .agents import AgentState, agent_states
-from .ops import operation
+from .registry import operation
 from .store import Store
 
 

@@ -22,7 +22,7 @@ import msgspec
 from . import layout
 from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
 from .globs import PatternError, normalize, normalized_overlap
-from .ops import operation
+from .registry import operation
 from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
 from .store import Store
 from .timefmt import now, parse_duration, parse_iso, short_span, to_iso

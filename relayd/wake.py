@@ -24,7 +24,7 @@ import msgspec
 from . import layout
 from .config import Config, load_config
 from .errors import RelayError, UsageError
-from .ops import operation
+from .registry import operation
 from .records import check_agent_name
 from .store import Store
 from .timefmt import now_iso, parse_duration
