@@ -123,7 +123,7 @@ def send_to_channel_event(store: str, sock: str, count: int) -> list[float]:
 
 
 def _start_relayd(store: str, sock: str) -> subprocess.Popen:
-    proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon.main", "--dir", store, "--socket", sock], env=child_env(store, sock), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon", "--dir", store, "--socket", sock], env=child_env(store, sock), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         probe = socket.socket(socket.AF_UNIX)

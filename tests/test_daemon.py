@@ -386,7 +386,7 @@ def test_socket_activation_and_permissions(relay_env, relayctl, short_tmp):
         activate = (
             "import os, sys; os.dup2(int(sys.argv[1]), 3);"
             "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1');"
-            "os.execv(sys.executable, [sys.executable, '-m', 'relayd.daemon.main'])"
+            "os.execv(sys.executable, [sys.executable, '-m', 'relayd.daemon'])"
         )
         daemon.proc = subprocess.Popen(
             [sys.executable, "-c", activate, str(listener.fileno())],

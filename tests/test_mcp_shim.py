@@ -106,7 +106,7 @@ def daemon(request: pytest.FixtureRequest, team: None, relay_env: dict[str, str]
 
 def start_relayd(env: dict[str, str]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "relayd.daemon.main", "--dir", env["RELAY_DIR"], "--socket", env["RELAY_SOCKET"]],
+        [sys.executable, "-m", "relayd.daemon", "--dir", env["RELAY_DIR"], "--socket", env["RELAY_SOCKET"]],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
 """relayd, the daemon: the only part of relay that imports anyio and structlog.
 
-`cli` is lean (options only); `main.run()` loads the rest when a daemon really starts.
+`cli` is lean (options and the console entry point); `main.run()` loads the rest when a daemon really starts.
 """

@@ -7,8 +7,11 @@ command runs, so listing `relayctl --help` never loads anyio or structlog.
 from __future__ import annotations
 
 import os
+import sys
 
 import click
+
+from relayd.errors import RelayError
 
 HELP = """Run relayd in the foreground: serve the store on a Unix socket, push events to
 subscribers, batch fsyncs (group commit), run GC and stale-agent detection, and retry
@@ -71,3 +74,18 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
     status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, drain_timeout=drain_timeout, log_level=log_level.lower()))
     ctx.exit(status)
 
+
+def main(argv: list[str] | None = None) -> None:
+    """The `relayd` console script."""
+    try:
+        daemon.main(args=argv, prog_name="relayd", standalone_mode=False)
+    except RelayError as exc:
+        click.echo(f"error: {' '.join(exc.message.split())}", err=True)
+        sys.exit(exc.exit_status)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

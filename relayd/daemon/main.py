@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from dataclasses import dataclass
 
 import anyio
-import click
 import structlog
 from anyio.abc import SocketListener
 
 from relayd import __version__, layout
-from relayd.errors import RelayError
 from relayd.fsio import NoSync
 from relayd.store import Store
 
@@ -41,24 +38,6 @@ class Config:
     retry_interval: float = 5.0
     drain_timeout: float = 5.0
     log_level: str = "info"
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The `relayd` console script."""
-    from .cli import daemon
-
-    try:
-        daemon.main(args=argv, prog_name="relayd", standalone_mode=False)
-    except RelayError as exc:
-        click.echo(f"error: {' '.join(exc.message.split())}", err=True)
-        sys.exit(exc.exit_status)
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 def run(config: Config) -> int:
@@ -154,6 +133,3 @@ async def _watchdog(systemd: Systemd) -> None:
         systemd.notify("WATCHDOG=1")
         await anyio.sleep(systemd.watchdog_seconds / 2)
 
-
-if __name__ == "__main__":
-    main()
