@@ -13,6 +13,8 @@ import sys
 import textwrap
 import time
 
+from relayd.rawclient import RawClient
+
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir, time_process
 
 AREA = "daemon"
@@ -27,11 +29,11 @@ class Relayd:
         self.socket = os.path.join(self.dir, "relayd.sock")
         self.env = child_env(self.store, self.socket, **extra_env)
         subprocess.run([PYTHON, "-m", "relayctl", "init", "--preset", "overlord"], env=self.env, check=True, stdout=subprocess.DEVNULL)
-        self.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon.main", "--log-level", "warning"], env=self.env, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon", "--log-level", "warning"], env=self.env, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
             try:
-                probe = Raw(self.socket)
+                probe = RawClient(self.socket)
             except (FileNotFoundError, ConnectionRefusedError):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("relayd did not start")
@@ -55,38 +57,6 @@ class Relayd:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Raw:
-    """A bare NDJSON connection (what any client in any language would do)."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
-        self.buffer = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def lines(self, count: int) -> list[bytes]:
-        out: list[bytes] = []
-        while len(out) < count:
-            while b"\n" not in self.buffer:
-                chunk = self.sock.recv(1 << 20)
-                if not chunk:
-                    raise RuntimeError("relayd closed the connection")
-                self.buffer += chunk
-            parts = self.buffer.split(b"\n")
-            self.buffer = parts.pop()
-            out.extend(parts)
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _request(i: int, body: str = "benchmark message") -> bytes:
@@ -122,17 +92,17 @@ def event_latency(quick: bool) -> list[Row]:
     count = 200 if quick else 2000
     daemon = Relayd()
     try:
-        subscriber = Raw(daemon.socket)
-        subscriber.send(b'{"type":"subscribe","topics":["inbox"]}\n')
-        subscriber.lines(1)
-        sender = Raw(daemon.socket)
+        subscriber = RawClient(daemon.socket, timeout=None)
+        subscriber.send_bytes(b'{"type":"subscribe","topics":["inbox"]}\n')
+        subscriber.raw_lines(1)
+        sender = RawClient(daemon.socket, timeout=None)
         samples = []
         for i in range(count):
             start = time.perf_counter()
-            sender.send(_request(i))
-            subscriber.lines(1)
+            sender.send_bytes(_request(i))
+            subscriber.raw_lines(1)
             samples.append(time.perf_counter() - start)
-            sender.lines(1)
+            sender.raw_lines(1)
         subscriber.close()
         sender.close()
     finally:
@@ -218,15 +188,15 @@ def memory_after_many(quick: bool) -> list[Row]:
     daemon = Relayd()
     samples: list[tuple[int, float]] = [(0, daemon.rss_mib())]
     try:
-        subscriber = Raw(daemon.socket)  # a live subscriber, so events flow too
-        subscriber.send(b'{"type":"subscribe","topics":["inbox"],"agent":"glacier"}\n')
-        subscriber.lines(1)
-        sender = Raw(daemon.socket)
+        subscriber = RawClient(daemon.socket, timeout=None)  # a live subscriber, so events flow too
+        subscriber.send_bytes(b'{"type":"subscribe","topics":["inbox"],"agent":"glacier"}\n')
+        subscriber.raw_lines(1)
+        sender = RawClient(daemon.socket, timeout=None)
         every = total // 10
         start = time.perf_counter()
         for first in range(0, total, batch):
-            sender.send(b"".join(_request(i, f"message {i} " + "x" * 80) for i in range(first, first + batch)))
-            sender.lines(batch)
+            sender.send_bytes(b"".join(_request(i, f"message {i} " + "x" * 80) for i in range(first, first + batch)))
+            sender.raw_lines(batch)
             if (first + batch) % every == 0:
                 samples.append((first + batch, daemon.rss_mib()))
         elapsed = time.perf_counter() - start
@@ -259,7 +229,7 @@ def start_to_ready(quick: bool) -> list[Row]:
         listener.bind(notify_path)
         listener.settimeout(20)
         began = time.perf_counter()
-        relayd.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon.main", "--log-level", "warning"], env=env, stderr=subprocess.DEVNULL)
+        relayd.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon", "--log-level", "warning"], env=env, stderr=subprocess.DEVNULL)
         try:
             while b"READY=1" not in listener.recv(4096).split(b"\n"):
                 pass

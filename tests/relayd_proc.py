@@ -1,4 +1,4 @@
-"""A real relayd process and a raw-socket client, for tests (and benchmarks) that need them.
+"""A real relayd process, and relay's raw NDJSON client (`relayd.rawclient`), for tests.
 
 Readiness is detected by polling the socket until the daemon answers hello for the right
 store, never by sleeping blindly.
@@ -6,31 +6,23 @@ store, never by sleeping blindly.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
+from relayd import rawclient
 
-class RawClient:
-    """Speaks NDJSON on the socket with nothing from relay in between."""
 
-    opened: list["RawClient"] = []  # closed by `close_all()` after each test
+class RawClient(rawclient.RawClient):
+    """The package's bare NDJSON client, closed by `close_all()` after each test."""
+
+    opened: list["RawClient"] = []
 
     def __init__(self, path: str, timeout: float = 10.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
-        self.buffer = b""
-        self.next_id = 0
+        super().__init__(path, timeout)
         RawClient.opened.append(self)
 
     @classmethod
@@ -38,56 +30,9 @@ class RawClient:
         while cls.opened:
             cls.opened.pop().close()
 
-    def send_line(self, obj: Any) -> None:
-        self.sock.sendall(json.dumps(obj).encode() + b"\n")
-
-    def send_bytes(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> dict | None:
-        """The next line as an object; None at EOF."""
-        while b"\n" not in self.buffer:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            self.buffer += chunk
-        raw, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(raw)
-
-    def request(self, op: str, params: dict | None = None) -> dict:
-        self.next_id += 1
-        self.send_line({"type": "request", "id": self.next_id, "op": op, "params": params or {}})
-        while True:
-            reply = self.line()
-            assert reply is not None, "relayd closed the connection"
-            if reply.get("type") == "response" and reply.get("id") == self.next_id:
-                return reply
-
-    def subscribe(self, topics: list[str], **extra: Any) -> dict:
-        self.send_line({"type": "subscribe", "topics": topics, **extra})
-        ack = self.line()
-        assert ack is not None and ack["type"] == "subscribed", ack
-        return ack
-
-    def closed(self) -> bool:
-        """True when the daemon has closed the connection (after any pending lines)."""
-        try:
-            while True:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    return True
-                self.buffer += chunk
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except socket.timeout:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
-
 
 class Daemon:
-    """`python -m relayd.daemon.main` with the test's environment."""
+    """`python -m relayd.daemon` with the test's environment."""
 
     def __init__(self, env: dict[str, str], *args: str, log_path: str | None = None) -> None:
         self.env = dict(env)
@@ -99,7 +44,7 @@ class Daemon:
 
     def start(self, wait: bool = True, **popen: Any) -> "Daemon":
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "relayd.daemon.main", *self.args], env=self.env, stdout=log, stderr=log, **popen)
+            self.proc = subprocess.Popen([sys.executable, "-m", "relayd.daemon", *self.args], env=self.env, stdout=log, stderr=log, **popen)
         if wait:
             self.wait_ready()
         return self
