@@ -95,7 +95,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
 @click.option("--unread", is_flag=True, help="Only messages past your read cursor, oldest first.")
 @click.option("--last", default=20, show_default=True, metavar="N", type=click.IntRange(min=0), help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
 @click.option("--mark-read", is_flag=True, help="Move your read cursor past the messages shown.")
-@click.option("--tail", is_flag=True, help="Then keep printing new messages as they arrive, until Ctrl-C.")
+@click.option("--tail", is_flag=True, help="Then keep printing each new message once, in order, until Ctrl-C (with --mark-read: every unread one, marked read as shown).")
 def read(from_, thread, since, unread, last, mark_read, tail) -> None:
     """Read your inbox. Reading never deletes; --mark-read moves your cursor.
 
@@ -118,15 +118,19 @@ def read(from_, thread, since, unread, last, mark_read, tail) -> None:
         "last": last,
         "mark_read": mark_read,
     }
-    result = s.call("read", params)
-    for bad in result.get("corrupt", []):
-        s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
-    messages = result["messages"]
+
+    def report(result: dict) -> None:
+        for bad in result.get("corrupt", []):
+            s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
+
     if tail:
         from .follow import follow
 
-        follow(s, params, messages, render_message)
+        follow(s, params, render_message, report)
         return
+    result = s.call("read", params)
+    report(result)
+    messages = result["messages"]
     if s.json:
         s.out(messages)
         return

@@ -1,80 +1,72 @@
-"""`read --tail`: keep printing new messages until Ctrl-C.
+"""`read --tail`: print what `read` prints, then each new message once, in order, until Ctrl-C.
 
-Woken by relayd's inbox events for the agent; with no daemon (or once it goes away),
-by inotify on the agent's directory. Either way each wake-up runs the same `read` and
-prints only messages not shown yet.
+Wake-ups come from `relayd.watch` (relayd's inbox events, else inotify). Without
+--mark-read, new messages are taken from the inbox file itself (`relayd.tail`), opened at
+its end before the first read, so nothing that arrives in between is missed and nothing
+older is replayed. With --mark-read, every round is a `read --unread --mark-read`, so the
+cursor moves exactly over what is printed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections import OrderedDict
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import click
 
-from relayd import layout
-from relayd.errors import Unavailable
+from relayd import layout, watch
+from relayd.tail import InboxTail
 
 _REMEMBER = 4096  # ids of shown messages kept to avoid repeats
 
 
-def follow(s: Any, params: dict[str, Any], first: list[dict], render: Callable[[dict], str]) -> None:
+def follow(s: Any, params: dict[str, Any], render: Callable[[dict], str], report: Callable[[dict], None]) -> None:
+    agent = params["agent"]
+    tail = None if params.get("mark_read") else InboxTail(os.path.join(s.dir, layout.AGENTS, agent))
     seen: OrderedDict[str, None] = OrderedDict()
 
-    def show(messages: list[dict]) -> int:
-        shown = 0
-        for message in messages:
-            if message["id"] in seen:
-                continue
-            shown += 1
-            seen[message["id"]] = None
-            if len(seen) > _REMEMBER:
-                seen.popitem(last=False)
-            if s.json:
-                import json
+    def show(message: dict) -> bool:
+        if message["id"] in seen:
+            return False
+        seen[message["id"]] = None
+        if len(seen) > _REMEMBER:
+            seen.popitem(last=False)
+        click.echo(json.dumps(message, ensure_ascii=False) if s.json else render(message))
+        return True
 
-                click.echo(json.dumps(message, ensure_ascii=False))
-            else:
-                click.echo(render(message))
-        sys.stdout.flush()
-        return shown
-
-    show(first)
-    again = dict(params)
-    if again.get("unread") and again.get("mark_read"):
-        again["last"] = 0  # each round shows what arrived since, and marks it read
-    else:
-        again["unread"] = False
-        again["last"] = 100  # the newest; anything not yet shown among them is printed
+    first = s.call("read", params)
+    report(first)
+    for message in first["messages"]:
+        show(message)
+    sys.stdout.flush()
+    again = dict(params, unread=True, last=0)
+    wanted = _filter(params)
     try:
-        for _ in _wakeups(s, params["agent"]):
-            while True:
-                result = s.call("read", again)
-                # One answer stops at the size budget; when marking read, take the rest now
-                # (as long as each round brings something new: a filter can hold mail back).
-                if not (show(result["messages"]) and again.get("mark_read") and result["unread"]):
-                    break
+        with watch.Watch(s.dir, watch.inbox(s.dir, agent), s.socket, client="relayctl") as wakeups:
+            for _ in wakeups:
+                if tail is not None:
+                    tail.drain(lambda message: wanted(message) and show(message))
+                else:
+                    while True:
+                        result = s.call("read", again)
+                        report(result)
+                        shown = sum(show(message) for message in result["messages"])
+                        # One answer stops at the size budget: take the rest now, as long as each
+                        # round brings something new (a filter can hold mail back).
+                        if not (shown and result["unread"]):
+                            break
+                sys.stdout.flush()
     except KeyboardInterrupt:
         pass  # Ctrl-C is how following ends: exit 0
+    finally:
+        if tail is not None:
+            tail.close()
 
 
-def _wakeups(s: Any, agent: str) -> Iterator[None]:
-    try:
-        for _ in s.client().subscribe(["inbox"], agent=agent):
-            yield  # the acknowledgement too: catch up on what arrived before it
-    except Unavailable:
-        pass
-    yield from _inotify_wakeups(os.path.join(s.dir, layout.AGENTS, agent))
-
-
-def _inotify_wakeups(agent_dir: str) -> Iterator[None]:
-    from inotify_simple import INotify, flags
-
-    with INotify() as watcher:
-        watcher.add_watch(agent_dir, flags.MODIFY | flags.CREATE | flags.MOVED_TO)
-        yield  # catch up on what arrived before the watch
-        while True:
-            if any(event.name in (layout.INBOX, layout.INBOX_ROTATED) for event in watcher.read()):
-                yield
+def _filter(params: dict[str, Any]) -> Callable[[dict], bool]:
+    """What `read`'s --from and --thread keep (--since: anything new is newer)."""
+    sender, thread = params.get("from"), params.get("thread")
+    return lambda message: (sender is None or message.get("from") == sender) and (thread is None or message.get("thread") == thread)
