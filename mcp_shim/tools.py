@@ -32,8 +32,15 @@ _MESSAGE = {
         "tags": {"type": "array", "items": _STR},
         "type": _NULLABLE_STR,
         "ack": {"type": "boolean"},
+        "attempt": {"type": ["integer", "null"]},
     },
     "required": ["id", "ts", "from", "to", "subject", "body", "priority"],
+}
+
+_ACKED = {
+    "type": "object",
+    "properties": {"id": _STR, "outcome": {"type": "string", "enum": ["acked", "already_acked", "dead_lettered", "not_yours", "not_owed"]}},
+    "required": ["id", "outcome"],
 }
 
 _SENT = {
@@ -109,7 +116,7 @@ def _sent(result: dict[str, Any]) -> dict[str, Any]:
 
 def _send_message(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     params = {"agent": ctx.role, "to": [args["to"]], "subject": args["subject"], "body": args["body"]}
-    for optional in ("priority", "thread"):
+    for optional in ("priority", "thread", "ack"):
         if args.get(optional) is not None:
             params[optional] = args[optional]
     return _sent(ctx.call("send", params))
@@ -126,10 +133,22 @@ CHECK_INBOX_BYTES = 64 * 1024
 
 
 def _check_inbox(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    # Acknowledging rides on check_inbox rather than a tool of its own: a model that reads
+    # its mail is where it acks, and tools/list stays small (DESIGN §6 token budget).
+    ids = args.get("ack") or []
+    if any(not isinstance(message_id, str) for message_id in ids):
+        raise ToolFailed("check_inbox: ack takes a list of message ids")
+    acked = ctx.call("ack", {"agent": ctx.role, "ids": ids})["results"] if ids else []
     # A model's context is the limit here: hand over at most ~16k tokens at a time; the
     # rest stays unread (its count is in the answer) for the next call.
     result = ctx.call("read", {"agent": ctx.role, "unread": True, "mark_read": True, "last": 0, "max_bytes": CHECK_INBOX_BYTES})
-    return {"messages": result["messages"], "unread": result["unread"]}
+    answer: dict[str, Any] = {"messages": result["messages"], "unread": result["unread"]}
+    owed = [message_id for message_id, state in result.get("delivery", {}).items() if state == "owed"]
+    if owed:
+        answer["owed"] = owed  # sent with ack: redelivered until passed back in `ack`
+    if acked:
+        answer["acked"] = [{"id": a["id"], "outcome": a["outcome"]} for a in acked]
+    return answer
 
 
 def _presence(state: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +232,7 @@ TOOLS: tuple[Tool, ...] = (
         "send_message",
         "Send a message to another agent.",
         _obj(
-            {"to": {"type": "string", "description": "agent name"}, "subject": _STR, "body": _STR, "priority": _PRIORITY, "thread": _STR},
+            {"to": {"type": "string", "description": "agent name"}, "subject": _STR, "body": _STR, "priority": _PRIORITY, "thread": _STR, "ack": {"type": "boolean", "description": "redeliver until acked"}},
             ["to", "subject", "body"],
         ),
         _SENT,
@@ -221,9 +240,17 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "check_inbox",
-        "Get your unread messages; they are then marked read.",
-        _obj(),
-        _obj({"messages": {"type": "array", "items": _MESSAGE}, "unread": {"type": "integer"}}, ["messages", "unread"]),
+        "Get your unread messages; they are then marked read. Ids listed in owed: pass them in ack once handled.",
+        _obj({"ack": {"type": "array", "items": _STR, "description": "message ids to acknowledge"}}),
+        _obj(
+            {
+                "messages": {"type": "array", "items": _MESSAGE},
+                "unread": {"type": "integer"},
+                "owed": {"type": "array", "items": _STR},
+                "acked": {"type": "array", "items": _ACKED},
+            },
+            ["messages", "unread"],
+        ),
         _check_inbox,
     ),
     Tool(

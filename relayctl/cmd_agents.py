@@ -117,6 +117,13 @@ def render_status(r: dict, sections: set[str]) -> str:
         lines.append(f"PENDING COMMANDS ({len(cmds)})")
         lines.extend(_command_line(c) for c in cmds)
         lines.append("")
+    delivery = r.get("delivery")
+    if "agents" in sections and delivery and (delivery["owed"] or delivery["dead_letters"]):
+        # Only when there is something: most teams never send with --ack.
+        lines.append(f"DELIVERY ({delivery['owed']} owed, {delivery['dead_letters']} dead letters: relayctl dlq list)")
+        for name in sorted(set(delivery["owed_by_agent"]) | set(delivery["dead_letters_by_agent"])):
+            lines.append(f"  {name:<16} owed: {delivery['owed_by_agent'].get(name, 0):<5} dead letters: {delivery['dead_letters_by_agent'].get(name, 0)}")
+        lines.append("")
     return "\n".join(lines).rstrip()
 
 
@@ -126,7 +133,8 @@ def render_status(r: dict, sections: set[str]) -> str:
 @click.option("--commands", "only_commands", is_flag=True, help="Show only pending commands.")
 @click.option("--stale", default="5m", show_default=True, metavar="DURATION", help="Heartbeat age after which an agent counts as stale.")
 def status(only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
-    """Show agents (alive or stale), reservations and pending commands, and whether relayd runs.
+    """Show agents (alive or stale), reservations and pending commands, and whether relayd runs;
+    messages sent with --ack that are still owed or dead-lettered, when there are any.
 
     \b
     Examples:

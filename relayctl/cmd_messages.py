@@ -10,9 +10,13 @@ from relayd.records import PRIORITIES
 from .context import read_body, settings
 
 
-def render_message(m: dict) -> str:
+def render_message(m: dict, delivery: str | None = None) -> str:
+    """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...)."""
     when = m["ts"][:16].replace("T", " ")
     flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
+    if m.get("ack"):
+        state = {"owed": "owed: relayctl ack " + m["id"], "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")
+        flag = f"[attempt {m.get('attempt') or 1}, {state}] " + flag
     thread = f"  (thread {m['thread']})" if m.get("thread") else ""
     tags = f"  #{' #'.join(m['tags'])}" if m.get("tags") else ""
     head = f"{m['id']}  {when}  {m['from']} → {m['to']}  {flag}{m['subject']}{thread}{tags}"
@@ -30,9 +34,11 @@ def render_message(m: dict) -> str:
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
 @click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
 @click.option("--type", "type_", metavar="TYPE", help="Message type, e.g. task_assignment (IGNITE types).")
-@click.option("--ack", is_flag=True, help="Ask the recipient to confirm receipt (sets the message's ack field; relay does not yet redeliver unconfirmed mail).")
+@click.option("--ack", is_flag=True, help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
+@click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; redelivery after random(0, min(cap, ACK_WAIT*2^n)). [config.json delivery.ack_wait, 5s]")
+@click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, wake) -> None:
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -44,6 +50,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send athena "Need review" --thread bd-42 --priority high --wake
       relayctl send --broadcast "Rebasing main, hold commits for 2 minutes" --priority urgent
       git diff --stat | relayctl send glacier - --subject "what changed"
+      relayctl send glacier "Deploy window opens at 14:00" --ack --ack-wait 30s --max-deliver 5
     """
     s = settings()
     if broadcast:
@@ -69,6 +76,8 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
         "tags": list(tags),
         "type": type_,
         "ack": ack,
+        "ack_wait": ack_wait,
+        "max_deliver": max_deliver,
     }
     result = s.call("send", params)
     messages = result["messages"]
@@ -78,7 +87,8 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
     if s.json:
         s.out(messages if broadcast or len(messages) != 1 else messages[0])
     elif len(messages) == 1:
-        s.note(f"sent {messages[0]['id']} to {messages[0]['to']}")
+        owed = " (owed until acknowledged: relayctl ack ID)" if ack else ""
+        s.note(f"sent {messages[0]['id']} to {messages[0]['to']}{owed}")
     else:
         s.note(f"sent to {len(messages)} agents: {', '.join(m['to'] for m in messages)}")
     if wake:
@@ -137,7 +147,8 @@ def read(from_, thread, since, unread, last, mark_read, tail) -> None:
     if not messages:
         s.note("no unread messages" if unread else "no messages")
         return
+    delivery = result.get("delivery", {})
     for message in messages:
-        click.echo(render_message(message))
+        click.echo(render_message(message, delivery.get(message["id"])))
     if result["unread"] and not s.quiet:
         s.note(f"({result['unread']} unread)")

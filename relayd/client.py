@@ -178,8 +178,8 @@ class Client:
 
         self.mode = "direct"
         result = ops.call(self.store(), op, params)
-        if op == "send" and isinstance(result, dict):
-            # With no daemon to react to the inbox events, the sender notifies.
+        if op in APPENDING_OPS and isinstance(result, dict) and result.get("messages"):
+            # With no daemon to react to the inbox events, whoever appended notifies.
             from .notify import notify_new_messages
 
             recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
@@ -228,6 +228,10 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Operations whose answer lists the inbox lines they appended under "messages".
+APPENDING_OPS = frozenset({"send", "redeliver", "dlq_retry", "gc"})
 
 
 def _same_dir(a: str, b: str) -> bool:

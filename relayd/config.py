@@ -4,7 +4,9 @@
       "wake":   {"gateway_command": ["/home/me/athena/scripts/wake-gateway.sh"],
                  "gateway_socket": "/run/user/1000/openclaw/gateway.sock",
                  "timeout": "5s"},
-      "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"}
+      "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"},
+      "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
+                   "escalate_to": "leader", "keep_acked": "7d"}
     }
 
 Every key is optional. A missing file means the defaults: no gateway, no socket (so
@@ -34,9 +36,20 @@ class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     timeout: str = "5s"  # per tmux / zellij / cmd invocation
 
 
+class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Defaults for messages sent with `ack` (relayd.delivery); a send may override the first three."""
+
+    ack_wait: str = "5s"  # the backoff base: a redelivery comes random(0, min(cap, ack_wait * 2**n)) later
+    cap: str = "300s"
+    max_deliver: int = 3  # redeliveries after the first delivery, then dead_letter/
+    escalate_to: str | None = None  # an agent told of every dead letter, besides the sender
+    keep_acked: str = "7d"  # how long an acknowledgement is remembered (a repeated ack says "already")
+
+
 class Config(msgspec.Struct, kw_only=True):
     wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
+    delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
 
 
 _decoder = msgspec.json.Decoder(Config)

@@ -155,15 +155,19 @@ class Dir:
         finally:
             os.close(fd)
 
-    def replace(self, name: str, data: bytes, sync: Syncer | None) -> None:
+    def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None) -> None:
         """Atomically replace `name`: temp file, fsync, rename, fsync the directory.
 
-        `sync=None` skips the fsyncs (heartbeats: losing one costs nothing).
+        `sync=None` skips the fsyncs (heartbeats: losing one costs nothing). `mtime` sets
+        the file's modification time before it appears (delivery records keep their due
+        time there, so a sweep can skip records that are not due without reading them).
         """
         tmp = f".{name}.{new_ulid()}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             _write_all(fd, data, os.path.join(self.path, name))
+            if mtime is not None:
+                os.utime(fd, (mtime, mtime))
             if sync is not None:
                 sync.file(fd)
         except BaseException:

@@ -6,7 +6,9 @@
   `heartbeat.stale` (the next heartbeat brings them back);
 * consumed and done commands older than an hour are removed with their claim markers; a
   claim left on a still-pending command for over a minute (its consumer died mid-claim)
-  is removed, so the command can be claimed again.
+  is removed, so the command can be claimed again;
+* the redelivery sweep runs (relayd.delivery), and acknowledgements older than
+  `delivery.keep_acked` are forgotten.
 The daemon runs it on a timer; `dry_run` only reports.
 """
 
@@ -22,9 +24,10 @@ from . import layout
 from .agents import last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
+from .delivery import RedeliverParams, forget_old_acks, redeliver
 from .errors import UnknownAgent, UsageError
 from .registry import operation
-from .records import Reservation, reservation_decoder
+from .records import Message, Reservation, reservation_decoder
 from .reservations import is_expired, load_all
 from .store import Store
 from .timefmt import now, parse_duration, parse_iso
@@ -44,6 +47,10 @@ class GcResult(msgspec.Struct, kw_only=True):
     reservations: list[Reservation]
     agents: list[str]
     commands: list[str]
+    redelivered: int = 0  # owed messages presented again (the redelivery sweep runs too)
+    dead_lettered: int = 0
+    messages: list[Message] = msgspec.field(default_factory=list)  # lines the sweep appended
+    acks_forgotten: int = 0  # acknowledgements older than delivery.keep_acked
 
 
 @operation("gc", GcParams)
@@ -54,12 +61,17 @@ def gc(store: Store, p: GcParams) -> GcResult:
     removed = _expired_reservations(store, p.dry_run)
     archived = [] if p.expired_only else _stale_agents(store, stale, p.dry_run)
     finished = [] if p.expired_only else _finished_commands(store, reference, p.dry_run)
+    result = GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished)
     if not p.dry_run:
         store.emit(
             *(store.event("reservation", action="expired", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in removed),
             *(store.event("presence", action="stale", agent=name) for name in archived),
         )
-    return GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished)
+        if not p.expired_only:
+            sweep = redeliver(store, RedeliverParams())
+            result.redelivered, result.dead_lettered, result.messages = len(sweep.redelivered), len(sweep.dead_lettered), sweep.messages
+            result.acks_forgotten = forget_old_acks(store)
+    return result
 
 
 def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:

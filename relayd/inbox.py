@@ -17,7 +17,7 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout
+from . import layout, owed
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .fsio import Dir, append_lines
 from .registry import operation
@@ -58,7 +58,9 @@ class SendParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     priority: str | None = None
     tags: list[str] = msgspec.field(default_factory=list)
     type: str | None = None
-    ack: bool = False
+    ack: bool = False  # owed until acknowledged, redelivered until then (relayd.delivery)
+    ack_wait: str | None = None  # with ack: the redelivery backoff base [config.json, 5s]
+    max_deliver: int | None = None  # with ack: redeliveries before dead_letter/ [config.json, 3]
 
 
 class SendResult(msgspec.Struct, kw_only=True):
@@ -93,6 +95,8 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
 def build_messages(store: Store, p: SendParams) -> list[Message]:
     """Validate a send request into the messages to append; writes nothing."""
     sender = check_agent_name(p.agent, "sender")
+    if not p.ack and (p.ack_wait is not None or p.max_deliver is not None):
+        raise UsageError("--ack-wait and --max-deliver go with --ack")
     priority = normalize_priority(p.priority)
     if not p.body.strip() and not (p.subject or "").strip():
         raise UsageError("empty message: give a body (and optionally --subject)")
@@ -119,6 +123,7 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
             tags=list(p.tags),
             type=p.type,
             ack=p.ack,
+            attempt=1 if p.ack else None,
         )
         for recipient in _recipients(store, p, sender)
     ]
@@ -199,9 +204,13 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
     """
     outcomes: list[SendResult | RelayError | None] = []
     planned: list[list[Message]] = []
+    policies: list[owed.Policy | None] = []
     for p in requests:
+        policy = None
         try:
             messages = build_messages(store, p)
+            if p.ack:
+                policy = owed.policy_for(store, p.ack_wait, p.max_deliver)
             if len(messages) > 1:
                 # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
                 for message in messages:
@@ -212,6 +221,7 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         else:
             outcomes.append(None)
             planned.append(messages)
+        policies.append(policy)
     by_inbox: dict[str, list[tuple[int, Message]]] = {}
     for index, messages in enumerate(planned):
         for message in messages:
@@ -220,9 +230,18 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         items = [(index, message) for index, message in items if outcomes[index] is None]
         if not items:
             continue  # every request with mail for this inbox has failed already
+        owing = [message for _, message in items if message.ack]
         try:
+            # The owed record goes first: a crash before the append delays the first delivery
+            # to the next sweep; the other order could leave an owed message nobody tracks.
+            for index, message in items:
+                policy = policies[index]
+                if policy is not None:
+                    owed.open_record(store, message, policy)
             append_messages(store, recipient, [message for _, message in items])
         except RelayError as exc:
+            if owing:
+                owed.cancel_records(store, owing)
             for index, _ in items:
                 outcomes[index] = exc
     done = [index for index, outcome in enumerate(outcomes) if outcome is None]
@@ -523,6 +542,8 @@ class ReadResult(msgspec.Struct, kw_only=True):
     messages: list[Message]
     unread: int  # unread messages left after this read
     corrupt: list[CorruptLine] = msgspec.field(default_factory=list)
+    # For shown messages sent with ack: "owed", "acked" or "dead_letter" by id.
+    delivery: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def _matcher(p: ReadParams):
@@ -623,7 +644,9 @@ def read(store: Store, p: ReadParams) -> ReadResult:
         finally:
             snap.close()
     unique_bad = {(b.file, b.offset): b for b in bad}
-    return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()))
+    owing = [m.id for m in shown if m.ack]
+    delivery = owed.states(store, p.agent, owing) if owing else {}
+    return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()), delivery=delivery)
 
 
 def read_all(store: Store, agent_name: str) -> ReadResult:
@@ -646,6 +669,26 @@ def read_all(store: Store, agent_name: str) -> ReadResult:
         finally:
             snap.close()
     return ReadResult(messages=messages, unread=left, corrupt=bad)
+
+
+def holds_since(store: Store, agent_name: str, message_id: str, since: str) -> bool:
+    """Whether the agent's inbox got a message with this id at or after `since` (ISO time).
+
+    Reads backwards and stops at the first older message (appends are in time order), so
+    it costs what arrived since, not the whole inbox.
+    """
+    bad: list[CorruptLine] = []
+    with store.agent_dir(agent_name) as agent:
+        snap = _snapshot(agent)
+        try:
+            for _, message in _newest_first(snap, bad):
+                if message.id == message_id:
+                    return True
+                if message.ts < since:
+                    return False
+            return False
+        finally:
+            snap.close()
 
 
 class UnreadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -30,7 +30,8 @@ class Message(msgspec.Struct, kw_only=True):
     priority: Priority = "normal"
     tags: list[str] = msgspec.field(default_factory=list)
     type: str | None = None  # IGNITE message type (seed 003), e.g. task_assignment
-    ack: bool = False  # the sender wants delivery acknowledged
+    ack: bool = False  # owed until the recipient acknowledges it (relayd.delivery)
+    attempt: int | None = None  # with ack: which delivery of this id this line is (1 = the first)
 
 
 class AgentMeta(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -7,8 +7,10 @@ through it; the daemon keeps one open for its lifetime, a client opens one per c
 from __future__ import annotations
 
 import os
+import random
 import stat
-from typing import Any
+import time
+from typing import Any, Callable
 
 import msgspec
 
@@ -33,9 +35,14 @@ class Store:
         *,
         fsync: bool | None = None,
         rotate_bytes: int = layout.ROTATE_BYTES,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.root = os.path.abspath(root)
         self.rotate_bytes = rotate_bytes
+        # Redelivery waits read these two, so tests can drive ack-waits and jitter exactly.
+        self.clock = clock
+        self.rand = rand
         self.sync: Syncer = Syncer() if (_env_fsync_enabled() if fsync is None else fsync) else NoSync()
         self._root: Dir | None = None
         self._subdirs: dict[str, Dir] = {}
@@ -88,6 +95,13 @@ class Store:
             found = self.root_dir().subdir(name, create=True, sync=self.sync)
             self._subdirs[name] = found
         return found
+
+    def top_if_exists(self, name: str) -> Dir | None:
+        """A top-level directory for looking only: None when a store made before it existed
+        lacks it (looking must not create, and must work on a read-only store)."""
+        if name not in self._subdirs and not self.root_dir().exists(name):
+            return None
+        return self.top(name)
 
     def forget(self, name: str) -> None:
         """Close a cached top-level directory (after it was replaced, e.g. by reset)."""

@@ -14,7 +14,7 @@ import pytest
 
 from relayctl.cli import COMMANDS
 
-MESSAGE_FIELDS = {"id", "ts", "from", "to", "subject", "body", "thread", "priority", "tags", "type", "ack"}
+MESSAGE_FIELDS = {"id", "ts", "from", "to", "subject", "body", "thread", "priority", "tags", "type", "ack", "attempt"}
 
 
 @pytest.fixture

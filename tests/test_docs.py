@@ -26,3 +26,10 @@ def test_every_operation_and_parameter_is_documented(name: str) -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, re.M))
     wire_names = {field.encode_name for field in msgspec.structs.fields(ops.table()[name].params)}
     assert documented == wire_names, f"{name}: documented {sorted(documented)}, code has {sorted(wire_names)}"
+
+
+def test_the_operations_section_is_what_the_table_generates() -> None:
+    """Types, defaults and result records included: regenerate with `python -m tests.protocol_doc --write`."""
+    from tests.protocol_doc import current, render
+
+    assert current() == render(), "docs/protocol.md section 8 is out of date: run python -m tests.protocol_doc --write"

@@ -14,8 +14,8 @@ import click
 from relayd.errors import RelayError
 
 HELP = """Run relayd in the foreground: serve the store on a Unix socket, push events to
-subscribers, batch fsyncs (group commit), run GC and stale-agent detection, and retry
-pane triggers held back by copy mode.
+subscribers, batch fsyncs (group commit), run GC and stale-agent detection, redeliver
+unacknowledged messages sent with --ack, and retry pane triggers held back by copy mode.
 
 One daemon per store (a flock on <store>/relayd.lock). Logs are JSON lines on stderr
 (readable text on a terminal). SIGTERM/SIGINT drain and exit 0; a second signal exits
@@ -49,10 +49,11 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--gc-interval", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="How often to run garbage collection.")
 @click.option("--stale", "stale_after", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="Heartbeat age after which an agent counts as stale (one presence event each).")
 @click.option("--retry-interval", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="How often to retry pane/cmd triggers that were held back (copy mode) or failed.")
+@click.option("--redeliver-interval", default="1s", show_default=True, metavar="DURATION", callback=_duration, help="How often to look for owed messages (send --ack) whose ack-wait has passed.")
 @click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.pass_context
-def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, drain_timeout: float, log_level: str) -> None:
+def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, log_level: str) -> None:
     from relayd import layout
     from relayd.errors import UsageError
 
@@ -71,7 +72,7 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
 
     from .main import Config, run
 
-    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, drain_timeout=drain_timeout, log_level=log_level.lower()))
+    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, redeliver_interval=redeliver_interval, drain_timeout=drain_timeout, log_level=log_level.lower()))
     ctx.exit(status)
 
 

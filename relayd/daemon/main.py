@@ -24,7 +24,7 @@ from .events import EventLog, Hub
 from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
 from .notifications import Notifier
 from .server import Server
-from .timers import StaleWatch, collect_garbage
+from .timers import StaleWatch, collect_garbage, redeliver_owed
 
 log = structlog.get_logger()
 
@@ -36,6 +36,7 @@ class Config:
     gc_interval: float = 300.0
     stale_after: float = 300.0
     retry_interval: float = 5.0
+    redeliver_interval: float = 1.0
     drain_timeout: float = 5.0
     log_level: str = "info"
 
@@ -89,6 +90,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         await tasks.start(events.run)
         tasks.start_soon(notifier.run)
         tasks.start_soon(collect_garbage, store, config.gc_interval)
+        tasks.start_soon(redeliver_owed, store, config.redeliver_interval)
         tasks.start_soon(stale.run)
         tasks.start_soon(_signals, stop)
         if systemd.watchdog_seconds:

@@ -1,4 +1,4 @@
-"""Work on a clock: garbage collection and stale-agent detection.
+"""Work on a clock: garbage collection, redelivery of owed messages, stale-agent detection.
 
 Both run store functions in the loop thread like any request. A stale agent is announced
 once, as a `presence` event with action `stale` appended to events.jsonl (so it reaches
@@ -31,6 +31,21 @@ async def collect_garbage(store: Store, every: float) -> None:
             log.warning("gc failed", error=exc.message)
         else:
             log.info("gc done", result=result)
+
+
+async def redeliver_owed(store: Store, every: float) -> None:
+    """The redelivery sweep (relayd.delivery) every `every` seconds; cheap when nothing is due."""
+    while True:
+        await anyio.sleep(every)
+        try:
+            result = ops.call(store, "redeliver", {})
+        except RelayError as exc:
+            log.warning("redelivery sweep failed", error=exc.message)
+            continue
+        for item in result["redelivered"]:
+            log.info("redelivered", id=item["id"], to=item["to"], attempt=item["attempt"], of=item["of"])
+        for item in result["dead_lettered"]:
+            log.warning("dead-lettered", id=item["id"], to=item["to"], attempts=item["attempts"], told=item["told"])
 
 
 class StaleWatch:
