@@ -13,6 +13,7 @@ and the README walk-through.)
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
@@ -697,3 +698,26 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: An
     finally:
         tmux("kill-server")
         os.kill(relayd_pid, 15)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_send_with_ack_and_acknowledge_through_check_inbox(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any) -> None:
+    async with mcp_client(relay_env, "strategist", mode) as strategist, mcp_client(relay_env, "inferno", mode) as inferno:
+        sent = structured(await strategist.call_tool("send_message", {"to": "inferno", "subject": "deploy", "body": "Deploy at 14:00", "ack": True}))
+        [message_id] = [s["id"] for s in sent["sent"]]
+
+        first = await inferno.call_tool("check_inbox", {})
+        await check_against_schema(inferno, "check_inbox", first)
+        inbox = structured(first)
+        assert [(m["id"], m["ack"], m["attempt"]) for m in inbox["messages"]] == [(message_id, True, 1)]
+        assert inbox["owed"] == [message_id]  # read, yet still owed: reading is no acknowledgement
+        assert "owed" in relayctl("read", agent="inferno").stdout
+
+        acked = await inferno.call_tool("check_inbox", {"ack": [message_id, "01ARZ3NDEKTSV4RRFFQ69G5FAV"]})
+        await check_against_schema(inferno, "check_inbox", acked)
+        assert structured(acked)["acked"] == [{"id": message_id, "outcome": "acked"}, {"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "outcome": "not_owed"}]
+        assert json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"] == 0
+
+        wrong = await inferno.call_tool("check_inbox", {"ack": "not a list"})
+        assert wrong.is_error and "ack must be a array" in wrong.content[0].text

@@ -1,0 +1,97 @@
+"""At-least-once delivery: what the redelivery sweep costs, and what `--ack` adds to a send.
+
+* The sweep with 10,000 owed messages among 1,000,000 stored, next to the same 10,000 owed
+  among 10 stored: it reads only owed/, so the two should match (target <= 50 ms).
+* A durable send through relayd with `ack` (an owed record written with it) against one
+  without, from one persistent client (target: within 10%).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from relayd import layout, ops, owed
+from relayd.records import Message
+from relayd.store import Store
+from relayd.ulid import new_ulid
+
+from .bench_daemon import Relayd
+from .bench_store import _fill_inbox, _team
+from .common import Row, median_ms, scratch_dir, time_calls
+
+AREA = "delivery"
+
+
+def _owe(store: Store, count: int) -> None:
+    """`count` owed records addressed to `owes`, none due for an hour (the steady state)."""
+    policy = owed.Policy(3600.0, 3600.0, 3)
+    stamp = "2026-11-21T00:00:00.000Z"
+    for n in range(count):
+        message = Message(id=new_ulid(), ts=stamp, from_="alice", to="owes", subject=f"owed {n}", body="must arrive", ack=True, attempt=1)
+        owed.open_record(store, message, policy)
+
+
+def sweep_cost(quick: bool) -> list[Row]:
+    stored_big = 100_000 if quick else 1_000_000
+    owed_count = 2_000 if quick else 10_000
+    root = scratch_dir("rbq-")
+    try:
+        medians = {}
+        for stored in (10, stored_big):
+            store_dir = os.path.join(root, f"store-{stored}")
+            _team(store_dir, ["alice", "reader", "owes"])
+            with Store(store_dir, fsync=False, rotate_bytes=1 << 40, rand=lambda: 1.0) as store:
+                _fill_inbox(store, "reader", stored, 10)
+                _owe(store, owed_count)
+                assert len(os.listdir(os.path.join(store_dir, layout.OWED))) == owed_count
+                result = ops.call(store, "redeliver", {})
+                assert result["owed"] == owed_count and not result["redelivered"]
+                samples = time_calls(lambda: ops.call(store, "redeliver", {}), 10 if quick else 30)
+            medians[stored] = median_ms(samples)
+        ratio = medians[stored_big] / medians[10]
+        big = medians[stored_big]
+        return [
+            Row(AREA, f"redelivery sweep, {owed_count:,} owed among {stored_big:,} stored", round(big, 2), "ms", "<= 50 ms", big <= 50 if not quick else None, "in-process median, none due"),
+            Row(AREA, f"redelivery sweep, {owed_count:,} owed among 10 stored", round(medians[10], 2), "ms", note="the same sweep on a nearly empty store"),
+            Row(AREA, f"sweep ratio, {stored_big:,} vs 10 stored", round(ratio, 2), "x", "~1 (independent of stored)", ratio <= 1.3 if not quick else None),
+        ]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def ack_send_cost(quick: bool) -> list[Row]:
+    from relayd.client import Client
+
+    count = 300 if quick else 3000
+    daemon = Relayd()
+    try:
+        with Client(daemon.store, daemon.socket) as client:
+            client.call("version")
+            plain = {"agent": "storm", "to": ["inferno"], "body": "benchmark message"}
+            owed_params = dict(plain, ack=True, ack_wait="1h")
+            # Interleaved in rounds, so both see the same machine load.
+            samples: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(10):
+                for with_ack, params in ((False, plain), (True, owed_params)):
+                    samples[with_ack] += time_calls(lambda p=params: client.call("send", p), count // 10)
+            assert client.mode == "daemon"
+    finally:
+        daemon.close()
+    without, with_ack = median_ms(samples[False]), median_ms(samples[True])
+    ratio = with_ack / without
+    note = f"{count} sequential durable sends each, one persistent client, interleaved"
+    return [
+        Row(AREA, "send through relayd, no ack: median", round(without, 3), "ms", note=note),
+        Row(AREA, "send through relayd, --ack: median", round(with_ack, 3), "ms", note="owed record written and fsynced with the inbox append"),
+        Row(AREA, "send --ack vs without", round(ratio, 2), "x", "<= 1.10", ratio <= 1.10 if not quick else None),
+    ]
+
+
+def run(quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for bench in (sweep_cost, ack_send_cost):
+        print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
+        rows.extend(bench(quick))
+    return rows

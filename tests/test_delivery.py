@@ -1,0 +1,403 @@
+"""At-least-once delivery: acks, redelivery with full-jitter backoff, dead letters, escalation.
+
+The exact tests drive the store with an injected clock and a seeded jitter source, so every
+redelivery moment is known in advance; the process tests use a real relayd, the real CLI
+and a real tmux pane, and the crash tests SIGKILL real processes at random points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from relayd import delivery, layout, ops
+from relayd.errors import UsageError
+from relayd.inbox import read_all
+from relayd.store import Store
+from relayd_proc import Daemon
+
+ANOTHER_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+
+
+class Clock:
+    def __init__(self, start: float = 1_900_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(store_dir: Path, clock: Clock):
+    """A store with an injected clock and seeded jitter; `leader` is the escalation agent."""
+    with Store(str(store_dir), fsync=False, clock=clock, rand=random.Random(7).random) as opened:
+        ops.call(opened, "init", {})
+        for name in ("alice", "bob", "leader"):
+            ops.call(opened, "register", {"name": name})
+        (store_dir / "config.json").write_text(json.dumps({"delivery": {"escalate_to": "leader"}}))
+        yield opened
+
+
+def copies(store: Store, agent: str, message_id: str) -> list[int]:
+    """The attempt numbers of the lines carrying `message_id` in the agent's inbox, in order."""
+    return [m.attempt for m in read_all(store, agent).messages if m.id == message_id]
+
+
+def where(store_dir: Path, to: str, message_id: str) -> list[str]:
+    name = f"{to}.{message_id}.json"
+    return [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
+
+
+def send_owed(store: Store, **extra) -> str:
+    params = {"agent": "alice", "to": ["bob"], "body": "deploy at 14:00", "ack": True, **extra}
+    return ops.call(store, "send", params)["messages"][0]["id"]
+
+
+def test_an_unacknowledged_message_is_delivered_1_plus_max_deliver_times_at_its_backoff_moments(store: Store, clock: Clock, store_dir: Path) -> None:
+    start = clock.now
+    message_id = send_owed(store, ack_wait="10s", max_deliver=3)
+    # The same seeded jitter the store uses: wait after delivery n = r * min(cap, 10 * 2**(n-1)).
+    jitter = random.Random(7).random
+    moments, at = [], start
+    for delivered in range(1, 5):
+        at += jitter() * min(300.0, 10.0 * 2 ** (delivered - 1))
+        moments.append(at)
+
+    for attempt, moment in zip(range(2, 6), moments):
+        clock.now = moment - 0.001
+        swept = ops.call(store, "redeliver", {})
+        assert swept["redelivered"] == [] and swept["dead_lettered"] == []
+        clock.now = moment
+        swept = ops.call(store, "redeliver", {})
+        if attempt <= 4:
+            assert swept["redelivered"] == [{"id": message_id, "to": "bob", "attempt": attempt, "of": 4}]
+            assert [m["attempt"] for m in swept["messages"]] == [attempt]
+        else:
+            assert swept["redelivered"] == []
+            assert swept["dead_lettered"] == [{"id": message_id, "to": "bob", "attempts": 4, "told": ["alice", "leader"]}]
+
+    assert copies(store, "bob", message_id) == [1, 2, 3, 4]
+    assert where(store_dir, "bob", message_id) == [layout.DEAD_LETTER]
+    for told in ("alice", "leader"):
+        escalations = [m for m in read_all(store, told).messages if m.type == "escalation"]
+        assert len(escalations) == 1 and message_id in escalations[0].body and escalations[0].from_ == "relay"
+    letter = ops.call(store, "dlq_show", {"id": message_id})
+    assert letter["attempts"] == 4 and len(letter["delivered_at"]) == 4 and "not acknowledged after 4 deliveries" in letter["reason"]
+
+    clock.now += 10_000  # nothing further happens, however long we wait
+    assert ops.call(store, "redeliver", {})["messages"] == []
+    assert copies(store, "bob", message_id) == [1, 2, 3, 4]
+
+
+def test_an_acknowledged_message_is_never_delivered_again(store: Store, clock: Clock, store_dir: Path) -> None:
+    message_id = send_owed(store)
+    read = ops.call(store, "read", {"agent": "bob", "unread": True, "mark_read": True})
+    assert read["delivery"] == {message_id: "owed"}  # reading alone does not settle it
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"] == [{"id": message_id, "outcome": "acked", "attempt": 1}]
+    for _ in range(20):
+        clock.now += 60
+        assert ops.call(store, "redeliver", {})["messages"] == []
+    assert copies(store, "bob", message_id) == [1]
+    assert where(store_dir, "bob", message_id) == [layout.ACKED]
+    assert ops.call(store, "read", {"agent": "bob"})["delivery"] == {message_id: "acked"}
+
+
+def test_a_late_ack_of_an_earlier_attempt_settles_it_unless_it_is_a_dead_letter(store: Store, clock: Clock, store_dir: Path) -> None:
+    late = send_owed(store, max_deliver=2)
+    too_late = send_owed(store, max_deliver=1)
+    while len(copies(store, "bob", late)) < 3:
+        clock.now += 1
+        ops.call(store, "redeliver", {})
+    # The ack names the id, not an attempt: acking what attempt 1 carried settles attempt 3.
+    [answer] = ops.call(store, "ack", {"agent": "bob", "ids": [late]})["results"]
+    assert answer == {"id": late, "outcome": "acked", "attempt": 3}
+    while where(store_dir, "bob", too_late) != [layout.DEAD_LETTER]:
+        clock.now += 1
+        ops.call(store, "redeliver", {})
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [too_late]})["results"] == [{"id": too_late, "outcome": "dead_lettered"}]
+    assert where(store_dir, "bob", too_late) == [layout.DEAD_LETTER]
+
+
+def test_ack_answers_are_distinct_and_idempotent(store: Store) -> None:
+    mine = send_owed(store)
+    plain = ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "no ack asked"})["messages"][0]["id"]
+    results = ops.call(store, "ack", {"agent": "bob", "ids": [mine, mine, plain, ANOTHER_ULID]})["results"]
+    assert [(r["id"], r["outcome"]) for r in results] == [(mine, "acked"), (plain, "not_owed"), (ANOTHER_ULID, "not_owed")]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [mine]})["results"][0]["outcome"] == "already_acked"
+    assert ops.call(store, "ack", {"agent": "leader", "ids": [mine]})["results"] == [{"id": mine, "outcome": "not_yours", "owner": "bob"}]
+    with pytest.raises(UsageError, match="not a message id"):
+        ops.call(store, "ack", {"agent": "bob", "ids": ["../../etc/passwd"]})
+    with pytest.raises(UsageError, match="at least one"):
+        ops.call(store, "ack", {"agent": "bob", "ids": []})
+
+
+def test_dlq_retry_makes_a_fresh_owed_message_that_can_be_acknowledged(store: Store, clock: Clock, store_dir: Path) -> None:
+    message_id = send_owed(store, max_deliver=1)
+    while where(store_dir, "bob", message_id) != [layout.DEAD_LETTER]:
+        clock.now += 5
+        ops.call(store, "redeliver", {})
+    assert [d["id"] for d in ops.call(store, "dlq_list", {})["dead_letters"]] == [message_id]
+    retried = ops.call(store, "dlq_retry", {"id": message_id})
+    assert retried["messages"][0]["attempt"] == 3 and retried["of"] == 4
+    assert where(store_dir, "bob", message_id) == [layout.OWED]
+    assert ops.call(store, "dlq_list", {})["dead_letters"] == []
+    clock.now += 1000
+    assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 4, "of": 4}]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
+    assert copies(store, "bob", message_id) == [1, 2, 3, 4]
+    assert len([m for m in read_all(store, "alice").messages if m.type == "escalation"]) == 1
+    with pytest.raises(Exception, match="no dead letter"):
+        ops.call(store, "dlq_drop", {"id": message_id})
+
+
+def test_a_send_that_died_before_its_append_is_delivered_by_the_sweep_once(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
+    import relayd.inbox
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # stands in for kill -9 between the record and the append
+
+    monkeypatch.setattr(relayd.inbox, "append_messages", crash)
+    with pytest.raises(KeyboardInterrupt):
+        send_owed(store)
+    monkeypatch.undo()
+    [name] = os.listdir(store_dir / layout.OWED)
+    message_id = name.split(".")[1]
+    assert copies(store, "bob", message_id) == []
+    clock.now += 10
+    ops.call(store, "redeliver", {})
+    ops.call(store, "redeliver", {})
+    assert copies(store, "bob", message_id) == [2]
+
+
+def test_a_sweep_that_died_while_dead_lettering_tells_nobody_twice(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
+    message_id = send_owed(store, max_deliver=1)
+    clock.now += 5
+    ops.call(store, "redeliver", {})  # attempt 2
+    clock.now += 100
+    real_move = delivery._move
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # after the escalations were appended, before the rename
+
+    monkeypatch.setattr(delivery, "_move", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ops.call(store, "redeliver", {})
+    monkeypatch.setattr(delivery, "_move", real_move)
+    assert where(store_dir, "bob", message_id) == [layout.OWED]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "dead_lettered"
+    ops.call(store, "redeliver", {})
+    assert where(store_dir, "bob", message_id) == [layout.DEAD_LETTER]
+    for told in ("alice", "leader"):
+        assert len([m for m in read_all(store, told).messages if m.type == "escalation"]) == 1
+
+
+def test_the_sweep_reads_only_owed_records(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
+    """Cost: a sweep opens due records only; it never reads an inbox to find them."""
+    owed_ids = [send_owed(store, ack_wait="1h") for _ in range(5)]
+    for _ in range(50):
+        ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "chatter"})
+    import relayd.inbox
+
+    opened = []
+    monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
+    assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
+    assert opened == []
+
+
+# -- the CLI, with relayd up and down -------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
+def test_the_whole_story_from_the_command_line(relayctl, relay_env, store_dir: Path, with_daemon: bool) -> None:
+    relayctl("init")
+    for name in ("alice", "bob"):
+        relayctl("register", name)
+    daemon = Daemon(relay_env, "--redeliver-interval", "50ms").start() if with_daemon else None
+    try:
+        sent = relayctl("--json", "send", "bob", "must arrive", "--ack", "--ack-wait", "100ms", "--max-deliver", "2", agent="alice")
+        message_id = json.loads(sent.stdout)["id"]
+        shown = relayctl("read", "--unread", "--mark-read", agent="bob").stdout
+        assert f"[attempt 1, owed: relayctl ack {message_id}]" in shown
+        deadline = time.monotonic() + 30
+        while "dead letters" not in relayctl("status").stdout or "1 dead letters" not in relayctl("status").stdout:
+            assert time.monotonic() < deadline, "never dead-lettered"
+            if not with_daemon:
+                relayctl("redeliver")  # what cron or a systemd timer would run
+            time.sleep(0.05)
+        listed = relayctl("dlq", "list").stdout
+        assert message_id in listed and "alice → bob" in listed and "(3 attempts)" in listed
+        told = json.loads(relayctl("--json", "read", "--unread", agent="alice").stdout)
+        assert [m["type"] for m in told] == ["escalation"] and message_id in told[0]["body"]
+
+        late = relayctl("ack", message_id, agent="bob", check=False)
+        assert late.returncode == 1 and late.stderr.strip() == f"error: {message_id}: too late: it is a dead letter now (relayctl dlq show ID)"
+        assert "attempt 4" in relayctl("dlq", "retry", message_id).stdout
+        acked = relayctl("ack", message_id, agent="bob")
+        assert acked.stdout.strip().startswith(f"{message_id}: acknowledged")
+        assert relayctl("ack", message_id, agent="bob").stdout.strip() == f"{message_id}: already acknowledged"
+        attempts = [m["attempt"] for m in json.loads(relayctl("--json", "read", "--last", "0", agent="bob").stdout) if m["id"] == message_id]
+        assert attempts == [1, 2, 3, 4]
+        assert json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"] == 0
+    finally:
+        if daemon is not None:
+            daemon.kill()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["send", "bob", "x", "--ack", "--max-deliver", "0"], "error: max-deliver must be 1-100 redeliveries, not 0"),
+        (["send", "bob", "x", "--ack", "--ack-wait", "0s"], "error: ack-wait must be longer than 0, not '0s'"),
+        (["send", "bob", "x", "--ack", "--ack-wait", "-5s"], "error: not a duration: '-5s' (use e.g. 30s, 5m, 1h30m, 2d)"),
+        (["send", "bob", "x", "--ack-wait", "5s"], "error: --ack-wait and --max-deliver go with --ack"),
+        (["ack", "nonsense"], "error: not a message id: 'nonsense' (ids are 26-character ULIDs, as 'relayctl read' shows them)"),
+        (["dlq", "show", ANOTHER_ULID], f"error: no dead letter {ANOTHER_ULID}; 'relayctl dlq list' shows them"),
+        (["dlq", "retry", "x"], "error: not a message id: 'x' (ids are 26-character ULIDs, as 'relayctl read' shows them)"),
+    ],
+)
+def test_bad_input_gets_one_line_and_a_non_zero_exit(relayctl, store_dir: Path, args: list[str], message: str) -> None:
+    relayctl("init")
+    relayctl("register", "alice")
+    relayctl("register", "bob")
+    before = sorted(p.name for p in (store_dir / "agents" / "bob").iterdir())
+    proc = relayctl(*args, agent="alice", check=False)
+    assert proc.returncode != 0 and proc.stderr.strip() == message and proc.stdout == ""
+    assert sorted(p.name for p in (store_dir / "agents" / "bob").iterdir()) == before
+    assert os.listdir(store_dir / layout.OWED) == []
+
+
+def test_redelivery_fires_the_tmux_trigger_again_until_the_ack(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    from test_notify import TRIGGER, Tmux
+
+    tmux = Tmux(short_tmp)
+    daemon = None
+    try:
+        relayctl("init")
+        (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+        relayctl("register", "sender")
+        relayctl("register", "busy", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+        daemon = Daemon(relay_env, "--redeliver-interval", "50ms").start()
+        message_id = json.loads(relayctl("--json", "send", "busy", "SECRET deploy", "--ack", "--ack-wait", "200ms", "--max-deliver", "5", agent="sender").stdout)["id"]
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+        # The agent never reads: the sweep presents attempt 2 and the trigger fires again.
+        deadline = time.monotonic() + 20
+        while copies_cli(relayctl, message_id) < 2:
+            assert time.monotonic() < deadline, daemon.log()
+            time.sleep(0.02)
+        _until(lambda: TRIGGER in tmux.received.read_text().splitlines()[tmux.seen :], "the second trigger")
+        relayctl("ack", message_id, agent="busy")
+        delivered = copies_cli(relayctl, message_id)
+        triggers = 1 + len(tmux.lines_after_sentinel())
+        # One trigger per delivery at most (two copies landing in one round share one).
+        assert 2 <= triggers <= delivered
+        time.sleep(1.5)  # longer than every remaining wait: after the ack nothing more comes
+        assert copies_cli(relayctl, message_id) == delivered
+        assert tmux.lines_after_sentinel() == []
+        assert "SECRET" not in tmux.received.read_text()
+    finally:
+        if daemon is not None:
+            daemon.kill()
+        tmux.close()
+
+
+def copies_cli(relayctl, message_id: str) -> int:
+    return sum(1 for m in json.loads(relayctl("--json", "read", "--last", "0", agent="busy").stdout) if m["id"] == message_id)
+
+
+def _until(condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+# -- crashes and races -------------------------------------------------------------------------
+
+
+def _check_every_owed_message_in_exactly_one_state(store_dir: Path, sent: list[str]) -> Counter:
+    """The checker: every id sent with ack is in exactly one state, no attempt was delivered
+    twice, and every dead letter's sender was told exactly once."""
+    states: Counter = Counter()
+    for message_id in sent:
+        found = where(store_dir, "bob", message_id)
+        assert len(found) == 1, f"{message_id} is in {found}"
+        states[found[0]] += 1
+    with Store(str(store_dir)) as store:
+        lines = [(m.id, m.attempt) for m in read_all(store, "bob").messages]
+        assert len(lines) == len(set(lines)), [x for x, n in Counter(lines).items() if n > 1]
+        escalations = Counter(m.body.split()[1] for m in read_all(store, "alice").messages if m.type == "escalation")
+    dead = [message_id for message_id in sent if where(store_dir, "bob", message_id) == [layout.DEAD_LETTER]]
+    assert sorted(escalations) == sorted(dead) and set(escalations.values()) <= {1}
+    return states
+
+
+@pytest.mark.slow
+def test_kill_9_of_relayd_and_of_direct_sweeps_leaves_every_message_in_exactly_one_state(relayctl, relay_env, store_dir: Path) -> None:
+    rng = random.Random(2026)
+    relayctl("init")
+    for name in ("alice", "bob"):
+        relayctl("register", name)
+    sent = []
+    for _ in range(40):
+        proc = relayctl("--json", "send", "bob", "must arrive", "--ack", "--ack-wait", "30ms", "--max-deliver", "2", agent="alice")
+        sent.append(json.loads(proc.stdout)["id"])
+    acked = set(rng.sample(sent, 10))
+    relayctl("ack", *sorted(acked), agent="bob")
+    for round_ in range(12):
+        victims = []
+        if round_ % 2 == 0:
+            victims.append(Daemon(relay_env, "--redeliver-interval", "5ms").start())
+        else:
+            for _ in range(3):
+                victims.append(subprocess.Popen([sys.executable, "-m", "relayctl", "redeliver"], env=relay_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(rng.uniform(0.05, 0.4))
+        for victim in victims:
+            victim.kill() if isinstance(victim, Daemon) else (victim.send_signal(signal.SIGKILL), victim.wait())
+        _check_every_owed_message_in_exactly_one_state(store_dir, sent)
+    # Let everything run out: each message ends acknowledged or dead-lettered.
+    deadline = time.monotonic() + 60
+    while json.loads(relayctl("--json", "redeliver").stdout)["owed"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    states = _check_every_owed_message_in_exactly_one_state(store_dir, sent)
+    assert states == Counter({layout.ACKED: 10, layout.DEAD_LETTER: 30})
+
+
+@pytest.mark.slow
+def test_relayd_and_direct_sweeps_racing_never_deliver_one_attempt_twice(relayctl, relay_env, store_dir: Path) -> None:
+    relayctl("init")
+    for name in ("alice", "bob"):
+        relayctl("register", name)
+    sent = [json.loads(relayctl("--json", "send", "bob", "race", "--ack", "--ack-wait", "20ms", "--max-deliver", "3", agent="alice").stdout)["id"] for _ in range(30)]
+    daemon = Daemon(relay_env, "--redeliver-interval", "2ms").start()
+    # Direct-mode sweeps on the same store while relayd sweeps it every 2 ms.
+    script = f"import time\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store({str(store_dir)!r})\nfor _ in range(300):\n    ops.call(store, 'redeliver', {{}})\n    time.sleep(0.002)\n"
+    try:
+        racers = [subprocess.Popen([sys.executable, "-c", script], env=relay_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        for racer in racers:
+            _, errors = racer.communicate(timeout=120)
+            assert racer.returncode == 0, errors
+        deadline = time.monotonic() + 60
+        while json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        daemon.kill()
+    states = _check_every_owed_message_in_exactly_one_state(store_dir, sent)
+    assert states == Counter({layout.DEAD_LETTER: 30})
+    with Store(str(store_dir)) as store:
+        assert Counter(m.id for m in read_all(store, "bob").messages) == Counter({message_id: 4 for message_id in sent})
