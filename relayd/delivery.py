@@ -164,31 +164,38 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
     """Redeliver owed messages whose ack-wait has passed; dead-letter those out of attempts."""
     result = SweepResult(redelivered=[], dead_lettered=[], messages=[], owed=0, next_due=None)
     events = []
-    with store.root_dir().locked(layout.DELIVERY_LOCK):
-        now = store.clock()
-        names, upcoming = owed.due_names(store, now)
-        for name in names:
-            record = owed.read(store, layout.OWED, name)
-            if record is None:
-                continue  # damaged by hand: left for a person to look at, never guessed at
-            if record.escalation_id is None and record.attempt < record.last_attempt:
-                message = _redeliver_one(store, record, now)
-                result.redelivered.append(Redelivered(id=message.id, to=message.to, attempt=record.attempt, of=record.last_attempt))
-                result.messages.append(message)
-                events.append(store.event("inbox", action="message", agent=message.to, message_id=message.id, from_=message.from_, priority=message.priority, subject=message.subject[:120]))
-            else:
-                escalations = _dead_letter_one(store, record, now)
-                m = record.message
-                result.dead_lettered.append(DeadLettered(id=m.id, to=m.to, attempts=record.attempt, told=record.told))
-                result.messages.extend(escalations)
-                events.append(store.event("inbox", action="dead_letter", agent=m.to, message_id=m.id))
-                events.extend(store.event("inbox", action="message", agent=e.to, message_id=e.id, from_=e.from_, priority=e.priority, subject=e.subject[:120]) for e in escalations)
-            if record.escalation_id is None and record.due > now and (upcoming is None or record.due < upcoming):
-                upcoming = record.due
-        result.owed = sum(1 for name in store.top(layout.OWED).listdir() if owed.split_name(name))
+    now = store.clock()
+    names, upcoming = owed.due_names(store, now)
+    if names:  # the lock (and its file) only when there is work: an idle sweep writes nothing
+        with store.root_dir().locked(layout.DELIVERY_LOCK):
+            names, upcoming = owed.due_names(store, now)  # again: another sweep may have acted meanwhile
+            for name in names:
+                record = owed.read(store, layout.OWED, name)
+                if record is None:
+                    continue  # damaged by hand: left for a person to look at, never guessed at
+                if record.escalation_id is None and record.attempt < record.last_attempt:
+                    message = _redeliver_one(store, record, now)
+                    result.redelivered.append(Redelivered(id=message.id, to=message.to, attempt=record.attempt, of=record.last_attempt))
+                    result.messages.append(message)
+                    events.append(_arrival(store, message))
+                    if upcoming is None or record.due < upcoming:
+                        upcoming = record.due
+                else:
+                    escalations = _dead_letter_one(store, record, now)
+                    m = record.message
+                    result.dead_lettered.append(DeadLettered(id=m.id, to=m.to, attempts=record.attempt, told=record.told))
+                    result.messages.extend(escalations)
+                    events.append(store.event("inbox", action="dead_letter", agent=m.to, message_id=m.id))
+                    events.extend(_arrival(store, e) for e in escalations)
+    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name))
     store.emit(*events)
     result.next_due = _iso(upcoming) if upcoming is not None else None
     return result
+
+
+def _arrival(store: Store, m: Message):
+    """The event every appended line gets, as a send's would: it wakes followers and triggers."""
+    return store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
 
 
 def _redeliver_one(store: Store, record: owed.Record, now: float) -> Message:
@@ -380,7 +387,7 @@ def dlq_retry(store: Store, p: DlqParams) -> DlqRetryResult:
         with store.agent_dir(m.to) as agent:
             agent.unlink(layout.PENDING, missing_ok=True)
         append_messages(store, m.to, [message])
-    store.emit(store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120]))
+    store.emit(_arrival(store, message))
     return DlqRetryResult(messages=[message], of=record.last_attempt)
 
 

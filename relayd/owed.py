@@ -130,7 +130,8 @@ def cancel_records(store: Store, messages: list[Message]) -> None:
     store.sync.dir(folder.fd)
 
 
-def _names(store: Store, folder: str) -> list[str]:
+def names(store: Store, folder: str) -> list[str]:
+    """A state directory's entries (none when an older store lacks it; looking creates nothing)."""
     found = store.top_if_exists(folder)
     return found.listdir() if found is not None else []
 
@@ -151,7 +152,7 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
 def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     """How many records each recipient has in `folder` (a listing, no file read)."""
     counts: dict[str, int] = {}
-    for name in _names(store, folder):
+    for name in names(store, folder):
         parts = split_name(name)
         if parts is not None:
             counts[parts[0]] = counts.get(parts[0], 0) + 1
@@ -161,14 +162,16 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
 def owed_ids(store: Store, agent: str) -> set[str]:
     """Ids of the agent's messages that are still owed (gc keeps their lines)."""
     prefix = f"{agent}."
-    return {parts[1] for name in _names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
+    return {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
 
 
 def due_names(store: Store, now: float) -> tuple[list[str], float | None]:
     """Owed records whose due time has come, oldest first, and the next due time after them."""
     due: list[tuple[float, str]] = []
     upcoming: float | None = None
-    folder = store.top(layout.OWED)
+    folder = store.top_if_exists(layout.OWED)
+    if folder is None:
+        return [], None
     with os.scandir(folder.fd) as entries:
         for entry in entries:
             if split_name(entry.name) is None:
