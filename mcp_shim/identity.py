@@ -1,6 +1,7 @@
 """Who this relay-mcp speaks for, and which store: from the environment Claude Code sets.
 
-`OVLD_ROLE` (seed 000) or `RELAY_AGENT`; `RELAY_DIR` or `OVLD_RELAY_DIR`, else `~/.relay`;
+The role: the `--role` argument, else `OVLD_ROLE` (seed 000), `RELAY_AGENT`, or
+`BBS_AGENT_ROLE` (seed 002); `RELAY_DIR` or `OVLD_RELAY_DIR`, else `~/.relay`;
 `OVLD_SESSION` optionally names the terminal session the role runs in.
 """
 
@@ -27,15 +28,21 @@ class Identity:
         self.session = session
 
 
-def from_env(env: dict[str, str] | os._Environ[str] | None = None) -> Identity:
+ROLE_VARIABLES = ("OVLD_ROLE", "RELAY_AGENT", "BBS_AGENT_ROLE")  # first one set wins
+
+
+def from_env(env: dict[str, str] | os._Environ[str] | None = None, role: str | None = None) -> Identity:
+    """`role` (the --role argument) wins over the environment."""
     env = os.environ if env is None else env
-    role = env.get("OVLD_ROLE") or env.get("RELAY_AGENT")
+    source = "--role"
     if not role:
-        raise IdentityError("no role: set OVLD_ROLE (or RELAY_AGENT) to this pane's agent name, e.g. OVLD_ROLE=inferno")
+        source, role = next(((key, env[key]) for key in ROLE_VARIABLES if env.get(key)), ("", ""))
+    if not role:
+        raise IdentityError("no role: set OVLD_ROLE (or RELAY_AGENT, BBS_AGENT_ROLE, or pass --role NAME) to this pane's agent name, e.g. OVLD_ROLE=inferno")
     try:
         check_agent_name(role, "role")
     except InvalidName as exc:
-        raise IdentityError(f"{exc} (from OVLD_ROLE/RELAY_AGENT)") from None
+        raise IdentityError(f"{exc} (from {source})") from None
     try:
         store_dir = layout.default_store_dir(env)
     except layout.NoHome:

@@ -68,20 +68,25 @@ def takes_channel_events(capabilities: Any, client_info: Any) -> bool:
 
 
 class ToolOutcome:
-    __slots__ = ("structured", "text", "is_error", "notice")
+    """A tool's result: the structured answer and its text, then (each as a text block of
+    its own) a `warning` about this call and the `notice` of unread mail."""
 
-    def __init__(self, structured: dict[str, Any] | None, text: str, is_error: bool = False, notice: str | None = None) -> None:
+    __slots__ = ("structured", "text", "is_error", "notice", "warning")
+
+    def __init__(self, structured: dict[str, Any] | None, text: str, is_error: bool = False, notice: str | None = None, warning: str | None = None) -> None:
         self.structured = structured
         self.text = text
         self.is_error = is_error
         self.notice = notice
+        self.warning = warning
 
 
 class Session:
     """One client connection's protocol state.
 
     `call_tool(name, arguments)` runs a tool and returns a ToolOutcome; it raises
-    RpcError(INVALID_PARAMS) for a tool that does not exist. `on_channel_support()`
+    RpcError(INVALID_PARAMS) for a tool that does not exist. `on_start()` is called once,
+    when a client first speaks: at `initialize`, or at its first 2026-07-28 request. `on_channel_support()`
     is called once, when a client that takes channel events is ready for
     notifications: after `notifications/initialized` in the handshake era, at its first
     request in the 2026-07-28 era.
@@ -94,12 +99,15 @@ class Session:
         list_tools: Callable[[bool], list[dict[str, Any]]],
         call_tool: Callable[[str, Any], ToolOutcome],
         on_channel_support: Callable[[], None] = lambda: None,
+        on_start: Callable[[], None] = lambda: None,
     ) -> None:
         self.server_info = server_info
         self.instructions = instructions
         self.list_tools = list_tools
         self.call_tool = call_tool
         self.on_channel_support = on_channel_support
+        self.on_start = on_start
+        self._started = False
         self.version: str | None = None  # negotiated by initialize; None until then
         self.channel = False
         self._announced = False
@@ -162,12 +170,18 @@ class Session:
         if META_CLIENT_CAPABILITIES not in meta:
             raise RpcError(INVALID_PARAMS, f"params._meta is missing the required envelope key {META_CLIENT_CAPABILITIES}")
         self._note_client(meta[META_CLIENT_CAPABILITIES], meta.get(META_CLIENT_INFO))
+        self._start()
         self._ready()
         return True
 
     def _note_client(self, capabilities: Any, client_info: Any) -> None:
         if takes_channel_events(capabilities, client_info):
             self.channel = True
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.on_start()
 
     def _ready(self) -> None:
         if self.channel and not self._announced:
@@ -188,6 +202,7 @@ class Session:
         # A version we know is echoed; for anything else we offer our newest and the client decides.
         self.version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
         self._note_client(params.get("capabilities"), params.get("clientInfo"))
+        self._start()
         return {
             "protocolVersion": self.version,
             "capabilities": self.capabilities(),
@@ -217,6 +232,8 @@ class Session:
             raise RpcError(INVALID_PARAMS, "tools/call: name is required")
         outcome = self.call_tool(name, params.get("arguments"))
         content = [{"type": "text", "text": outcome.text}]
+        if outcome.warning:
+            content.append({"type": "text", "text": outcome.warning})
         if outcome.notice:
             content.append({"type": "text", "text": outcome.notice})
         result: dict[str, Any] = {"content": content, "isError": outcome.is_error}

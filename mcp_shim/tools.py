@@ -49,7 +49,11 @@ _SENT = {
         "sent": {
             "type": "array",
             "items": {"type": "object", "properties": {"id": _STR, "to": _STR}, "required": ["id", "to"]},
-        }
+        },
+        "not_notified": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"to": _STR, "method": _STR, "error": _STR}, "required": ["to", "method", "error"]},
+        },
     },
     "required": ["sent"],
 }
@@ -111,7 +115,22 @@ class Tool:
 
 
 def _sent(result: dict[str, Any]) -> dict[str, Any]:
-    return {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
+    """The stored messages, and the recipients whose notification failed (`not_notified`):
+    their mail is in the inbox, but they were not told, so they see it only when they look."""
+    sent: dict[str, Any] = {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
+    failed = [{"to": n.get("agent"), "method": n.get("method"), "error": n.get("error") or "failed"} for n in result.get("notifications", []) if not n.get("ok", True)]
+    if failed:
+        sent["not_notified"] = failed
+    return sent
+
+
+def delivery_warning(structured: dict[str, Any]) -> str | None:
+    """One sentence for the model about recipients that were not notified."""
+    failed = structured.get("not_notified")
+    if not failed:
+        return None
+    said = "; ".join(f"{f['to']} ({f['method']}: {f['error']})" for f in failed)
+    return f"[relay] Stored in the inbox, but not notified: {said}. They will see it when they next check their inbox; tell a person if it is urgent."
 
 
 def _send_message(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +230,12 @@ def _reserve_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     for optional in ("shared", "ttl", "reason", "check"):
         if args.get(optional) is not None:
             params[optional] = args[optional]
-    result = ctx.call("reserve", params)
+    from relayd.errors import Conflict
+
+    try:
+        result = ctx.call("reserve", params)
+    except Conflict as exc:
+        raise ToolFailed(f"{exc} (wait for it to expire, ask the holder with send_message, or reserve a narrower pattern)") from None
     return {"reserved": result["reserved"], "reservation": result["reservation"], "conflicts": result["conflicts"]}
 
 
@@ -224,7 +248,12 @@ def _release_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         params.update(pattern=args["pattern"], repo=_repo(args))
     elif args.get("repo"):
         params["repo"] = _repo(args)
-    return {"released": ctx.call("release", params)["released"]}
+    from relayd.errors import NotOwner
+
+    try:
+        return {"released": ctx.call("release", params)["released"]}
+    except NotOwner as exc:
+        raise ToolFailed(f"{exc} (ask the holder with send_message)") from None
 
 
 TOOLS: tuple[Tool, ...] = (

@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "daemon": "relayd.daemon.cli:daemon",
     "subscribe": "relayctl.cmd_events:subscribe",
     "mcp-config": "relayctl.cmd_mcp:mcp_config",
+    "prompt": "relayctl.cmd_prompt:prompt",
+    "systemd": "relayctl.cmd_systemd:systemd",
 }
 
 
@@ -91,11 +93,13 @@ Examples:
   relayctl --agent agent-1 send agent-2 "Done with the parser, tests pass"
   relayctl --agent agent-2 read --unread --mark-read
   relayctl status
+  relayctl --agent agent-1 prompt >> AGENTS.md
+  relayctl systemd install --now
 """
 
 
 @click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--agent", envvar=["RELAY_AGENT", "OVLD_ROLE"], metavar="NAME", help="Your agent name. [env: RELAY_AGENT, then OVLD_ROLE]")
+@click.option("--agent", envvar=["RELAY_AGENT", "OVLD_ROLE"], metavar="NAME", help="Your agent name. [env: RELAY_AGENT, then OVLD_ROLE; no default: agents on one machine share a hostname]")
 @click.option("--dir", "store_dir", envvar=["RELAY_DIR", "OVLD_RELAY_DIR"], metavar="PATH", help="Store directory. [env: RELAY_DIR, then OVLD_RELAY_DIR; default: ~/.relay]")
 @click.option("--socket", envvar="RELAY_SOCKET", metavar="PATH", help="relayd socket. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as stored) for scripts.")

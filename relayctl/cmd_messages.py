@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
+from relayd.names import MESSAGE_TYPES
 from relayd.records import PRIORITIES
 
 from .context import read_body, settings
@@ -33,7 +34,7 @@ def render_message(m: dict, delivery: str | None = None) -> str:
 @click.option("--priority", default="normal", show_default=True, type=click.Choice([*PRIORITIES, "critical"], case_sensitive=False), help="critical is accepted as urgent.")
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
 @click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
-@click.option("--type", "type_", metavar="TYPE", help="Message type, e.g. task_assignment (IGNITE types).")
+@click.option("--type", "type_", metavar="TYPE", help="Message type: one of the IGNITE types listed above (another word is stored too, with a warning).")
 @click.option("--ack", is_flag=True, help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
 @click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; redelivery after random(0, min(cap, ACK_WAIT*2^n)). [config.json delivery.ack_wait, 5s]")
 @click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
@@ -42,7 +43,14 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
-    --agent or RELAY_AGENT.
+    --agent, RELAY_AGENT or OVLD_ROLE.
+
+    \b
+    Message types (IGNITE): user_goal, strategy_request, strategy_response, task_list,
+      architecture_request, architecture_response, task_assignment, task_completed,
+      evaluation_request, evaluation_result, improvement_request, improvement_suggestion,
+      improvement_completed, progress_update, system_init, github_event, github_task,
+      escalation, dead_letter
 
     \b
     Examples:
@@ -51,8 +59,11 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send --broadcast "Rebasing main, hold commits for 2 minutes" --priority urgent
       git diff --stat | relayctl send glacier - --subject "what changed"
       relayctl send glacier "Deploy window opens at 14:00" --ack --ack-wait 30s --max-deliver 5
+      relayctl send ignitian_1 "task_id: task_001" --type task_assignment --priority high
     """
     s = settings()
+    if type_ is not None and type_ not in MESSAGE_TYPES:
+        s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
     if broadcast:
         if len(args) > 1:
             raise click.UsageError("with --broadcast give only the message (no recipient)")

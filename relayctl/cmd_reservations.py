@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from relayd.errors import Conflict, NotOwner
 from relayd.timefmt import now, parse_iso, short_span
 
 from .context import clip, settings
@@ -65,7 +66,11 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
         "force": force,
         "check": check,
     }
-    result = s.call("reserve", params)
+    try:
+        result = s.call("reserve", params)
+    except Conflict as exc:
+        exc.message += " (wait, ask the holder, or use --force)"
+        raise
     if check:
         s.out(result, lambda r: _render_check(r, pattern, params["repo"]))
         if result["conflicts"]:
@@ -108,7 +113,11 @@ def release(pattern: str | None, repo, all_: bool) -> None:
     if all_ == (pattern is not None):
         raise click.UsageError("give a PATTERN to release, or --all (not both)")
     params = {"agent": s.require_agent("release"), "pattern": pattern, "all": all_, "repo": repo_path(repo) if (repo or not all_) else None}
-    result = s.call("release", params)
+    try:
+        result = s.call("release", params)
+    except NotOwner as exc:
+        exc.message += " (or take it over with reserve --force)"
+        raise
 
     def human(r: dict) -> str:
         if not r["released"]:

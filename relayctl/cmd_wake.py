@@ -55,24 +55,32 @@ def wake(text: str | None, method: str | None, forward: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Only show what would be cleaned.")
 @click.option("--expired-only", is_flag=True, help="Only expired reservations; leave agents and commands alone.")
 @click.option("--stale", default="30m", show_default=True, metavar="DURATION", help="Archive agents whose heartbeat is older than this.")
-def gc(dry_run: bool, expired_only: bool, stale: str) -> None:
+@click.option("--keep", metavar="DURATION", help='Drop read messages older than this (e.g. 30d) from rotated inboxes; never unread ones. [default: config.json "gc": {"keep": ...}, else keep all]')
+def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None) -> None:
     """Clean up: expired reservations, stale agents (heartbeat -> heartbeat.stale), and
-    consumed/done commands older than an hour. relayd runs this on a timer.
+    consumed/done commands older than an hour; with --keep (or config.json gc.keep), read
+    messages older than that from rotated inboxes (inbox.jsonl.1). relayd runs this on a
+    timer, with config.json's gc.keep.
 
     \b
     Examples:
       relayctl gc
       relayctl gc --dry-run
       relayctl gc --expired-only
+      relayctl gc --keep 30d --dry-run
     """
     s = settings()
-    result = s.call("gc", {"dry_run": dry_run, "expired_only": expired_only, "stale": stale})
+    params = {"dry_run": dry_run, "expired_only": expired_only, "stale": stale}
+    if keep is not None:
+        params["keep"] = keep
+    result = s.call("gc", params)
 
     def human(r: dict) -> str:
         verb = "would remove" if r["dry_run"] else "removed"
         lines = [f"{verb} reservation {x['pattern']} in {x['repo']} ({x['agent']}, expired {x['expires_at']})" for x in r["reservations"]]
         lines += [f"{'would archive' if r['dry_run'] else 'archived'} stale agent {name}" for name in r["agents"]]
         lines += [f"{verb} finished command {cid}" for cid in r["commands"]]
+        lines += [f"{'would drop' if r['dry_run'] else 'dropped'} {t['dropped']} read message{'s' if t['dropped'] != 1 else ''} of {t['agent']} from {t['file']} ({t['kept']} kept)" for t in r.get("trimmed", [])]
         return "\n".join(lines) or "nothing to clean"
 
     s.out(result, human)

@@ -9,6 +9,7 @@ import msgspec
 from . import layout
 from .errors import StoreError, UsageError
 from .fsio import Dir
+from .presence import last_heartbeat, touch_heartbeat
 from .registry import operation
 from .records import AgentMeta, check_agent_name, json_encoder, meta_decoder
 from .store import Store
@@ -47,19 +48,6 @@ def read_meta(agent: Dir) -> AgentMeta | None:
 
 def write_meta(store: Store, agent: Dir, meta: AgentMeta) -> None:
     agent.replace(layout.META, json_encoder.encode(meta) + b"\n", store.sync)
-
-
-def touch_heartbeat(agent: Dir) -> str:
-    """Refresh last-seen. Not fsynced: losing a heartbeat to a crash costs nothing."""
-    stamp = now_iso()
-    agent.replace(layout.HEARTBEAT, stamp.encode() + b"\n", None)
-    agent.unlink(layout.HEARTBEAT_STALE, missing_ok=True)
-    return stamp
-
-
-def last_heartbeat(agent: Dir) -> str | None:
-    raw = agent.read_bytes(layout.HEARTBEAT) or agent.read_bytes(layout.HEARTBEAT_STALE)
-    return raw.decode(errors="replace").strip() or None if raw else None
 
 
 # -- register --------------------------------------------------------------------------

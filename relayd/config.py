@@ -1,4 +1,5 @@
-"""`config.json` in the store: how to wake the orchestrator and what a pane trigger says.
+"""`config.json` in the store: how to wake the orchestrator, what a pane trigger says, and
+how long read mail is kept.
 
     {
       "wake":   {"gateway_command": ["/home/me/athena/scripts/wake-gateway.sh"],
@@ -6,11 +7,13 @@
                  "timeout": "5s"},
       "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
-                   "escalate_to": "leader", "keep_acked": "7d"}
+                   "escalate_to": "leader", "keep_acked": "7d"},
+      "gc":     {"keep": "30d"}
     }
 
 Every key is optional. A missing file means the defaults: no gateway, no socket (so
-`wake` falls through to the file trigger) and the default trigger line.
+`wake` falls through to the file trigger), the default trigger line, and no retention
+limit (gc drops no messages).
 """
 
 from __future__ import annotations
@@ -46,10 +49,15 @@ class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     keep_acked: str = "7d"  # how long an acknowledgement is remembered (a repeated ack says "already")
 
 
+class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    keep: str | None = None  # drop read messages older than this from rotated inboxes (gc --keep)
+
+
 class Config(msgspec.Struct, kw_only=True):
     wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
     delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
+    gc: GcConfig = msgspec.field(default_factory=GcConfig)
 
 
 _decoder = msgspec.json.Decoder(Config)

@@ -8,7 +8,9 @@
   claim left on a still-pending command for over a minute (its consumer died mid-claim)
   is removed, so the command can be claimed again;
 * the redelivery sweep runs (relayd.delivery), and acknowledgements older than
-  `delivery.keep_acked` are forgotten.
+  `delivery.keep_acked` are forgotten;
+* with `keep` (or config.json's `gc.keep`), read messages older than that are dropped from
+  rotated inboxes (`relayd.retention`).
 The daemon runs it on a timer; `dry_run` only reports.
 """
 
@@ -21,14 +23,16 @@ from datetime import timedelta
 import msgspec
 
 from . import layout
-from .agents import last_heartbeat
+from .presence import last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
+from .config import load_config
 from .delivery import RedeliverParams, forget_old_acks, redeliver
 from .errors import UnknownAgent, UsageError
 from .registry import operation
 from .records import Message, Reservation, reservation_decoder
 from .reservations import is_expired, load_all
+from .retention import Trimmed, trim_all
 from .store import Store
 from .timefmt import now, parse_duration, parse_iso
 
@@ -38,8 +42,9 @@ ABANDONED_CLAIM_SECONDS = 60.0
 
 class GcParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dry_run: bool = False
-    expired_only: bool = False  # only reservations; leave agents and commands alone
+    expired_only: bool = False  # only reservations; leave agents, commands and messages alone
     stale: str = "30m"
+    keep: str | None = None  # retention for read mail in rotated inboxes; None: config.json gc.keep
 
 
 class GcResult(msgspec.Struct, kw_only=True):
@@ -51,17 +56,22 @@ class GcResult(msgspec.Struct, kw_only=True):
     dead_lettered: int = 0
     messages: list[Message] = msgspec.field(default_factory=list)  # lines the sweep appended
     acks_forgotten: int = 0  # acknowledgements older than delivery.keep_acked
+    trimmed: list[Trimmed] = msgspec.field(default_factory=list)  # rotated inboxes cut by the retention limit
 
 
 @operation("gc", GcParams)
 def gc(store: Store, p: GcParams) -> GcResult:
-    """Remove expired reservations, archive stale agents, drop finished commands older than 1h."""
+    """Remove expired reservations, archive stale agents, drop finished commands older than 1h
+    and, with a retention limit, read messages older than it from rotated inboxes."""
     stale = parse_duration(p.stale)
     reference = now()
+    keep = p.keep if p.keep is not None else load_config(store).gc.keep
+    cutoff = reference - parse_duration(keep) if keep else None  # checked before anything is removed
     removed = _expired_reservations(store, p.dry_run)
     archived = [] if p.expired_only else _stale_agents(store, stale, p.dry_run)
     finished = [] if p.expired_only else _finished_commands(store, reference, p.dry_run)
-    result = GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished)
+    trimmed = trim_all(store, cutoff, p.dry_run) if cutoff is not None and not p.expired_only else []
+    result = GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished, trimmed=trimmed)
     if not p.dry_run:
         store.emit(
             *(store.event("reservation", action="expired", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in removed),

@@ -99,7 +99,7 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
         raise UsageError("--ack-wait and --max-deliver go with --ack")
     priority = normalize_priority(p.priority)
     if not p.body.strip() and not (p.subject or "").strip():
-        raise UsageError("empty message: give a body (and optionally --subject)")
+        raise UsageError("empty message: give a body or a subject")
     if len(p.body.encode()) > MAX_BODY:
         raise UsageError(f"message body is too large ({len(p.body.encode())} bytes, at most {MAX_BODY})")
     subject = p.subject if p.subject is not None else default_subject(p.body)
@@ -455,12 +455,54 @@ def _newest_first(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Pos
 
 
 def _count_unread(snap: _Snapshot) -> int:
+    """Messages past the cursor: complete lines that readers would deliver.
+
+    Counting newlines alone would count a corrupt line, which readers skip (the count
+    then exceeds what `read --unread` can show). Lines that look like JSON objects are
+    counted by byte search; a chunk holding any other line is decoded line by line.
+    """
     count = 0
     for fd, offset, _ in _unread_ranges(snap):
         while chunk := os.pread(fd, _CHUNK, offset):
-            count += chunk.count(b"\n")
-            offset += len(chunk)
+            end = chunk.rfind(b"\n") + 1
+            if end == 0:
+                if len(chunk) < _CHUNK:
+                    break  # an unfinished last line: not a message yet
+                end = _line_end(fd, offset)  # one line longer than a chunk
+                if end < 0:
+                    break
+                chunk = os.pread(fd, end - offset, offset)
+            count += _messages_in(chunk[:end])
+            offset += end
     return count
+
+
+def _line_end(fd: int, offset: int) -> int:
+    """Offset just past the newline ending the line that starts at `offset`, or -1."""
+    pos = offset
+    while chunk := os.pread(fd, _CHUNK, pos):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return pos + newline + 1
+        pos += len(chunk)
+    return -1
+
+
+def _messages_in(lines: bytes) -> int:
+    """How many of these complete lines decode as messages."""
+    total = lines.count(b"\n")
+    starts = lines.startswith(b"{") + lines.count(b"\n{")  # every line ends in a newline
+    if starts == total and lines.count(b"}\n") == total:
+        return total  # every line is shaped like one object: the usual case, no decoding
+    good = 0
+    for line in lines.split(b"\n")[:-1]:
+        if line:
+            try:
+                message_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            good += 1
+    return good
 
 
 def has_unread(store: Store, name: str) -> bool:

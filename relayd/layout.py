@@ -71,11 +71,16 @@ def default_socket_path(store_dir: str, env: dict[str, str] | os._Environ[str] |
         return os.path.abspath(env["RELAY_SOCKET"])
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
-        home = env.get("HOME")
-        if home and os.path.abspath(store_dir) == os.path.join(os.path.abspath(home), ".relay"):
-            return os.path.join(runtime, "relay", SOCKET_NAME)
-        import hashlib  # here, not at the top: it loads OpenSSL (~4 MiB) for a rare case
-
-        digest = hashlib.sha256(os.path.abspath(store_dir).encode()).hexdigest()[:12]
-        return os.path.join(runtime, "relay", f"relayd-{digest}.sock")
+        return os.path.join(runtime, "relay", runtime_socket_name(store_dir, env.get("HOME")))
     return os.path.join(store_dir, SOCKET_NAME)
+
+
+def runtime_socket_name(store_dir: str, home: str | None) -> str:
+    """The socket's name in `$XDG_RUNTIME_DIR/relay/`: `relayd.sock` for `~/.relay`,
+    `relayd-<hash>.sock` for any other store."""
+    if home and os.path.abspath(store_dir) == os.path.join(os.path.abspath(home), ".relay"):
+        return SOCKET_NAME
+    import hashlib  # here, not at the top: it loads OpenSSL (~4 MiB) for a rare case
+
+    digest = hashlib.sha256(os.path.abspath(store_dir).encode()).hexdigest()[:12]
+    return f"relayd-{digest}.sock"

@@ -13,6 +13,30 @@ from .errors import InvalidName, UsageError
 PRIORITIES: tuple[str, ...] = ("low", "normal", "high", "urgent")
 _PRIORITY_ALIASES = {"critical": "urgent"}  # IGNITE's top level (seed 003)
 
+# IGNITE's standard message types (seed 003, X-IGNITE-Type). `--type` takes any word;
+# these are the ones IGNITE agents understand, and anything else draws a warning.
+MESSAGE_TYPES: tuple[str, ...] = (
+    "user_goal",
+    "strategy_request",
+    "strategy_response",
+    "task_list",
+    "architecture_request",
+    "architecture_response",
+    "task_assignment",
+    "task_completed",
+    "evaluation_request",
+    "evaluation_result",
+    "improvement_request",
+    "improvement_suggestion",
+    "improvement_completed",
+    "progress_update",
+    "system_init",
+    "github_event",
+    "github_task",
+    "escalation",
+    "dead_letter",
+)
+
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 

@@ -168,8 +168,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         if conflicts and not p.force:
             raise Conflict(
                 f"cannot reserve {pattern} in {repo}: "
-                + "; ".join(describe(c) for c in conflicts)
-                + " (wait, ask the holder, or use --force)",
+                + "; ".join(describe(c) for c in conflicts),  # each front end says what to do next
                 conflicts=[msgspec.to_builtins(c) for c in conflicts],
             )
         key = reservation_key(repo, pattern, None if candidate.exclusive else p.agent)
@@ -246,8 +245,7 @@ def release(store: Store, p: ReleaseParams) -> ReleaseResult:
             key, r = found
             if r.agent != p.agent:
                 raise NotOwner(
-                    f"{pattern} in {repo} is held by {r.agent}; only {r.agent} can release it "
-                    "(or take it over with reserve --force)",
+                    f"{pattern} in {repo} is held by {r.agent}; only {r.agent} can release it",
                     holder=r.agent,
                 )
             folder.unlink(key)

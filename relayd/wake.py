@@ -2,6 +2,8 @@
 
   gateway  run the configured gateway command with the text as its last argument
   socket   write one JSON line to the configured gateway Unix socket
+With neither configured, both come from OpenClaw's own config when it exists
+(`relayd.openclaw`): the `openclaw` command, and its gateway's HTTP wake hook.
   file     write `wake/last-message` and touch `wake/trigger` (a systemd path unit or any
            inotify watcher picks it up); always works while the store is writable
 
@@ -88,9 +90,47 @@ def gateway_argv(config: Config) -> list[str] | None:
     return [os.path.expanduser(argv[0]), *argv[1:]] if argv else None
 
 
-def by_gateway(config: Config, text: str) -> str | None:
+class _Discovered:
+    """OpenClaw's gateway, looked up once per wake and only when config.json names no
+    gateway at all (`relayd.openclaw`); `problem` says why it is not usable."""
+
+    def __init__(self, config: Config) -> None:
+        self.gateway = None
+        self.problem: str | None = None
+        if config.wake.gateway_command or config.wake.gateway_socket:
+            return
+        from .openclaw import OpenClawConfigError, config_path, discover
+
+        try:
+            self.gateway = discover()
+        except OpenClawConfigError as exc:
+            self.problem = str(exc)
+            return
+        if self.gateway is None:
+            self.problem = f"and no {config_path() or '~/.openclaw/openclaw.json'}"
+
+    def command(self) -> tuple[list[str] | None, str]:
+        if self.gateway is None:
+            return None, f"no gateway_command in config.json{', ' + self.problem if self.problem else ''}"
+        if self.gateway.command is None:
+            return None, f"no gateway_command in config.json, and no openclaw command on PATH for {self.gateway.config_path}"
+        return self.gateway.command, ""
+
+    def hook_missing(self) -> str | None:
+        if self.gateway is None:
+            return f"no gateway_socket in config.json{', ' + self.problem if self.problem else ''}"
+        if self.gateway.hook_url is None:
+            return f"no gateway_socket in config.json, and {self.gateway.config_path} enables no hooks (hooks.enabled, hooks.token)"
+        return None
+
+
+def by_gateway(config: Config, text: str, found: _Discovered | None = None) -> str | None:
     """None on success, else why it failed."""
     argv = gateway_argv(config)
+    if argv is None and found is not None:
+        argv, why = found.command()
+        if argv is None:
+            return why
     if argv is None:
         return "no gateway_command in config.json"
     timeout = parse_duration(config.wake.timeout).total_seconds()
@@ -110,12 +150,21 @@ def by_gateway(config: Config, text: str) -> str | None:
     return None
 
 
-def by_socket(config: Config, text: str, agent: str | None) -> str | None:
+def by_socket(config: Config, text: str, agent: str | None, found: _Discovered | None = None) -> str | None:
     """One JSON line `{"type":"wake","text":...,"from":...,"ts":...}` to the gateway socket.
 
     Success is the line written; a reply line saying `"ok": false` counts as failure.
+    With no socket configured, OpenClaw's wake hook if its config enables one.
     """
     path = config.wake.gateway_socket
+    if not path and found is not None:
+        missing = found.hook_missing()
+        if missing:
+            return missing
+        from .openclaw import wake_by_hook
+
+        assert found.gateway is not None
+        return wake_by_hook(found.gateway, text, parse_duration(config.wake.timeout).total_seconds())
     if not path:
         return "no gateway_socket in config.json"
     path = os.path.expanduser(path)
@@ -159,6 +208,7 @@ def wake(store: Store, call: Callable[[str, dict], Any], text: str, method: str 
     if len(text) > MAX_TEXT:
         raise UsageError(f"wake text is too long ({len(text)} characters, at most {MAX_TEXT})")
     config = load_config(store)
+    found = _Discovered(config)
     tried: list[dict] = []
     for layer in (method,) if method else layers:
         if layer == "file":
@@ -169,7 +219,7 @@ def wake(store: Store, call: Callable[[str, dict], Any], text: str, method: str 
                 continue
             tried.append({"method": "file", "ok": True})
             return {"ok": True, "method": "file", "tried": tried, "trigger": result["trigger"]}
-        error = by_gateway(config, text) if layer == "gateway" else by_socket(config, text, agent)
+        error = by_gateway(config, text, found) if layer == "gateway" else by_socket(config, text, agent, found)
         tried.append({"method": layer, "ok": error is None, **({"error": error} if error else {})})
         if error is None:
             return {"ok": True, "method": layer, "tried": tried}

@@ -1,0 +1,87 @@
+"""gc --keep: read mail older than the limit leaves rotated inboxes; unread mail never does."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from relayd import ops
+from relayd.inbox import append_messages, read_all
+from relayd.records import Message
+from relayd.store import Store
+from relayd.timefmt import now, to_iso
+from relayd.ulid import new_ulid
+
+ROTATE = 4096
+
+
+def _message(to: str, body: str, age: timedelta) -> Message:
+    return Message(id=new_ulid(), ts=to_iso(now() - age), from_="alice", to=to, subject=body[:20], body=body)
+
+
+FILLER = "x" * 3000
+
+
+def _rotated_inbox(store_dir: Path, read_first: int, ages: list[int] = [40] * 10) -> None:  # noqa: B006  (never mutated)
+    """bob: ten old messages (`ages` in days), the first `read_first` read, then rotated
+    out by a big message (unread), then one fresh message in the new inbox."""
+    with Store(str(store_dir), fsync=False, rotate_bytes=ROTATE) as store:
+        ops.call(store, "register", {"name": "bob"})
+        append_messages(store, "bob", [_message("bob", f"old-{n}", timedelta(days=age)) for n, age in enumerate(ages)])
+        if read_first:
+            ops.call(store, "read", {"agent": "bob", "unread": True, "last": read_first, "mark_read": True})
+        append_messages(store, "bob", [_message("bob", FILLER, timedelta(days=35))])  # rotates
+        append_messages(store, "bob", [_message("bob", "fresh", timedelta(0))])
+        assert (store_dir / "agents" / "bob" / "inbox.jsonl.1").exists()
+
+
+def _bodies(store_dir: Path) -> list[str]:
+    with Store(str(store_dir), fsync=False) as store:
+        return [m.body for m in read_all(store, "bob").messages]
+
+
+def test_keep_drops_old_read_mail_from_the_rotated_file_and_never_unread(relayctl, store_dir: Path) -> None:
+    _rotated_inbox(store_dir, read_first=6)
+    before = _bodies(store_dir)
+
+    dry = json.loads(relayctl("--json", "gc", "--keep", "30d", "--dry-run").stdout)
+    assert dry["trimmed"] == [{"agent": "bob", "file": "agents/bob/inbox.jsonl.1", "dropped": 6, "kept": 4}]
+    assert _bodies(store_dir) == before  # a dry run changes nothing
+    shown = relayctl("gc", "--keep", "30d", "--dry-run").stdout
+    assert "would drop 6 read messages of bob from agents/bob/inbox.jsonl.1 (4 kept)" in shown
+
+    relayctl("gc", "--keep", "30d")
+    assert _bodies(store_dir) == [f"old-{n}" for n in range(6, 10)] + [FILLER, "fresh"]
+    unread = json.loads(relayctl("--json", "read", "--unread", "--last", "0", agent="bob").stdout)
+    assert [m["body"] for m in unread] == [f"old-{n}" for n in range(6, 10)] + [FILLER, "fresh"]
+    # Nothing left to drop: a second run reports nothing.
+    assert json.loads(relayctl("--json", "gc", "--keep", "30d").stdout)["trimmed"] == []
+
+
+def test_newer_read_mail_stays_and_a_fully_dropped_file_goes(relayctl, store_dir: Path) -> None:
+    _rotated_inbox(store_dir, read_first=10, ages=[40] * 5 + [20] * 5)
+    relayctl("gc", "--keep", "30d")
+    assert _bodies(store_dir) == [f"old-{n}" for n in range(5, 10)] + [FILLER, "fresh"]
+    relayctl("gc", "--keep", "10d")
+    assert not (store_dir / "agents" / "bob" / "inbox.jsonl.1").exists()
+    assert _bodies(store_dir) == [FILLER, "fresh"]
+    unread = json.loads(relayctl("--json", "read", "--unread", "--mark-read", agent="bob").stdout)
+    assert [m["body"] for m in unread] == [FILLER, "fresh"]  # the cursor moved on to the current inbox
+    relayctl("send", "bob", "later", agent="alice")
+    assert [m["body"] for m in json.loads(relayctl("--json", "read", "--unread", agent="bob").stdout)] == ["later"]
+
+
+def test_config_json_sets_the_limit_and_no_limit_drops_nothing(relayctl, store_dir: Path) -> None:
+    _rotated_inbox(store_dir, read_first=3)
+    assert json.loads(relayctl("--json", "gc").stdout)["trimmed"] == []
+    (store_dir / "config.json").write_text(json.dumps({"gc": {"keep": "30d"}}))
+    assert json.loads(relayctl("--json", "gc").stdout)["trimmed"][0]["dropped"] == 3
+    assert _bodies(store_dir)[:2] == ["old-3", "old-4"]
+
+
+def test_a_bad_limit_is_one_line_and_removes_nothing(relayctl, store_dir: Path) -> None:
+    _rotated_inbox(store_dir, read_first=6)
+    proc = relayctl("gc", "--keep", "a while", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+    assert len(_bodies(store_dir)) == 12

@@ -1,0 +1,121 @@
+"""relayctl against seeds 003 and 004: message types, the agent prompt, the identity rule,
+and what the docs promise (checked against what the commands do)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relayd.names import MESSAGE_TYPES
+from relayd.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens_conservative
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.fixture
+def pair(relayctl: Any) -> Any:
+    relayctl("register", "alice")
+    relayctl("register", "bob")
+    return relayctl
+
+
+# -- message types (seed 003) ------------------------------------------------------------
+
+
+def test_send_takes_the_19_types_quietly_and_warns_on_others(pair: Any) -> None:
+    assert len(MESSAGE_TYPES) == 19
+    help_text = " ".join(pair("send", "--help").stdout.split())
+    assert all(t in help_text for t in MESSAGE_TYPES)
+    for type_ in ("task_assignment", "dead_letter"):
+        proc = pair("send", "bob", "typed", "--type", type_, agent="alice")
+        assert proc.stderr == ""
+    odd = pair("--json", "send", "bob", "typed", "--type", "tsk_assignment", agent="alice")
+    assert odd.stderr.startswith("warning: --type 'tsk_assignment' is not one of IGNITE's message types")
+    assert json.loads(odd.stdout)["type"] == "tsk_assignment"  # warned, not refused
+    stored = json.loads(pair("--json", "read", agent="bob").stdout)
+    assert [m["type"] for m in stored] == ["task_assignment", "dead_letter", "tsk_assignment"]
+
+
+# -- the agent prompt (seed 004 §5.3, seed 002 §5) -----------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("lang", LANGS)
+def test_prompt_says_what_an_agent_must_do_in_under_300_tokens(relayctl: Any, kind: str, lang: str) -> None:
+    proc = relayctl("--agent", "inferno", "prompt", "--for", kind, "--lang", lang)
+    text = proc.stdout.strip()
+    assert text == agent_prompt(kind, lang, "inferno") and "inferno" in text
+    if kind == "cli":
+        steps = ["relayctl read --unread --mark-read", "relayctl reserve", "relayctl release --all", "relayctl set-status"]
+    else:
+        steps = ["check_inbox", "reserve_files", "release_files", "update_status"]
+    positions = [text.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions)  # unread mail comes first
+    assert tokens_conservative(text) < TOKEN_BUDGET and len(text) / 4 < TOKEN_BUDGET
+    if lang == "ja":
+        assert "未読" in text
+
+
+def test_prompt_json_and_bad_choices(relayctl: Any) -> None:
+    shown = json.loads(relayctl("--json", "prompt").stdout)
+    assert shown["for"] == "cli" and shown["lang"] == "en" and "$RELAY_AGENT" in shown["text"]
+    bad = relayctl("prompt", "--lang", "fr", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
+# -- --agent has no hostname default (seed 004 §4, refused on purpose) ---------------------
+
+
+def test_no_identity_is_refused_naming_every_way_to_give_one(pair: Any) -> None:
+    proc = pair("send", "bob", "who am I?", check=False)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "--agent" in line and "RELAY_AGENT" in line and "OVLD_ROLE" in line and "hostname" in line
+    assert json.loads(pair("--json", "read", agent="bob").stdout) == []
+    cli_md = (DOCS / "cli.md").read_text()
+    assert "no hostname default" in " ".join(cli_md.split())
+
+
+def test_ovld_role_names_the_agent(pair: Any, relay_env: dict[str, str]) -> None:
+    relay_env["OVLD_ROLE"] = "alice"
+    pair("send", "bob", "from the role variable")
+    assert json.loads(pair("--json", "read", agent="bob").stdout)[0]["from"] == "alice"
+
+
+# -- docs that must match what the commands do ----------------------------------------------
+
+
+def test_unread_count_leaves_out_a_corrupt_line(pair: Any, store_dir: Path) -> None:
+    for n in range(2):
+        pair("send", "bob", f"before {n}", agent="alice")
+    with open(store_dir / "agents" / "bob" / "inbox.jsonl", "ab") as fh:
+        fh.write(b'{"id": "garbage", "this is not a message\n')
+        fh.write(b"\n")  # and an empty line
+    pair("send", "bob", "after", agent="alice")
+    proc = pair("read", agent="bob")
+    assert proc.stdout.count(" alice → bob ") == 3
+    assert proc.stdout.strip().endswith("(3 unread)"), proc.stdout
+    shown = json.loads(pair("--json", "read", "--unread", "--mark-read", agent="bob").stdout)
+    assert [m["body"] for m in shown] == ["before 0", "before 1", "after"]
+    assert pair("read", "--unread", agent="bob").stdout.strip() == "no unread messages"
+
+
+def test_coordination_md_names_the_state_an_archived_agent_shows(pair: Any) -> None:
+    pair("gc", "--stale", "0s")
+    line = next(line for line in pair("status", "--agents").stdout.splitlines() if line.strip().startswith("alice"))
+    state = line.split()[1]
+    assert state == "ARCHIVED"
+    gc_section = (DOCS / "coordination.md").read_text().split("## gc", 1)[1]
+    claimed = re.search(r"archived agent shows as (\w+)", gc_section)
+    assert claimed and claimed.group(1) == state
+
+
+def test_mcp_md_inspector_example_passes_the_store_and_names_the_old_revisions() -> None:
+    mcp_md = (DOCS / "mcp.md").read_text()
+    inspector = [line for line in mcp_md.splitlines() if "inspector --cli" in line]
+    assert inspector and all("-e RELAY_DIR=" in line for line in inspector)
+    assert "2025-03-26" in mcp_md.split("## Protocol", 1)[1].split("outputSchema", 1)[0]
