@@ -55,7 +55,7 @@ def wake(text: str | None, method: str | None, forward: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Only show what would be cleaned.")
 @click.option("--expired-only", is_flag=True, help="Only expired reservations; leave agents and commands alone.")
 @click.option("--stale", default="30m", show_default=True, metavar="DURATION", help="Archive agents whose heartbeat is older than this.")
-@click.option("--keep", metavar="DURATION", help='Drop read messages older than this (e.g. 30d) from rotated inboxes; never unread ones. [default: config.json "gc": {"keep": ...}, else keep all]')
+@click.option("--keep", metavar="DURATION", help='Drop read messages older than this (e.g. 30d) from rotated inboxes; never unread or owed ones. [default: config.json "gc": {"keep": ...}, else keep all]')
 def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None) -> None:
     """Clean up: expired reservations, stale agents (heartbeat -> heartbeat.stale), and
     consumed/done commands older than an hour; with --keep (or config.json gc.keep), read

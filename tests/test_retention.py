@@ -8,6 +8,7 @@ from pathlib import Path
 
 from relayd import ops
 from relayd.inbox import append_messages, read_all
+from relayd.owed import open_record, policy_for
 from relayd.records import Message
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
@@ -23,17 +24,24 @@ def _message(to: str, body: str, age: timedelta) -> Message:
 FILLER = "x" * 3000
 
 
-def _rotated_inbox(store_dir: Path, read_first: int, ages: list[int] = [40] * 10) -> None:  # noqa: B006  (never mutated)
+def _rotated_inbox(store_dir: Path, read_first: int, ages: list[int] = [40] * 10, owed: int | None = None) -> str:  # noqa: B006  (never mutated)
     """bob: ten old messages (`ages` in days), the first `read_first` read, then rotated
-    out by a big message (unread), then one fresh message in the new inbox."""
+    out by a big message (unread), then one fresh message in the new inbox. Message number
+    `owed` is sent with ack and not acknowledged (due again in an hour); its id is returned."""
     with Store(str(store_dir), fsync=False, rotate_bytes=ROTATE) as store:
         ops.call(store, "register", {"name": "bob"})
-        append_messages(store, "bob", [_message("bob", f"old-{n}", timedelta(days=age)) for n, age in enumerate(ages)])
+        olds = [_message("bob", f"old-{n}", timedelta(days=age)) for n, age in enumerate(ages)]
+        if owed is not None:
+            olds[owed].ack = True
+            store.rand = lambda: 1.0  # the full wait: not due again during the test
+            open_record(store, olds[owed], policy_for(store, "1h", None))  # as a send with ack does
+        append_messages(store, "bob", olds)
         if read_first:
             ops.call(store, "read", {"agent": "bob", "unread": True, "last": read_first, "mark_read": True})
         append_messages(store, "bob", [_message("bob", FILLER, timedelta(days=35))])  # rotates
         append_messages(store, "bob", [_message("bob", "fresh", timedelta(0))])
         assert (store_dir / "agents" / "bob" / "inbox.jsonl.1").exists()
+    return olds[owed].id if owed is not None else ""
 
 
 def _bodies(store_dir: Path) -> list[str]:
@@ -85,3 +93,12 @@ def test_a_bad_limit_is_one_line_and_removes_nothing(relayctl, store_dir: Path) 
     proc = relayctl("gc", "--keep", "a while", check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert len(_bodies(store_dir)) == 12
+
+
+def test_an_owed_message_stays_until_it_is_acknowledged(relayctl, store_dir: Path) -> None:
+    owed_id = _rotated_inbox(store_dir, read_first=6, owed=2)
+    assert json.loads(relayctl("--json", "gc", "--keep", "30d").stdout)["trimmed"][0]["dropped"] == 5
+    assert _bodies(store_dir)[:2] == ["old-2", "old-6"]  # read and old, but still owed
+    relayctl("ack", owed_id, agent="bob")
+    assert json.loads(relayctl("--json", "gc", "--keep", "30d").stdout)["trimmed"][0]["dropped"] == 1
+    assert _bodies(store_dir)[0] == "old-6"
