@@ -61,8 +61,10 @@ class GcResult(msgspec.Struct, kw_only=True):
 
 @operation("gc", GcParams)
 def gc(store: Store, p: GcParams) -> GcResult:
-    """Remove expired reservations, archive stale agents, drop finished commands older than 1h
-    and, with a retention limit, read messages older than it from rotated inboxes."""
+    """Remove expired reservations, archive stale agents, drop finished commands older than 1h.
+
+    With a retention limit (`keep`, else config.json gc.keep), read messages older than it
+    also leave rotated inboxes (relayd.retention)."""
     stale = parse_duration(p.stale)
     reference = now()
     keep = p.keep if p.keep is not None else load_config(store).gc.keep
