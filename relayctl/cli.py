@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "mcp-config": "relayctl.cmd_mcp:mcp_config",
     "prompt": "relayctl.cmd_prompt:prompt",
     "systemd": "relayctl.cmd_systemd:systemd",
+    "mime": "relayctl.cmd_mime:mime_group",
 }
 
 

@@ -39,7 +39,8 @@ def render_message(m: dict, delivery: str | None = None) -> str:
 @click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; redelivery after random(0, min(cap, ACK_WAIT*2^n)). [config.json delivery.ack_wait, 5s]")
 @click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake) -> None:
+@click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -60,8 +61,16 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       git diff --stat | relayctl send glacier - --subject "what changed"
       relayctl send glacier "Deploy window opens at 14:00" --ack --ack-wait 30s --max-deliver 5
       relayctl send ignitian_1 "task_id: task_001" --type task_assignment --priority high
+      relayctl send --mime queue/leader/user_goal_1738315200123456.mime
     """
     s = settings()
+    if mime_files:
+        if args or broadcast:
+            raise click.UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
+        from .cmd_mime import send_files
+
+        send_files(mime_files)
+        return
     if type_ is not None and type_ not in MESSAGE_TYPES:
         s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
     if broadcast:
@@ -117,7 +126,8 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
 @click.option("--last", default=20, show_default=True, metavar="N", type=click.IntRange(min=0), help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
 @click.option("--mark-read", is_flag=True, help="Move your read cursor past the messages shown.")
 @click.option("--tail", is_flag=True, help="Then keep printing each new message once, in order, until Ctrl-C (with --mark-read: every unread one, marked read as shown).")
-def read(from_, thread, since, unread, last, mark_read, tail) -> None:
+@click.option("--format", "format_", type=click.Choice(["text", "mime"]), default="text", show_default=True, help="mime: each message as an IGNITE message file (Subject and X-Relay-* headers keep relay's own fields).")
+def read(from_, thread, since, unread, last, mark_read, tail, format_) -> None:
     """Read your inbox. Reading never deletes; --mark-read moves your cursor.
 
     --mark-read never skips an unread message that a filter or --last held back.
@@ -128,6 +138,7 @@ def read(from_, thread, since, unread, last, mark_read, tail) -> None:
       relayctl read --from agent-bd-42 --thread bd-42
       relayctl read --since 1h --json
       relayctl read --unread --mark-read --tail
+      relayctl read --last 1 --format mime > latest.mime
     """
     s = settings()
     params = {
@@ -144,14 +155,30 @@ def read(from_, thread, since, unread, last, mark_read, tail) -> None:
         for bad in result.get("corrupt", []):
             s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
 
+    render = render_message
+    if format_ == "mime":
+        if s.json:
+            raise click.UsageError("--format mime and --json: choose one")
+        from relayd.ignite.convert import from_message
+
+        def render(message: dict) -> str:
+            return from_message(message).to_text()
+
     if tail:
         from .follow import follow
 
-        follow(s, params, render_message, report)
+        follow(s, params, render, report)
         return
     result = s.call("read", params)
     report(result)
     messages = result["messages"]
+    if format_ == "mime":
+        # One document after another, each ending in a newline: split on "MIME-Version: 1.0"
+        # at a line start, or export one message per file with `relayctl mime export`.
+        for message in messages:
+            text = render(message)
+            click.echo(text, nl=not text.endswith("\n"))
+        return
     if s.json:
         s.out(messages)
         return

@@ -8,8 +8,9 @@ from .context import settings
 
 
 @click.command()
-@click.option("--preset", type=click.Choice(["overlord", "ignite"]), help="Also register a team: overlord = overlord, strategist, inferno, glacier, shadow, storm; ignite = the IGNITE agents.")
-def init(preset: str | None) -> None:
+@click.option("--preset", type=click.Choice(["overlord", "ignite"]), help="Also register a team: overlord = overlord, strategist, inferno, glacier, shadow, storm; ignite = leader, strategist, architect, evaluator, coordinator, innovator and the workers ignitian_1..N, with leader as the escalation agent.")
+@click.option("--workers", type=click.IntRange(0, 64), metavar="N", help="With --preset ignite: how many workers (ignitian_1..N).  [default: 3]")
+def init(preset: str | None, workers: int | None) -> None:
     """Create the store (directories 0700, files 0600) and optionally a team of agents.
 
     \b
@@ -17,11 +18,16 @@ def init(preset: str | None) -> None:
       relayctl init
       relayctl init --preset overlord
       relayctl --dir /tmp/team init --preset ignite
+      relayctl init --preset ignite --workers 8
     """
     s = settings()
-    result = s.call("init", {"preset": preset})
+    params: dict = {"preset": preset}
+    if workers is not None:
+        params["workers"] = workers
+    result = s.call("init", params)
     created = f", registered {', '.join(result['created'])}" if result["created"] else ""
-    s.out(result, lambda r: f"store ready at {r['dir']} (format {r['format']}){created}")
+    escalation = f"; dead letters escalate to {result['escalate_to']}" if result.get("escalate_to") else ""
+    s.out(result, lambda r: f"store ready at {r['dir']} (format {r['format']}){created}{escalation}")
 
 
 @click.command()

@@ -17,23 +17,18 @@ from .ulid import new_ulid
 PRESETS: dict[str, tuple[str, ...]] = {
     # seed 000: the six panes of the overlord team
     "overlord": ("overlord", "strategist", "inferno", "glacier", "shadow", "storm"),
-    # seed 003: the IGNITE agents with queues of their own
-    "ignite": (
-        "leader",
-        "strategist",
-        "architect",
-        "evaluator",
-        "coordinator",
-        "innovator",
-        "ignitian_1",
-        "ignitian_2",
-        "ignitian_3",
-    ),
+    # seed 003: the IGNITE leaders, followed by `workers` IGNITIANs (ignitian_1..N)
+    "ignite": ("leader", "strategist", "architect", "evaluator", "coordinator", "innovator"),
 }
+IGNITE_WORKERS = 3  # IGNITE's default team has three IGNITIANs
+MAX_WORKERS = 64
+# The preset whose team has an escalation agent: dead letters are reported to it.
+ESCALATION_AGENT = {"ignite": "leader"}
 
 
 class InitParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     preset: str | None = None
+    workers: int | None = None  # ignite preset: how many ignitian_N agents (default 3)
 
 
 class InitResult(msgspec.Struct, kw_only=True):
@@ -41,6 +36,40 @@ class InitResult(msgspec.Struct, kw_only=True):
     format: int
     agents: list[str]
     created: list[str]
+    escalate_to: str | None = None  # the store's escalation agent, when a preset set one
+
+
+def preset_agents(preset: str, workers: int | None) -> list[str]:
+    if workers is not None and preset != "ignite":
+        raise UsageError("workers: only the ignite preset has workers (ignitian_1..N)")
+    if workers is not None and not 0 <= workers <= MAX_WORKERS:
+        raise UsageError(f"workers: 0-{MAX_WORKERS}")
+    names = list(PRESETS[preset])
+    if preset == "ignite":
+        names += [f"ignitian_{n}" for n in range(1, (IGNITE_WORKERS if workers is None else workers) + 1)]
+    return names
+
+
+def _set_escalation_agent(store: Store, agent: str) -> str:
+    """`delivery.escalate_to` in config.json, unless the person already chose one there.
+
+    Other keys of the file are kept as they are; the file is replaced atomically."""
+    import json
+
+    root = store.root_dir()
+    raw = root.read_bytes(layout.CONFIG_FILE)
+    try:
+        config = json.loads(raw) if raw and raw.strip() else {}
+    except ValueError:
+        config = None
+    if not isinstance(config, dict) or not isinstance(config.get("delivery", {}), dict):
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not a JSON object with a 'delivery' object; fix it, then run init again")
+    delivery = config.setdefault("delivery", {})
+    if delivery.get("escalate_to"):
+        return str(delivery["escalate_to"])
+    delivery["escalate_to"] = agent
+    root.replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+    return agent
 
 
 @operation("init", InitParams)
@@ -48,17 +77,20 @@ def init(store: Store, p: InitParams) -> InitResult:
     """Create the store layout; a preset also registers its team of agents."""
     if p.preset is not None and p.preset not in PRESETS:
         raise UsageError(f"unknown preset {p.preset!r}: use one of {', '.join(PRESETS)}")
+    if p.workers is not None and p.preset is None:
+        raise UsageError("workers: give a preset (ignite)")
+    team = preset_agents(p.preset, p.workers) if p.preset else []
     store.root_dir()
     for name in layout.TOP_DIRS:
         store.top(name)
     created = []
-    if p.preset:
-        existing = set(store.known_agents())
-        for name in PRESETS[p.preset]:
-            if name not in existing:
-                register(store, RegisterParams(name=name))
-                created.append(name)
-    return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created)
+    existing = set(store.known_agents())
+    for name in team:
+        if name not in existing:
+            register(store, RegisterParams(name=name))
+            created.append(name)
+    escalate_to = _set_escalation_agent(store, ESCALATION_AGENT[p.preset]) if p.preset in ESCALATION_AGENT else None
+    return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created, escalate_to=escalate_to)
 
 
 class ResetParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
