@@ -74,7 +74,7 @@ def _set_escalation_agent(store: Store, agent: str) -> str:
 
 @operation("init", InitParams)
 def init(store: Store, p: InitParams) -> InitResult:
-    """Create the store layout; a preset also registers its team of agents."""
+    """Create the store layout; a preset also registers its team of agents (ignite: `workers` IGNITIANs, and leader as the escalation agent)."""
     if p.preset is not None and p.preset not in PRESETS:
         raise UsageError(f"unknown preset {p.preset!r}: use one of {', '.join(PRESETS)}")
     if p.workers is not None and p.preset is None:
