@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "prompt": "relayctl.cmd_prompt:prompt",
     "systemd": "relayctl.cmd_systemd:systemd",
     "mime": "relayctl.cmd_mime:mime_group",
+    "ignite": "relayctl.cmd_ignite:ignite",
 }
 
 

@@ -44,6 +44,7 @@ class Target:
     names: frozenset[str] | None  # files in `directory` whose changes count; None: any
     topics: tuple[str, ...] = ()  # relayd topics reporting it; empty: inotify only
     agent: str | None = None  # narrows the subscription to one agent
+    also: tuple[str, ...] = ()  # more directories (absolute) watched the same way, inotify only
 
 
 def inbox(store_dir: str, agent: str) -> Target:
@@ -64,6 +65,13 @@ def event_log(store_dir: str) -> Target:
 def directory(path: str) -> Target:
     """Any change to the files of a directory, inside the store or not (inotify only)."""
     return Target(os.path.abspath(path), None)
+
+
+def directories(paths: list[str]) -> Target:
+    """Any change to the files of several directories (inotify only); a watcher whose set of
+    directories changes opens a new Watch for the new set (its first wait is the catch-up)."""
+    absolute = [os.path.abspath(path) for path in paths]
+    return Target(absolute[0], None, also=tuple(absolute[1:]))
 
 
 class _DaemonLink:
@@ -143,7 +151,8 @@ class _DirectoryWatch:
         self.inotify = INotify()
         mask = flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE | flags.CLOSE_WRITE | flags.DELETE_SELF | flags.MOVE_SELF
         try:
-            self.inotify.add_watch(target.directory, mask)
+            for path in (target.directory, *target.also):
+                self.inotify.add_watch(path, mask)
         except OSError:
             self.inotify.close()
             raise

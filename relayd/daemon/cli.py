@@ -26,6 +26,7 @@ Examples:
   relayd
   relayd --dir ~/team-store --gc-interval 10m --log-level debug
   relayctl daemon --socket $XDG_RUNTIME_DIR/relay/relayd.sock
+  relayd --ignite-queue ~/ignite/workspace/queue --ignite-timeout 10m
   RELAY_DIR=/tmp/t relayd & relayctl status
 """
 
@@ -51,9 +52,11 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--retry-interval", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="How often to retry pane/cmd triggers that were held back (copy mode) or failed.")
 @click.option("--redeliver-interval", default="1s", show_default=True, metavar="DURATION", callback=_duration, help="How often to look for owed messages (send --ack) whose ack-wait has passed.")
 @click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
+@click.option("--ignite-queue", metavar="DIR", type=click.Path(file_okay=False), help="Also serve this IGNITE queue directory (DIR/<agent>/*.mime; see relayctl ignite watch).")
+@click.option("--ignite-timeout", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="With --ignite-queue: how long an agent may leave a delivered file before it is retried.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.pass_context
-def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, log_level: str) -> None:
+def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, ignite_queue: str | None, ignite_timeout: float, log_level: str) -> None:
     from relayd import layout
     from relayd.errors import UsageError
 
@@ -70,9 +73,14 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
         raise UsageError(str(exc)) from None
     sock = os.path.abspath(os.path.expanduser(socket_path)) if socket_path else layout.default_socket_path(root)
 
+    if ignite_queue:
+        ignite_queue = os.path.abspath(os.path.expanduser(ignite_queue))
+        if not os.path.isdir(ignite_queue):
+            raise UsageError(f"--ignite-queue {ignite_queue}: not a directory (the IGNITE queue, e.g. workspace/queue)")
+
     from .main import Config, run
 
-    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, redeliver_interval=redeliver_interval, drain_timeout=drain_timeout, log_level=log_level.lower()))
+    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, redeliver_interval=redeliver_interval, drain_timeout=drain_timeout, log_level=log_level.lower(), ignite_queue=ignite_queue, ignite_timeout=ignite_timeout))
     ctx.exit(status)
 
 

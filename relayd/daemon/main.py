@@ -39,6 +39,8 @@ class Config:
     redeliver_interval: float = 1.0
     drain_timeout: float = 5.0
     log_level: str = "info"
+    ignite_queue: str | None = None  # an IGNITE queue directory to serve (relayd.ignite.queue)
+    ignite_timeout: float = 300.0
 
 
 def run(config: Config) -> int:
@@ -96,6 +98,10 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         if systemd.watchdog_seconds:
             tasks.start_soon(_watchdog, systemd)
         await tasks.start(server.serve, await SocketListener.from_socket(sock))
+        if config.ignite_queue:
+            from .ignite import serve_queue
+
+            tasks.start_soon(serve_queue, store.root, config.socket_path, config.ignite_queue, config.ignite_timeout, stop)
         systemd.notify(f"READY=1\nSTATUS=serving {store.root}\nMAINPID={os.getpid()}")
         log.info("ready", version=__version__, store=store.root, socket=config.socket_path, activated=activated, pid=os.getpid(), durable=committer is not None)
         await stop.wait()

@@ -1,0 +1,88 @@
+"""`relayctl ignite watch DIR`: serve an IGNITE queue directory from the command line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .context import settings
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from relayd.errors import UsageError
+    from relayd.timefmt import parse_duration
+
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except UsageError as exc:
+        raise click.BadParameter(exc.message) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be longer than zero")
+    return seconds
+
+
+@click.group("ignite")
+def ignite() -> None:
+    """Run an IGNITE-style workspace on relay (see docs/ignite.md).
+
+    \b
+    Examples:
+      relayctl init --preset ignite --workers 3
+      relayctl ignite watch workspace/queue
+      relayctl ignite watch workspace/queue --once
+      relayd --ignite-queue workspace/queue      # the same, inside the daemon
+    """
+
+
+def log_line(event: str, **fields: object) -> None:
+    shown = " ".join(f"{key}={value}" for key, value in fields.items() if value not in (None, ""))
+    click.echo(f"{event.removeprefix('queue_')} {shown}".rstrip(), err=True)
+    sys.stderr.flush()
+
+
+@ignite.command()
+@click.argument("queue_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--once", is_flag=True, help="One pass (take, deliver, retry, dead-letter what is due), then exit.")
+@click.option("--timeout", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="How long an agent may leave a delivered file before it is retried.")
+def watch(queue_dir: str, once: bool, timeout: float) -> None:
+    """Serve the IGNITE queue DIR (DIR/<agent>/*.mime) until Ctrl-C, or one pass with --once.
+
+    New files are moved to processed/, marked processing, announced to the agent through
+    relay (its inbox and its arrival mechanism; the notice names the file) and marked
+    delivered. A file the agent has not deleted TIMEOUT later is retried with the store's
+    backoff (config.json "delivery": ack_wait, cap, max_deliver) and finally moved to
+    DIR/dead_letter/ with an escalation file for the escalation agent (leader).
+
+    \b
+    Examples:
+      relayctl ignite watch ~/ignite/workspace/queue
+      relayctl ignite watch workspace/queue --timeout 10m
+      relayctl --json ignite watch workspace/queue --once
+    """
+    from relayd.ignite.queue import monitor_for
+
+    s = settings()
+    root = os.path.abspath(queue_dir)
+    if not os.path.isdir(root):
+        from relayd.errors import UsageError
+
+        raise UsageError(f"{root} is not a directory (the IGNITE queue, e.g. workspace/queue)")
+    monitor = monitor_for(s.client(), root, timeout=timeout, log=log_line if not s.quiet else (lambda *a, **k: None))
+    if once:
+        outcome = monitor.run_once()
+        data = {key: value for key, value in vars(outcome).items()}
+        s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}")
+        return
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # finish the pass under way, then exit 0
+    if not s.quiet:
+        click.echo(f"serving {root} (Ctrl-C stops)", err=True)
+    try:
+        monitor.serve(stop, watch_socket=s.socket)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,650 @@
+"""Serving an IGNITE queue directory: the monitor's job, done by relay.
+
+The layout is IGNITE's, unchanged:
+
+    DIR/<agent>/*.mime            new messages for <agent>
+    DIR/<agent>/processed/*.mime  taken by the monitor; the agent deletes a file when done
+    DIR/dead_letter/*.mime        messages whose agent never finished them
+    DIR/<agent>/malformed/        files that are not messages, moved aside (never deleted)
+
+A file's state is its place and its headers, so every step is written down before the
+next begins and a restart picks up where a crash left off:
+
+    DIR/a/X.mime ──link+unlink──> processed/X.mime  (no status yet)
+      -> Status: processing, Processed-At            (then relay `send` to agent a: a notice
+                                                      naming the file, tagged ignite:X#n)
+      -> Status: delivered, Processed-At, X-Relay-Notice: <message id>
+      -> not deleted `timeout` after Processed-At:
+           Retry-Count < max_deliver: Status retrying, Retry-Count + 1,
+                                      X-IGNITE-Next-Retry-At = now + policy.wait(...)
+                                      -> when due: processing -> delivered again
+           otherwise:                 Status dead_letter, X-IGNITE-Error-Reason,
+                                      X-IGNITE-Escalation: escalation_<usec>.mime
+                                      -> moved to DIR/dead_letter/, then the escalation
+                                      file written to DIR/<escalation agent>/, then
+                                      X-IGNITE-Escalated-At on the dead letter.
+
+A file found `processing` after a restart is looked for in the agent's inbox by its tag
+before it is sent again, so a crash between the send and the `delivered` mark does not
+deliver it twice. Waiting uses `relayd.watch` (inotify on DIR and each agent directory);
+the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import math
+import os
+import random
+import re
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from relayd.errors import RelayError
+from relayd.names import AGENT_NAME_RE
+from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
+
+from . import mime
+
+PROCESSED = "processed"
+DEAD_LETTER = "dead_letter"
+MALFORMED = "malformed"
+MONITOR = "queue_monitor"  # the sender IGNITE's own monitor uses for what it writes
+DEFAULT_TIMEOUT = 300.0  # IGNITE's task_timeout: how long an agent may take before a retry
+H = mime.PREFIX
+STATUS, PROCESSED_AT, RETRY_COUNT = H + "Status", H + "Processed-At", H + "Retry-Count"
+NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
+ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
+NOTICE = "X-Relay-Notice"  # the id of the relay message that announced this delivery
+TAG = "ignite:"
+_TEMP = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's temp files
+_QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+Log = Callable[..., None]
+
+
+def _no_log(event: str, **fields: object) -> None:
+    pass
+
+
+def yaml_str(text: str) -> str:
+    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
+    return '"' + str(text).translate(_QUOTE) + '"'
+
+
+def usec_name(kind: str, moment: float) -> str:
+    """`{type}_{16-digit microsecond timestamp}.mime`, IGNITE's file naming."""
+    return f"{kind}_{int(moment * 1_000_000):016d}.mime"
+
+
+@dataclass
+class Outcome:
+    """What one pass did (for logs and tests)."""
+
+    taken: list[str] = field(default_factory=list)
+    delivered: list[str] = field(default_factory=list)
+    retrying: list[str] = field(default_factory=list)
+    dead_lettered: list[str] = field(default_factory=list)
+    escalations: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+    next_due: float | None = None  # the wall-clock time the next timer runs out
+
+
+class QueueMonitor:
+    """One IGNITE queue directory served through relay.
+
+    `send(params)` is relay's `send` operation (a client's `call("send", ...)`);
+    `is_agent(name)` says whether relay knows the agent; `inbox(name)` lists the messages
+    in its inbox (dicts), used only to recover files a crash left `processing`.
+    `clock` (epoch seconds) and `rand` (0..1) are injectable for exact tests.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        send: Callable[[dict], dict],
+        is_agent: Callable[[str], bool],
+        inbox: Callable[[str], list[dict]],
+        policy: Policy,
+        timeout: float = DEFAULT_TIMEOUT,
+        escalate_to: str = "leader",
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+        log: Log = _no_log,
+    ) -> None:
+        self.root = os.path.abspath(root)
+        self.send = send
+        self.is_agent = is_agent
+        self.inbox = inbox
+        self.policy = policy
+        self.timeout = timeout
+        self.escalate_to = escalate_to
+        self.clock = clock
+        self.rand = rand
+        self.log = log
+        self._first_pass = True
+        self._handled: set[str] = set()  # processed/ files this run has sent (or tried to)
+        self._told: set[str] = set()  # agents already reported as unknown
+        self._cache: dict[str, tuple[tuple[int, int, int], mime.MimeMessage]] = {}
+
+    # -- the pass ------------------------------------------------------------------
+    def agents(self) -> list[str]:
+        """Queue directories under the root that can be relay agents."""
+        try:
+            names = sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            raise RelayError(f"queue directory {self.root} does not exist") from None
+        except OSError as exc:
+            raise RelayError(f"cannot read queue directory {self.root}: {exc.strerror or exc}") from None
+        found = []
+        for name in names:
+            if name == DEAD_LETTER or not AGENT_NAME_RE.fullmatch(name):
+                continue
+            if stat.S_ISDIR(_lstat_mode(os.path.join(self.root, name))):
+                found.append(name)
+        return found
+
+    def run_once(self) -> Outcome:
+        """Take new files, deliver, retry and dead-letter what is due; never raises for
+        one bad file (it is logged and moved aside), only for an unusable queue root."""
+        out = Outcome()
+        agents = self.agents()
+        if self._first_pass:
+            self._sweep_temp_files(agents)
+            self._finish_escalations(out)
+        for agent in agents:
+            if not self.is_agent(agent):
+                if agent not in self._told:
+                    self._told.add(agent)
+                    self.log("queue_agent_unknown", agent=agent, queue=os.path.join(self.root, agent), hint=f"relayctl register {agent}")
+                continue
+            self._told.discard(agent)
+            self._agent_pass(agent, out)
+        self._first_pass = False
+        return out
+
+    def _agent_pass(self, agent: str, out: Outcome) -> None:
+        folder = os.path.join(self.root, agent)
+        processed = os.path.join(folder, PROCESSED)
+        _mkdir(processed)
+        for name in _mime_files(folder):
+            try:
+                self._take(agent, name, out)
+            except RelayError as exc:
+                self.log("queue_file_failed", file=os.path.join(folder, name), error=exc.message)
+        recovering: set[str] | None = None
+        for name in _mime_files(processed):
+            path = os.path.join(processed, name)
+            try:
+                message = self._read(path)
+                if message is None:
+                    continue
+                status = (message.get(STATUS) or "").lower()
+                if status == "processing" and path not in self._handled and not self._timed_out(message):
+                    if recovering is None:
+                        recovering = self._tags_in_inbox(agent)
+                    self._recover(agent, path, message, recovering, out)
+                else:
+                    self._advance(agent, path, message, status, out)
+            except mime.NotAMessage as exc:
+                self._set_aside(agent, path, exc.message, out)
+            except RelayError as exc:
+                self.log("queue_file_failed", file=path, error=exc.message)
+
+    # -- new files -------------------------------------------------------------------
+    def _take(self, agent: str, name: str, out: Outcome) -> None:
+        folder = os.path.join(self.root, agent)
+        source = os.path.join(folder, name)
+        try:
+            message = mime.read_file(source, follow=False)
+            self._check_message(message, source)
+        except mime.NotAMessage as exc:
+            self._set_aside(agent, source, exc.message, out)
+            return
+        except RelayError:
+            if not os.path.lexists(source):
+                return  # taken away meanwhile (by its writer, or an IGNITE tool)
+            raise
+        target = _move(source, os.path.join(folder, PROCESSED), name)
+        if target is None:
+            return
+        out.taken.append(target)
+        self._deliver(agent, target, mime.read_file(target, follow=False), out)
+
+    def _check_message(self, message: mime.MimeMessage, path: str) -> None:
+        """IGNITE's rule: a message without these headers is logged and skipped."""
+        for header in ("From", "To", H + "Type"):
+            if not message.get(header):
+                raise mime.NotAMessage(f"{path}: no {header} header")
+
+    def _deliver(self, agent: str, path: str, message: mime.MimeMessage, out: Outcome) -> None:
+        """processing -> relay send -> delivered (each written before the next step)."""
+        now = self.clock()
+        self._handled.add(path)
+        message.set(STATUS, "processing")
+        message.set(PROCESSED_AT, mime.iso_seconds(now))
+        message.remove(NEXT_RETRY_AT)
+        self._write(path, message)
+        try:
+            result = self.send(self._notice(agent, path, message))
+        except RelayError as exc:
+            # Left `processing`: the timeout retries it, as IGNITE's monitor does.
+            self.log("queue_delivery_failed", file=path, agent=agent, error=exc.message)
+            return
+        sent = result.get("messages") or [{}]
+        self._mark_delivered(path, message, sent[0].get("id", ""))
+        out.delivered.append(path)
+        self.log("queue_delivered", file=path, agent=agent, retry=_int(message.get(RETRY_COUNT)), message_id=sent[0].get("id"))
+
+    def _mark_delivered(self, path: str, message: mime.MimeMessage, notice_id: str) -> None:
+        message.set(STATUS, "delivered")
+        message.set(PROCESSED_AT, mime.iso_seconds(self.clock()))
+        if notice_id:
+            message.set(NOTICE, notice_id)
+        self._write(path, message)
+
+    def _notice(self, agent: str, path: str, message: mime.MimeMessage) -> dict:
+        """The relay message announcing a file: it names the file and never carries the body
+        (the agent reads the file, as IGNITE agents do)."""
+        from relayd.names import normalize_priority
+        from relayd.errors import UsageError
+
+        kind = message.get(H + "Type") or "message"
+        sender = message.get("From") or MONITOR
+        if not AGENT_NAME_RE.fullmatch(sender):
+            sender = MONITOR
+        try:
+            priority = normalize_priority(message.get(H + "Priority") or "normal")
+        except UsageError:
+            priority = "normal"
+        retry = _int(message.get(RETRY_COUNT))
+        again = f" (retry {retry})" if retry else ""
+        tags = [self.tag(path, retry)]
+        for header, prefix in ((H + "Repository", "repo:"), (H + "Issue", "issue:")):
+            value = message.get(header)
+            if value and len(prefix + value) <= 128:
+                tags.append(prefix + value)
+        thread = message.get(H + "Thread-ID") or None
+        return {
+            "agent": sender,
+            "to": [agent],
+            "subject": f"{kind} from {message.get('From') or '?'}{again}: {path}"[:1024],
+            "body": f"New message{again}: {path}\nRead it, do what it asks, then delete the file (relayctl mime parse shows its headers).\n",
+            "thread": thread[:256] if thread else None,
+            "priority": priority,
+            "tags": tags,
+            "type": kind[:128],
+        }
+
+    @staticmethod
+    def tag(path: str, retry: int) -> str:
+        """`ignite:<file>#<retry>`: finds a delivery in the inbox after a crash."""
+        name = os.path.basename(path)
+        if len(name) > 100:
+            name = hashlib.sha256(name.encode()).hexdigest()[:32]
+        return f"{TAG}{name}#{retry}"
+
+    # -- files already taken ---------------------------------------------------------
+    def _timed_out(self, message: mime.MimeMessage) -> bool:
+        since = mime.parse_iso_seconds(message.get(PROCESSED_AT))
+        return since is None or self.clock() >= since + self.timeout
+
+    def _recover(self, agent: str, path: str, message: mime.MimeMessage, tags: set[str], out: Outcome) -> None:
+        """A file left `processing` by an earlier run: sent already (its tag is in the
+        inbox), or not; only the second is sent now."""
+        self._handled.add(path)
+        tag = self.tag(path, _int(message.get(RETRY_COUNT)))
+        if tag in tags:
+            self._mark_delivered(path, message, "")
+            self.log("queue_recovered", file=path, agent=agent, already_delivered=True)
+            out.next_due = _min(out.next_due, self.clock() + self.timeout)
+            return
+        self.log("queue_recovered", file=path, agent=agent, already_delivered=False)
+        self._deliver(agent, path, message, out)
+        out.next_due = _min(out.next_due, self.clock() + self.timeout)
+
+    def _tags_in_inbox(self, agent: str) -> set[str]:
+        try:
+            return {tag for m in self.inbox(agent) for tag in m.get("tags", ()) if tag.startswith(TAG)}
+        except RelayError as exc:
+            self.log("queue_inbox_unreadable", agent=agent, error=exc.message)
+            return set()
+
+    def _advance(self, agent: str, path: str, message: mime.MimeMessage, status: str, out: Outcome) -> None:
+        now = self.clock()
+        if status in ("", "queued"):
+            # Written straight into processed/ (as IGNITE's own examples do) and never announced.
+            self._deliver(agent, path, message, out)
+            out.next_due = _min(out.next_due, now + self.timeout)
+        elif status in ("processing", "delivered"):
+            since = mime.parse_iso_seconds(message.get(PROCESSED_AT))
+            due = now if since is None else since + self.timeout
+            if now >= due:
+                self._timeout(agent, path, message, out)
+            else:
+                out.next_due = _min(out.next_due, due)
+        elif status == "retrying":
+            due = mime.parse_iso_seconds(message.get(NEXT_RETRY_AT)) or now
+            if now >= due:
+                self._deliver(agent, path, message, out)
+                out.next_due = _min(out.next_due, now + self.timeout)
+            else:
+                out.next_due = _min(out.next_due, due)
+        elif status == "dead_letter":
+            self._dead_letter(agent, path, message, out)  # a crash came between its steps
+        # completed and anything unknown: the agent's business; left alone
+
+    def _timeout(self, agent: str, path: str, message: mime.MimeMessage, out: Outcome) -> None:
+        retries = _int(message.get(RETRY_COUNT))
+        if retries >= self.policy.max_deliver:
+            self._dead_letter(agent, path, message, out, reason=f"not finished {int(self.timeout)}s after each of {retries + 1} deliveries")
+            return
+        now = self.clock()
+        due = math.ceil(now + self.policy.wait(retries + 1, self.rand()))
+        message.set(STATUS, "retrying")
+        message.set(RETRY_COUNT, str(retries + 1))
+        message.set(NEXT_RETRY_AT, mime.iso_seconds(due))
+        self._write(path, message)
+        out.retrying.append(path)
+        out.next_due = _min(out.next_due, due)
+        self.log("queue_retrying", file=path, agent=agent, retry=retries + 1, of=self.policy.max_deliver, at=mime.iso_seconds(due))
+
+    # -- dead letters ----------------------------------------------------------------
+    def _dead_letter(self, agent: str, path: str, message: mime.MimeMessage, out: Outcome, reason: str | None = None) -> None:
+        if message.get(STATUS) != "dead_letter":
+            message.set(STATUS, "dead_letter")
+            message.set(ERROR_REASON, reason or "timeout")
+            if (message.get(H + "Type") or "") != "escalation":  # never an escalation about an escalation
+                message.set(ESCALATION, self._escalation_name())
+            self._write(path, message)
+        folder = os.path.join(self.root, DEAD_LETTER)
+        _mkdir(folder)
+        target = _move(path, folder, os.path.basename(path))
+        if target is None:
+            return
+        self._cache.pop(path, None)
+        out.dead_lettered.append(target)
+        self.log("queue_dead_letter", file=target, agent=agent, reason=message.get(ERROR_REASON))
+        self._escalate(target, message, out)
+
+    def _escalation_name(self) -> str:
+        moment = self.clock()
+        folder = os.path.join(self.root, self.escalate_to)
+        while True:
+            name = usec_name("escalation", moment)
+            if not any(os.path.lexists(os.path.join(folder, sub, name)) for sub in ("", PROCESSED)):
+                return name
+            moment += 1e-6
+
+    def _escalate(self, dead: str, message: mime.MimeMessage, out: Outcome) -> None:
+        name = message.get(ESCALATION)
+        if not name or message.get(ESCALATED_AT):
+            return
+        folder = os.path.join(self.root, self.escalate_to)
+        _mkdir(os.path.join(folder, PROCESSED))
+        target = os.path.join(folder, os.path.basename(name))
+        if not any(os.path.lexists(os.path.join(folder, sub, os.path.basename(name))) for sub in ("", PROCESSED)):
+            body = _escalation_body(dead, message, self.policy.max_deliver)
+            escalation = mime.build(from_=MONITOR, to=[self.escalate_to], type_="escalation", priority="critical", body=body)
+            try:
+                mime.write_atomic(target, escalation, exclusive=True)
+            except RelayError as exc:
+                if not os.path.lexists(target):
+                    raise
+                self.log("queue_escalation_exists", file=target, error=exc.message)
+            out.escalations.append(target)
+            self.log("queue_escalated", file=target, dead_letter=dead, to=self.escalate_to)
+        message.set(ESCALATED_AT, mime.iso_seconds(self.clock()))
+        self._write(dead, message)
+
+    def _finish_escalations(self, out: Outcome) -> None:
+        """After a restart: dead letters whose escalation a crash interrupted."""
+        folder = os.path.join(self.root, DEAD_LETTER)
+        for name in _mime_files(folder):
+            path = os.path.join(folder, name)
+            try:
+                message = mime.read_file(path, follow=False)
+            except RelayError:
+                continue
+            if message.get(ESCALATION) and not message.get(ESCALATED_AT):
+                try:
+                    self._escalate(path, message, out)
+                except RelayError as exc:
+                    self.log("queue_file_failed", file=path, error=exc.message)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _set_aside(self, agent: str, path: str, why: str, out: Outcome) -> None:
+        """Malformed: logged, moved to <agent>/malformed/, never deleted."""
+        folder = os.path.join(self.root, agent, MALFORMED)
+        _mkdir(folder)
+        target = _move(path, folder, os.path.basename(path))
+        self._cache.pop(path, None)
+        if target is not None:
+            out.malformed.append(target)
+            self.log("queue_malformed", file=path, moved_to=target, error=why)
+
+    def _read(self, path: str) -> mime.MimeMessage | None:
+        """The parsed file, re-read only when it changed (a pass looks at every file)."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RelayError(f"cannot read {path}: {exc.strerror or exc}") from None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            message = mime.read_file(path, follow=False)
+        except RelayError:
+            if not os.path.lexists(path):
+                return None  # the agent finished it just now
+            raise
+        self._cache[path] = (key, message)
+        return message
+
+    def _write(self, path: str, message: mime.MimeMessage) -> None:
+        if not os.path.lexists(path):
+            # The agent deleted it (finished) while we worked: writing would bring it back.
+            self._cache.pop(path, None)
+            raise RelayError(f"{path} was removed by its agent meanwhile; nothing more to do")
+        mime.write_atomic(path, message)
+        self._cache.pop(path, None)
+
+    def _sweep_temp_files(self, agents: list[str]) -> None:
+        """Temp files of an interrupted write (their rename never happened) are litter."""
+        folders = [os.path.join(self.root, DEAD_LETTER)]
+        for agent in agents:
+            folders += [os.path.join(self.root, agent), os.path.join(self.root, agent, PROCESSED)]
+        for folder in folders:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if _TEMP.match(name):
+                    try:
+                        os.unlink(os.path.join(folder, name))
+                    except OSError:
+                        pass
+
+    def watched(self) -> list[str]:
+        """The directories whose changes can mean work: the root and each agent's queue."""
+        return [self.root] + [os.path.join(self.root, agent) for agent in self.agents()]
+
+    def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None) -> None:
+        """Run passes until `stop` is set: after every change in a queue directory (inotify,
+        through relayd.watch) and whenever a timer runs out."""
+        from relayd import watch
+
+        stop = stop or threading.Event()
+        current: list[str] = []
+        waiter: watch.Watch | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    outcome = self.run_once()
+                except RelayError as exc:
+                    self.log("queue_pass_failed", error=exc.message)
+                    outcome = Outcome(next_due=self.clock() + watch.RETRY_SECONDS)
+                dirs = self.watched() if os.path.isdir(self.root) else [self.root]
+                if dirs != current or waiter is None:
+                    if waiter is not None:
+                        waiter.close()
+                    current = dirs
+                    waiter = watch.Watch(self.root, watch.directories(dirs), watch_socket, client="relay-ignite")
+                    waiter.wait(0)  # the first wake-up is the catch-up the pass just did
+                wait_for = 1.0  # looks at `stop` at least this often
+                if outcome.next_due is not None:
+                    wait_for = max(0.0, min(wait_for, outcome.next_due - self.clock()))
+                waiter.wait(wait_for)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+
+def _escalation_body(dead: str, message: mime.MimeMessage, max_retries: int) -> str:
+    body = message.body
+    task_id = _yaml_field(body, "task_id")
+    title = _yaml_field(body, "title")
+    lines = [
+        f"task_id: {yaml_str(task_id or 'unknown')}",
+        f"title: {yaml_str(title or 'unknown')}",
+        f"original_file: {yaml_str(os.path.basename(dead))}",
+        f"original_assignee: {yaml_str(', '.join(mime.split_list(message.get('To'))) or 'unknown')}",
+        f"original_type: {yaml_str(message.get(H + 'Type') or '')}",
+        f"original_message_id: {yaml_str(message.get('Message-ID') or '')}",
+        f"failure_reason: {yaml_str(message.get(ERROR_REASON) or 'timeout')}",
+        f"retry_count: {_int(message.get(RETRY_COUNT))}",
+        f"max_retries: {max_retries}",
+        'recommended_action: "manual_review"',
+        f"dlq_path: {yaml_str(dead)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_field(body: str, key: str) -> str | None:
+    match = re.search(rf"^\s*{key}:\s*(.*)$", body, re.M)
+    if not match:
+        return None
+    return match.group(1).strip().strip("\"'") or None
+
+
+def _int(text: str | None) -> int:
+    try:
+        return max(0, int((text or "0").strip()))
+    except ValueError:
+        return 0
+
+
+def _min(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _mime_files(folder: str) -> list[str]:
+    """Regular `*.mime` files (no dot names, no symlinks), oldest name first."""
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise RelayError(f"cannot read {folder}: {exc.strerror or exc}") from None
+    return [name for name in names if name.endswith(".mime") and not name.startswith(".") and stat.S_ISREG(_lstat_mode(os.path.join(folder, name)))]
+
+
+def _mkdir(path: str) -> None:
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise RelayError(f"cannot create {path}: {exc.strerror or exc}") from None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _move(source: str, folder: str, name: str) -> str | None:
+    """Move `source` into `folder` without ever replacing a file there: link, then unlink.
+
+    A crash between the two leaves both names on one inode; the next attempt sees the
+    same inode at the target and only removes the source. A different file of the same
+    name gets `_1`, `_2`, ... (IGNITE's own collision rule). None when `source` is gone.
+    """
+    stem = name[: -len(".mime")] if name.endswith(".mime") else name
+    candidate, n = name, 0
+    while True:
+        target = os.path.join(folder, candidate)
+        try:
+            os.link(source, target, follow_symlinks=False)
+            break
+        except FileExistsError:
+            try:
+                if os.lstat(source).st_ino == os.lstat(target).st_ino:
+                    break  # an earlier move got this far
+            except FileNotFoundError:
+                return None if not os.path.lexists(source) else target
+            n += 1
+            candidate = f"{stem}_{n}.mime"
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                raise RelayError(f"{source} and {folder} are on different filesystems") from None
+            raise RelayError(f"cannot move {source} to {folder}: {exc.strerror or exc}") from None
+    try:
+        _fsync_dir(folder)
+        os.unlink(source)
+        _fsync_dir(os.path.dirname(source))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RelayError(f"cannot move {source} to {folder}: {exc.strerror or exc}") from None
+    return target
+
+
+def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log = _no_log) -> QueueMonitor:
+    """A monitor for `root` that delivers through `client` (relayd when it runs, else
+    directly), with the store's delivery policy and escalation agent (config.json)."""
+    import msgspec
+
+    from relayd.config import load_config
+    from relayd.inbox import read_all
+    from relayd.owed import policy_for
+
+    store = client.store()
+    store.require_existing()
+    policy = policy_for(store, None, None)
+    escalate_to = load_config(store).delivery.escalate_to or "leader"
+
+    def inbox(agent: str) -> list[dict]:
+        return [msgspec.to_builtins(m) for m in read_all(store, agent).messages]
+
+    return QueueMonitor(
+        root,
+        send=lambda params: client.call("send", params),
+        is_agent=store.is_agent,
+        inbox=inbox,
+        policy=policy,
+        timeout=timeout,
+        escalate_to=escalate_to,
+        clock=store.clock,
+        rand=store.rand,
+        log=log,
+    )

@@ -1,0 +1,341 @@
+"""Serving an IGNITE queue directory: files in, relay deliveries out, retries with the shared
+backoff on an injected clock, dead letters with an escalation to leader, crash recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd.client import Client
+from relayd.ignite import mime
+from relayd.ignite.queue import QueueMonitor, monitor_for
+from relayd.inbox import read_all
+
+from relayd_proc import Daemon
+from test_notify import TRIGGER, Tmux
+
+START = 1_800_000_000.0
+TIMEOUT = 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def team(relayctl, store_dir: Path) -> None:
+    relayctl("init", "--preset", "ignite", "--workers", "2")
+    config = json.loads((store_dir / "config.json").read_text())
+    config["delivery"].update({"ack_wait": "10s", "cap": "300s", "max_deliver": 3})
+    config["notify"] = {"trigger": TRIGGER}
+    (store_dir / "config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture
+def queue(short_tmp: Path) -> Path:
+    root = short_tmp / "workspace" / "queue"
+    for agent in ("leader", "coordinator", "ignitian_1", "ignitian_2"):
+        (root / agent / "processed").mkdir(parents=True)
+    return root
+
+
+def drop(relayctl, queue: Path, agent: str, name: str, body: str = 'task_id: "task_001"\ntitle: "Write the parser"\n', **flags: str) -> Path:
+    """A file written the way IGNITE agents write them: build -o into the agent's queue."""
+    path = queue / agent / name
+    args = ["mime", "build", "--from", flags.get("sender", "coordinator"), "--to", agent, "--type", name.rsplit("_", 1)[0], "--priority", flags.get("priority", "high"), "--body", body, "-o", str(path)]
+    relayctl(*args)
+    return path
+
+
+def make_monitor(relay_env: dict[str, str], queue: Path, clock: Clock, client: Client | None = None) -> QueueMonitor:
+    client = client or Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"])
+    monitor = monitor_for(client, str(queue), timeout=TIMEOUT)
+    monitor.clock = clock
+    monitor.rand = lambda: 0.5
+    return monitor
+
+
+def inbox(relay_env: dict[str, str], agent: str) -> list[dict]:
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
+        return [dict(id=m.id, to=m.to, tags=m.tags, subject=m.subject, body=m.body, type=m.type, priority=m.priority, from_=m.from_) for m in read_all(client.store(), agent).messages]
+
+
+def headers(path: Path) -> dict:
+    return mime.read_file(str(path)).fields()
+
+
+def test_a_file_is_taken_marked_and_announced_without_its_body(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    clock = Clock()
+    out = make_monitor(relay_env, queue, clock).run_once()
+    done = queue / "ignitian_1" / "processed" / "task_assignment_1770263544123456.mime"
+    assert out.delivered == [str(done)] and not (queue / "ignitian_1" / "task_assignment_1770263544123456.mime").exists()
+    fields = headers(done)
+    assert fields["status"] == "delivered" and fields["processed_at"] == mime.iso_seconds(START)
+    assert fields["body"] == 'task_id: "task_001"\ntitle: "Write the parser"\n'  # the agent's file is untouched otherwise
+    [notice] = inbox(relay_env, "ignitian_1")
+    assert str(done) in notice["subject"] and str(done) in notice["body"] and "Write the parser" not in notice["body"]
+    assert (notice["from_"], notice["type"], notice["priority"]) == ("coordinator", "task_assignment", "high")
+    assert mime.read_file(str(done)).get("X-Relay-Notice") == notice["id"]
+
+
+def test_timeouts_retry_with_backoff_then_dead_letter_and_escalate(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_2", "task_assignment_1770263544123456.mime")
+    done = queue / "ignitian_2" / "processed" / "task_assignment_1770263544123456.mime"
+    clock = Clock()
+    monitor = make_monitor(relay_env, queue, clock)
+    first = monitor.run_once()
+    assert first.delivered and first.next_due == START + TIMEOUT
+    delivered_at = START
+    # ack_wait 10s, rand 0.5: waits of 0.5 * min(300, 10 * 2**(n-1)) = 5, 10, 20 seconds
+    for retry, wait in ((1, 5), (2, 10), (3, 20)):
+        clock.now = delivered_at + TIMEOUT - 1
+        assert not monitor.run_once().retrying  # not yet
+        clock.now = delivered_at + TIMEOUT
+        out = monitor.run_once()
+        assert out.retrying == [str(done)]
+        fields = headers(done)
+        assert (fields["status"], fields["retry_count"]) == ("retrying", str(retry))
+        assert fields["next_retry_at"] == mime.iso_seconds(clock.now + wait) and out.next_due == clock.now + wait
+        clock.now += wait - 1
+        assert not monitor.run_once().delivered  # backing off
+        clock.now += 1
+        assert monitor.run_once().delivered == [str(done)]
+        assert headers(done)["status"] == "delivered"
+        delivered_at = clock.now
+    clock.now = delivered_at + TIMEOUT
+    out = monitor.run_once()
+    dead = queue / "dead_letter" / "task_assignment_1770263544123456.mime"
+    assert out.dead_lettered == [str(dead)] and not done.exists()
+    fields = headers(dead)
+    assert fields["status"] == "dead_letter" and fields["retry_count"] == "3" and "4 deliveries" in fields["error_reason"]
+    [escalation] = out.escalations
+    assert os.path.dirname(escalation) == str(queue / "leader")
+    assert os.path.basename(escalation) == f"escalation_{int(clock.now * 1_000_000):016d}.mime"
+    # the escalation is itself a queue file: leader's queue comes later in the same pass,
+    # so it is already taken and delivered to leader through relay
+    taken = queue / "leader" / "processed" / os.path.basename(escalation)
+    assert out.delivered == [str(taken)]
+    esc = headers(taken)
+    assert (esc["from"], esc["to"], esc["type"], esc["priority"]) == ("queue_monitor", ["leader"], "escalation", "critical")
+    assert 'task_id: "task_001"' in esc["body"] and 'original_assignee: "ignitian_2"' in esc["body"] and "retry_count: 3" in esc["body"]
+    assert f'dlq_path: "{dead}"' in esc["body"]
+    notices = inbox(relay_env, "ignitian_2")
+    assert [n["tags"][0] for n in notices] == [f"ignite:task_assignment_1770263544123456.mime#{n}" for n in range(4)]
+    [to_leader] = inbox(relay_env, "leader")
+    assert to_leader["type"] == "escalation" and to_leader["priority"] == "urgent"
+    clock.now += 10 * TIMEOUT
+    monitor.run_once()
+    assert sorted(p.name for p in (queue / "dead_letter").iterdir()) == ["task_assignment_1770263544123456.mime"]
+
+
+def test_an_agent_finishes_a_file_by_deleting_it(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    clock = Clock()
+    monitor = make_monitor(relay_env, queue, clock)
+    monitor.run_once()
+    (queue / "ignitian_1" / "processed" / "task_assignment_1770263544123456.mime").unlink()
+    clock.now += 100 * TIMEOUT
+    out = monitor.run_once()
+    assert not (out.retrying or out.dead_lettered or out.delivered)
+    assert len(inbox(relay_env, "ignitian_1")) == 1
+
+
+def test_malformed_files_are_moved_aside_and_the_rest_still_flows(relayctl, team, queue: Path, relay_env) -> None:
+    (queue / "ignitian_1" / "junk_1770263544000001.mime").write_text("this is not a message\n")
+    (queue / "ignitian_1" / "notype_1770263544000002.mime").write_text("From: coordinator\nTo: ignitian_1\n\nx: 1\n")
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544000003.mime")
+    out = make_monitor(relay_env, queue, Clock()).run_once()
+    aside = queue / "ignitian_1" / "malformed"
+    assert sorted(p.name for p in aside.iterdir()) == ["junk_1770263544000001.mime", "notype_1770263544000002.mime"]
+    assert (aside / "junk_1770263544000001.mime").read_text() == "this is not a message\n"  # moved, never rewritten
+    assert len(out.delivered) == 1 and len(inbox(relay_env, "ignitian_1")) == 1
+
+
+def test_a_file_written_straight_into_processed_is_announced(relayctl, team, queue: Path, relay_env) -> None:
+    # IGNITE's own examples build -o queue/leader/processed/user_goal_....mime
+    path = queue / "leader" / "processed" / "user_goal_1738315200123456.mime"
+    relayctl("mime", "build", "--from", "user", "--to", "leader", "--type", "user_goal", "--body", 'goal: "README"', "-o", str(path))
+    out = make_monitor(relay_env, queue, Clock()).run_once()
+    assert out.delivered == [str(path)] and headers(path)["status"] == "delivered"
+    assert inbox(relay_env, "leader")[0]["from_"] == "user"
+
+
+class Crash(BaseException):
+    """Stands for the process dying at this point."""
+
+
+def test_a_crash_after_the_send_does_not_deliver_twice(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    clock = Clock()
+    client = Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"])
+    dying = make_monitor(relay_env, queue, clock, client)
+
+    def send_then_die(params: dict) -> dict:
+        client.call("send", params)
+        raise Crash
+
+    dying.send = send_then_die
+    with pytest.raises(Crash):
+        dying.run_once()
+    done = queue / "ignitian_1" / "processed" / "task_assignment_1770263544123456.mime"
+    assert headers(done)["status"] == "processing"
+    out = make_monitor(relay_env, queue, clock).run_once()  # the restart
+    assert headers(done)["status"] == "delivered" and not out.delivered
+    assert len(inbox(relay_env, "ignitian_1")) == 1
+
+
+def test_a_crash_before_the_send_delivers_once_after_restart(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    clock = Clock()
+    dying = make_monitor(relay_env, queue, clock)
+
+    def die(params: dict) -> dict:
+        raise Crash
+
+    dying.send = die
+    with pytest.raises(Crash):
+        dying.run_once()
+    assert inbox(relay_env, "ignitian_1") == []
+    out = make_monitor(relay_env, queue, clock).run_once()
+    assert len(out.delivered) == 1 and len(inbox(relay_env, "ignitian_1")) == 1
+
+
+def test_a_crash_half_way_into_dead_letter_finishes_once(relayctl, team, queue: Path, relay_env) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    clock = Clock()
+    monitor = make_monitor(relay_env, queue, clock)
+    monitor.policy = type(monitor.policy)(monitor.policy.base, monitor.policy.cap, 1)
+    monitor.run_once()
+    clock.now += TIMEOUT
+    monitor.run_once()  # retrying
+    clock.now += 300
+    monitor.run_once()  # delivered again
+    clock.now += TIMEOUT
+    dying = make_monitor(relay_env, queue, clock)
+    dying.policy = monitor.policy
+
+    def no_escalation(*args: object) -> None:
+        raise Crash
+
+    dying._escalate = no_escalation  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        dying.run_once()
+    dead = queue / "dead_letter" / "task_assignment_1770263544123456.mime"
+    assert dead.exists() and not list((queue / "leader").glob("escalation_*"))
+    restarted = make_monitor(relay_env, queue, clock)
+    restarted.policy = monitor.policy
+    out = restarted.run_once()
+    assert len(out.escalations) == 1 and headers(dead)["escalated_at"]
+    # the escalation was delivered in the same pass (leader's queue comes later in the pass)
+    assert len(list((queue / "leader" / "processed").glob("escalation_*.mime"))) == 1
+    again = make_monitor(relay_env, queue, clock)
+    again.policy = monitor.policy
+    assert not again.run_once().escalations
+
+
+def test_unknown_agents_queues_are_left_alone(relayctl, team, queue: Path, relay_env) -> None:
+    (queue / "ignitian_9").mkdir()
+    drop(relayctl, queue, "ignitian_9", "task_assignment_1770263544123456.mime")
+    seen: list[tuple] = []
+    monitor = make_monitor(relay_env, queue, Clock())
+    monitor.log = lambda event, **f: seen.append((event, f))
+    monitor.run_once()
+    monitor.run_once()
+    assert (queue / "ignitian_9" / "task_assignment_1770263544123456.mime").exists()
+    assert [e for e, _ in seen] == ["queue_agent_unknown"]  # said once, not every pass
+
+
+# -- real processes ------------------------------------------------------------------------
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status_of(path: Path) -> str | None:
+    try:
+        return mime.read_file(str(path)).get("X-IGNITE-Status")
+    except Exception:
+        return None
+
+
+@pytest.fixture
+def tmux(short_tmp: Path):
+    server = Tmux(short_tmp)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("runner", ["relayd", "relayctl"])
+def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path, relay_env, tmux: Tmux, short_tmp: Path, runner: str) -> None:
+    relayctl("register", "ignitian_1", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    if runner == "relayd":
+        proc = Daemon(relay_env, "--ignite-queue", str(queue)).start()
+        stop = proc.proc
+    else:
+        with open(short_tmp / "watch.log", "wb") as log:
+            stop = subprocess.Popen([sys.executable, "-m", "relayctl", "ignite", "watch", str(queue)], env=relay_env, stdout=log, stderr=log)
+        wait_for(lambda: b"serving" in (short_tmp / "watch.log").read_bytes(), what="relayctl ignite watch to start")
+    try:
+        path = drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime", body='secret_plan: "SECRET-BODY"\n')
+        done = queue / "ignitian_1" / "processed" / path.name
+        wait_for(lambda: status_of(done) == "delivered", what="the file to be delivered")
+        assert not path.exists()
+        # relayd fires the arrival mechanism right after the inbox append, from its own thread
+        wait_for(lambda: TRIGGER in tmux.received.read_text().splitlines(), what="the pane trigger")
+        assert tmux.lines_after_sentinel() == [TRIGGER]  # one trigger line, and nothing else
+        assert "SECRET-BODY" not in tmux.capture()
+        [notice] = inbox(relay_env, "ignitian_1")
+        assert str(done) in notice["body"]
+        # the agent reads the file and deletes it, as IGNITE agents do; nothing more happens
+        done.unlink()
+        drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123457.mime")
+        wait_for(lambda: status_of(queue / "ignitian_1" / "processed" / "task_assignment_1770263544123457.mime") == "delivered", what="the second file")
+        assert len(inbox(relay_env, "ignitian_1")) == 2
+    finally:
+        stop.send_signal(signal.SIGTERM)
+        assert stop.wait(timeout=20) == 0  # a clean stop on SIGTERM
+
+
+def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, queue: Path, relay_env) -> None:
+    count = 40
+    names = [f"task_assignment_{1770263544000000 + n:016d}.mime" for n in range(count)]
+    daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
+    try:
+        for name in names:
+            drop(relayctl, queue, "ignitian_2", name, body=f'task_id: "{name}"\n')
+            if name == names[count // 2]:
+                processed = queue / "ignitian_2" / "processed"
+                wait_for(lambda: sum(status_of(processed / n) == "delivered" for n in names) >= 3, what="some deliveries")
+                daemon.proc.send_signal(signal.SIGKILL)
+                daemon.proc.wait(timeout=20)
+                daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
+        processed = queue / "ignitian_2" / "processed"
+        wait_for(lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60, what="every file delivered")
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.wait(timeout=20)
+    assert sorted(p.name for p in processed.iterdir()) == sorted(names)  # none lost, none duplicated
+    assert not list((queue / "ignitian_2").glob("*.mime"))
+    tags = sorted(n["tags"][0] for n in inbox(relay_env, "ignitian_2"))
+    assert tags == sorted(f"ignite:{name}#0" for name in names)  # each delivered exactly once
