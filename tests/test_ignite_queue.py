@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,6 +244,24 @@ def test_a_crash_half_way_into_dead_letter_finishes_once(relayctl, team, queue: 
     again = make_monitor(relay_env, queue, clock)
     again.policy = monitor.policy
     assert not again.run_once().escalations
+
+
+def test_relay_mail_to_a_queue_agent_is_also_written_as_a_file(relayctl, team, queue: Path, relay_env) -> None:
+    clock = Clock()
+    make_monitor(relay_env, queue, clock).run_once()  # starts following the inboxes
+    sent = json.loads(relayctl("--json", "send", "ignitian_1", 'task_id: "t-9"\n', "--type", "task_assignment", "--tag", "repo:owner/repo", agent="coordinator").stdout)
+    restarted = make_monitor(relay_env, queue, clock)  # a restart in between: nothing is missed
+    out = restarted.run_once()
+    [file] = out.mirrored
+    assert os.path.dirname(file) == str(queue / "ignitian_1" / "processed")
+    assert re.fullmatch(r"task_assignment_\d{16}\.mime", os.path.basename(file))
+    fields = headers(Path(file))
+    assert (fields["from"], fields["to"], fields["type"], fields["repository"], fields["status"]) == ("coordinator", ["ignitian_1"], "task_assignment", "owner/repo", "delivered")
+    assert fields["body"] == 'task_id: "t-9"\n' and mime.read_file(file).get("X-Relay-Notice") == sent["id"]
+    assert not out.delivered  # relay announced it already: no second notice
+    assert not make_monitor(relay_env, queue, clock).run_once().mirrored  # and never written twice
+    assert not restarted.run_once().mirrored
+    assert len(inbox(relay_env, "ignitian_1")) == 1
 
 
 def test_unknown_agents_queues_are_left_alone(relayctl, team, queue: Path, relay_env) -> None:

@@ -46,6 +46,8 @@ from typing import Callable
 
 from relayd.errors import RelayError
 from relayd.names import AGENT_NAME_RE
+from relayd.tail import InboxTail
+from relayd.ulid import is_ulid, ulid_time_ms
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
 from . import mime
@@ -61,6 +63,7 @@ NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
 ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
 NOTICE = "X-Relay-Notice"  # the id of the relay message that announced this delivery
 TAG = "ignite:"
+MIRROR_STATE = ".relay-mirror.json"  # how far each queue agent's inbox was mirrored into files
 _TEMP = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's temp files
 _QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
@@ -91,6 +94,7 @@ class Outcome:
     dead_lettered: list[str] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    mirrored: list[str] = field(default_factory=list)  # relay messages written out as files
     next_due: float | None = None  # the wall-clock time the next timer runs out
 
 
@@ -116,8 +120,10 @@ class QueueMonitor:
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         log: Log = _no_log,
+        inbox_dir: Callable[[str], str] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
+        self.inbox_dir = inbox_dir  # agent -> its store directory: mirror relay mail into files
         self.send = send
         self.is_agent = is_agent
         self.inbox = inbox
@@ -131,6 +137,7 @@ class QueueMonitor:
         self._handled: set[str] = set()  # processed/ files this run has sent (or tried to)
         self._told: set[str] = set()  # agents already reported as unknown
         self._cache: dict[str, tuple[tuple[int, int, int], mime.MimeMessage]] = {}
+        self._tails: dict[str, InboxTail] = {}
 
     # -- the pass ------------------------------------------------------------------
     def agents(self) -> list[str]:
@@ -164,9 +171,88 @@ class QueueMonitor:
                     self.log("queue_agent_unknown", agent=agent, queue=os.path.join(self.root, agent), hint=f"relayctl register {agent}")
                 continue
             self._told.discard(agent)
+            if self.inbox_dir is not None:
+                self._mirror(agent, out)
             self._agent_pass(agent, out)
+        if self.inbox_dir is not None:
+            self._save_mirror_state()
         self._first_pass = False
         return out
+
+    # -- relay mail into files -------------------------------------------------------
+    def _mirror(self, agent: str, out: Outcome) -> None:
+        """Relay messages to a queue agent also become files in its queue, so an agent that
+        only reads files gets them: written to processed/ as `delivered` (relay already
+        announced them), named {type}_{16-digit usec}.mime, never for relay's own notices."""
+        tail = self._tails.get(agent)
+        if tail is None:
+            tail = self._tails[agent] = self._open_tail(agent)
+        new: list[dict] = []
+        tail.drain(new.append)
+        for message in new:
+            if message.get("to") != agent or any(str(tag).startswith(TAG) for tag in message.get("tags") or ()):
+                continue
+            try:
+                self._write_mirror(agent, message, out)
+            except RelayError as exc:
+                self.log("queue_mirror_failed", agent=agent, message_id=message.get("id"), error=exc.message)
+
+    def _open_tail(self, agent: str) -> InboxTail:
+        """Resume where the last run stopped (same inbox file); a first run starts at the end."""
+        assert self.inbox_dir is not None
+        saved = self._mirror_state().get(agent) or {}
+        tail = InboxTail(self.inbox_dir(agent), start_at_end=True)
+        if tail.fd >= 0 and saved.get("ino") == os.fstat(tail.fd).st_ino and 0 <= saved.get("offset", -1) <= os.fstat(tail.fd).st_size:
+            tail.offset = saved["offset"]
+        elif tail.fd >= 0 and saved:
+            tail.offset = 0  # rotated while nobody watched: the new file from its start
+        return tail
+
+    def _write_mirror(self, agent: str, message: dict, out: Outcome) -> None:
+        from . import convert
+
+        kind = message.get("type") or convert.UNTYPED
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", kind):
+            kind = convert.UNTYPED
+        # The name comes from the message id (its ULID time, plus a stable tail), so a
+        # restart that mirrors the same message again finds the file and writes nothing.
+        if not is_ulid(str(message.get("id"))):
+            return
+        digest = int(hashlib.sha256(message["id"].encode()).hexdigest(), 16)
+        usec = ulid_time_ms(message["id"]) * 1000 + digest % 1000
+        name = f"{kind}_{usec:016d}.mime"
+        folder = os.path.join(self.root, agent)
+        if any(os.path.lexists(os.path.join(folder, sub, name)) for sub in ("", PROCESSED, os.path.join("..", DEAD_LETTER))):
+            return
+        file = convert.from_message(message)
+        file.set(STATUS, "delivered")
+        file.set(PROCESSED_AT, mime.iso_seconds(self.clock()))
+        file.set(NOTICE, message["id"])
+        target = os.path.join(folder, PROCESSED, name)
+        mime.write_atomic(target, file, exclusive=True)
+        out.mirrored.append(target)
+        self.log("queue_mirrored", file=target, agent=agent, message_id=message["id"])
+
+    def _mirror_state(self) -> dict:
+        if not hasattr(self, "_state"):
+            import json
+
+            try:
+                with open(os.path.join(self.root, MIRROR_STATE), "rb") as handle:
+                    loaded = json.loads(handle.read() or b"{}")
+            except (OSError, ValueError):
+                loaded = {}
+            self._state: dict = loaded if isinstance(loaded, dict) else {}
+        return self._state
+
+    def _save_mirror_state(self) -> None:
+        import json
+
+        # An inbox not created yet is recorded as inode 0: when it appears, it is read from its start.
+        state = {agent: {"ino": os.fstat(tail.fd).st_ino if tail.fd >= 0 else 0, "offset": tail.offset if tail.fd >= 0 else 0} for agent, tail in self._tails.items()}
+        if state != self._mirror_state():
+            mime.write_atomic(os.path.join(self.root, MIRROR_STATE), json.dumps(state) + "\n")
+            self._state = state
 
     def _agent_pass(self, agent: str, out: Outcome) -> None:
         folder = os.path.join(self.root, agent)
@@ -475,8 +561,18 @@ class QueueMonitor:
                         pass
 
     def watched(self) -> list[str]:
-        """The directories whose changes can mean work: the root and each agent's queue."""
-        return [self.root] + [os.path.join(self.root, agent) for agent in self.agents()]
+        """The directories whose changes can mean work: the root, each agent's queue and,
+        when mirroring, each queue agent's inbox directory in the store."""
+        agents = self.agents()
+        found = [self.root] + [os.path.join(self.root, agent) for agent in agents]
+        if self.inbox_dir is not None:
+            found += [self.inbox_dir(agent) for agent in agents if os.path.isdir(self.inbox_dir(agent))]
+        return found
+
+    def close(self) -> None:
+        for tail in self._tails.values():
+            tail.close()
+        self._tails.clear()
 
     def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None) -> None:
         """Run passes until `stop` is set: after every change in a queue directory (inotify,
@@ -507,6 +603,7 @@ class QueueMonitor:
         finally:
             if waiter is not None:
                 waiter.close()
+            self.close()
 
 
 def _escalation_body(dead: str, message: mime.MimeMessage, max_retries: int) -> str:
@@ -624,6 +721,7 @@ def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log
     directly), with the store's delivery policy and escalation agent (config.json)."""
     import msgspec
 
+    from relayd import layout
     from relayd.config import load_config
     from relayd.inbox import read_all
     from relayd.owed import policy_for
@@ -647,4 +745,5 @@ def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log
         clock=store.clock,
         rand=store.rand,
         log=log,
+        inbox_dir=lambda agent: os.path.join(store.root, layout.AGENTS, agent),
     )
