@@ -71,7 +71,12 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
         raise UsageError(f"{root} is not a directory (the IGNITE queue, e.g. workspace/queue)")
     monitor = monitor_for(s.client(), root, timeout=timeout, log=log_line if not s.quiet else (lambda *a, **k: None))
     if once:
-        outcome = monitor.run_once()
+        held = monitor.lock()
+        try:
+            outcome = monitor.run_once()
+        finally:
+            os.close(held)
+            monitor.close()
         data = {key: value for key, value in vars(outcome).items()}
         s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, written from relay {len(d['mirrored'])}")
         return

@@ -358,3 +358,25 @@ def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, qu
     assert not list((queue / "ignitian_2").glob("*.mime"))
     tags = sorted(n["tags"][0] for n in inbox(relay_env, "ignitian_2"))
     assert tags == sorted(f"ignite:{name}#0" for name in names)  # each delivered exactly once
+
+
+def test_ignite_watch_once_and_one_monitor_per_queue(relayctl, team, queue: Path, relay_env, short_tmp: Path) -> None:
+    drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
+    result = json.loads(relayctl("--json", "ignite", "watch", str(queue), "--once").stdout)
+    assert result["delivered"] == [str(queue / "ignitian_1" / "processed" / "task_assignment_1770263544123456.mime")]
+    daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
+    try:
+        # relayd's monitor thread takes the queue's lock soon after start; from then on a
+        # second monitor is refused (before that, a --once pass simply finds nothing to do)
+        proc = wait_for(lambda: (lambda p: p if p.returncode != 0 else None)(relayctl("ignite", "watch", str(queue), "--once", check=False)), what="the second monitor to be refused")
+        assert proc.returncode == 1 and proc.stderr.startswith("error: another monitor serves") and proc.stderr.count("\n") == 1
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(timeout=20) == 0
+
+
+def test_a_queue_that_is_not_a_directory_is_one_line(relayctl, team, short_tmp: Path, relay_env) -> None:
+    proc = relayctl("ignite", "watch", str(short_tmp / "nope"), "--once", check=False)
+    assert proc.returncode == 2 and "is not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "relayd.daemon", "--ignite-queue", str(short_tmp / "nope")], env=relay_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -25,7 +25,7 @@ async def serve_queue(store_dir: str, socket_path: str, root: str, timeout: floa
         while not halt.is_set():
             try:
                 with Client(store_dir, socket_path, name="relayd-ignite") as client:
-                    monitor_for(client, root, timeout=timeout, log=_log).serve(halt, socket_path)
+                    monitor_for(client, root, timeout=timeout, log=_log).serve(halt, socket_path, wait_for_lock=True)
             except Exception:  # a bug or a vanished queue: logged, and the monitor starts again
                 log.exception("ignite queue monitor failed; restarting", queue=root, after=RESTART_SECONDS)
                 halt.wait(RESTART_SECONDS)
@@ -45,5 +45,5 @@ async def serve_queue(store_dir: str, socket_path: str, root: str, timeout: floa
 
 
 def _log(event: str, **fields: object) -> None:
-    level = "warning" if event in ("queue_malformed", "queue_dead_letter", "queue_delivery_failed", "queue_file_failed", "queue_agent_unknown", "queue_pass_failed") else "info"
+    level = "warning" if event in ("queue_busy", "queue_malformed", "queue_dead_letter", "queue_delivery_failed", "queue_file_failed", "queue_agent_unknown", "queue_pass_failed") else "info"
     getattr(log, level)(event.replace("_", " "), **fields)

@@ -64,10 +64,15 @@ ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
 NOTICE = "X-Relay-Notice"  # the id of the relay message that announced this delivery
 TAG = "ignite:"
 MIRROR_STATE = ".relay-mirror.json"  # how far each queue agent's inbox was mirrored into files
+LOCK = ".relay-monitor.lock"  # flock-held by the one monitor serving a queue directory
 _TEMP = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's temp files
 _QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 Log = Callable[..., None]
+
+
+class QueueBusy(RelayError):
+    code = "conflict"
 
 
 def _no_log(event: str, **fields: object) -> None:
@@ -574,12 +579,43 @@ class QueueMonitor:
             tail.close()
         self._tails.clear()
 
-    def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None) -> None:
+    def lock(self) -> int:
+        """Become the one monitor of this queue (two would both take the same file): an
+        exclusive flock held until the returned descriptor is closed (or the process dies)."""
+        import fcntl
+
+        path = os.path.join(self.root, LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise RelayError(f"cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise QueueBusy(f"another monitor serves {self.root} (relayd --ignite-queue or relayctl ignite watch); stop it first") from None
+        return fd
+
+    def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None, *, wait_for_lock: bool = False) -> None:
         """Run passes until `stop` is set: after every change in a queue directory (inotify,
-        through relayd.watch) and whenever a timer runs out."""
+        through relayd.watch) and whenever a timer runs out. With `wait_for_lock`, a queue
+        another monitor serves is waited for (logged once) instead of refused."""
         from relayd import watch
 
         stop = stop or threading.Event()
+        told = False
+        while True:
+            try:
+                held = self.lock()
+                break
+            except QueueBusy as exc:
+                if not wait_for_lock:
+                    raise
+                if not told:
+                    self.log("queue_busy", queue=self.root, error=exc.message)
+                    told = True
+                if stop.wait(watch.RETRY_SECONDS):
+                    return
         current: list[str] = []
         waiter: watch.Watch | None = None
         try:
@@ -604,6 +640,7 @@ class QueueMonitor:
             if waiter is not None:
                 waiter.close()
             self.close()
+            os.close(held)
 
 
 def _escalation_body(dead: str, message: mime.MimeMessage, max_retries: int) -> str:
