@@ -380,3 +380,13 @@ def test_a_queue_that_is_not_a_directory_is_one_line(relayctl, team, short_tmp: 
     assert proc.returncode == 2 and "is not a directory" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "relayd.daemon", "--ignite-queue", str(short_tmp / "nope")], env=relay_env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not a directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_temp_files_of_dead_writers_are_swept_and_live_ones_kept(relayctl, team, queue: Path, relay_env) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True, timeout=60)
+    litter = queue / "ignitian_1" / f".task_assignment_1770263544123456.mime.{dead.stdout.strip()}.0badf00d.tmp"
+    writing = queue / "ignitian_1" / f".task_assignment_1770263544123457.mime.{os.getpid()}.0badf00d.tmp"
+    litter.write_text("half")
+    writing.write_text("half")
+    make_monitor(relay_env, queue, Clock()).run_once()
+    assert not litter.exists() and writing.exists()

@@ -65,7 +65,7 @@ NOTICE = "X-Relay-Notice"  # the id of the relay message that announced this del
 TAG = "ignite:"
 MIRROR_STATE = ".relay-mirror.json"  # how far each queue agent's inbox was mirrored into files
 LOCK = ".relay-monitor.lock"  # flock-held by the one monitor serving a queue directory
-_TEMP = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's temp files
+_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's: .{name}.{pid}.{random}.tmp
 _QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 Log = Callable[..., None]
@@ -269,7 +269,14 @@ class QueueMonitor:
             except RelayError as exc:
                 self.log("queue_file_failed", file=os.path.join(folder, name), error=exc.message)
         recovering: set[str] | None = None
-        for name in _mime_files(processed):
+        names = _mime_files(processed)
+        # Forget files that are gone (finished, dead-lettered): a long run must not grow.
+        present = {os.path.join(processed, name) for name in names}
+        prefix = processed + os.sep
+        self._handled = {p for p in self._handled if not p.startswith(prefix) or p in present}
+        for gone in [p for p in self._cache if p.startswith(prefix) and p not in present]:
+            del self._cache[gone]
+        for name in names:
             path = os.path.join(processed, name)
             try:
                 message = self._read(path)
@@ -549,7 +556,7 @@ class QueueMonitor:
         self._cache.pop(path, None)
 
     def _sweep_temp_files(self, agents: list[str]) -> None:
-        """Temp files of an interrupted write (their rename never happened) are litter."""
+        """Temp files of an interrupted write (their writer is dead, the rename never came) are litter."""
         folders = [os.path.join(self.root, DEAD_LETTER)]
         for agent in agents:
             folders += [os.path.join(self.root, agent), os.path.join(self.root, agent, PROCESSED)]
@@ -559,7 +566,8 @@ class QueueMonitor:
             except OSError:
                 continue
             for name in names:
-                if _TEMP.match(name):
+                match = _TEMP.match(name)
+                if match and not _running(int(match.group(1))):  # a live writer is still at it
                     try:
                         os.unlink(os.path.join(folder, name))
                     except OSError:
@@ -668,6 +676,16 @@ def _yaml_field(body: str, key: str) -> str | None:
     if not match:
         return None
     return match.group(1).strip().strip("\"'") or None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def _int(text: str | None) -> int:
