@@ -32,7 +32,6 @@ the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import math
 import os
@@ -46,15 +45,12 @@ from typing import Callable
 
 from relayd.errors import RelayError
 from relayd.names import AGENT_NAME_RE
-from relayd.tail import InboxTail
-from relayd.ulid import is_ulid, ulid_time_ms
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
-from . import mime
+from . import files, mime
+from .files import DEAD_LETTER, MALFORMED, PROCESSED
+from .mirror import TAG, Mirror
 
-PROCESSED = "processed"
-DEAD_LETTER = "dead_letter"
-MALFORMED = "malformed"
 MONITOR = "queue_monitor"  # the sender IGNITE's own monitor uses for what it writes
 DEFAULT_TIMEOUT = 300.0  # IGNITE's task_timeout: how long an agent may take before a retry
 H = mime.PREFIX
@@ -62,10 +58,7 @@ STATUS, PROCESSED_AT, RETRY_COUNT = H + "Status", H + "Processed-At", H + "Retry
 NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
 ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
 NOTICE = "X-Relay-Notice"  # the id of the relay message that announced this delivery
-TAG = "ignite:"
-MIRROR_STATE = ".relay-mirror.json"  # how far each queue agent's inbox was mirrored into files
 LOCK = ".relay-monitor.lock"  # flock-held by the one monitor serving a queue directory
-_TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")  # mime.write_atomic's: .{name}.{pid}.{random}.tmp
 _QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 Log = Callable[..., None]
@@ -128,7 +121,8 @@ class QueueMonitor:
         inbox_dir: Callable[[str], str] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
-        self.inbox_dir = inbox_dir  # agent -> its store directory: mirror relay mail into files
+        # Late-bound clock and log: whoever swaps them on the monitor swaps them for the mirror too.
+        self.mirror = Mirror(self.root, inbox_dir, lambda: self.clock(), lambda *a, **k: self.log(*a, **k)) if inbox_dir is not None else None
         self.send = send
         self.is_agent = is_agent
         self.inbox = inbox
@@ -142,7 +136,6 @@ class QueueMonitor:
         self._handled: set[str] = set()  # processed/ files this run has sent (or tried to)
         self._told: set[str] = set()  # agents already reported as unknown
         self._cache: dict[str, tuple[tuple[int, int, int], mime.MimeMessage]] = {}
-        self._tails: dict[str, InboxTail] = {}
 
     # -- the pass ------------------------------------------------------------------
     def agents(self) -> list[str]:
@@ -157,7 +150,7 @@ class QueueMonitor:
         for name in names:
             if name == DEAD_LETTER or not AGENT_NAME_RE.fullmatch(name):
                 continue
-            if stat.S_ISDIR(_lstat_mode(os.path.join(self.root, name))):
+            if stat.S_ISDIR(files.lstat_mode(os.path.join(self.root, name))):
                 found.append(name)
         return found
 
@@ -176,100 +169,25 @@ class QueueMonitor:
                     self.log("queue_agent_unknown", agent=agent, queue=os.path.join(self.root, agent), hint=f"relayctl register {agent}")
                 continue
             self._told.discard(agent)
-            if self.inbox_dir is not None:
-                self._mirror(agent, out)
+            if self.mirror is not None:
+                out.mirrored += self.mirror.pass_for(agent)
             self._agent_pass(agent, out)
-        if self.inbox_dir is not None:
-            self._save_mirror_state()
+        if self.mirror is not None:
+            self.mirror.save()
         self._first_pass = False
         return out
-
-    # -- relay mail into files -------------------------------------------------------
-    def _mirror(self, agent: str, out: Outcome) -> None:
-        """Relay messages to a queue agent also become files in its queue, so an agent that
-        only reads files gets them: written to processed/ as `delivered` (relay already
-        announced them), named {type}_{16-digit usec}.mime, never for relay's own notices."""
-        tail = self._tails.get(agent)
-        if tail is None:
-            tail = self._tails[agent] = self._open_tail(agent)
-        new: list[dict] = []
-        tail.drain(new.append)
-        for message in new:
-            if message.get("to") != agent or any(str(tag).startswith(TAG) for tag in message.get("tags") or ()):
-                continue
-            try:
-                self._write_mirror(agent, message, out)
-            except RelayError as exc:
-                self.log("queue_mirror_failed", agent=agent, message_id=message.get("id"), error=exc.message)
-
-    def _open_tail(self, agent: str) -> InboxTail:
-        """Resume where the last run stopped (same inbox file); a first run starts at the end."""
-        assert self.inbox_dir is not None
-        saved = self._mirror_state().get(agent) or {}
-        tail = InboxTail(self.inbox_dir(agent), start_at_end=True)
-        if tail.fd >= 0 and saved.get("ino") == os.fstat(tail.fd).st_ino and 0 <= saved.get("offset", -1) <= os.fstat(tail.fd).st_size:
-            tail.offset = saved["offset"]
-        elif tail.fd >= 0 and saved:
-            tail.offset = 0  # rotated while nobody watched: the new file from its start
-        return tail
-
-    def _write_mirror(self, agent: str, message: dict, out: Outcome) -> None:
-        from . import convert
-
-        kind = message.get("type") or convert.UNTYPED
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", kind):
-            kind = convert.UNTYPED
-        # The name comes from the message id (its ULID time, plus a stable tail), so a
-        # restart that mirrors the same message again finds the file and writes nothing.
-        if not is_ulid(str(message.get("id"))):
-            return
-        digest = int(hashlib.sha256(message["id"].encode()).hexdigest(), 16)
-        usec = ulid_time_ms(message["id"]) * 1000 + digest % 1000
-        name = f"{kind}_{usec:016d}.mime"
-        folder = os.path.join(self.root, agent)
-        if any(os.path.lexists(os.path.join(folder, sub, name)) for sub in ("", PROCESSED, os.path.join("..", DEAD_LETTER))):
-            return
-        file = convert.from_message(message)
-        file.set(STATUS, "delivered")
-        file.set(PROCESSED_AT, mime.iso_seconds(self.clock()))
-        file.set(NOTICE, message["id"])
-        target = os.path.join(folder, PROCESSED, name)
-        mime.write_atomic(target, file, exclusive=True)
-        out.mirrored.append(target)
-        self.log("queue_mirrored", file=target, agent=agent, message_id=message["id"])
-
-    def _mirror_state(self) -> dict:
-        if not hasattr(self, "_state"):
-            import json
-
-            try:
-                with open(os.path.join(self.root, MIRROR_STATE), "rb") as handle:
-                    loaded = json.loads(handle.read() or b"{}")
-            except (OSError, ValueError):
-                loaded = {}
-            self._state: dict = loaded if isinstance(loaded, dict) else {}
-        return self._state
-
-    def _save_mirror_state(self) -> None:
-        import json
-
-        # An inbox not created yet is recorded as inode 0: when it appears, it is read from its start.
-        state = {agent: {"ino": os.fstat(tail.fd).st_ino if tail.fd >= 0 else 0, "offset": tail.offset if tail.fd >= 0 else 0} for agent, tail in self._tails.items()}
-        if state != self._mirror_state():
-            mime.write_atomic(os.path.join(self.root, MIRROR_STATE), json.dumps(state) + "\n")
-            self._state = state
 
     def _agent_pass(self, agent: str, out: Outcome) -> None:
         folder = os.path.join(self.root, agent)
         processed = os.path.join(folder, PROCESSED)
-        _mkdir(processed)
-        for name in _mime_files(folder):
+        files.mkdir(processed)
+        for name in files.mime_files(folder):
             try:
                 self._take(agent, name, out)
             except RelayError as exc:
                 self.log("queue_file_failed", file=os.path.join(folder, name), error=exc.message)
         recovering: set[str] | None = None
-        names = _mime_files(processed)
+        names = files.mime_files(processed)
         # Forget files that are gone (finished, dead-lettered): a long run must not grow.
         present = {os.path.join(processed, name) for name in names}
         prefix = processed + os.sep
@@ -308,7 +226,7 @@ class QueueMonitor:
             if not os.path.lexists(source):
                 return  # taken away meanwhile (by its writer, or an IGNITE tool)
             raise
-        target = _move(source, os.path.join(folder, PROCESSED), name)
+        target = files.move(source, os.path.join(folder, PROCESSED), name)
         if target is None:
             return
         out.taken.append(target)
@@ -461,8 +379,8 @@ class QueueMonitor:
                 message.set(ESCALATION, self._escalation_name())
             self._write(path, message)
         folder = os.path.join(self.root, DEAD_LETTER)
-        _mkdir(folder)
-        target = _move(path, folder, os.path.basename(path))
+        files.mkdir(folder)
+        target = files.move(path, folder, os.path.basename(path))
         if target is None:
             return
         self._cache.pop(path, None)
@@ -484,7 +402,7 @@ class QueueMonitor:
         if not name or message.get(ESCALATED_AT):
             return
         folder = os.path.join(self.root, self.escalate_to)
-        _mkdir(os.path.join(folder, PROCESSED))
+        files.mkdir(os.path.join(folder, PROCESSED))
         target = os.path.join(folder, os.path.basename(name))
         if not any(os.path.lexists(os.path.join(folder, sub, os.path.basename(name))) for sub in ("", PROCESSED)):
             body = _escalation_body(dead, message, self.policy.max_deliver)
@@ -503,7 +421,7 @@ class QueueMonitor:
     def _finish_escalations(self, out: Outcome) -> None:
         """After a restart: dead letters whose escalation a crash interrupted."""
         folder = os.path.join(self.root, DEAD_LETTER)
-        for name in _mime_files(folder):
+        for name in files.mime_files(folder):
             path = os.path.join(folder, name)
             try:
                 message = mime.read_file(path, follow=False)
@@ -519,8 +437,8 @@ class QueueMonitor:
     def _set_aside(self, agent: str, path: str, why: str, out: Outcome) -> None:
         """Malformed: logged, moved to <agent>/malformed/, never deleted."""
         folder = os.path.join(self.root, agent, MALFORMED)
-        _mkdir(folder)
-        target = _move(path, folder, os.path.basename(path))
+        files.mkdir(folder)
+        target = files.move(path, folder, os.path.basename(path))
         self._cache.pop(path, None)
         if target is not None:
             out.malformed.append(target)
@@ -556,36 +474,23 @@ class QueueMonitor:
         self._cache.pop(path, None)
 
     def _sweep_temp_files(self, agents: list[str]) -> None:
-        """Temp files of an interrupted write (their writer is dead, the rename never came) are litter."""
         folders = [os.path.join(self.root, DEAD_LETTER)]
         for agent in agents:
             folders += [os.path.join(self.root, agent), os.path.join(self.root, agent, PROCESSED)]
-        for folder in folders:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                continue
-            for name in names:
-                match = _TEMP.match(name)
-                if match and not _running(int(match.group(1))):  # a live writer is still at it
-                    try:
-                        os.unlink(os.path.join(folder, name))
-                    except OSError:
-                        pass
+        files.sweep_temp_files(folders)
 
     def watched(self) -> list[str]:
         """The directories whose changes can mean work: the root, each agent's queue and,
         when mirroring, each queue agent's inbox directory in the store."""
         agents = self.agents()
         found = [self.root] + [os.path.join(self.root, agent) for agent in agents]
-        if self.inbox_dir is not None:
-            found += [self.inbox_dir(agent) for agent in agents if os.path.isdir(self.inbox_dir(agent))]
+        if self.mirror is not None:
+            found += self.mirror.directories(agents)
         return found
 
     def close(self) -> None:
-        for tail in self._tails.values():
-            tail.close()
-        self._tails.clear()
+        if self.mirror is not None:
+            self.mirror.close()
 
     def lock(self) -> int:
         """Become the one monitor of this queue (two would both take the same file): an
@@ -626,24 +531,30 @@ class QueueMonitor:
                     return
         current: list[str] = []
         waiter: watch.Watch | None = None
+        run = True  # a pass is owed: something changed, a timer ran out, or we just started
+        next_due: float | None = None
         try:
             while not stop.is_set():
-                try:
-                    outcome = self.run_once()
-                except RelayError as exc:
-                    self.log("queue_pass_failed", error=exc.message)
-                    outcome = Outcome(next_due=self.clock() + watch.RETRY_SECONDS)
-                dirs = self.watched() if os.path.isdir(self.root) else [self.root]
-                if dirs != current or waiter is None:
-                    if waiter is not None:
-                        waiter.close()
-                    current = dirs
-                    waiter = watch.Watch(self.root, watch.directories(dirs), watch_socket, client="relay-ignite")
-                    waiter.wait(0)  # the first wake-up is the catch-up the pass just did
+                if run:
+                    try:
+                        next_due = self.run_once().next_due
+                        dirs = self.watched()
+                    except RelayError as exc:
+                        self.log("queue_pass_failed", error=exc.message)
+                        next_due, dirs = self.clock() + watch.RETRY_SECONDS, current or [self.root]
+                    if dirs != current or waiter is None:
+                        # A new set of directories (an agent's queue appeared): watch them all,
+                        # and the new watch's first wake-up makes the pass that catches up.
+                        if waiter is not None:
+                            waiter.close()
+                        current = dirs
+                        waiter = watch.Watch(self.root, watch.directories(dirs), watch_socket, client="relay-ignite")
                 wait_for = 1.0  # looks at `stop` at least this often
-                if outcome.next_due is not None:
-                    wait_for = max(0.0, min(wait_for, outcome.next_due - self.clock()))
-                waiter.wait(wait_for)
+                if next_due is not None:
+                    wait_for = max(0.0, min(wait_for, next_due - self.clock()))
+                assert waiter is not None
+                changed = waiter.wait(wait_for)
+                run = changed or (next_due is not None and self.clock() >= next_due)
         finally:
             if waiter is not None:
                 waiter.close()
@@ -678,16 +589,6 @@ def _yaml_field(body: str, key: str) -> str | None:
     return match.group(1).strip().strip("\"'") or None
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
 def _int(text: str | None) -> int:
     try:
         return max(0, int((text or "0").strip()))
@@ -697,78 +598,6 @@ def _int(text: str | None) -> int:
 
 def _min(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
-
-
-def _lstat_mode(path: str) -> int:
-    try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
-
-
-def _mime_files(folder: str) -> list[str]:
-    """Regular `*.mime` files (no dot names, no symlinks), oldest name first."""
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise RelayError(f"cannot read {folder}: {exc.strerror or exc}") from None
-    return [name for name in names if name.endswith(".mime") and not name.startswith(".") and stat.S_ISREG(_lstat_mode(os.path.join(folder, name)))]
-
-
-def _mkdir(path: str) -> None:
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise RelayError(f"cannot create {path}: {exc.strerror or exc}") from None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _move(source: str, folder: str, name: str) -> str | None:
-    """Move `source` into `folder` without ever replacing a file there: link, then unlink.
-
-    A crash between the two leaves both names on one inode; the next attempt sees the
-    same inode at the target and only removes the source. A different file of the same
-    name gets `_1`, `_2`, ... (IGNITE's own collision rule). None when `source` is gone.
-    """
-    stem = name[: -len(".mime")] if name.endswith(".mime") else name
-    candidate, n = name, 0
-    while True:
-        target = os.path.join(folder, candidate)
-        try:
-            os.link(source, target, follow_symlinks=False)
-            break
-        except FileExistsError:
-            try:
-                if os.lstat(source).st_ino == os.lstat(target).st_ino:
-                    break  # an earlier move got this far
-            except FileNotFoundError:
-                return None if not os.path.lexists(source) else target
-            n += 1
-            candidate = f"{stem}_{n}.mime"
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                raise RelayError(f"{source} and {folder} are on different filesystems") from None
-            raise RelayError(f"cannot move {source} to {folder}: {exc.strerror or exc}") from None
-    try:
-        _fsync_dir(folder)
-        os.unlink(source)
-        _fsync_dir(os.path.dirname(source))
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise RelayError(f"cannot move {source} to {folder}: {exc.strerror or exc}") from None
-    return target
 
 
 def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log = _no_log) -> QueueMonitor:
