@@ -20,16 +20,15 @@ class _Greedy(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out: list[str] = []
-        current: str | None = None
+        current: str | None = None  # the greedy flag whose values are being read
         for arg in args:
             if arg.startswith("-") and arg != "-":
-                flag, eq, value = arg.partition("=")
+                flag, eq, _ = arg.partition("=")
                 current = flag if flag in self.greedy and not eq else None
-                out.append(arg)
+                if current is None:
+                    out.append(arg)  # a flag given no values at all is dropped, as IGNITE's tool allows
             elif current is not None:
-                if out[-1] != current:
-                    out.append(current)
-                out.append(arg)
+                out += [current, arg]
             else:
                 out.append(arg)
         return super().parse_args(ctx, out)

@@ -72,6 +72,16 @@ def test_build_minimal_matches_the_seed_example_shape(relayctl) -> None:
     assert text.endswith('\n\ngoal: "README"')
 
 
+def test_several_values_after_one_flag_and_none_at_all(relayctl, short_tmp: Path) -> None:
+    text = relayctl("mime", "build", "--from", "leader", "--to", "ignitian_1", "ignitian_2", "--cc", "--type", "t", "--body", "x: 1").stdout
+    assert "To: ignitian_1, ignitian_2\n" in text and "Cc:" not in text
+    path = short_tmp / "m.mime"
+    path.write_text(text)
+    relayctl("mime", "update-status", str(path), "delivered", "--extra", "X-A=1", "X-B=2", "--processed-at", "now")
+    fields = mime.read_file(str(path))
+    assert (fields.get("X-A"), fields.get("X-B"), fields.get("X-IGNITE-Processed-At")) == ("1", "2", "now")
+
+
 def test_build_body_file_and_stdin(relayctl, short_tmp: Path) -> None:
     body = short_tmp / "body.yaml"
     body.write_text("a: 1\n")

@@ -64,11 +64,8 @@ def to_send_params(message: mime.MimeMessage, what: str) -> dict:
         if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
             raise mime.NotAMessage(f"{what}: {RELAY_TAGS} is not a JSON list of strings")
     else:
-        tags = []
-        if message.get(mime.PREFIX + "Repository"):
-            tags.append(REPO_TAG + message.get(mime.PREFIX + "Repository", ""))  # type: ignore[operator]
-        if message.get(mime.PREFIX + "Issue"):
-            tags.append(ISSUE_TAG + message.get(mime.PREFIX + "Issue", ""))  # type: ignore[operator]
+        repo, issue = message.get(mime.PREFIX + "Repository"), message.get(mime.PREFIX + "Issue")
+        tags = ([REPO_TAG + repo] if repo else []) + ([ISSUE_TAG + issue] if issue else [])
     untyped = (message.get(RELAY_UNTYPED) or "").lower() in ("yes", "true")
     return {
         "agent": sender,
