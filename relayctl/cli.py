@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "ack": "relayctl.cmd_delivery:ack",
     "redeliver": "relayctl.cmd_delivery:redeliver",
     "dlq": "relayctl.cmd_delivery:dlq",
+    "search": "relayctl.cmd_search:search",
     "reserve": "relayctl.cmd_reservations:reserve",
     "release": "relayctl.cmd_reservations:release",
     "reservations": "relayctl.cmd_reservations:reservations",
@@ -42,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "mcp-config": "relayctl.cmd_mcp:mcp_config",
     "prompt": "relayctl.cmd_prompt:prompt",
     "systemd": "relayctl.cmd_systemd:systemd",
+    "web": "relayctl.cmd_web:web",
 }
 
 
