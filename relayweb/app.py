@@ -1,4 +1,5 @@
-"""The routes: the page, its state (once, or as a Server-Sent Events stream), search, send."""
+"""The routes: the page, its state (once, or as a Server-Sent Events stream), search, send,
+and retrying or dropping dead letters (the same operations as `relayctl dlq retry|drop`)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,21 @@ def create_app(store_dir: str, socket_path: str | None, human: str, token: str, 
         failed = [n for n in result.get("notifications", []) if not n.get("ok", True)]
         return JSONResponse({"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]], "notify_failed": failed})
 
+    async def dead_letter_route(request: Request) -> Response:
+        """POST /api/dlq/retry or /api/dlq/drop with {"id": ..., "to": ...}."""
+        action = request.url.path.rsplit("/", 1)[1]  # "retry" or "drop": one route each
+        try:
+            given = msgspec.json.decode(await request.body())
+            if not isinstance(given, dict) or not isinstance(given.get("id"), str):
+                raise UsageError("give the dead letter's id")
+            params = {"id": given["id"], "to": given.get("to")}
+            result = await run_in_threadpool(call, f"dlq_{action}", params)
+        except msgspec.DecodeError:
+            return _error(UsageError("the request body is not JSON"))
+        except RelayError as exc:
+            return _error(exc, 404 if exc.code == "not_found" else 400)
+        return JSONResponse({"ok": True, "id": given["id"], "attempt_of": result.get("of")})
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         live.start()
@@ -113,6 +129,8 @@ def create_app(store_dir: str, socket_path: str | None, human: str, token: str, 
         Route("/api/events", events),
         Route("/api/search", search_route),
         Route("/api/send", send_route, methods=["POST"]),
+        Route("/api/dlq/retry", dead_letter_route, methods=["POST"]),
+        Route("/api/dlq/drop", dead_letter_route, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Guard(Starlette(routes=routes, lifespan=lifespan), token, port)

@@ -17,13 +17,7 @@ CONFLICT_CHECK_MAX = 300  # reservations compared pairwise; past this, conflicts
 
 
 def clip_messages(result: SearchResult) -> list[dict[str, Any]]:
-    messages = []
-    for m in msgspec.to_builtins(result.messages):
-        if len(m["body"]) > BODY_CHARS:
-            m["clipped"] = len(m["body"])
-            m["body"] = m["body"][:BODY_CHARS]
-        messages.append(m)
-    return messages
+    return [_clip(m) for m in msgspec.to_builtins(result.messages)]
 
 
 def _mark_conflicts(reservations: list[dict[str, Any]]) -> bool:
@@ -40,17 +34,16 @@ def _mark_conflicts(reservations: list[dict[str, Any]]) -> bool:
     return True
 
 
-def _owed(store: Store, agent: str) -> int | None:
-    """Messages the agent has not acknowledged yet, where the store tracks them."""
-    try:
-        from relayd.delivery import owed_ids  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return len(owed_ids(store, agent))
+def _clip(m: dict[str, Any]) -> dict[str, Any]:
+    if len(m["body"]) > BODY_CHARS:
+        m["clipped"] = len(m["body"])
+        m["body"] = m["body"][:BODY_CHARS]
+    return m
 
 
 def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     status = client.call("status", {})
+    delivery = status.get("delivery") or {}
     agents = status["agents"]
     for agent in agents:
         try:
@@ -59,10 +52,13 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
             continue  # removed since the status was taken
         agent["unread"] = unread["unread"]
         agent["notified"] = unread["pending"]
-        agent["owed"] = _owed(store, agent["name"])
+        agent["owed"] = delivery.get("owed_by_agent", {}).get(agent["name"], 0)
     reservations = status["reservations"]
     conflicts_checked = _mark_conflicts(reservations)
     recent = search(store, SearchQuery(limit=RECENT))
+    dead = client.call("dlq_list", {})
+    for letter in dead["dead_letters"]:
+        _clip(letter["message"])
     return {
         "store": store.root,
         "human": human,
@@ -72,4 +68,6 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
         "conflicts_checked": conflicts_checked,
         "commands": status["commands"],
         "messages": clip_messages(recent),
+        "dead_letters": dead["dead_letters"][::-1],  # newest first
+        "rotated_files": dead["rotated_files"],
     }

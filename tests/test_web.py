@@ -58,7 +58,8 @@ def mode(request, relay_env) -> Iterator[str]:
     if request.param == "direct":
         yield "direct"
         return
-    daemon = Daemon(relay_env).start()
+    # The sweep runs only when a test runs it (relayctl redeliver), so counts are exact.
+    daemon = Daemon(relay_env, "--redeliver-interval", "1h").start()
     try:
         yield "daemon"
     finally:
@@ -209,9 +210,11 @@ def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path
     relayctl("reserve", "src/api/*.py", "--repo", repo, "--shared", agent="agent-bd-43")
     relayctl("reserve", "src/auth/login.py", "--repo", repo, "--force", agent="agent-bd-43")
     relayctl("cmd", "agent:main:main", "/verify", "oathkeeper", "bd-42", agent="athena")
+    make_dead_letter(relayctl, "Deploy the auth service to staging (reply with ack)")
     open_view(page, web)
     page.wait_for_selector("#messages li:has-text('Endpoints /v1/users')", timeout=5_000)
     page.wait_for_selector("#reservations .badge.conflict")
+    page.wait_for_selector("#dead-letters tr[data-dead]")
     os.makedirs(ARTIFACTS, exist_ok=True)
     shot = os.path.join(ARTIFACTS, "web-view.png")
     page.screenshot(path=shot, full_page=True)
@@ -236,3 +239,49 @@ def test_other_commands_do_not_load_the_web_stack(team, relay_env) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], env=relay_env, capture_output=True, text=True, timeout=30)
     assert proc.stderr.strip() == "[]", proc.stderr
+
+
+def make_dead_letter(relayctl, body: str) -> dict:
+    """A message sent with --ack that nobody acknowledges, swept until it is dead-lettered."""
+    relayctl("send", "agent-bd-43", body, "--ack", "--ack-wait", "1ms", "--max-deliver", "1", agent="athena")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        relayctl("redeliver")
+        letters = json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"]
+        if letters:
+            return letters[0]
+        time.sleep(0.01)
+    raise AssertionError("the message never became a dead letter")
+
+
+def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    letter = make_dead_letter(relayctl, "Run the migration on staging")
+    row = f"#dead-letters tr[data-dead='{letter['id']}']"
+    page.wait_for_selector(row, timeout=2_000)
+    assert "agent-bd-43" in page.text_content(row) and "Run the migration on staging" in page.text_content(row)
+    owed_before = page.text_content("#agents tr[data-agent='agent-bd-43'] td:nth-child(7)")
+    assert owed_before == "0"
+    page.click(f"{row} button.retry")
+    page.wait_for_selector(row, state="detached", timeout=2_000)
+    assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
+    inbox = json.loads(relayctl("read", "--json", "--last", "0", agent="agent-bd-43").stdout)
+    copies = [m for m in inbox if m["id"] == letter["id"]]
+    assert len(copies) == 3 and copies[-1]["attempt"] == 3, copies  # first delivery, one redelivery, the retry
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '1'", timeout=2_000)
+    # Acknowledged, it is settled for good: nothing is owed any more.
+    relayctl("ack", letter["id"], agent="agent-bd-43")
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '0'", timeout=2_000)
+
+
+def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    letter = make_dead_letter(relayctl, "Obsolete instruction")
+    row = f"#dead-letters tr[data-dead='{letter['id']}']"
+    page.wait_for_selector(row, timeout=2_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click(f"{row} button.drop")
+    page.wait_for_selector(row, state="detached", timeout=2_000)
+    assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
+    # Without the token header the same request is refused.
+    assert web.get("/api/dlq/retry", {"Cookie": f"relay_web_{web.port}={web.token}", "Content-Type": "application/json"}, "POST", json.dumps({"id": letter["id"]}).encode())[0] == 403

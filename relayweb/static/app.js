@@ -82,9 +82,34 @@ function renderCommands(list) {
     el("td", { class: "muted", text: ago((Date.now() - Date.parse(c.ts)) / 1000) }))), "none", 4);
 }
 
+function renderDeadLetters(list, rotated) {
+  $("dlq-count").textContent = String(list.length) + (rotated.length ? ` (+${rotated.length} rotated inbox files, see relayctl dlq list)` : "");
+  fill($("dead-letters").tBodies[0], list.map((d) => el("tr", { "data-dead": d.id },
+    el("td", {}, el("span", { class: "who", text: d.from + ": " }), el("span", { text: d.subject })),
+    el("td", { class: "who", text: d.to }),
+    el("td", { class: "num", text: d.attempts }),
+    el("td", { class: "muted", text: d.reason || "" }),
+    el("td", {},
+      el("button", { type: "button", class: "small retry", title: "deliver it again, with the full number of retries", onclick: () => deadLetter("retry", d) , text: "Retry" }), " ",
+      el("button", { type: "button", class: "small drop", title: "delete it for good", onclick: () => deadLetter("drop", d), text: "Drop" })))),
+  "none", 5);
+}
+
+async function post(path, request) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", "X-Relay-Token": TOKEN }, body: JSON.stringify(request) });
+  return [response.ok, await response.json()];
+}
+
+async function deadLetter(action, d) {
+  if (action === "drop" && !window.confirm(`Delete the dead letter "${d.subject}" for good?`)) return;
+  const [ok, answer] = await post("/api/dlq/" + action, { id: d.id, to: d.to });
+  $("dlq-count").textContent = ok ? `${action === "retry" ? "retried" : "dropped"} ${d.id}` : answer.error;
+}
+
 function messageItem(m) {
   const badges = [];
   if (m.priority && m.priority !== "normal") badges.push(el("span", { class: "badge p-" + m.priority, text: m.priority }));
+  if (m.ack) badges.push(el("span", { class: "badge", title: "sent with --ack: redelivered until acknowledged", text: m.attempt > 1 ? `ack · attempt ${m.attempt}` : "ack" }));
   if (m.type) badges.push(el("span", { class: "badge type", text: m.type }));
   if (m.thread) badges.push(el("span", { class: "badge thread", title: "show this thread", text: "thread " + m.thread, onclick: () => showThread(m.thread) }));
   for (const tag of m.tags || []) badges.push(el("span", { class: "badge", text: "#" + tag }));
@@ -132,6 +157,7 @@ function render() {
   renderAgents(state.agents);
   renderReservations(state.reservations, state.conflicts_checked);
   renderCommands(state.commands);
+  renderDeadLetters(state.dead_letters || [], state.rotated_files || []);
   renderCompose(state);
   if (filter) scheduleSearch(250);
   else renderMessages(state.messages, "Messages (newest first)", false);
@@ -198,9 +224,8 @@ $("compose").addEventListener("submit", async (event) => {
   if ($("c-thread").value.trim()) request.thread = $("c-thread").value.trim();
   $("c-send").disabled = true;
   try {
-    const response = await fetch("/api/send", { method: "POST", headers: { "Content-Type": "application/json", "X-Relay-Token": TOKEN }, body: JSON.stringify(request) });
-    const answer = await response.json();
-    if (!response.ok) {
+    const [ok, answer] = await post("/api/send", request);
+    if (!ok) {
       $("c-result").textContent = answer.error;
       $("c-result").className = "error";
       return;
