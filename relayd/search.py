@@ -61,7 +61,6 @@ class _Plan:
 
     terms: list[str]
     from_: str | None
-    agent: str | None
     thread: str | None
     since: str  # fixed-width ISO, "" for none
     needle: bytes | None  # a block without it holds no match
@@ -70,8 +69,6 @@ class _Plan:
 
     def matches(self, m: Message) -> bool:
         if self.from_ is not None and m.from_ != self.from_:
-            return False
-        if self.agent is not None and m.from_ != self.agent and m.to != self.agent:
             return False
         if self.thread is not None and m.thread != self.thread:
             return False
@@ -107,13 +104,9 @@ def _plan(q: SearchQuery, inbox_owner: str) -> _Plan:
     terms = [t.lower() for t in q.text.split()]
     since = to_iso(parse_since(q.since)) if q.since else ""
     from_ = q.from_
-    agent = q.agent
-    if agent is not None and agent == inbox_owner:
-        agent = None  # every message in its own inbox is to it
-    elif agent is not None:
-        from_, agent = agent, None  # in another inbox only what it sent can involve it
-        if q.from_ is not None and q.from_ != from_:
-            from_ = "\x00"  # asked for two different senders: nothing matches
+    if q.agent is not None and q.agent != inbox_owner:
+        # Every message in its own inbox is to the agent; in another, only what it sent.
+        from_ = q.agent if q.from_ in (None, q.agent) else "\x00"  # "\x00": two senders, no match
     needle, fold = None, False
     run = max((_searchable_run(t) for t in terms), key=len, default="")
     if q.thread is not None:
@@ -124,7 +117,7 @@ def _plan(q: SearchQuery, inbox_owner: str) -> _Plan:
         needle = b'"from":' + _encoded(from_)
     elif run:
         needle, fold = run.encode(), True
-    return _Plan(terms, from_, agent, q.thread, since, needle, fold)
+    return _Plan(terms, from_, q.thread, since, needle, fold)
 
 
 def _complete_end(fd: int) -> int:

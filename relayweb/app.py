@@ -35,7 +35,7 @@ def _error(exc: RelayError, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": exc.message, "code": exc.code}, status_code=status)
 
 
-def create_app(store_dir: str, socket_path: str | None, human: str, token: str, port: int) -> Guard:
+def create_app(store_dir: str, socket_path: str | None, human: str, token: str, port: int, once: set[str] | None = None) -> Guard:
     live = Live(store_dir, socket_path, human)
     with open(os.path.join(STATIC, "index.html"), encoding="utf-8") as fh:
         page = fh.read().replace("{{TOKEN}}", token)
@@ -133,4 +133,4 @@ def create_app(store_dir: str, socket_path: str | None, human: str, token: str, 
         Route("/api/dlq/drop", dead_letter_route, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Guard(Starlette(routes=routes, lifespan=lifespan), token, port)
+    return Guard(Starlette(routes=routes, lifespan=lifespan), token, port, once)

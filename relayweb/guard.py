@@ -42,9 +42,12 @@ def cookie_name(port: int) -> str:
 
 
 class Guard:
-    def __init__(self, app: Callable[..., Awaitable[None]], token: str, port: int) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]], token: str, port: int, once: set[str] | None = None) -> None:
         self.app = app
         self.token = token.encode()
+        # Tokens good for one entry only: the URL handed to a browser's command line (--open),
+        # where other local users could read it in the process list.
+        self.once = {t.encode() for t in once or ()}
         self.cookie = cookie_name(port)
         self.hosts = {f"127.0.0.1:{port}".encode(), f"localhost:{port}".encode()}
 
@@ -72,7 +75,7 @@ class Guard:
         if method in ("GET", "HEAD"):
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             given = query.get("token", [None])[0]
-            if scope["path"] == "/" and given is not None and self._valid(given.encode()):
+            if scope["path"] == "/" and given is not None and (self._valid(given.encode()) or self._spend(given.encode())):
                 await self._enter(send)
                 return
             allowed = self._valid(self._cookie_token(headers)) or self._valid(headers.get(TOKEN_HEADER))
@@ -92,6 +95,13 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def _spend(self, candidate: bytes) -> bool:
+        for once in self.once:
+            if hmac.compare_digest(candidate, once):
+                self.once.discard(once)
+                return True
+        return False
 
     async def _enter(self, send: Send) -> None:
         """Trade the token in the URL for a cookie, and take it out of the address bar."""

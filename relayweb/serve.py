@@ -40,12 +40,17 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
     url = f"http://{HOST}:{port}/?token={token}"
     print(url, flush=True)
     print(f"relay web view of {store_dir}, writing as {human!r}; open the URL above (Ctrl-C stops)", file=sys.stderr, flush=True)
+    once: set[str] = set()
     if open_browser:
         import webbrowser
 
-        webbrowser.open(url)
+        # The browser gets the URL on its command line, visible to other users: a token
+        # that works once, for the first page load, and is worthless after.
+        launch = secrets.token_urlsafe(32)
+        once.add(launch)
+        webbrowser.open(f"http://{HOST}:{port}/?token={launch}")
     config = uvicorn.Config(
-        create_app(store_dir, socket_path, human, token, port),
+        create_app(store_dir, socket_path, human, token, port, once),
         log_level="warning",
         access_log=False,
         lifespan="on",

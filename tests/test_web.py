@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from playwright import sync_api as playwright_api  # the test extra installs it
 
 from relayd_proc import Daemon
 from web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright")
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
@@ -285,3 +285,25 @@ def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl
     assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
     # Without the token header the same request is refused.
     assert web.get("/api/dlq/retry", {"Cookie": f"relay_web_{web.port}={web.token}", "Content-Type": "application/json"}, "POST", json.dumps({"id": letter["id"]}).encode())[0] == 403
+
+
+def test_open_hands_the_browser_a_one_time_token(team, relay_env, short_tmp: Path) -> None:
+    """--open puts a URL on the browser's command line, readable by other users in the
+    process list: it carries a token that lets in once, and never the real one."""
+    seen = short_tmp / "browser-argv"
+    browser = short_tmp / "browser"
+    browser.write_text(f"#!/bin/sh\necho \"$@\" > {seen}\n")
+    browser.chmod(0o755)
+    view = WebView({**relay_env, "BROWSER": str(browser)}, "--open")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (seen.exists() and seen.read_text().strip()):
+            time.sleep(0.05)
+        launched = seen.read_text().strip()
+        assert launched.startswith(view.base + "/?token=") and view.token not in launched
+        path = launched.removeprefix(view.base)
+        status, _, headers = view.get(path)
+        assert status == 303 and f"relay_web_{view.port}={view.token}" in headers["set-cookie"]
+        assert view.get(path)[0] == 403, "the one-time token let in twice"
+    finally:
+        view.stop()
