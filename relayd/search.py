@@ -132,23 +132,24 @@ def _complete_end(fd: int) -> int:
     return 0
 
 
-def _lines_with(block: bytes, needle: bytes, fold: bool) -> list[tuple[int, int]]:
-    """(start, end) of each line of `block` holding `needle`, in file order."""
-    haystack = block.translate(_ASCII_LOWER) if fold else block
+def _lines_with(data: bytes, begin: int, needle: bytes, fold: bool) -> list[tuple[int, int]]:
+    """(start, end) of each line of `data[begin:]` holding `needle`, in file order
+    (`begin` follows a newline; offsets, not a slice: a copy of the block costs time)."""
+    haystack = data.translate(_ASCII_LOWER) if fold else data
     spans = []
-    at = haystack.find(needle)
+    at = haystack.find(needle, begin)
     while at >= 0:
-        start = haystack.rfind(b"\n", 0, at) + 1
+        start = haystack.rfind(b"\n", begin, at) + 1 or begin
         end = haystack.find(b"\n", at)
         spans.append((start, end))
         at = haystack.find(needle, end + 1)
     return spans
 
 
-def _all_lines(block: bytes) -> list[tuple[int, int]]:
+def _all_lines(data: bytes, begin: int) -> list[tuple[int, int]]:
     spans = []
-    start = 0
-    while (end := block.find(b"\n", start)) >= 0:
+    start = begin
+    while (end := data.find(b"\n", start)) >= 0:
         spans.append((start, end))
         start = end + 1
     return spans
@@ -172,12 +173,11 @@ def _scan(fd: int, plan: _Plan, limit: int, found: list[Message]) -> int:
             if cut == len(data):
                 block_size *= 2  # one line longer than the block: read further back
                 continue
-        block = data[cut:]
-        plan.scanned += len(block)
-        spans = _all_lines(block) if plan.needle is None else _lines_with(block, plan.needle, plan.fold)
+        plan.scanned += len(data) - cut
+        spans = _all_lines(data, cut) if plan.needle is None else _lines_with(data, cut, plan.needle, plan.fold)
         for line_start, line_end in reversed(spans):
             try:
-                message = message_decoder.decode(block[line_start:line_end])
+                message = message_decoder.decode(data[line_start:line_end])
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # a corrupt line is `read`'s to report; a search only finds messages
             if plan.since and message.ts < plan.since:
@@ -187,17 +187,17 @@ def _scan(fd: int, plan: _Plan, limit: int, found: list[Message]) -> int:
                 taken += 1
                 if taken >= limit:
                     return _FULL
-        if plan.since and _first_ts(block) < plan.since:
+        if plan.since and _first_ts(data, cut) < plan.since:
             return _OLDER
         end = start + cut
         block_size = min(block_size * 4, _BLOCK)
     return _MORE
 
 
-def _first_ts(block: bytes) -> str:
-    newline = block.find(b"\n")
+def _first_ts(data: bytes, begin: int) -> str:
+    newline = data.find(b"\n", begin)
     try:
-        return message_decoder.decode(block[: newline if newline >= 0 else len(block)]).ts
+        return message_decoder.decode(data[begin : newline if newline >= 0 else len(data)]).ts
     except (msgspec.DecodeError, msgspec.ValidationError):
         return "\uffff"  # unknown: keep walking
 
