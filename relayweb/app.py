@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, AsyncIterator
+import time
+from typing import Any, AsyncIterator, Callable
 
 import msgspec
 from starlette.applications import Starlette
@@ -27,6 +28,7 @@ from .snapshot import clip_messages
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 KEEPALIVE = 15.0
+STOP_CHECK = 0.25  # how often an idle event stream looks whether the server is stopping
 MAX_POST = 512 * 1024
 SEND_FIELDS = ("to", "broadcast", "body", "subject", "thread", "priority")
 
@@ -35,7 +37,17 @@ def _error(exc: RelayError, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": exc.message, "code": exc.code}, status_code=status)
 
 
-def create_app(store_dir: str, socket_path: str | None, human: str, token: str, port: int, once: set[str] | None = None) -> Guard:
+def create_app(
+    store_dir: str,
+    socket_path: str | None,
+    human: str,
+    token: str,
+    port: int,
+    once: set[str] | None = None,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Guard:
+    """The guarded application; `stopping()` turns true when the server shuts down, and
+    ends the event streams (they would otherwise hold up the exit until cancelled)."""
     live = Live(store_dir, socket_path, human)
     with open(os.path.join(STATIC, "index.html"), encoding="utf-8") as fh:
         page = fh.read().replace("{{TOKEN}}", token)
@@ -49,15 +61,19 @@ def create_app(store_dir: str, socket_path: str | None, human: str, token: str, 
     async def events(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
             seen = -1
-            while True:
+            quiet_since = time.monotonic()
+            while not stopping():
                 changed = live.changed
                 if live.version != seen:
                     seen = live.version
+                    quiet_since = time.monotonic()
                     yield b"event: state\ndata: " + live.payload + b"\n\n"
                 try:
-                    await asyncio.wait_for(changed.wait(), KEEPALIVE)
+                    await asyncio.wait_for(changed.wait(), STOP_CHECK)
                 except TimeoutError:
-                    yield b": still here\n\n"
+                    if time.monotonic() - quiet_since >= KEEPALIVE:
+                        quiet_since = time.monotonic()
+                        yield b": still here\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 

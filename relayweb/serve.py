@@ -49,16 +49,21 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
         launch = secrets.token_urlsafe(32)
         once.add(launch)
         webbrowser.open(f"http://{HOST}:{port}/?token={launch}")
+    server: uvicorn.Server | None = None
     config = uvicorn.Config(
-        create_app(store_dir, socket_path, human, token, port, once),
+        create_app(store_dir, socket_path, human, token, port, once, stopping=lambda: server is not None and server.should_exit),
         log_level="warning",
         access_log=False,
         lifespan="on",
         server_header=False,
-        timeout_graceful_shutdown=1,
+        timeout_graceful_shutdown=3,
     )
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn has shut down cleanly and hands Ctrl-C back: a normal way to stop
     finally:
         sock.close()
+    print("relay web view stopped", file=sys.stderr)
 

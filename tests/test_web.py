@@ -223,6 +223,20 @@ def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path
         page.screenshot(path=str(Path(__file__).resolve().parent.parent / "docs" / "web-view.png"), full_page=True)
 
 
+def test_ctrl_c_stops_it_cleanly(team, relay_env) -> None:
+    import http.client
+
+    view = WebView(relay_env)
+    assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
+    stream = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
+    stream.request("GET", "/api/events", headers={"X-Relay-Token": view.token})
+    assert stream.getresponse().status == 200  # an open event stream must not hold up the exit
+    err = view.stop()
+    stream.close()
+    assert view.proc.returncode == 0, err
+    assert "Traceback" not in err and "error" not in err and err.rstrip().endswith("relay web view stopped")
+
+
 def test_relayctl_web_without_a_store_says_so(relay_env) -> None:
     proc = subprocess.run([sys.executable, "-m", "relayctl", "web"], env=relay_env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1

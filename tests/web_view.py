@@ -49,6 +49,7 @@ class WebView:
             return exc.code, exc.read(), dict(exc.headers)
 
     def stop(self) -> str:
+        """Ctrl-C, as a person stops it; returns what it wrote to stderr."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -56,6 +57,7 @@ class WebView:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                raise AssertionError("relayctl web did not stop on Ctrl-C within 15 s")
         err = self.proc.stderr.read() if self.proc.stderr else ""
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
