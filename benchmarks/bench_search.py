@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+from datetime import datetime, timezone
 import shutil
 import sys
 
@@ -63,7 +64,7 @@ def generate(store_dir: str, total: int, seed: int = 7) -> dict[str, str]:
                 if n % 100_003 == 5_000 + index:  # a handful of needles spread over the store
                     body += " zanzibar"
                     thread = planted["thread"]
-                stamp = to_iso(__import__("datetime").datetime.fromtimestamp(start + n * step, tz=__import__("datetime").timezone.utc))
+                stamp = to_iso(datetime.fromtimestamp(start + n * step, tz=timezone.utc))
                 sender = names[(index + 1 + n % (AGENTS - 1)) % AGENTS]
                 message = Message(id=new_ulid(), ts=stamp, from_=sender, to=owner, subject=body[:60], body=body, thread=thread)
                 lines.append(json_encoder.encode(message) + b"\n")

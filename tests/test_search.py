@@ -41,7 +41,6 @@ def store(tmp_path_factory) -> Store:
     with Store(str(root), fsync=False, rotate_bytes=4096) as s:  # small files: rotation happens
         for name in AGENTS:
             ops.call(s, "register", {"name": name})
-        sent = 0
         for i in range(240):
             words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(1 + i % 4)]
             ops.call(
@@ -49,7 +48,6 @@ def store(tmp_path_factory) -> Store:
                 "send",
                 {"agent": AGENTS[i % 3], "to": [AGENTS[(i + 1 + i // 3) % 3] if (i + 1 + i // 3) % 3 != i % 3 else AGENTS[(i + 2) % 3]], "body": " ".join(words) + f" #{i}", "thread": f"t{i % 5}" if i % 2 else None, "tags": ["Urgent"] if i % 11 == 0 else []},
             )
-            sent += 1
         assert any(os.path.exists(os.path.join(root, layout.AGENTS, a, layout.INBOX_ROTATED)) for a in AGENTS)
     opened = Store(str(root))
     yield opened
