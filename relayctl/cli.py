@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "ack": "relayctl.cmd_delivery:ack",
     "redeliver": "relayctl.cmd_delivery:redeliver",
     "dlq": "relayctl.cmd_delivery:dlq",
+    "search": "relayctl.cmd_search:search",
     "reserve": "relayctl.cmd_reservations:reserve",
     "release": "relayctl.cmd_reservations:release",
     "reservations": "relayctl.cmd_reservations:reservations",
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "systemd": "relayctl.cmd_systemd:systemd",
     "mime": "relayctl.cmd_mime:mime_group",
     "ignite": "relayctl.cmd_ignite:ignite",
+    "web": "relayctl.cmd_web:web",
 }
 
 

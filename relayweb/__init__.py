@@ -1,0 +1,19 @@
+"""relay's web view: a live page for the person running the team (`relayctl web`).
+
+A separate process (relayd keeps no TCP port), started by `relayctl web`; it needs the
+optional extra `relay[web]` (Starlette on uvicorn). How data flows:
+
+    store changes ──> relayd.watch.Watch (relayd's event stream; inotify when relayd is down)
+                  ──> live.Live (one thread): rebuilds the state with snapshot.build
+                      (status, unread counts, recent messages) and hands it to the loop
+                  ──> app: GET /api/events streams each new state as Server-Sent Events
+    page ──> POST /api/send ──> relayd.client.Client.call("send") (the same operation as
+                                 `relayctl send`, so the recipient is notified)
+    page ──> GET /api/search ──> relayd.search.search (the same function as `relayctl search`)
+
+guard.Guard sits in front of everything: 127.0.0.1 only, a random token (URL once, then an
+HttpOnly SameSite=Strict cookie), POSTs need the token in a header, no CORS, and a
+Content-Security-Policy without inline script. The page (static/) is plain JavaScript that
+renders every message field with textContent: a message is untrusted input.
+docs/web.md describes the view and its security model.
+"""

@@ -1,0 +1,263 @@
+// relay web view: renders the state streamed from /api/events. Every value that comes
+// from the store (names, tasks, subjects, bodies) is set with textContent, never parsed
+// as HTML: a message is untrusted input.
+"use strict";
+
+const TOKEN = document.querySelector('meta[name="relay-token"]').content;
+const $ = (id) => document.getElementById(id);
+let state = null;
+let filter = null; // null: the live newest-first list; else the search parameters shown
+let searchTimer = null;
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null) continue;
+    if (key === "text") node.textContent = String(value);
+    else if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function ago(seconds) {
+  if (seconds === null || seconds === undefined) return "never";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + "s ago";
+  if (s < 3600) return Math.floor(s / 60) + "m ago";
+  if (s < 86400) return Math.floor(s / 3600) + "h ago";
+  return Math.floor(s / 86400) + "d ago";
+}
+
+function until(iso) {
+  const left = (Date.parse(iso) - Date.now()) / 1000;
+  if (left <= 0) return "expired";
+  if (left < 3600) return "in " + Math.ceil(left / 60) + "m";
+  return "in " + Math.floor(left / 3600) + "h" + String(Math.floor((left % 3600) / 60)).padStart(2, "0");
+}
+
+function fill(tbody, rows, empty, columns) {
+  tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "muted", colspan: columns, text: empty }))]));
+}
+
+function renderAgents(agents) {
+  const alive = agents.filter((a) => a.alive).length;
+  $("agent-count").textContent = `${alive} alive, ${agents.length - alive} stale`;
+  fill($("agents").tBodies[0], agents.map((a) => {
+    const kind = a.alive ? "alive" : a.archived ? "archived" : "stale";
+    const work = el("td", {}, a.status ? el("span", { class: "badge", text: a.status }) : null, a.status && a.task ? " " : null, a.task ? el("span", { text: a.task }) : null);
+    return el("tr", { class: "clickable", "data-agent": a.name, title: "show messages to and from " + a.name, onclick: () => showAgent(a.name) },
+      el("td", { class: "who", text: a.name }),
+      el("td", {}, el("span", { class: "badge " + kind, text: kind })),
+      work,
+      el("td", { class: "muted", text: a.program || "" }),
+      el("td", { class: "muted", text: ago(a.age_seconds) }),
+      el("td", { class: "num", text: a.unread ?? "" }),
+      el("td", { class: "num", text: a.owed ?? "—" }));
+  }), "no agents registered yet (relayctl register NAME)", 7);
+}
+
+function renderReservations(list, checked) {
+  const active = list.filter((r) => !r.expired);
+  $("res-count").textContent = `${active.length} active` + (checked ? "" : " (too many to check for conflicts)");
+  fill($("reservations").tBodies[0], list.map((r) => {
+    const conflicts = r.conflicts || [];
+    return el("tr", {},
+      el("td", {}, el("code", { text: r.pattern }), conflicts.length ? el("span", { class: "badge conflict", title: "overlaps " + conflicts.join(", "), text: "conflict: " + conflicts.join(", ") }) : null),
+      el("td", { class: "who", text: r.agent }),
+      el("td", {}, el("span", { class: "badge", text: r.exclusive ? "exclusive" : "shared" })),
+      el("td", { class: r.expired ? "error" : "muted", text: until(r.expires_at) }),
+      el("td", { class: "muted", title: r.repo, text: r.repo.split("/").filter(Boolean).pop() || r.repo }));
+  }), "nobody holds any files", 5);
+}
+
+function renderCommands(list) {
+  $("cmd-count").textContent = String(list.length);
+  fill($("commands").tBodies[0], list.map((c) => el("tr", {},
+    el("td", {}, el("code", { text: (c.command + " " + (c.args || "")).trim() })),
+    el("td", { text: c.from }),
+    el("td", { class: "muted", text: c.target_session }),
+    el("td", { class: "muted", text: ago((Date.now() - Date.parse(c.ts)) / 1000) }))), "none", 4);
+}
+
+function renderDeadLetters(list, rotated) {
+  $("dlq-count").textContent = String(list.length) + (rotated.length ? ` (+${rotated.length} rotated inbox files, see relayctl dlq list)` : "");
+  fill($("dead-letters").tBodies[0], list.map((d) => el("tr", { "data-dead": d.id },
+    el("td", {}, el("span", { class: "who", text: d.from + ": " }), el("span", { text: d.subject })),
+    el("td", { class: "who", text: d.to }),
+    el("td", { class: "num", text: d.attempts }),
+    el("td", { class: "muted", text: d.reason || "" }),
+    el("td", {},
+      el("button", { type: "button", class: "small retry", title: "deliver it again, with the full number of retries", onclick: () => deadLetter("retry", d) , text: "Retry" }), " ",
+      el("button", { type: "button", class: "small drop", title: "delete it for good", onclick: () => deadLetter("drop", d), text: "Drop" })))),
+  "none", 5);
+}
+
+async function post(path, request) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", "X-Relay-Token": TOKEN }, body: JSON.stringify(request) });
+  return [response.ok, await response.json()];
+}
+
+async function deadLetter(action, d) {
+  if (action === "drop" && !window.confirm(`Delete the dead letter "${d.subject}" for good?`)) return;
+  const [ok, answer] = await post("/api/dlq/" + action, { id: d.id, to: d.to });
+  $("dlq-count").textContent = ok ? `${action === "retry" ? "retried" : "dropped"} ${d.id}` : answer.error;
+}
+
+function messageItem(m) {
+  const badges = [];
+  if (m.priority && m.priority !== "normal") badges.push(el("span", { class: "badge p-" + m.priority, text: m.priority }));
+  if (m.ack) badges.push(el("span", { class: "badge", title: "sent with --ack: redelivered until acknowledged", text: m.attempt > 1 ? `ack · attempt ${m.attempt}` : "ack" }));
+  if (m.type) badges.push(el("span", { class: "badge type", text: m.type }));
+  if (m.thread) badges.push(el("span", { class: "badge thread", title: "show this thread", text: "thread " + m.thread, onclick: () => showThread(m.thread) }));
+  for (const tag of m.tags || []) badges.push(el("span", { class: "badge", text: "#" + tag }));
+  const when = new Date(m.ts);
+  const today = when.toDateString() === new Date().toDateString();
+  const head = el("div", { class: "head" },
+    el("span", { class: "who", text: `${m.from} → ${m.to}` }),
+    ...badges,
+    el("span", { class: "subject", text: m.subject }),
+    el("span", { class: "muted", title: m.ts + "  " + m.id, text: today ? when.toLocaleTimeString() : when.toLocaleString() }));
+  const item = el("li", { "data-id": m.id }, head);
+  if (m.body && m.body !== m.subject) item.append(el("pre", { class: "body", text: m.body }));
+  if (m.clipped) item.append(el("div", { class: "muted", text: `(clipped: ${m.clipped} characters; relayctl read shows it whole)` }));
+  return item;
+}
+
+function renderMessages(list, title, chronological) {
+  $("view-title").textContent = title;
+  const shown = chronological ? [...list].reverse() : list;
+  const items = shown.map(messageItem);
+  $("messages").replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: filter ? "no messages match" : "no messages yet" })]));
+}
+
+function renderCompose(s) {
+  $("human").textContent = s.human;
+  const select = $("c-to");
+  const chosen = select.value;
+  const options = [el("option", { value: "*", text: "everyone (broadcast)" })];
+  for (const a of s.agents) if (a.name !== s.human) options.push(el("option", { value: a.name, text: a.name }));
+  select.replaceChildren(...options);
+  if ([...select.options].some((o) => o.value === chosen)) select.value = chosen;
+  else if (select.options.length > 1) select.selectedIndex = 1;
+}
+
+function render() {
+  if (!state) return;
+  if (state.error) {
+    $("live").textContent = state.error;
+    $("live").className = "badge off";
+    return;
+  }
+  $("store").textContent = state.store;
+  $("live").textContent = "live · " + (state.source === "daemon" ? "relayd events" : state.source === "inotify" ? "store files (relayd down)" : "waiting for the store");
+  $("live").className = "badge on";
+  renderAgents(state.agents);
+  renderReservations(state.reservations, state.conflicts_checked);
+  renderCommands(state.commands);
+  renderDeadLetters(state.dead_letters || [], state.rotated_files || []);
+  renderCompose(state);
+  if (filter) scheduleSearch(250);
+  else renderMessages(state.messages, "Messages (newest first)", false);
+}
+
+function describe(f) {
+  if (f.thread && Object.keys(f).length === 1) return "Thread " + f.thread + " (oldest first)";
+  if (f.agent && Object.keys(f).length === 1) return "Messages to and from " + f.agent;
+  return "Search: " + Object.entries(f).map(([k, v]) => (k === "text" ? `“${v}”` : `${k} ${v}`)).join(", ");
+}
+
+async function runSearch() {
+  if (!filter) return;
+  const asked = filter;
+  const response = await fetch("/api/search?" + new URLSearchParams({ ...asked, limit: 200 }), { headers: { "X-Relay-Token": TOKEN } });
+  const answer = await response.json();
+  if (asked !== filter) return; // a newer search started meanwhile
+  if (!response.ok) {
+    $("view-title").textContent = "Search failed: " + answer.error;
+    $("messages").replaceChildren();
+    return;
+  }
+  renderMessages(answer.messages, describe(asked) + (answer.more ? " — newest 200" : ""), Boolean(asked.thread && Object.keys(asked).length === 1));
+}
+
+function scheduleSearch(delay) {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(runSearch, delay);
+}
+
+function setFilter(f) {
+  const clean = Object.fromEntries(Object.entries(f).filter(([, v]) => v && String(v).trim()));
+  filter = Object.keys(clean).length ? clean : null;
+  if (filter) scheduleSearch(0);
+  else render();
+}
+
+function showThread(thread) {
+  for (const id of ["q-text", "q-from", "q-to", "q-since"]) $(id).value = "";
+  $("q-thread").value = thread;
+  setFilter({ thread });
+}
+
+function showAgent(agent) {
+  for (const id of ["q-text", "q-from", "q-to", "q-thread", "q-since"]) $(id).value = "";
+  setFilter({ agent });
+}
+
+$("search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setFilter({ text: $("q-text").value, from: $("q-from").value, to: $("q-to").value, thread: $("q-thread").value, since: $("q-since").value });
+});
+$("q-clear").addEventListener("click", () => {
+  $("search").reset();
+  setFilter({});
+});
+
+$("compose").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const to = $("c-to").value;
+  const request = { body: $("c-body").value, priority: $("c-priority").value };
+  if (to === "*") request.broadcast = true;
+  else request.to = [to];
+  if ($("c-thread").value.trim()) request.thread = $("c-thread").value.trim();
+  $("c-send").disabled = true;
+  try {
+    const [ok, answer] = await post("/api/send", request);
+    if (!ok) {
+      $("c-result").textContent = answer.error;
+      $("c-result").className = "error";
+      return;
+    }
+    $("c-result").textContent = "sent to " + answer.sent.map((m) => m.to).join(", ") + (answer.notify_failed.length ? " (notifying failed: " + answer.notify_failed.map((n) => n.agent).join(", ") + ")" : "");
+    $("c-result").className = "muted";
+    $("c-body").value = "";
+  } catch (error) {
+    $("c-result").textContent = "not sent: " + error;
+    $("c-result").className = "error";
+  } finally {
+    $("c-send").disabled = false;
+  }
+});
+
+function connect() {
+  const source = new EventSource("/api/events");
+  source.addEventListener("state", (event) => {
+    state = JSON.parse(event.data);
+    render();
+  });
+  source.onerror = () => {
+    $("live").textContent = "disconnected — reconnecting…";
+    $("live").className = "badge off";
+  };
+}
+
+setInterval(() => { // ages and expiries move on between states
+  if (state && !state.error) {
+    renderReservations(state.reservations, state.conflicts_checked);
+    renderCommands(state.commands);
+  }
+}, 30000);
+
+connect();

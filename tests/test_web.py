@@ -1,0 +1,323 @@
+"""The web view in a real browser: headless Debian chromium driven by Playwright, against
+a real `relayctl web` process, with and without a real relayd."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from playwright import sync_api as playwright_api  # the test extra installs it
+
+from relayd_proc import Daemon
+from web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView
+
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    assert os.path.exists(CHROMIUM), "chromium is not installed (.ci/run installs it with apt)"
+    with playwright_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.errors = errors
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def team(relayctl) -> object:
+    relayctl("init")
+    relayctl("register", "athena", "--program", "claude-code", "--task", "orchestrator")
+    relayctl("register", "agent-bd-42", "--program", "codex", "--task", "auth refactor")
+    relayctl("register", "agent-bd-43", "--program", "gemini", "--task", "API endpoints")
+    return relayctl
+
+
+@pytest.fixture(params=["direct", "daemon"])
+def mode(request, relay_env) -> Iterator[str]:
+    if request.param == "direct":
+        yield "direct"
+        return
+    # The sweep runs only when a test runs it (relayctl redeliver), so counts are exact.
+    daemon = Daemon(relay_env, "--redeliver-interval", "1h").start()
+    try:
+        yield "daemon"
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture
+def web(team, relay_env) -> Iterator[WebView]:
+    view = WebView(relay_env)
+    try:
+        yield view
+    finally:
+        view.stop()
+
+
+def open_view(page, web: WebView) -> None:
+    page.goto(web.url)
+    page.wait_for_selector("#agents tbody tr[data-agent='athena']", timeout=10_000)
+
+
+def test_refuses_every_request_without_the_token(web: WebView, page) -> None:
+    for path in ("/", "/api/state", "/api/events", "/api/search?text=x", "/static/app.js", "/?token=wrong"):
+        status, body, _ = web.get(path)
+        assert status == 403, f"{path} answered {status} without the token"
+        assert b"relay" not in body.lower() or b"forbidden" in body
+    assert web.get("/api/state", {"X-Relay-Token": web.token})[0] == 200
+    # Another site cannot reach it through a DNS name that resolves to 127.0.0.1.
+    assert web.get("/api/state", {"X-Relay-Token": web.token, "Host": f"evil.example:{web.port}"})[0] == 403
+    # A state change needs the token in a header: the cookie a cross-site form would carry is not enough.
+    cookie = {"Cookie": f"relay_web_{web.port}={web.token}", "Content-Type": "application/json"}
+    body = json.dumps({"to": ["athena"], "body": "forged"}).encode()
+    assert web.get("/api/send", cookie, "POST", body)[0] == 403
+    assert web.get("/api/send", {"X-Relay-Token": web.token, "Content-Type": "text/plain"}, "POST", body)[0] == 403
+    assert web.get("/api/send", {"X-Relay-Token": web.token}, "OPTIONS")[0] == 405
+    # No CORS: an answer never invites another origin to read it.
+    status, _, headers = web.get("/api/state", {"X-Relay-Token": web.token, "Origin": "http://evil.example"})
+    assert status == 200 and not any(h.lower().startswith("access-control-") for h in headers)
+    assert "script-src 'self'" in headers["content-security-policy"] and "unsafe-inline" not in headers["content-security-policy"]
+
+    page.goto(web.base + "/")
+    assert "forbidden" in page.text_content("body")
+
+
+def test_token_url_becomes_an_httponly_cookie_and_leaves_the_address_bar(web: WebView, page) -> None:
+    status, _, headers = web.get(f"/?token={web.token}")
+    assert status == 303 and headers["location"] == "/"
+    assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+    open_view(page, web)
+    assert page.url == web.base + "/"
+    assert page.evaluate("document.cookie") == ""  # HttpOnly: page scripts cannot read it
+    assert not page.errors
+
+
+def test_agents_and_messages_appear_live_without_a_reload(mode: str, web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    page.evaluate("window.__same_page = true")
+    relayctl("register", "newcomer", "--program", "script", "--task", "joined late")
+    started = time.monotonic()
+    page.wait_for_selector("#agents tr[data-agent='newcomer']", timeout=2_000)
+    assert "joined late" in page.text_content("#agents tr[data-agent='newcomer']")
+    relayctl("send", "athena", "Bead bd-42 complete. All tests pass.", "--thread", "bd-42", "--priority", "high", agent="agent-bd-42")
+    started = time.monotonic()
+    page.wait_for_selector("#messages li:has-text('Bead bd-42 complete')", timeout=2_000)
+    took = time.monotonic() - started
+    item = page.text_content("#messages li:first-child")
+    assert "agent-bd-42 → athena" in item and "high" in item and "thread bd-42" in item
+    assert page.evaluate("window.__same_page") is True, "the page reloaded"
+    expected = "relayd events" if mode == "daemon" else "store files"
+    assert expected in page.text_content("#live")
+    unread = page.text_content("#agents tr[data-agent='athena'] td:nth-child(6)")
+    assert unread == "1"
+    print(f"message visible {took:.3f} s after relayctl send returned ({mode})")
+
+
+def test_message_typed_in_the_page_lands_in_the_inbox_and_notifies(mode: str, web: WebView, page, relayctl, short_tmp: Path) -> None:
+    log = short_tmp / "notified.log"
+    relayctl("register", "agent-bd-42", "--notify", f"cmd:sh -c 'echo \"$RELAY_NOTIFY_AGENT\" >> {log}'")
+    open_view(page, web)
+    page.select_option("#c-to", "agent-bd-42")
+    page.fill("#c-thread", "bd-42")
+    page.select_option("#c-priority", "urgent")
+    page.fill("#c-body", "Please rebase onto main before the review.")
+    page.click("#c-send")
+    page.wait_for_selector("#c-result:has-text('sent to agent-bd-42')", timeout=5_000)
+    inbox = json.loads(relayctl("read", "--unread", "--json", agent="agent-bd-42").stdout)
+    assert [(m["from"], m["body"], m["thread"], m["priority"]) for m in inbox] == [("human", "Please rebase onto main before the review.", "bd-42", "urgent")]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().strip()):
+        time.sleep(0.05)
+    assert log.read_text().split() == ["agent-bd-42"], "the recipient's arrival mechanism did not fire"
+    # The page shows it too (the human's own message, live).
+    page.wait_for_selector("#messages li:has-text('Please rebase onto main')", timeout=2_000)
+
+
+def test_a_broadcast_from_the_page_reaches_every_agent(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    page.select_option("#c-to", "*")
+    page.fill("#c-body", "Standup in 5 minutes")
+    page.click("#c-send")
+    page.wait_for_selector("#c-result:has-text('sent to')", timeout=5_000)
+    for name in ("athena", "agent-bd-42", "agent-bd-43"):
+        inbox = json.loads(relayctl("read", "--unread", "--json", agent=name).stdout)
+        assert [m["body"] for m in inbox] == ["Standup in 5 minutes"]
+
+
+def test_hostile_message_body_is_shown_as_text_and_runs_nothing(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    relayctl("send", "athena", HOSTILE, "--subject", '<img src=x onerror="window.__pwned = 3">', agent="agent-bd-43")
+    page.wait_for_selector("#messages li:has-text('window.__pwned = 1')", timeout=2_000)
+    time.sleep(0.3)  # give an injected image time to fail and fire its handler, were there one
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert page.text_content("#messages li:first-child pre.body") == HOSTILE
+    assert '<img src=x onerror="window.__pwned = 3">' in page.text_content("#messages li:first-child .subject")
+
+
+def test_search_and_thread_view(web: WebView, page, relayctl) -> None:
+    relayctl("send", "athena", "Parser done, tests pass", "--thread", "bd-42", agent="agent-bd-42")
+    relayctl("send", "agent-bd-42", "Thanks. Please review bd-43 next.", "--thread", "bd-42", agent="athena")
+    relayctl("send", "agent-bd-43", "Endpoint schema ready", agent="athena")
+    open_view(page, web)
+    page.fill("#q-text", "SCHEMA")
+    page.click("#search button[type=submit]")
+    page.wait_for_selector("#view-title:has-text('Search')")
+    page.wait_for_function("document.querySelectorAll('#messages li[data-id]').length === 1")
+    assert "Endpoint schema ready" in page.text_content("#messages")
+    page.click("#q-clear")
+    page.click("#messages .badge.thread >> nth=0")
+    page.wait_for_selector("#view-title:has-text('Thread bd-42')")
+    page.wait_for_function("document.querySelectorAll('#messages li[data-id]').length === 2")
+    bodies = page.locator("#messages li[data-id] .subject").all_text_contents()
+    assert bodies == ["Parser done, tests pass", "Thanks. Please review bd-43 next."]  # oldest first
+    # A new message in the thread shows up in the open thread view, live.
+    relayctl("send", "athena", "Review done", "--thread", "bd-42", agent="agent-bd-43")
+    page.wait_for_selector("#messages li:has-text('Review done')", timeout=2_000)
+
+
+def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path: Path) -> None:
+    """The quickstart's three agents at work; saved as a test artifact."""
+    repo = "/home/dev/oathkeeper"
+    relayctl("send", "athena", "Bead bd-42 complete. All tests pass.", "--thread", "bd-42", agent="agent-bd-42")
+    relayctl("send", "agent-bd-42", "Thanks. Please review bd-43 next.", "--priority", "high", "--thread", "bd-43", agent="athena")
+    relayctl("send", "--broadcast", "Rebasing main, hold commits for 2 minutes", "--priority", "urgent", agent="athena")
+    relayctl("send", "athena", "Endpoints /v1/users and /v1/sessions are in; schema attached.\nRunning the contract tests now.", "--type", "status_update", agent="agent-bd-43")
+    relayctl("set-status", "reviewing", "--task", "review bd-43", agent="agent-bd-42")
+    relayctl("set-status", "working", agent="agent-bd-43")
+    relayctl("reserve", "src/auth/**", "--repo", repo, "--reason", "bd-42 auth refactor", agent="agent-bd-42")
+    relayctl("reserve", "src/api/*.py", "--repo", repo, "--shared", agent="agent-bd-43")
+    relayctl("reserve", "src/auth/login.py", "--repo", repo, "--force", agent="agent-bd-43")
+    relayctl("cmd", "agent:main:main", "/verify", "oathkeeper", "bd-42", agent="athena")
+    make_dead_letter(relayctl, "Deploy the auth service to staging (reply with ack)")
+    open_view(page, web)
+    page.wait_for_selector("#messages li:has-text('Endpoints /v1/users')", timeout=5_000)
+    page.wait_for_selector("#reservations .badge.conflict")
+    page.wait_for_selector("#dead-letters tr[data-dead]")
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    shot = os.path.join(ARTIFACTS, "web-view.png")
+    page.screenshot(path=shot, full_page=True)
+    assert os.path.getsize(shot) > 10_000
+    if os.environ.get("RELAY_UPDATE_DOCS_SCREENSHOT"):
+        page.screenshot(path=str(Path(__file__).resolve().parent.parent / "docs" / "web-view.png"), full_page=True)
+
+
+def test_ctrl_c_stops_it_cleanly(team, relay_env) -> None:
+    import http.client
+
+    view = WebView(relay_env)
+    assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
+    stream = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
+    stream.request("GET", "/api/events", headers={"X-Relay-Token": view.token})
+    assert stream.getresponse().status == 200  # an open event stream must not hold up the exit
+    err = view.stop()
+    stream.close()
+    assert view.proc.returncode == 0, err
+    assert "Traceback" not in err and "error" not in err and err.rstrip().endswith("relay web view stopped")
+
+
+def test_relayctl_web_without_a_store_says_so(relay_env) -> None:
+    proc = subprocess.run([sys.executable, "-m", "relayctl", "web"], env=relay_env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: no relay store at") and "Traceback" not in proc.stderr
+
+
+def test_other_commands_do_not_load_the_web_stack(team, relay_env) -> None:
+    code = (
+        "import sys\n"
+        "from relayctl.cli import main\n"
+        "try:\n    main(['status'])\nexcept SystemExit:\n    pass\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'relayweb'))\n"
+        "print(loaded, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=relay_env, capture_output=True, text=True, timeout=30)
+    assert proc.stderr.strip() == "[]", proc.stderr
+
+
+def make_dead_letter(relayctl, body: str) -> dict:
+    """A message sent with --ack that nobody acknowledges, swept until it is dead-lettered."""
+    relayctl("send", "agent-bd-43", body, "--ack", "--ack-wait", "1ms", "--max-deliver", "1", agent="athena")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        relayctl("redeliver")
+        letters = json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"]
+        if letters:
+            return letters[0]
+        time.sleep(0.01)
+    raise AssertionError("the message never became a dead letter")
+
+
+def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    letter = make_dead_letter(relayctl, "Run the migration on staging")
+    row = f"#dead-letters tr[data-dead='{letter['id']}']"
+    page.wait_for_selector(row, timeout=2_000)
+    assert "agent-bd-43" in page.text_content(row) and "Run the migration on staging" in page.text_content(row)
+    owed_before = page.text_content("#agents tr[data-agent='agent-bd-43'] td:nth-child(7)")
+    assert owed_before == "0"
+    page.click(f"{row} button.retry")
+    page.wait_for_selector(row, state="detached", timeout=2_000)
+    assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
+    inbox = json.loads(relayctl("read", "--json", "--last", "0", agent="agent-bd-43").stdout)
+    copies = [m for m in inbox if m["id"] == letter["id"]]
+    assert len(copies) == 3 and copies[-1]["attempt"] == 3, copies  # first delivery, one redelivery, the retry
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '1'", timeout=2_000)
+    # Acknowledged, it is settled for good: nothing is owed any more.
+    relayctl("ack", letter["id"], agent="agent-bd-43")
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '0'", timeout=2_000)
+
+
+def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    letter = make_dead_letter(relayctl, "Obsolete instruction")
+    row = f"#dead-letters tr[data-dead='{letter['id']}']"
+    page.wait_for_selector(row, timeout=2_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click(f"{row} button.drop")
+    page.wait_for_selector(row, state="detached", timeout=2_000)
+    assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
+    # Without the token header the same request is refused.
+    assert web.get("/api/dlq/retry", {"Cookie": f"relay_web_{web.port}={web.token}", "Content-Type": "application/json"}, "POST", json.dumps({"id": letter["id"]}).encode())[0] == 403
+
+
+def test_open_hands_the_browser_a_one_time_token(team, relay_env, short_tmp: Path) -> None:
+    """--open puts a URL on the browser's command line, readable by other users in the
+    process list: it carries a token that lets in once, and never the real one."""
+    seen = short_tmp / "browser-argv"
+    browser = short_tmp / "browser"
+    browser.write_text(f"#!/bin/sh\necho \"$@\" > {seen}\n")
+    browser.chmod(0o755)
+    view = WebView({**relay_env, "BROWSER": str(browser)}, "--open")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (seen.exists() and seen.read_text().strip()):
+            time.sleep(0.05)
+        launched = seen.read_text().strip()
+        assert launched.startswith(view.base + "/?token=") and view.token not in launched
+        path = launched.removeprefix(view.base)
+        status, _, headers = view.get(path)
+        assert status == 303 and f"relay_web_{view.port}={view.token}" in headers["set-cookie"]
+        assert view.get(path)[0] == 403, "the one-time token let in twice"
+    finally:
+        view.stop()
