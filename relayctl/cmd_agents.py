@@ -75,6 +75,21 @@ def _agent_line(a: dict) -> str:
     return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}"
 
 
+def _bridge_line(b: dict) -> str:
+    line = f"bridge: {b['state']} ({b['url']}) as host {b['host']}, backlog {b.get('backlog', 0)}"
+    if b.get("last_error") and b["state"] != "connected":
+        line += f"; last error: {clip(b['last_error'], 80)}"
+    for name, owner in sorted((b.get("name_conflicts") or {}).items()):
+        line += f"\n  warning: agent name {name} is owned by host {owner}; mail for it goes there"
+    return line
+
+
+def _remote_agent_line(a: dict) -> str:
+    if a.get("alive") is None:  # from the last directory relayd saw: no presence
+        return f"  {a['name']:<16} @{a['host']:<14} (relayd not running: presence unknown)"
+    return _agent_line(a).replace(f"  {a['name']:<16} ", f"  {a['name']:<16} @{clip(a['host'], 13):<14}", 1)
+
+
 def _reservation_line(r: dict) -> str:
     from relayd.timefmt import now
 
@@ -98,12 +113,22 @@ def render_status(r: dict, sections: set[str]) -> str:
     if daemon is not None:
         lines.append(f"relayd: {'running' if daemon.get('running') else 'not running (direct mode)'}")
         lines.append("")
+    bridge = r.get("bridge")
+    if bridge is not None:
+        lines.append(_bridge_line(bridge))
+        lines.append("")
     if "agents" in sections:
         agents = r["agents"]
         alive = sum(1 for a in agents if a["alive"])
         lines.append(f"AGENTS ({alive} alive, {len(agents) - alive} stale)")
         lines.extend(_agent_line(a) for a in agents)
         lines.append("")
+        if bridge is not None and bridge.get("agents"):
+            remote = bridge["agents"]
+            alive = sum(1 for a in remote if a.get("alive"))
+            lines.append(f"AGENTS ON OTHER HOSTS ({alive} alive, {len(remote) - alive} stale)")
+            lines.extend(_remote_agent_line(a) for a in remote)
+            lines.append("")
     if "reservations" in sections:
         res = r.get("reservations", [])
         from relayd.timefmt import now

@@ -14,7 +14,8 @@ from .context import settings
 @click.argument("topics", nargs=-1, required=True, metavar="TOPIC...")
 @click.option("--for", "for_agent", metavar="AGENT", help="Only events about AGENT (its inbox, its reservations, its presence).")
 @click.option("--after", metavar="EVENT_ID", help="Resume: first replay the events that followed EVENT_ID.")
-def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None) -> None:
+@click.option("--scope", type=click.Choice(["host", "team"]), default="host", show_default=True, help="team: also the events of other hosts (relayd --bridge); theirs carry \"host\".")
+def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None, scope: str) -> None:
     """Print events as NDJSON, one per line, until Ctrl-C. Needs relayd running.
 
     TOPIC is inbox, reservations, commands, presence, agent, wake, or all.
@@ -26,13 +27,14 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None)
       relayctl subscribe inbox reservations commands
       relayctl subscribe inbox --for inferno | jq -r .subject
       relayctl subscribe all --after 01JMHF3XYZ0000000000000000
+      relayctl subscribe inbox presence --scope team
     """
     s = settings()
     chosen = ["*" if topic == "all" else topic for topic in topics]
     encode = msgspec.json.Encoder().encode
     out = sys.stdout.buffer
     try:
-        for item in s.client().subscribe(chosen, agent=for_agent, after=after):
+        for item in s.client().subscribe(chosen, agent=for_agent, after=after, scope=scope):
             if item.get("type") == "event":
                 out.write(encode(item) + b"\n")
                 out.flush()

@@ -6,7 +6,7 @@ import os
 
 import msgspec
 
-from . import layout
+from . import layout, remote
 from .errors import StoreError, UsageError
 from .fsio import Dir
 from .presence import last_heartbeat, touch_heartbeat
@@ -68,6 +68,8 @@ class RegisterParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 def register(store: Store, p: RegisterParams) -> AgentMeta:
     """Create or update an agent: its directory, empty inbox, meta.json and heartbeat."""
     check_agent_name(p.name)
+    if not store.is_agent(p.name):
+        remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")
     notify = _check_notify(p.notify)
     for field in ("program", "model", "task", "bead", "status", "session"):
         _check_text(field, getattr(p, field))

@@ -187,7 +187,7 @@ class Client:
         return result
 
     # -- events ----------------------------------------------------------------------
-    def subscribe(self, topics: list[str], agent: str | None = None, after: str | None = None) -> Iterator[dict[str, Any]]:
+    def subscribe(self, topics: list[str], agent: str | None = None, after: str | None = None, scope: str = "host") -> Iterator[dict[str, Any]]:
         """The `{"type":"subscribed",...}` acknowledgement, then events as dicts
         (`{"type":"event","topic":...}`), replayed ones first with `after`.
 
@@ -198,7 +198,7 @@ class Client:
         if line is None:
             raise Unavailable(f"relayd is not running for {self.store_dir}; start it with 'relayctl daemon' (or 'relayd')")
         try:
-            line.send(protocol.Subscribe(topics=list(topics), agent=agent, after=after))
+            line.send(protocol.Subscribe(topics=list(topics), agent=agent, after=after, scope=scope))  # type: ignore[arg-type]
             answer = line.receive()
             if isinstance(answer, protocol.ErrorFrame):
                 raise from_wire(msgspec.to_builtins(answer.error))

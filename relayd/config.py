@@ -8,7 +8,8 @@ how long read mail is kept.
       "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
                    "escalate_to": "leader", "keep_acked": "7d"},
-      "gc":     {"keep": "30d"}
+      "gc":     {"keep": "30d"},
+      "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"}
     }
 
 Every key is optional. A missing file means the defaults: no gateway, no socket (so
@@ -53,11 +54,17 @@ class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     keep: str | None = None  # drop read messages older than this from rotated inboxes (gc --keep)
 
 
+class BridgeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    url: str  # nats://HOST:PORT of the team's NATS server (relayd --bridge)
+    host: str | None = None  # this host's name in the team (relayd --host-name)
+
+
 class Config(msgspec.Struct, kw_only=True):
     wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
     delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
     gc: GcConfig = msgspec.field(default_factory=GcConfig)
+    bridge: BridgeConfig | None = None
 
 
 _decoder = msgspec.json.Decoder(Config)

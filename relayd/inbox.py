@@ -17,7 +17,7 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout, owed
+from . import layout, owed, remote
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .fsio import Dir, append_lines
 from .registry import operation
@@ -76,7 +76,7 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if p.broadcast:
         if p.to:
             raise UsageError("give recipients or --broadcast, not both")
-        others = [name for name in store.known_agents() if name != sender]
+        others = [name for name in store.known_agents() if name != sender] + remote.broadcast_targets(store, sender)
         if not others:
             raise UnknownAgent("nothing to broadcast to: no other agents are registered", known=[])
         return others
@@ -85,7 +85,7 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     seen: list[str] = []
     for name in p.to:
         check_agent_name(name, "recipient")
-        if not store.is_agent(name):
+        if not store.is_agent(name) and remote.recipient_host(store, name) is None:
             raise store.unknown_agent(name)
         if name not in seen:
             seen.append(name)
@@ -135,7 +135,11 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
 
 
 def append_messages(store: Store, recipient: str, messages: list[Message]) -> None:
-    """Append messages to one inbox in a single write, rotating first when it is full."""
+    """Append messages to one inbox in a single write, rotating first when it is full.
+
+    Mail for an agent on another host goes to the bridge's outbox instead (`relayd.remote`)."""
+    if store.remote is not None and store.remote.host_of(recipient) is not None:
+        return store.remote.enqueue(store, recipient, messages)
     payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
     with store.agent_dir(recipient) as agent, agent.locked(layout.INBOX_LOCK):
         fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
@@ -190,6 +194,8 @@ def _dead_letter_rotated(store: Store, agent: Dir) -> None:
 
 def _check_inbox(store: Store, recipient: str) -> None:
     """Refuse an inbox whose files are not plain files (a planted symlink) before writing."""
+    if store.remote is not None and store.remote.host_of(recipient) is not None:
+        return  # mail for another host goes to the outbox
     with store.agent_dir(recipient) as agent:
         agent.refuse_non_regular(layout.INBOX, layout.INBOX_LOCK)
 

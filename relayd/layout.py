@@ -15,6 +15,7 @@ DEAD_LETTER = "dead_letter"  # exhausted owed messages (<to>.<id>.json) and rota
 OWED = "owed"  # <to>.<id>.json: messages waiting for their recipient's acknowledgement
 ACKED = "acked"  # <to>.<id>.json: acknowledged, kept a while so a repeated ack is answered
 TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED)
+BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
 
 EVENTS = "events.jsonl"
 EVENTS_ROTATED = "events.jsonl.1"
@@ -36,6 +37,15 @@ HEARTBEAT = "heartbeat"
 HEARTBEAT_STALE = "heartbeat.stale"
 CURSOR = "cursor"
 PENDING = "pending"
+
+# Inside bridge/
+OUTBOX = "outbox.jsonl"  # messages for agents on other hosts, until JetStream has them
+OUTBOX_CURSOR = "outbox.cursor"  # how far the outbox is forwarded
+OUTBOX_LOCK = "outbox.lock"
+BRIDGE_STATE = "state.json"  # this store is bridged: host name, NATS URL, last directory
+RECEIVED = "received.jsonl"  # ids of messages that came in over the bridge (no duplicates)
+RECEIVED_ROTATED = "received.jsonl.1"
+UNDELIVERABLE = "undeliverable.jsonl"  # bridge mail for an agent this host does not have
 
 WAKE_TRIGGER = "trigger"
 WAKE_LAST_MESSAGE = "last-message"

@@ -18,6 +18,7 @@ class StatusResult(msgspec.Struct, kw_only=True):
     reservations: list[dict] = msgspec.field(default_factory=list)
     commands: list[dict] = msgspec.field(default_factory=list)
     delivery: "DeliveryCounts | None" = None
+    bridge: dict | None = None  # relayd --bridge: connection, backlog, agents of other hosts
 
 
 class DeliveryCounts(msgspec.Struct, kw_only=True):
@@ -44,9 +45,13 @@ def status(store: Store, p: StatusParams) -> StatusResult:
     from .commands import commands, CommandsParams
     from .reservations import listing
 
+    from .remote import bridge_status
+    from .timefmt import parse_duration
+
     return StatusResult(
         agents=agent_states(store, None, p.stale),
         reservations=[msgspec.to_builtins(r) for r in listing(store, expired=True)],
         commands=[msgspec.to_builtins(c) for c in commands(store, CommandsParams(status="pending"))],
         delivery=delivery_counts(store),
+        bridge=bridge_status(store, parse_duration(p.stale).total_seconds()),
     )

@@ -76,6 +76,7 @@ class Subscribe(Frame, tag="subscribe"):
     topics: list[str]
     agent: str | None = None
     after: str | None = None
+    scope: Literal["host", "team"] = "host"  # team: other hosts' events too (relayd --bridge)
 
 
 class Subscribed(Frame, tag="subscribed"):
@@ -83,6 +84,7 @@ class Subscribed(Frame, tag="subscribed"):
 
     topics: list[str]
     agent: str | None = None
+    scope: Literal["host", "team"] = "host"
 
 
 class ErrorFrame(Frame, tag="error"):

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import msgspec
 
-from . import layout
+from . import layout, remote
 from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
 from .globs import PatternError, normalize, normalized_overlap
 from .registry import operation
@@ -141,6 +141,8 @@ class ReserveResult(msgspec.Struct, kw_only=True):
 def reserve(store: Store, p: ReserveParams) -> ReserveResult:
     """Reserve a path pattern in a repo; refused (Conflict) when someone else holds an overlapping one."""
     check_agent_name(p.agent)
+    if not p.check:
+        remote.refuse_unbridged(store, "reserving files")
     repo = check_repo(p.repo)
     pattern = pattern_in_repo(p.pattern, repo)
     ttl = parse_duration(p.ttl)

@@ -46,6 +46,8 @@ class Store:
         self.sync: Syncer = Syncer() if (_env_fsync_enabled() if fsync is None else fsync) else NoSync()
         self._root: Dir | None = None
         self._subdirs: dict[str, Dir] = {}
+        # Agents on other hosts (`relayd.remote.Remote`): set only inside relayd --bridge.
+        self.remote: Any = None
 
     # -- directories -----------------------------------------------------------------
     def root_dir(self, create: bool = True) -> Dir:

@@ -28,6 +28,7 @@ Examples:
   relayctl daemon --socket $XDG_RUNTIME_DIR/relay/relayd.sock
   relayd --ignite-queue ~/ignite/workspace/queue --ignite-timeout 10m
   RELAY_DIR=/tmp/t relayd & relayctl status
+  relayd --bridge nats://10.0.0.5:4222 --host-name gpu-box     # join other hosts (docs/bridge.md)
 """
 
 
@@ -55,8 +56,10 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--ignite-queue", metavar="DIR", type=click.Path(file_okay=False), help="Also serve this IGNITE queue directory (DIR/<agent>/*.mime; see relayctl ignite watch).")
 @click.option("--ignite-timeout", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="With --ignite-queue: how long an agent may leave a delivered file before it is retried.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay[bridge]). [default: config.json bridge.url, else host-local only]")
+@click.option("--host-name", metavar="NAME", help="This host's name in the bridged team (a-z, 0-9, '_', '-'). [default: config.json bridge.host, else the machine's hostname]")
 @click.pass_context
-def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, ignite_queue: str | None, ignite_timeout: float, log_level: str) -> None:
+def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, ignite_queue: str | None, ignite_timeout: float, log_level: str, bridge_url: str | None, host_name: str | None) -> None:
     from relayd import layout
     from relayd.errors import UsageError
 
@@ -78,10 +81,59 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
         if not os.path.isdir(ignite_queue):
             raise UsageError(f"--ignite-queue {ignite_queue}: not a directory (the IGNITE queue, e.g. workspace/queue)")
 
+    bridge_url, host_name = _bridge_settings(root, bridge_url, host_name)
+
     from .main import Config, run
 
-    status = run(Config(store_dir=root, socket_path=sock, gc_interval=gc_interval, stale_after=stale_after, retry_interval=retry_interval, redeliver_interval=redeliver_interval, drain_timeout=drain_timeout, log_level=log_level.lower(), ignite_queue=ignite_queue, ignite_timeout=ignite_timeout))
+    status = run(
+        Config(
+            store_dir=root,
+            socket_path=sock,
+            gc_interval=gc_interval,
+            stale_after=stale_after,
+            retry_interval=retry_interval,
+            redeliver_interval=redeliver_interval,
+            drain_timeout=drain_timeout,
+            log_level=log_level.lower(),
+            bridge_url=bridge_url,
+            host_name=host_name,
+            ignite_queue=ignite_queue,
+            ignite_timeout=ignite_timeout,
+        )
+    )
     ctx.exit(status)
+
+
+def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str | None, str | None]:
+    """--bridge / --host-name, else config.json's bridge section; checked before starting."""
+    from relayd.errors import UsageError
+    from relayd.names import check_agent_name
+
+    if url is None or host is None:
+        from relayd.config import load_config
+        from relayd.store import Store
+
+        if os.path.isfile(os.path.join(root, "config.json")):
+            with Store(root) as store:
+                configured = load_config(store).bridge
+            if configured is not None:
+                url = url or configured.url
+                host = host or configured.host
+    if not url:
+        return None, None
+    if not url.startswith(("nats://", "tls://")):
+        raise UsageError(f"--bridge must be a nats:// (or tls://) URL, e.g. nats://127.0.0.1:4222, not {url!r}")
+    if not host:
+        import re
+        import socket
+
+        host = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().split(".")[0].lower()).strip("-_") or "host"
+    check_agent_name(host, "host name")
+    try:
+        import nats  # noqa: F401  (only to say clearly what is missing)
+    except ImportError:
+        raise UsageError("--bridge needs nats-py: pip install 'relay[bridge]' (or pip install nats-py)") from None
+    return url, host
 
 
 def main(argv: list[str] | None = None) -> None:

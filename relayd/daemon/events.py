@@ -34,14 +34,15 @@ _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
 class Subscriber:
-    __slots__ = ("topics", "agent", "queue", "drop", "dropped")
+    __slots__ = ("topics", "agent", "queue", "drop", "dropped", "team")
 
-    def __init__(self, topics: list[str], agent: str | None, queue: MemoryObjectSendStream[bytes], drop: Callable[[], None]) -> None:
+    def __init__(self, topics: list[str], agent: str | None, queue: MemoryObjectSendStream[bytes], drop: Callable[[], None], team: bool = False) -> None:
         self.topics = frozenset(topics)
         self.agent = agent
         self.queue = queue
         self.drop = drop
         self.dropped = False
+        self.team = team  # also wants other hosts' events (scope "team", through the bridge)
 
     def wants(self, event: Event) -> bool:
         return event.topic in self.topics and (self.agent is None or event.agent == self.agent)
@@ -55,8 +56,15 @@ class Hub:
         self.dropped = 0
 
     def publish(self, event: Event, frame: bytes) -> None:
+        self._publish(event, frame, team_only=False)
+
+    def publish_team(self, event: Event, frame: bytes) -> None:
+        """An event of another host (from the bridge): only for scope-team subscribers."""
+        self._publish(event, frame, team_only=True)
+
+    def _publish(self, event: Event, frame: bytes, team_only: bool) -> None:
         for sub in tuple(self.subscribers):
-            if not sub.wants(event):
+            if (team_only and not sub.team) or not sub.wants(event):
                 continue
             try:
                 sub.queue.send_nowait(frame)

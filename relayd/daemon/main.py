@@ -41,6 +41,8 @@ class Config:
     log_level: str = "info"
     ignite_queue: str | None = None  # an IGNITE queue directory to serve (relayd.ignite.queue)
     ignite_timeout: float = 300.0
+    bridge_url: str | None = None  # nats://HOST:PORT: join other hosts' relayd (relayd.bridge)
+    host_name: str | None = None
 
 
 def run(config: Config) -> int:
@@ -78,8 +80,12 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         store.sync = committer
     hub = Hub()
     notifier = Notifier(store.root, config.retry_interval)
-    events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=notifier.on_event)
+    bridge = _bridge(config, store, committer, hub)
+    on_event = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
+    events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=on_event)
     server = Server(store, committer, hub, events)
+    if bridge is not None:
+        server.team_ops.update(bridge.team_ops)
     if committer is not None:
         committer.inline_when = server.quiet
         committer.collect = server.run_deferred
@@ -95,6 +101,8 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.start_soon(redeliver_owed, store, config.redeliver_interval)
         tasks.start_soon(stale.run)
         tasks.start_soon(_signals, stop)
+        if bridge is not None:
+            tasks.start_soon(bridge.run)
         if systemd.watchdog_seconds:
             tasks.start_soon(_watchdog, systemd)
         await tasks.start(server.serve, await SocketListener.from_socket(sock))
@@ -122,6 +130,33 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
 
 async def _nothing() -> None:
     return None
+
+
+def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hub):
+    """The NATS bridge when --bridge was given (only then is nats-py imported)."""
+    from relayd import remote
+
+    if not config.bridge_url:
+        remote.forget_state(store)  # served host-local now: direct mode stops refusing
+        backlog = remote.backlog(store) if store.root_dir().exists(layout.BRIDGE) else 0
+        if backlog:
+            log.warning("the bridge outbox holds messages for other hosts; start relayd with --bridge to forward them", backlog=backlog)
+        return None
+    from relayd.bridge.service import Bridge
+
+    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub)
+    store.remote = bridge
+    return bridge
+
+
+def _with_bridge(notify, bridge):
+    def call(event):
+        # Mail accepted here for another host is notified there, when it arrives.
+        if event.topic != "inbox" or not event.agent or bridge.host_of(event.agent) is None:
+            notify(event)
+        bridge.on_event(event)
+
+    return call
 
 
 async def _signals(stop: anyio.Event) -> None:

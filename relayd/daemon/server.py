@@ -13,7 +13,7 @@ import itertools
 import os
 import socket
 import struct
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 import anyio
 import structlog
@@ -21,7 +21,7 @@ from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from relayd import __version__, ops, protocol
-from relayd.errors import ProtocolError, RelayError, StoreError
+from relayd.errors import ProtocolError, RelayError, StoreError, Unavailable
 from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
 from relayd.records import check_agent_name
 from relayd.store import Store
@@ -51,6 +51,9 @@ class Server:
         self._accepting: anyio.CancelScope | None = None
         self.requests = 0
         self.deferred: list[Deferred] = []  # batchable requests waiting for run_deferred
+        # Operations decided team-wide by the bridge (register, reserve, release): the
+        # bridge gets the request and this server's execute, and answers as execute does.
+        self.team_ops: dict[str, Callable[[Request, Callable[[Request], tuple[Batch | None, bytes]]], Awaitable[tuple[Batch | None, bytes]]]] = {}
         self.round = anyio.Event()  # set when the requests deferred so far have run
 
     # -- accepting -------------------------------------------------------------------
@@ -310,7 +313,10 @@ class Peer:
                     self.server.run_deferred()  # this request may depend on the queued ones
                 match item:
                     case Request():
-                        batch, payload = self.server.execute(item)
+                        if (decide := self.server.team_ops.get(item.op)) is not None:
+                            batch, payload = await decide(item, self.server.execute)
+                        else:
+                            batch, payload = self.server.execute(item)
                         if batch is not None:
                             self.unanswered += 1
                         await _put(replies, (batch, item.id, payload))
@@ -380,18 +386,20 @@ class Peer:
             topics = protocol.normalize_topics(request.topics)
             if request.agent is not None:
                 check_agent_name(request.agent)
+            if request.scope == "team" and self.server.store.remote is None:
+                raise Unavailable("scope team needs relayd started with --bridge (this relayd serves one host only)")
         except RelayError as exc:
             await replies.send((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
             return
         queue, events = anyio.create_memory_object_stream[bytes](QUEUE_EVENTS)
-        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._abort)
+        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._abort, team=request.scope == "team")
         # Fix the replay's end and join the hub in one step (no await between), so every
         # event is either replayed or queued, never both, never neither.
         replay = self.server.events.replay(request.after, self.subscriber.wants) if request.after else iter(())
         self.server.hub.subscribers.add(self.subscriber)
         log.debug("subscribed", topics=topics, agent=request.agent, after=request.after)
         assert self._group is not None
-        ack = protocol.encode(Subscribed(topics=topics, agent=request.agent))
+        ack = protocol.encode(Subscribed(topics=topics, agent=request.agent, scope=request.scope))
         self._group.start_soon(self._pump, ack, replay, events)
 
     async def _pump(self, ack: bytes, replay: Iterator[bytes], events: MemoryObjectReceiveStream[bytes]) -> None:

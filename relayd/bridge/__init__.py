@@ -1,0 +1,27 @@
+"""The NATS bridge: several relayd instances, one per host, joined over NATS JetStream.
+
+Only a relayd started with `--bridge nats://HOST:PORT --host-name NAME` imports this
+package (and nats-py, the optional extra `relay[bridge]`). Each host keeps its own store
+and relayd; the bridge carries only what crosses hosts:
+
+* directory (`directory.py`): every relayd puts its agents (name, host, presence) into
+  the key-value bucket `relay-agents` and watches it. A name is claimed with a
+  create-only write, so it belongs to one host team-wide; the cache in memory is what a
+  send asks (`relayd.remote.Remote.host_of`).
+* mail out (`forwarder.py`): a send to a remote agent is appended to the local outbox
+  (`bridge/outbox.jsonl`, durable before the client's answer, see `relayd.remote`). The
+  forwarder publishes it, in order, to the stream `RELAY_MAIL` on the subject
+  `relay.mail.<host>` with the relay id as `Nats-Msg-Id` (JetStream drops a repeat
+  inside its de-duplication window) and moves its cursor only past what JetStream acked.
+* mail in (`receiver.py`): a durable pull consumer per host; each message is appended to
+  the local inbox with its id, and acknowledged to JetStream only once that append is
+  fsynced. An id this host already holds (`bridge/received.jsonl`) is acked, not appended.
+* reservations (`reservations.py`): exclusive reservations are decided team-wide under a
+  lock key taken with create-only / compare-and-set writes in `relay-locks`, then held
+  as entries of `relay-reservations`.
+* events (`events.py`): each relayd publishes its event log on `relay.events.<host>` and
+  hands other hosts' events to subscribers that asked for `scope: team`.
+
+`service.py` ties these together, keeps the connection (retrying while NATS is down:
+local work never waits for it) and is what relayd's main loop starts.
+"""

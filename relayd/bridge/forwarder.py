@@ -1,0 +1,82 @@
+"""Mail out: the local outbox into JetStream, in order, never past an unacknowledged one.
+
+The outbox (`relayd.remote`) holds what sends accepted for other hosts. The forwarder
+reads the lines past its cursor once they are durable here, publishes each to
+`relay.mail.<host>` with `Nats-Msg-Id` = the relay id, and moves the cursor past a line
+only after JetStream's publish ack. Publishes are pipelined (many in flight) but the
+cursor moves only over a prefix of acked ones, so a failure mid-way resumes at the first
+message JetStream did not confirm; repeats it already had are dropped by its
+de-duplication window, and the receiving relayd refuses ids it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+import anyio
+import structlog
+
+from relayd import remote
+from relayd.records import json_encoder
+from relayd.store import Store
+
+from . import link
+
+log = structlog.get_logger()
+
+PUBLISH_TIMEOUT = 5.0
+IDLE_CHECK = 1.0
+
+
+class Forwarder:
+    def __init__(self, store: Store, durable: Callable[[], Awaitable[None]]) -> None:
+        self.store = store
+        self.durable = durable
+        self.forwarded = 0
+        self.skipped = 0
+        self._wakeup = anyio.Event()
+
+    def poke(self) -> None:
+        self._wakeup.set()
+
+    async def run(self, js) -> None:
+        while True:
+            entries, end, bad = remote.pending(self.store)
+            if end is None:
+                remote.compact(self.store)
+                with anyio.move_on_after(IDLE_CHECK):
+                    await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                continue
+            if bad:
+                self.skipped += bad
+                log.error("skipped damaged lines in the bridge outbox", count=bad)
+            await self.durable()  # never publish what a crash here could still take back
+            await self._publish(js, entries)
+            remote.write_cursor(self.store, end)
+            self.forwarded += len(entries)
+
+    async def _publish(self, js, entries) -> None:
+        futures = []
+        for _, entry in entries:
+            futures.append(
+                await js.publish_async(
+                    link.mail_subject(entry.host),
+                    json_encoder.encode(entry.message),
+                    stream=link.MAIL_STREAM,
+                    headers={"Nats-Msg-Id": entry.message.id},
+                    wait_stall=PUBLISH_TIMEOUT,
+                )
+            )
+        acked = None
+        try:
+            for (cursor, _), future in zip(entries, futures):
+                await asyncio.wait_for(future, PUBLISH_TIMEOUT)
+                acked = cursor
+        finally:
+            if acked is not None and acked is not entries[-1][0]:
+                remote.write_cursor(self.store, acked)  # resume after the last confirmed one
+            for future in futures:
+                if not future.done():
+                    future.cancel()

@@ -1,0 +1,145 @@
+"""Mail in: this host's messages from JetStream into the local inboxes.
+
+A durable pull consumer (`mail-<host>`) hands out batches. Each message is appended to
+its recipient's inbox with the id it was sent with, its id to `bridge/received.jsonl`, and
+an inbox event to the event log; only once those writes are fsynced is it acknowledged to
+JetStream. A crash before the ack means JetStream delivers it again; an id this host
+already holds is then acknowledged without a second append, so nobody reads it twice.
+
+Mail for a name this host does not have (the directory was out of date) goes to
+`bridge/undeliverable.jsonl` rather than being redelivered forever.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Awaitable, Callable
+
+import msgspec
+import nats.errors
+import structlog
+
+from relayd import layout
+from relayd.errors import RelayError
+from relayd.fsio import append_lines
+from relayd.inbox import append_messages
+from relayd.records import Message, json_encoder, message_decoder
+from relayd.store import Store
+
+from . import link
+
+log = structlog.get_logger()
+
+FETCH_BATCH = 256
+RECEIVED_ROTATE_BYTES = 1 << 20  # two files of ids: ~70,000 of the latest messages
+
+
+class _Id(msgspec.Struct):
+    id: str
+
+
+_id_decoder = msgspec.json.Decoder(_Id)
+
+
+class Receiver:
+    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]]) -> None:
+        self.store = store
+        self.host = host
+        self.durable = durable  # returns once the writes made so far are fsynced (raises if not)
+        self.older: set[str] = set()
+        self.recent: set[str] = set()
+        self.delivered = 0
+        self.duplicates = 0
+        self._load()
+
+    def _load(self) -> None:
+        folder = self.store.top(layout.BRIDGE)
+        for name, target in ((layout.RECEIVED_ROTATED, self.older), (layout.RECEIVED, self.recent)):
+            raw = folder.read_bytes(name) or b""
+            for line in raw.split(b"\n"):
+                try:
+                    target.add(_id_decoder.decode(line).id)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+
+    def holds(self, message_id: str) -> bool:
+        return message_id in self.recent or message_id in self.older
+
+    async def run(self, js) -> None:
+        sub = await link.mail_consumer(js, self.host)
+        while True:
+            try:
+                batch = await sub.fetch(batch=FETCH_BATCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            await self.deliver(batch)
+
+    async def deliver(self, batch: list) -> None:
+        fresh: list[Message] = []
+        in_batch: set[str] = set()
+        undeliverable: list[bytes] = []
+        for msg in batch:
+            try:
+                message = message_decoder.decode(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                undeliverable.append(bytes(msg.data))
+                continue
+            if self.holds(message.id) or message.id in in_batch:
+                self.duplicates += 1
+                continue
+            in_batch.add(message.id)
+            fresh.append(message)
+        by_inbox: dict[str, list[Message]] = {}
+        for message in fresh:
+            if self.store.is_agent(message.to):
+                by_inbox.setdefault(message.to, []).append(message)
+            else:
+                undeliverable.append(json_encoder.encode(message))
+        try:
+            for recipient, messages in by_inbox.items():
+                append_messages(self.store, recipient, messages)
+            if undeliverable:
+                self._append(layout.UNDELIVERABLE, undeliverable)
+                log.warning("bridge mail for agents this host does not have", count=len(undeliverable), file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
+            delivered = [m for messages in by_inbox.values() for m in messages]
+            if fresh:
+                self._remember([m.id for m in fresh])
+            self.store.emit(
+                *(
+                    self.store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
+                    for m in delivered
+                )
+            )
+            await self.durable()
+        except RelayError as exc:
+            # Not durable here: JetStream keeps the batch and delivers it again.
+            log.error("could not store bridge mail; JetStream will redeliver", error=exc.message)
+            for msg in batch:
+                await msg.nak(delay=1.0)
+            return
+        self.recent.update(m.id for m in fresh)  # only now: a failed round must not count as held
+        for msg in batch:
+            await msg.ack()
+        self.delivered += len(delivered)
+
+    def _remember(self, ids: list[str]) -> None:
+        folder = self.store.top(layout.BRIDGE)
+        try:
+            size = os.stat(layout.RECEIVED, dir_fd=folder.fd, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            size = 0
+        if size > RECEIVED_ROTATE_BYTES:
+            folder.rename(layout.RECEIVED, layout.RECEIVED_ROTATED)
+            self.older, self.recent = self.recent, set()
+        self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids])
+
+    def _append(self, name: str, lines: list[bytes]) -> None:
+        folder = self.store.top(layout.BRIDGE)
+        fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            if os.fstat(fd).st_size == 0:
+                self.store.sync.dir(folder.fd)
+            append_lines(fd, b"".join(line + b"\n" for line in lines), os.path.join(folder.path, name))
+            self.store.sync.file(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,252 @@
+"""Reservations across hosts: one team-wide decision for overlapping patterns.
+
+Keys per exact pattern (create-only) would stop two hosts taking the *same* pattern, but
+not `src/**` on one host and `src/auth/login.go` on another. So a reserve runs under a
+team lock: the key `reservations` in the bucket `relay-locks`, taken with a create-only
+write (or, when its holder died and its lease passed, with compare-and-set on the
+revision seen) and given back with a delete conditioned on our own revision. Under the
+lock the host reads every reservation of the other hosts from `relay-reservations`,
+checks overlap exactly as one host does (`relayd.reservations.find_conflicts`), runs
+the local reserve (which checks this host's own under its flock), and publishes the
+result, then lets go. Each host writes only its own entries; release deletes them; a
+reconcile on every (re)connection puts back what is missing and removes entries whose
+local file is gone (released or collected while NATS was down).
+
+While NATS is unreachable a reserve is refused (a local-only "exclusive" reservation
+would be a promise nobody else can see); `--check` and release keep working.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import anyio
+import msgspec
+import structlog
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+
+from relayd import protocol
+from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
+from relayd.ops import decode_params, lookup
+from relayd.protocol import Request, Response
+from relayd.records import Reservation, json_encoder
+from relayd.reservations import check_repo, describe, find_conflicts, is_expired, load_all, pattern_in_repo, reservation_key
+from relayd.store import Store
+from relayd.timefmt import now, to_iso
+
+log = structlog.get_logger()
+
+LOCK_KEY = "reservations"
+LEASE_SECONDS = 10.0  # a lock older than this was left by a host that died holding it
+LOCK_WAIT = 5.0
+
+
+class TeamEntry(Reservation, kw_only=True):
+    host: str
+
+
+class _Lock(msgspec.Struct):
+    host: str
+    until: float
+
+
+_entry_decoder = msgspec.json.Decoder(TeamEntry)
+_lock_decoder = msgspec.json.Decoder(_Lock)
+
+
+def _key(file_name: str) -> str:
+    return file_name.removesuffix(".json")
+
+
+class TeamReservations:
+    def __init__(self, store: Store, host: str, connected: Callable[[], object]) -> None:
+        self.store = store
+        self.host = host
+        self.connected = connected  # the buckets (reservations, locks), or None while NATS is away
+        self.remote: dict[str, TeamEntry] = {}  # other hosts' entries by key, as last read
+
+    # -- the operations ------------------------------------------------------------------
+    async def reserve(self, request: Request, execute):
+        params = decode_params(lookup("reserve"), request.params)
+        if params.check:
+            return self._with_remote_conflicts(request, execute(request))
+        buckets = self.connected()
+        if buckets is None:
+            return None, _error(request, Unavailable("cannot reserve: the team's reservations are decided through NATS, which is unreachable now (try again when relayctl status shows the bridge connected; --check still works)"))
+        kv, locks = buckets
+        try:
+            revision = await self._lock(locks)
+        except RelayError as exc:
+            return None, _error(request, exc)
+        try:
+            try:
+                candidate = _candidate(params)
+                others = await self._read_others(kv)
+            except RelayError as exc:
+                return None, _error(request, exc)
+            conflicts = find_conflicts(candidate, others)
+            if conflicts and not params.force:
+                return None, _error(
+                    request,
+                    Conflict(
+                        f"cannot reserve {candidate.pattern} in {candidate.repo}: "
+                        + "; ".join(f"{describe(c)} on host {c.host}" for c in conflicts)
+                        + " (wait, ask the holder, or use --force)",
+                        conflicts=[msgspec.to_builtins(c) for c in conflicts],
+                    ),
+                )
+            batch, payload = execute(request)
+            reply = protocol.decode(payload.rstrip(b"\n"))
+            if isinstance(reply, Response) and reply.ok and reply.result and reply.result.get("reservation"):
+                if batch is not None:
+                    await batch.wait()  # published only once it is durable here
+                held = msgspec.convert(reply.result["reservation"], Reservation)
+                await kv.put(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)), _encode(held, self.host))
+            return batch, payload
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._unlock(locks, revision)
+
+    async def release(self, request: Request, execute):
+        batch, payload = execute(request)
+        buckets = self.connected()
+        reply = protocol.decode(payload.rstrip(b"\n"))
+        if buckets is not None and isinstance(reply, Response) and reply.ok:
+            kv, _ = buckets
+            for r in reply.result.get("released", []):
+                held = msgspec.convert(r, Reservation)
+                try:
+                    await kv.delete(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)))
+                except Exception as exc:  # the reconcile removes it later
+                    log.warning("could not remove a released reservation from the team bucket", pattern=held.pattern, error=str(exc))
+        return batch, payload
+
+    def _with_remote_conflicts(self, request: Request, outcome):
+        """`reserve --check`: the local answer plus what other hosts hold, as last seen."""
+        batch, payload = outcome
+        reply = protocol.decode(payload.rstrip(b"\n"))
+        if not (isinstance(reply, Response) and reply.ok):
+            return outcome
+        params = decode_params(lookup("reserve"), request.params)
+        candidate = _candidate(params)
+        found = find_conflicts(candidate, list(self.remote.values()))
+        if found:
+            reply.result["conflicts"] = list(reply.result.get("conflicts", [])) + [msgspec.to_builtins(c) for c in found]
+            payload = protocol.encode(reply)
+        return batch, payload
+
+    # -- the lock --------------------------------------------------------------------------
+    async def _lock(self, locks) -> int:
+        value = json_encoder.encode(_Lock(host=self.host, until=time.time() + LEASE_SECONDS))
+        deadline = time.monotonic() + LOCK_WAIT
+        holder = "?"
+        while True:
+            try:
+                return await locks.create(LOCK_KEY, value)
+            except KeyWrongLastSequenceError:
+                pass
+            try:
+                entry = await locks.get(LOCK_KEY)
+            except KeyNotFoundError:
+                continue  # released meanwhile
+            try:
+                held = _lock_decoder.decode(entry.value)
+                holder = held.host
+                expired = held.until < time.time()
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                expired = True
+            if expired:
+                try:
+                    return await locks.update(LOCK_KEY, value, last=entry.revision)
+                except KeyWrongLastSequenceError:
+                    pass  # someone else took it over first
+            if time.monotonic() > deadline:
+                raise TimedOut(f"the team reservation lock stayed held by host {holder} for {LOCK_WAIT:.0f}s; try again")
+            await anyio.sleep(0.005)
+
+    async def _unlock(self, locks, revision: int) -> None:
+        try:
+            await locks.delete(LOCK_KEY, last=revision)
+        except Exception as exc:  # taken over after our lease, or NATS went away: the lease ends it
+            log.warning("could not release the team reservation lock", error=str(exc))
+
+    # -- what the other hosts hold -----------------------------------------------------------
+    async def _read_others(self, kv) -> list[TeamEntry]:
+        """Fresh from the bucket (not the watched copy, which may lag behind a write that
+        another host finished just before it gave us the lock)."""
+        found: dict[str, TeamEntry] = {}
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            keys = []
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                continue
+            try:
+                value = _entry_decoder.decode(entry.value)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if value.host != self.host:
+                found[key] = value
+        self.remote = found
+        return list(found.values())
+
+    async def watch(self, kv) -> None:
+        """Keep `remote` (used by --check and status) current between reserves."""
+        watcher = await kv.watchall()
+        try:
+            async for update in watcher:
+                if update is None:
+                    continue
+                if update.operation in ("DEL", "PURGE") or not update.value:
+                    self.remote.pop(update.key, None)
+                    continue
+                try:
+                    value = _entry_decoder.decode(update.value)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                if value.host != self.host:
+                    self.remote[update.key] = value
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await watcher.stop()
+                except Exception:
+                    pass
+
+    async def reconcile(self, kv) -> None:
+        """Make the bucket show exactly this host's live reservations."""
+        local = {_key(name): r for name, r in load_all(self.store) if not is_expired(r)}
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            keys = []
+        for key in keys:
+            try:
+                entry = await kv.get(key)
+                value = _entry_decoder.decode(entry.value)
+            except (KeyNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if value.host == self.host and (key not in local or is_expired(value)):
+                await kv.delete(key, last=entry.revision)
+            elif value.host == self.host and local[key].id == value.id and local[key].expires_at == value.expires_at:
+                local.pop(key)
+        for key, r in local.items():
+            await kv.put(key, _encode(r, self.host))
+
+
+def _candidate(params) -> Reservation:
+    repo = check_repo(params.repo)
+    stamp = to_iso(now())
+    return Reservation(id="", agent=params.agent, pattern=pattern_in_repo(params.pattern, repo), repo=repo, exclusive=not params.shared, created_at=stamp, expires_at="9999-12-31T23:59:59.999Z")
+
+
+def _encode(r: Reservation, host: str) -> bytes:
+    return json_encoder.encode(TeamEntry(**msgspec.structs.asdict(r), host=host))
+
+
+def _error(request: Request, exc: RelayError) -> bytes:
+    return protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
