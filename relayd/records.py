@@ -117,6 +117,7 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
     command_id: str | None = None
     target_session: str | None = None
     status: str | None = None
+    host: str | None = None  # set on events from another host (relayd --bridge, scope team)
 
 
 # Encoders and decoders are built once and reused (they are the hot path of every append).

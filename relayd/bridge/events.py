@@ -12,6 +12,7 @@ import anyio
 import msgspec
 import structlog
 
+from relayd import protocol
 from relayd.records import Event, event_decoder, json_encoder
 
 from . import link
@@ -46,7 +47,8 @@ class TeamEvents:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return
             self.received += 1
-            self.hub.publish_team(event, b'{"type":"event","host":' + json_encoder.encode(host) + b"," + msg.data[1:] + b"\n")
+            event.host = host
+            self.hub.publish_team(event, protocol.encode_event_line(json_encoder.encode(event)))
 
         sub = await nc.subscribe(link.EVENTS_SUBJECTS, cb=arrived)
         try:

@@ -70,7 +70,7 @@ async def mail_consumer(js, host: str):
         durable_name=consumer_name(host),
         ack_policy=api.AckPolicy.EXPLICIT,
         filter_subject=mail_subject(host),
-        ack_wait=30.0,
+        ack_wait=5.0,  # a host killed mid-batch gets its mail again this soon
         max_ack_pending=4096,
     )
     return await js.pull_subscribe(mail_subject(host), durable=consumer_name(host), stream=MAIL_STREAM, config=config)
