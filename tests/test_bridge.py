@@ -354,7 +354,9 @@ def test_faults_every_acknowledged_send_arrives_exactly_once(hosts, nats):
         time.sleep(1.0)  # partition: the server stops answering for 10 s
         nats.pause()
         time.sleep(10)
+        queued = alpha.bridge()["backlog"]
         nats.resume()
+        assert queued > 0, "sends during the partition should wait in alpha's outbox"
         time.sleep(1.0)
     finally:
         sender.stop.set()

@@ -65,11 +65,22 @@ async def bucket(js, name: str, history: int = 1):
 
 
 async def mail_consumer(js, host: str):
-    """The host's durable pull subscription; created on first use, found again after."""
+    """The host's pull subscription, made afresh for every session.
+
+    Messages a previous session fetched but never acknowledged (relayd killed mid-batch,
+    connection lost) would otherwise come back only after the ack wait, behind newer ones.
+    The stream keeps every message until it is acknowledged (work-queue retention), so a
+    new consumer that delivers all starts at the oldest unacknowledged one: mail for this
+    host arrives in the order it was sent, across crashes too."""
+    try:
+        await js.delete_consumer(MAIL_STREAM, consumer_name(host))
+    except NotFoundError:
+        pass
     config = api.ConsumerConfig(
         durable_name=consumer_name(host),
         ack_policy=api.AckPolicy.EXPLICIT,
         filter_subject=mail_subject(host),
+        deliver_policy=api.DeliverPolicy.ALL,
         ack_wait=5.0,  # a host killed mid-batch gets its mail again this soon
         max_ack_pending=4096,
     )

@@ -104,6 +104,9 @@ class Receiver:
             delivered = [m for messages in by_inbox.values() for m in messages]
             if fresh:
                 self._remember([m.id for m in fresh])
+                # Held from now on, even if this task is cancelled before the ack (a lost
+                # connection): the appends are made and the group commit will sync them.
+                self.recent.update(m.id for m in fresh)
             self.store.emit(
                 *(
                     self.store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
@@ -113,11 +116,11 @@ class Receiver:
             await self.durable()
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.
+            self.recent.difference_update(m.id for m in fresh)
             log.error("could not store bridge mail; JetStream will redeliver", error=exc.message)
             for msg in batch:
                 await msg.nak(delay=1.0)
             return
-        self.recent.update(m.id for m in fresh)  # only now: a failed round must not count as held
         for msg in batch:
             await msg.ack()
         self.delivered += len(delivered)
