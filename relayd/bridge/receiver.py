@@ -68,10 +68,18 @@ class Receiver:
     async def run(self, js) -> None:
         sub = await link.mail_consumer(js, self.host)
         while True:
+            # Wait for one message, then take as many as JetStream says are waiting behind
+            # it: a fetch of more than are there lingers until all came or it times out.
             try:
-                batch = await sub.fetch(batch=FETCH_BATCH, timeout=1.0)
+                batch = await sub.fetch(batch=1, timeout=1.0)
             except nats.errors.TimeoutError:
                 continue
+            waiting = batch[-1].metadata.num_pending
+            if waiting:
+                try:
+                    batch += await sub.fetch(batch=min(waiting, FETCH_BATCH - 1), timeout=1.0)
+                except nats.errors.TimeoutError:
+                    pass
             await self.deliver(batch)
 
     async def deliver(self, batch: list) -> None:
