@@ -137,6 +137,11 @@ def render_status(r: dict, sections: set[str]) -> str:
         lines.append(f"RESERVATIONS ({len(res) - expired} active, {expired} expired)")
         lines.extend(_reservation_line(x) for x in res)
         lines.append("")
+        theirs = (bridge or {}).get("reservations") or []
+        if theirs:
+            lines.append(f"RESERVATIONS ON OTHER HOSTS ({len(theirs)})")
+            lines.extend(_reservation_line(x) + f"  @{x['host']}" for x in theirs)
+            lines.append("")
     if "commands" in sections:
         cmds = r.get("commands", [])
         lines.append(f"PENDING COMMANDS ({len(cmds)})")

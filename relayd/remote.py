@@ -191,7 +191,7 @@ def pending(store: Store, limit: int = 512) -> tuple[list[tuple[OutboxCursor, Ou
     if fd < 0:
         return [], None, 0
     try:
-        start = cursor.offset if cursor.ino == ino and cursor.offset <= os.fstat(fd).st_size else 0
+        start = cursor.offset if cursor.ino == ino else 0
         data = os.pread(fd, OUTBOX_READ_BYTES, start)
     finally:
         os.close(fd)
@@ -233,7 +233,11 @@ def backlog(store: Store) -> int:
 
 
 def compact(store: Store) -> bool:
-    """Empty the outbox once everything in it is forwarded (it would grow forever)."""
+    """Start a new, empty outbox once everything in it is forwarded (it would grow forever).
+
+    The new file replaces the old one (a new inode), so a crash before the cursor is
+    rewritten leaves a cursor that names the old file: it is read as "from the start" of
+    the new one, never as an offset into it."""
     folder = bridge_dir(store)
     with folder.locked(layout.OUTBOX_LOCK):
         cursor = read_cursor(store)
@@ -242,18 +246,14 @@ def compact(store: Store) -> bool:
             return False
         try:
             size = os.fstat(fd).st_size
-            if not size or cursor.ino != ino or cursor.offset != size:
-                return False
-            with_write = folder.open(layout.OUTBOX, os.O_RDWR)
-            try:
-                os.ftruncate(with_write, 0)
-            finally:
-                os.close(with_write)
-            # A crash before the next line leaves a cursor past the end, read as "from 0".
-            write_cursor(store, OutboxCursor(offset=0, ino=ino))
-            return True
         finally:
             os.close(fd)
+        if not size or cursor.ino != ino or cursor.offset != size:
+            return False
+        folder.replace(layout.OUTBOX, b"", store.sync)
+        _, new_ino = _outbox_fd(store)
+        write_cursor(store, OutboxCursor(offset=0, ino=new_ino))
+        return True
 
 
 # -- bridge/state.json ----------------------------------------------------------------------

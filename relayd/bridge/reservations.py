@@ -40,6 +40,7 @@ log = structlog.get_logger()
 LOCK_KEY = "reservations"
 LEASE_SECONDS = 10.0  # a lock older than this was left by a host that died holding it
 LOCK_WAIT = 5.0
+RECONCILE_SECONDS = 60.0  # expired and directly released reservations leave the bucket this often
 
 
 class TeamEntry(Reservation, kw_only=True):
@@ -216,6 +217,11 @@ class TeamReservations:
                     await watcher.stop()
                 except Exception:
                     pass
+
+    async def reconcile_forever(self, kv) -> None:
+        while True:
+            await anyio.sleep(RECONCILE_SECONDS)
+            await self.reconcile(kv)
 
     async def reconcile(self, kv) -> None:
         """Make the bucket show exactly this host's live reservations."""

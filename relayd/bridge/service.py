@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import msgspec
 import nats
 import structlog
 
@@ -92,6 +93,7 @@ class Bridge:
             "received": self.receiver.delivered,
             "duplicates_refused": self.receiver.duplicates,
             "agents": self.directory.remote_states(stale_seconds),
+            "reservations": sorted((msgspec.to_builtins(r) for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
             "name_conflicts": dict(self.directory.conflicts),
         }
 
@@ -214,6 +216,7 @@ class Bridge:
             await self.reservations.reconcile(reservations)
             self._buckets = (reservations, locks)
             session.start_soon(self.directory.publish_forever, agents)
+            session.start_soon(self.reservations.reconcile_forever, reservations)
             session.start_soon(self.forwarder.run, js)
             session.start_soon(self.receiver.run, js)
             session.start_soon(self.events.run, nc)
