@@ -54,6 +54,7 @@ class Directory:
         self.revisions: dict[str, int] = {}
         self.published: dict[str, bytes] = {}  # what this host last wrote per name
         self.conflicts: dict[str, str] = {}  # local agent -> the other host that owns the name
+        self.claiming: set[str] = set()  # claimed, the local register not yet run: not stale
         self.ready = anyio.Event()  # the watcher has delivered the bucket's contents
         self.on_change: Callable[[], None] = lambda: None
         self._dirty = anyio.Event()
@@ -138,9 +139,10 @@ class Directory:
         """Make `name` this host's, or raise Conflict naming the host that has it."""
         entry = self.entries.get(name)
         if entry is not None and entry.host != self.host:
-            raise _taken(name, entry.host)
+            raise taken(name, entry.host)
         if entry is not None:
             return
+        self.claiming.add(name)  # the caller discards it once the local register has run
         value = _encode(DirectoryEntry(name=name, host=self.host))
         try:
             revision = await kv.create(name, value)
@@ -152,7 +154,7 @@ class Directory:
             self._apply(found)
             owner = self.entries.get(name)
             if owner is not None and owner.host != self.host:
-                raise _taken(name, owner.host) from None
+                raise taken(name, owner.host) from None
             return
         self.entries[name] = DirectoryEntry(name=name, host=self.host)
         self.revisions[name] = revision
@@ -212,7 +214,7 @@ class Directory:
             self.published[name] = value
         # Agents this host no longer has leave the directory.
         for name, entry in list(self.entries.items()):
-            if entry.host == self.host and name not in local:
+            if entry.host == self.host and name not in local and name not in self.claiming:
                 try:
                     await kv.delete(name, last=self.revisions.get(name))
                 except KeyWrongLastSequenceError:
@@ -221,7 +223,7 @@ class Directory:
                 self.published.pop(name, None)
 
 
-def _taken(name: str, host: str) -> Conflict:
+def taken(name: str, host: str) -> Conflict:
     return Conflict(
         f"agent name {name!r} is already registered on host {host}; agent names are unique across the bridged team (choose another name)",
         agent=name,

@@ -69,6 +69,14 @@ class TeamReservations:
 
     # -- the operations ------------------------------------------------------------------
     async def reserve(self, request: Request, execute):
+        try:
+            return await self._reserve(request, execute)
+        except RelayError as exc:
+            return None, _error(request, exc)
+        except Exception as exc:  # NATS failed before anything was decided
+            return None, _error(request, Unavailable(f"cannot reserve: the team's reservations did not answer ({type(exc).__name__}: {exc}); try again"))
+
+    async def _reserve(self, request: Request, execute):
         params = decode_params(lookup("reserve"), request.params)
         if params.check:
             return self._with_remote_conflicts(request, execute(request))
@@ -103,7 +111,13 @@ class TeamReservations:
                 if batch is not None:
                     await batch.wait()  # published only once it is durable here
                 held = msgspec.convert(reply.result["reservation"], Reservation)
-                await kv.put(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)), _encode(held, self.host))
+                try:
+                    await kv.put(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)), _encode(held, self.host))
+                except Exception as exc:
+                    # Not published means not held team-wide: take the local one back.
+                    if not reply.result.get("renewed"):
+                        execute(Request(id=0, op="release", params={"agent": held.agent, "pattern": held.pattern, "repo": held.repo}))
+                    raise Unavailable(f"cannot reserve {held.pattern}: publishing it to the team failed ({type(exc).__name__}: {exc}); nothing was reserved, try again") from None
             return batch, payload
         finally:
             with anyio.CancelScope(shield=True):

@@ -28,7 +28,7 @@ from relayd.records import Event, Message, check_agent_name
 from relayd.store import Store
 
 from . import link
-from .directory import Directory
+from .directory import Directory, taken
 from .events import TeamEvents
 from .forwarder import Forwarder
 from .receiver import Receiver
@@ -112,26 +112,33 @@ class Bridge:
 
     async def register(self, request: Request, execute):
         """A name is claimed in the team directory before the local register runs."""
+        name = ""
         try:
             params = decode_params(lookup("register"), request.params)
             name = check_agent_name(params.name)
             owner = self.directory.host_of(name)
             if owner is not None:
-                from .directory import _taken
-
-                raise _taken(name, owner)
+                raise taken(name, owner)
             if self._agents_kv is None:
                 if not self.store.is_agent(name):
                     raise Unavailable(
                         f"cannot register {name}: names are unique across the bridged team and the team directory (NATS at {shown_url(self.url)}) is unreachable now; try again when relayctl status shows the bridge connected"
                     )
             else:
-                await self.directory.claim(self._agents_kv, name)
+                try:
+                    await self.directory.claim(self._agents_kv, name)
+                except RelayError:
+                    raise
+                except Exception as exc:  # NATS went away mid-claim
+                    raise Unavailable(f"cannot register {name}: the team directory did not answer ({_describe(exc)}); try again") from None
         except RelayError as exc:
+            self.directory.claiming.discard(name)
             return None, protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
-        outcome = execute(request)
-        self.directory.changed()
-        return outcome
+        try:
+            return execute(request)
+        finally:
+            self.directory.claiming.discard(name)
+            self.directory.changed()
 
     # -- durability, as the group commit provides it ---------------------------------------
     async def _durable(self) -> None:
