@@ -164,6 +164,9 @@ class Bridge:
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=0.5,
+                    # A server that stops answering (partition) is noticed in ~10 s, not minutes.
+                    ping_interval=5,
+                    max_outstanding_pings=2,
                     disconnected_cb=self._disconnected,
                     error_cb=self._error,
                 )
