@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from relayd.rawclient import RawClient
@@ -145,7 +146,11 @@ def throughput(team: Team, to: str, event_sock: str, total: int) -> float:
     subscriber.send_bytes(json.dumps({"type": "subscribe", "topics": ["inbox"], "agent": to}).encode() + b"\n")
     subscriber.raw_lines(1)
     sender = RawClient(team.hosts["alpha"], timeout=60)
+    done: list[float] = []
+    # Read events while sending: a subscriber that stops reading is dropped by design.
+    reader = threading.Thread(target=lambda: (subscriber.raw_lines(total), done.append(time.perf_counter())), daemon=True)
     try:
+        reader.start()
         start = time.perf_counter()
         sent = 0
         while sent < total:
@@ -153,8 +158,10 @@ def throughput(team: Team, to: str, event_sock: str, total: int) -> float:
             sender.send_bytes(b"".join(_send(sent + n, to) for n in range(batch)))
             sender.raw_lines(batch)
             sent += batch
-        subscriber.raw_lines(total)
-        return time.perf_counter() - start
+        reader.join(120)
+        if not done:
+            raise RuntimeError(f"not every event arrived within 120 s ({total} sent to {to})")
+        return done[0] - start
     finally:
         subscriber.close()
         sender.close()
