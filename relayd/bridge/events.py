@@ -9,6 +9,7 @@ queued for the others; an event frame from another host carries `"host": NAME`.
 from __future__ import annotations
 
 import anyio
+import anyio.abc
 import msgspec
 import structlog
 
@@ -37,7 +38,7 @@ class TeamEvents:
         except anyio.WouldBlock:
             self.dropped += 1
 
-    async def run(self, nc) -> None:
+    async def run(self, nc, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async def arrived(msg) -> None:
             host = msg.subject.rsplit(".", 1)[-1]
             if host == self.host or not msg.data.startswith(b"{"):
@@ -51,6 +52,8 @@ class TeamEvents:
             self.hub.publish_team(event, protocol.encode_event_line(json_encoder.encode(event)))
 
         sub = await nc.subscribe(link.EVENTS_SUBJECTS, cb=arrived)
+        await nc.flush()  # the server has the subscription: from here on, nothing is missed
+        task_status.started()
         try:
             subject = link.events_subject(self.host)
             async for line in self._queued:

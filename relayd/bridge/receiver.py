@@ -98,8 +98,11 @@ class Receiver:
             in_batch.add(message.id)
             fresh.append(message)
         by_inbox: dict[str, list[Message]] = {}
+        remote = self.store.remote
         for message in fresh:
-            if self.store.is_agent(message.to):
+            # A name the directory gives to another host (a clash from before the bridge)
+            # is not delivered here: appending would route it on to that host.
+            if self.store.is_agent(message.to) and (remote is None or remote.host_of(message.to) is None):
                 by_inbox.setdefault(message.to, []).append(message)
             else:
                 undeliverable.append(json_encoder.encode(message))

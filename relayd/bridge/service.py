@@ -229,7 +229,7 @@ class Bridge:
             session.start_soon(self.reservations.reconcile_forever, reservations)
             session.start_soon(self.forwarder.run, js)
             session.start_soon(self.receiver.run, js)
-            session.start_soon(self.events.run, nc)
+            await session.start(self.events.run, nc)
             self.state = "connected"
             self.last_error = None
             self.connected_since = time.time()
