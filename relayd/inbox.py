@@ -76,7 +76,7 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if p.broadcast:
         if p.to:
             raise UsageError("give recipients or --broadcast, not both")
-        others = [name for name in store.known_agents() if name != sender] + remote.broadcast_targets(store, sender)
+        others = [name for name in store.known_agents() if name != sender] + remote.broadcast_targets(store, sender, p.ack)
         if not others:
             raise UnknownAgent("nothing to broadcast to: no other agents are registered", known=[])
         return others
@@ -85,7 +85,7 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     seen: list[str] = []
     for name in p.to:
         check_agent_name(name, "recipient")
-        if not store.is_agent(name) and remote.recipient_host(store, name) is None:
+        if not store.is_agent(name) and remote.recipient_host(store, name, p.ack) is None:
             raise store.unknown_agent(name)
         if name not in seen:
             seen.append(name)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import msgspec
 
 from . import layout
-from .errors import Unavailable
+from .errors import Unavailable, UsageError
 from .fsio import append_lines
 from .records import Message, json_encoder
 from .store import Store
@@ -80,15 +80,20 @@ class Remote(Protocol):
 # -- routing, asked by the send path -------------------------------------------------------
 
 
-def recipient_host(store: Store, name: str) -> str | None:
+def recipient_host(store: Store, name: str, ack: bool = False) -> str | None:
     """The host of `name` when it is a remote agent this relayd can forward to.
 
     In direct mode on a bridged store, a name the last directory listed as remote is
-    refused here (Unavailable): only relayd forwards across hosts.
+    refused here (Unavailable): only relayd forwards across hosts. So is `ack` to a
+    remote agent: an owed message is tracked on one host (relayd.owed), and the
+    recipient's acknowledgement would be made on another.
     """
     remote: Remote | None = getattr(store, "remote", None)
     if remote is not None:
-        return remote.host_of(name)
+        host = remote.host_of(name)
+        if host is not None and ack:
+            raise _no_remote_ack([name], {name: host})
+        return host
     state = read_state(store)
     if state is not None and name in state.agents:
         raise Unavailable(
@@ -100,12 +105,24 @@ def recipient_host(store: Store, name: str) -> str | None:
     return None
 
 
-def broadcast_targets(store: Store, sender: str) -> list[str]:
+def broadcast_targets(store: Store, sender: str, ack: bool = False) -> list[str]:
     """Remote agents a broadcast reaches besides the local ones (none without a bridge)."""
     remote: Remote | None = getattr(store, "remote", None)
     if remote is None:
         return []
-    return [name for name in remote.remote_names() if name != sender]
+    names = [name for name in remote.remote_names() if name != sender]
+    if names and ack:
+        raise _no_remote_ack(names, {name: remote.host_of(name) or "?" for name in names})
+    return names
+
+
+def _no_remote_ack(names: list[str], hosts: dict[str, str]) -> UsageError:
+    listed = ", ".join(f"{name} (on {hosts[name]})" for name in names[:5]) + (" ..." if len(names) > 5 else "")
+    return UsageError(
+        f"--ack works within one host: the owed message would be tracked in this store and acknowledged in another, "
+        f"and {listed} {'is' if len(names) == 1 else 'are'} on another host; send without --ack (bridged mail is delivered at least once anyway)",
+        agents=names,
+    )
 
 
 def refuse_unbridged(store: Store, what: str) -> None:

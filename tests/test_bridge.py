@@ -134,6 +134,12 @@ def test_directory_and_messages_both_ways(hosts):
     assert [(m.from_, m.body) for m in back] == [("bob", "thanks")]
     wait_for("an empty outbox on both", lambda: alpha.bridge()["backlog"] == 0 and beta.bridge()["backlog"] == 0)
 
+    # Acknowledged delivery (send --ack) is tracked per host: refused across hosts, with the reason.
+    for args in (["bob", "please ack"], ["--broadcast", "please ack"]):
+        refused = alpha.ctl("send", *args, "--ack", agent="alice", check=False)
+        assert refused.returncode == 2 and "--ack works within one host" in refused.stderr and "bob (on beta)" in refused.stderr
+    assert [m.body for m in beta.inbox("bob")] == ["parser done"]
+
 
 def test_a_name_is_unique_across_hosts(hosts):
     alpha, beta = hosts
