@@ -24,6 +24,8 @@ from relayd.errors import Conflict, RelayError
 from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
+from .link import finish
+
 log = structlog.get_logger()
 
 REFRESH_SECONDS = 30.0  # every entry is rewritten this often, so heartbeat ages stay fresh
@@ -112,11 +114,7 @@ class Directory:
                 if self.ready.is_set():
                     self.on_change()
         finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await watcher.stop()
-                except Exception:
-                    pass
+            await finish(watcher.stop)
 
     def _apply(self, update) -> None:
         name = update.key

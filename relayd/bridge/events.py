@@ -59,8 +59,4 @@ class TeamEvents:
             async for line in self._queued:
                 await nc.publish(subject, line)
         finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await sub.unsubscribe()
-                except Exception:
-                    pass
+            await link.finish(sub.unsubscribe)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+import anyio
+
 from nats.js import api
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
@@ -85,3 +87,13 @@ async def mail_consumer(js, host: str):
         max_ack_pending=4096,
     )
     return await js.pull_subscribe(mail_subject(host), durable=consumer_name(host), stream=MAIL_STREAM, config=config)
+
+
+async def finish(step) -> None:
+    """Run a clean-up step (unsubscribe, unlock, close) even while being cancelled, for at
+    most 2 s, and ignore its failure: NATS may be the reason we are cleaning up."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+        try:
+            await step()
+        except Exception:
+            pass

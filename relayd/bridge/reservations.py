@@ -35,6 +35,8 @@ from relayd.reservations import check_repo, describe, find_conflicts, is_expired
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
+from .link import finish
+
 log = structlog.get_logger()
 
 LOCK_KEY = "reservations"
@@ -120,8 +122,7 @@ class TeamReservations:
                     raise Unavailable(f"cannot reserve {held.pattern}: publishing it to the team failed ({type(exc).__name__}: {exc}); nothing was reserved, try again") from None
             return batch, payload
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._unlock(locks, revision)
+            await finish(lambda: self._unlock(locks, revision))
 
     async def release(self, request: Request, execute):
         batch, payload = execute(request)
@@ -226,11 +227,7 @@ class TeamReservations:
                 if value.host != self.host:
                     self.remote[update.key] = value
         finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await watcher.stop()
-                except Exception:
-                    pass
+            await finish(watcher.stop)
 
     async def reconcile_forever(self, kv) -> None:
         while True:

@@ -179,11 +179,7 @@ class Bridge:
             try:
                 await self._sessions(nc)
             finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await nc.close()
-                    except Exception:
-                        pass
+                await link.finish(nc.close)
 
     async def _sessions(self, nc) -> None:
         js = nc.jetstream(timeout=5.0)
