@@ -289,6 +289,21 @@ def test_relayd_without_bridge_never_imports_nats(short_tmp):
     assert out.strip() == "False"
 
 
+def test_bridge_settings_can_live_in_config_json(short_tmp, nats, relay_env):
+    import json
+
+    host = Host(short_tmp, "gamma", nats, relay_env)
+    host.ctl("init")
+    config = Path(host.env["RELAY_DIR"]) / "config.json"
+    config.write_text(json.dumps({"bridge": {"url": nats.url, "host": "from-config"}}))
+    host.daemon = Daemon(host.env, log_path=str(host.dir / "relayd.log")).start()
+    try:
+        state = wait_for("the bridge to connect", lambda: connected(host) and host.bridge())
+        assert state["host"] == "from-config" and state["url"] == nats.url
+    finally:
+        host.daemon.kill()
+
+
 def test_bad_bridge_settings_are_one_line_errors(relay_env, relayctl):
     relayctl("init")
     for args, words in ((["--bridge", "http://x:1"], "nats://"), (["--bridge", "nats://127.0.0.1:1", "--host-name", "Bad Name"], "invalid host name")):
