@@ -171,7 +171,7 @@ def run(quick: bool) -> list[Row]:
     missing = "nats-server not installed" if _nats_server() is None else None
     if missing is None:
         try:
-            import nats  # noqa: F401
+            import nats  # noqa: F401  (only: is it installed?)
         except ImportError:
             missing = "nats-py not installed (pip install 'relay[bridge]')"
     if missing:

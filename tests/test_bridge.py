@@ -6,8 +6,6 @@ Each "host" is a store with its own socket and its own relayd started with
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -281,6 +279,46 @@ def test_sends_wait_in_the_outbox_while_nats_is_down_and_go_in_order(hosts, nats
     got = wait_for("all 30 on beta", lambda: len(beta.inbox("bob")) >= 30 and beta.inbox("bob"), timeout=30)
     assert [m.id for m in got] == ids
     wait_for("the outbox to drain", lambda: alpha.bridge()["backlog"] == 0)
+
+
+def test_the_receiver_refuses_ids_it_already_holds(hosts):
+    """JetStream's de-duplication window is 2 minutes; a sender that re-publishes later
+    (or a receiver killed between its inbox append and its id log) must still not show
+    a message twice."""
+    import asyncio
+
+    import msgspec
+    import nats as nats_py
+
+    from relayd.inbox import append_messages
+    from relayd.records import Message
+
+    alpha, beta = hosts
+    beta.ctl("register", "bob")
+    assert beta.daemon.stop() == 0
+
+    def message(n: int) -> Message:
+        return Message(id=f"01M8ZZZZZZZZZZZZZZZZZZZZ{n:02d}", ts="2026-11-23T09:00:00.000Z", from_="alice", to="bob", subject=f"m{n}", body=f"m{n}")
+
+    # Appended by a receiver that was killed before it logged the id (bridge/received.jsonl).
+    with Store(beta.env["RELAY_DIR"]) as store:
+        append_messages(store, "bob", [message(1)])
+    beta.start()
+    wait_for("beta to connect", lambda: connected(beta))
+
+    async def publish() -> None:
+        nc = await nats_py.connect(beta.nats.url)
+        js = nc.jetstream()
+        # Distinct Nats-Msg-Id values: JetStream keeps them all, only relayd can refuse them.
+        for n, tag in ((1, "a"), (2, "a"), (2, "b"), (3, "a")):
+            await js.publish("relay.mail.beta", msgspec.json.encode(message(n)), headers={"Nats-Msg-Id": f"{message(n).id}-{tag}"})
+        await nc.close()
+
+    asyncio.run(publish())
+    wait_for("the last one on beta", lambda: message(3).id in {m.id for m in beta.inbox("bob")})
+    time.sleep(0.5)
+    assert [m.id for m in beta.inbox("bob")] == [message(1).id, message(2).id, message(3).id]
+    assert beta.bridge()["duplicates_refused"] == 2
 
 
 def test_relayd_without_bridge_never_imports_nats(short_tmp):

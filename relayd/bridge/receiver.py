@@ -5,6 +5,9 @@ its recipient's inbox with the id it was sent with, its id to `bridge/received.j
 an inbox event to the event log; only once those writes are fsynced is it acknowledged to
 JetStream. A crash before the ack means JetStream delivers it again; an id this host
 already holds is then acknowledged without a second append, so nobody reads it twice.
+What it holds: the ids in `bridge/received.jsonl` (and its rotated `.1`) plus, read at
+start, the ids in the last 256 KiB of each inbox (what a kill between the two appends
+leaves only there).
 
 Mail for a name this host does not have (the directory was out of date) goes to
 `bridge/undeliverable.jsonl` rather than being redelivered forever.
@@ -32,6 +35,7 @@ log = structlog.get_logger()
 
 FETCH_BATCH = 256
 RECEIVED_ROTATE_BYTES = 1 << 20  # two files of ids: ~70,000 of the latest messages
+INBOX_TAIL_BYTES = 256 * 1024  # read from each inbox at start (see _load)
 
 
 class _Id(msgspec.Struct):
@@ -56,11 +60,30 @@ class Receiver:
         folder = self.store.top(layout.BRIDGE)
         for name, target in ((layout.RECEIVED_ROTATED, self.older), (layout.RECEIVED, self.recent)):
             raw = folder.read_bytes(name) or b""
-            for line in raw.split(b"\n"):
+            self._ids(raw.split(b"\n"), target)
+        # A kill between an inbox append and the append to received.jsonl leaves ids that
+        # only the inbox knows; they are its last lines, so the tail of each inbox is enough.
+        for agent in self.store.known_agents():
+            with self.store.agent_dir(agent) as folder:
                 try:
-                    target.add(_id_decoder.decode(line).id)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                    fd = folder.open(layout.INBOX, os.O_RDONLY)
+                except FileNotFoundError:
                     continue
+                try:
+                    size = os.fstat(fd).st_size
+                    start = max(0, size - INBOX_TAIL_BYTES)
+                    lines = os.pread(fd, size - start, start).split(b"\n")
+                finally:
+                    os.close(fd)
+            self._ids(lines[1:] if start else lines, self.recent)
+
+    @staticmethod
+    def _ids(lines: list[bytes], into: set[str]) -> None:
+        for line in lines:
+            try:
+                into.add(_id_decoder.decode(line).id)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
 
     def holds(self, message_id: str) -> bool:
         return message_id in self.recent or message_id in self.older
