@@ -387,7 +387,11 @@ def check_exactly_once(beta: Host, acked: list[str]) -> None:
     assert not doubled, f"{len(doubled)} messages arrived twice, e.g. {doubled[:3]}"
     # Per recipient, mail arrives in the order it was sent.
     order = [i for i in got if i in set(acked)]
-    assert order == acked
+    if order != acked:
+        first = next(n for n, (a, b) in enumerate(zip(order, acked)) if a != b)
+        position = {i: n for n, i in enumerate(acked)}
+        shown = [position[i] for i in order[max(0, first - 3) : first + 12]]
+        raise AssertionError(f"mail arrived out of send order from position {first}: send positions {shown}")
 
 
 @pytest.mark.slow

@@ -161,13 +161,16 @@ class Bridge:
                     self.url,
                     name=f"relayd {self.host}",
                     connect_timeout=2,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
+                    # Reconnecting is this loop's job, with a new client each time: the
+                    # client's own reconnect would send what it had buffered for the lost
+                    # connection on the new one, after a message the old one lost, and
+                    # the forwarder's resend of that message would land behind them.
+                    allow_reconnect=False,
                     # A server that stops answering (partition) is noticed in ~10 s, not minutes.
                     ping_interval=5,
                     max_outstanding_pings=2,
                     disconnected_cb=self._disconnected,
+                    closed_cb=self._disconnected,
                     error_cb=self._error,
                 )
             except Exception as exc:  # refused, timed out, bad credentials: keep trying
@@ -187,10 +190,7 @@ class Bridge:
         while True:
             if not nc.is_connected:
                 self.state = "reconnecting"
-                while not nc.is_connected:
-                    if nc.is_closed:
-                        return
-                    await anyio.sleep(0.1)
+                return  # run() connects again, with a new client
             lost = self._lost = anyio.Event()
             try:
                 await self._session(nc, js, lost)
