@@ -102,8 +102,7 @@ class TeamReservations:
                     request,
                     Conflict(
                         f"cannot reserve {candidate.pattern} in {candidate.repo}: "
-                        + "; ".join(f"{describe(c)} on host {c.host}" for c in conflicts)
-                        + " (wait, ask the holder, or use --force)",
+                        + "; ".join(f"{describe(c)} on host {c.host}" for c in conflicts),  # each front end says what to do next
                         conflicts=[msgspec.to_builtins(c) for c in conflicts],
                     ),
                 )
