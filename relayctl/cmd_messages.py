@@ -40,7 +40,8 @@ def render_message(m: dict, delivery: str | None = None) -> str:
 @click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
 @click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files) -> None:
+@click.option("--id", "message_id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -53,6 +54,10 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       improvement_completed, progress_update, system_init, github_event, github_task,
       escalation, dead_letter
 
+    Every send carries an id chosen before it is written: when relayd vanishes mid-send,
+    relayctl repeats it with that id, and a recipient that already has the id is not
+    sent a second copy. Scripts that retry on their own can do the same with --id.
+
     \b
     Examples:
       relayctl send athena "Bead bd-42 complete. All tests pass."
@@ -62,6 +67,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send glacier "Deploy window opens at 14:00" --ack --ack-wait 30s --max-deliver 5
       relayctl send ignitian_1 "task_id: task_001" --type task_assignment --priority high
       relayctl send --mime queue/leader/user_goal_1738315200123456.mime
+      relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
     """
     s = settings()
     if mime_files:
@@ -99,18 +105,30 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
         "ack_wait": ack_wait,
         "max_deliver": max_deliver,
     }
+    if message_id is not None:
+        from relayd.dedup import check_id
+
+        params["id"] = check_id(message_id.strip())
     result = s.call("send", params)
     messages = result["messages"]
     for failure in result.get("notifications", []):
         if not failure.get("ok", True):
             s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
+    already = set(result.get("duplicates", []))
     if s.json:
         s.out(messages if broadcast or len(messages) != 1 else messages[0])
     elif len(messages) == 1:
-        owed = " (owed until acknowledged: relayctl ack ID)" if ack else ""
-        s.note(f"sent {messages[0]['id']} to {messages[0]['to']}{owed}")
+        if already:
+            s.note(f"{messages[0]['to']} already has {messages[0]['id']}; not sent again")
+        else:
+            owed = " (owed until acknowledged: relayctl ack ID)" if ack else ""
+            s.note(f"sent {messages[0]['id']} to {messages[0]['to']}{owed}")
     else:
-        s.note(f"sent to {len(messages)} agents: {', '.join(m['to'] for m in messages)}")
+        fresh = [m["to"] for m in messages if m["to"] not in already]
+        if not fresh:
+            s.note(f"all {len(messages)} recipients already have {messages[0]['id']}; not sent again")
+            return
+        s.note(f"sent to {len(fresh)} agents: {', '.join(fresh)}" + (f" ({', '.join(sorted(already))} had it already)" if already else ""))
     if wake:
         from .cmd_wake import wake_and_report
 

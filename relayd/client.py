@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 from typing import Any, Iterator
 
@@ -19,8 +20,10 @@ import msgspec
 from . import __version__, layout, protocol
 from .errors import ProtocolError, RelayError, TimedOut, Unavailable, from_wire
 from .store import Store
+from .ulid import new_ulid
 
 RECEIVE_BYTES = 256 * 1024
+_RETRIES = 3  # reconnects for one request whose daemon vanished (a restart may be under way)
 
 
 class _Lost(Exception):
@@ -56,6 +59,15 @@ class _Line:
         if isinstance(item, protocol.Violation):
             raise ProtocolError(f"relayd sent something that is not protocol v1: {item.message}")
         return item
+
+    def stale(self) -> bool:
+        """Between requests relayd sends nothing on a request connection: anything readable
+        now is its end (or a closing error frame), so this connection is no use any more."""
+        if self.frames:
+            return True
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        return bool(poller.poll(0))
 
     def close(self) -> None:
         self.sock.close()
@@ -119,6 +131,8 @@ class Client:
         return line
 
     def _daemon(self) -> _Line | None:
+        if self._line is not None and self._line.stale():
+            self._drop()  # relayd closed it meanwhile (idle, or restarted): open a fresh one
         if self._line is None:
             self._line = self._open(self.timeout)
         return self._line
@@ -135,9 +149,18 @@ class Client:
 
     # -- requests --------------------------------------------------------------------
     def call(self, op: str, params: dict[str, Any] | None = None) -> Any:
-        """Run `op` with `params`; returns plain JSON-able data, or raises RelayError."""
+        """Run `op` with `params`; returns plain JSON-able data, or raises RelayError.
+
+        A send gets its message id here, before the first attempt (unless the caller chose
+        one), so when relayd vanishes mid-request the send is simply repeated with the same
+        id, through a restarted daemon or in direct mode: the store appends it once.
+        """
         params = params or {}
-        for attempt in (1, 2):
+        if op == "send" and not params.get("id"):
+            params = dict(params, id=new_ulid())
+        idempotent = op == "send" or not _mutates(op)
+        lost = 0
+        while True:
             line = self._daemon()
             if line is None:
                 return self._direct(op, params)
@@ -146,16 +169,27 @@ class Client:
                 line.send(protocol.Request(id=request_id, op=op, params=params))
             except _Lost:
                 self._drop()  # died since our last call, before seeing this request: safe to redo
+                lost += 1
+                if lost > _RETRIES:
+                    return self._direct(op, params)
                 continue
             try:
                 reply = self._reply(line, request_id)
             except _Lost:
                 self._drop()
-                if not _mutates(op):
+                lost += 1
+                if idempotent and lost <= _RETRIES:
+                    continue  # the same request again: a send repeats its id, so it lands once
+                if idempotent:
                     return self._direct(op, params)
                 raise Unavailable(
                     f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)"
                 ) from None
+            except TimedOut as exc:
+                self._drop()
+                if op == "send":
+                    raise TimedOut(f"{exc.message}; the send may or may not have been done: repeat it with --id {params['id']} to make sure it is done once", id=params["id"]) from None
+                raise
             except RelayError:
                 self._drop()
                 raise
@@ -163,7 +197,6 @@ class Client:
             if not reply.ok:
                 raise from_wire(msgspec.to_builtins(reply.error) if reply.error else {})
             return reply.result
-        return self._direct(op, params)
 
     def _reply(self, line: _Line, request_id: int) -> protocol.Response:
         while True:

@@ -9,8 +9,14 @@ how long read mail is kept.
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
                    "escalate_to": "leader", "keep_acked": "7d"},
       "gc":     {"keep": "30d"},
-      "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"}
+      "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"},
+      "dedup":  {"window": "10m"}
     }
+
+`dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
+an id seen within it (a retry after a crash) returns the original message instead of
+appending a second copy. Longer windows cost relayd memory and direct-mode retries a
+longer scan; relayd reads it when it starts.
 
 Every key is optional. A missing file means the defaults: no gateway, no socket (so
 `wake` falls through to the file trigger), the default trigger line, and no retention
@@ -22,11 +28,13 @@ from __future__ import annotations
 import msgspec
 
 from . import layout
-from .errors import StoreError
+from .errors import RelayError, StoreError
 from .store import Store
+from .timefmt import parse_duration
 
 DEFAULT_TRIGGER = "[relay] New message waiting. Call check_inbox (or: relayctl read --unread --mark-read)."
 MAX_TRIGGER = 200
+DEFAULT_DEDUP_WINDOW = 600.0
 
 
 class WakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -59,12 +67,17 @@ class BridgeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str | None = None  # this host's name in the team (relayd --host-name)
 
 
+class DedupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    window: str = "10m"  # how long a message id is remembered per inbox (idempotent sends)
+
+
 class Config(msgspec.Struct, kw_only=True):
     wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
     delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
     gc: GcConfig = msgspec.field(default_factory=GcConfig)
     bridge: BridgeConfig | None = None
+    dedup: DedupConfig = msgspec.field(default_factory=DedupConfig)
 
 
 _decoder = msgspec.json.Decoder(Config)
@@ -82,4 +95,22 @@ def load_config(store: Store) -> Config:
     if not trigger or len(trigger) > MAX_TRIGGER:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: notify.trigger must be 1-{MAX_TRIGGER} characters on one line")
     config.notify.trigger = trigger
+    try:
+        window = parse_duration(config.dedup.window).total_seconds()
+    except RelayError as exc:
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window: {exc.message}") from None
+    if window <= 0:
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window must be longer than zero")
     return config
+
+
+def dedup_window(store: Store) -> float:
+    """Seconds a message id is remembered per inbox (read once per Store handle)."""
+    if store.dedup_window is None:
+        try:
+            store.dedup_window = parse_duration(load_config(store).dedup.window).total_seconds()
+        except RelayError:
+            # A broken config.json is reported by the commands that use what is broken
+            # (wake, notify, `relayctl doctor`); sends keep working with the default.
+            store.dedup_window = DEFAULT_DEDUP_WINDOW
+    return store.dedup_window

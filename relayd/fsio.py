@@ -23,6 +23,10 @@ from .ulid import new_ulid
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+# Files are opened non-blocking so a FIFO planted where a store file belongs cannot make the
+# opener (the daemon's only thread) wait for a peer that never comes; for a regular file
+# the flag changes nothing.
+_FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
 _TAIL_CHUNK = 64 * 1024
 
 
@@ -116,12 +120,20 @@ class Dir:
 
     # -- files ---------------------------------------------------------------------
     def open(self, name: str, flags: int, mode: int = FILE_MODE) -> int:
+        """A regular file of the store, never a symlink, FIFO, device or directory, and
+        never one with a second hard link (writing to it would change a file outside the store)."""
         try:
-            return os.open(name, flags | _NOFOLLOW, mode, dir_fd=self.fd)
+            fd = os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
         except FileNotFoundError:
             raise
         except OSError as exc:
             raise _os_error(exc, os.path.join(self.path, name)) from exc
+        try:
+            check_regular(fd, os.path.join(self.path, name))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def exists(self, name: str) -> bool:
         try:
@@ -243,6 +255,16 @@ class Dir:
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+
+def check_regular(fd: int, what: str) -> os.stat_result:
+    """Refuse an open store file that is not a plain, singly linked file."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePath(f"{what} is not a regular file; relay does not use it")
+    if info.st_nlink > 1:
+        raise UnsafePath(f"{what} has {info.st_nlink} hard links; relay does not write to a file shared with another path")
+    return info
 
 
 def _write_all(fd: int, data: bytes, what: str) -> None:

@@ -11,6 +11,7 @@ it still held unread mail.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator
@@ -19,6 +20,7 @@ import msgspec
 
 from . import layout, owed, remote
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
+from .dedup import check_id, find_recent, not_before_iso
 from .fsio import Dir, append_lines
 from .registry import operation
 from .records import (
@@ -61,11 +63,17 @@ class SendParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ack: bool = False  # owed until acknowledged, redelivered until then (relayd.delivery)
     ack_wait: str | None = None  # with ack: the redelivery backoff base [config.json, 5s]
     max_deliver: int | None = None  # with ack: redeliveries before dead_letter/ [config.json, 3]
+    # Chosen by the client before its first attempt and repeated on a retry: a recipient
+    # whose inbox already holds this id (within the dedup window) is not sent a second copy.
+    id: str | None = None
 
 
 class SendResult(msgspec.Struct, kw_only=True):
     messages: list[Message]
     notifications: list[dict] = msgspec.field(default_factory=list)
+    # Recipients that already had this message (a repeated id): `messages` holds the
+    # original copy for them, and nothing was appended.
+    duplicates: list[str] = msgspec.field(default_factory=list)
 
 
 def default_subject(body: str) -> str:
@@ -109,10 +117,11 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
         raise UsageError(f"tags: at most {MAX_TAGS}, each 1-128 characters")
     if p.thread is not None and (not p.thread or len(p.thread) > 256):
         raise UsageError("thread: 1-256 characters")
+    chosen = check_id(p.id) if p.id is not None else None
     stamp = now_iso()
     messages = [
         Message(
-            id=new_ulid(),
+            id=chosen or new_ulid(),  # a broadcast's copies share a chosen id: unique per inbox
             ts=stamp,
             from_=sender,
             to=recipient,
@@ -138,10 +147,42 @@ def append_messages(store: Store, recipient: str, messages: list[Message]) -> No
     """Append messages to one inbox in a single write, rotating first when it is full.
 
     Mail for an agent on another host goes to the bridge's outbox instead (`relayd.remote`)."""
-    if store.remote is not None and store.remote.host_of(recipient) is not None:
+    if _is_remote(store, recipient):
         return store.remote.enqueue(store, recipient, messages)
-    payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
-    with store.agent_dir(recipient) as agent, agent.locked(layout.INBOX_LOCK):
+    with _Appends(store) as appends:
+        appends.lock(recipient)
+        appends.append(recipient, messages)
+        appends.keep()
+
+
+class _Appends:
+    """Inbox appends that can still be taken back: each inbox stays locked, with the
+    offset where this operation's lines begin, until `keep()` or the end of the `with`
+    (which truncates them away unless kept). Locks are taken in name order, so two
+    processes sending to the same inboxes cannot deadlock."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.dirs: dict[str, Dir] = {}
+        self.locks: dict[str, object] = {}
+        self.written: dict[str, tuple[int, int]] = {}  # recipient -> (fd, start offset)
+        self.kept = False
+
+    def __enter__(self) -> "_Appends":
+        return self
+
+    def lock(self, recipient: str) -> Dir:
+        agent = self.store.agent_dir(recipient)
+        self.dirs[recipient] = agent
+        held = agent.locked(layout.INBOX_LOCK)
+        held.__enter__()
+        self.locks[recipient] = held
+        return agent
+
+    def append(self, recipient: str, messages: list[Message]) -> None:
+        payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
+        agent = self.dirs[recipient]
+        store = self.store
         fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             size = os.fstat(fd).st_size
@@ -153,11 +194,41 @@ def append_messages(store: Store, recipient: str, messages: list[Message]) -> No
                 store.sync.dir(agent.fd)
             elif size == 0:
                 store.sync.dir(agent.fd)  # the file may have just been created
-            append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
+            start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
             store.sync.file(fd)
-        finally:
+        except BaseException:
             if fd >= 0:
                 os.close(fd)
+            raise
+        self.written[recipient] = (fd, start)
+
+    def take_back(self) -> None:
+        """Truncate every inbox to where this operation began writing (durably)."""
+        for fd, start in self.written.values():
+            try:
+                os.ftruncate(fd, start)
+                self.store.sync.file(fd)
+            except (OSError, RelayError):
+                pass  # shrinking a file cannot run out of space; nothing better to do here
+            os.close(fd)
+        self.written.clear()
+
+    def keep(self) -> None:
+        self.kept = True
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.kept:
+                for fd, _ in self.written.values():
+                    os.close(fd)
+                self.written.clear()
+            else:
+                self.take_back()
+        finally:
+            for held in self.locks.values():
+                held.__exit__(None, None, None)  # type: ignore[attr-defined]
+            for agent in self.dirs.values():
+                agent.close()
 
 
 def _rotate(store: Store, agent: Dir, old_size: int) -> None:
@@ -192,6 +263,10 @@ def _dead_letter_rotated(store: Store, agent: Dir) -> None:
     store.emit(store.event("inbox", action="dead_letter", agent=name))
 
 
+def _is_remote(store: Store, recipient: str) -> bool:
+    return store.remote is not None and store.remote.host_of(recipient) is not None
+
+
 def _check_inbox(store: Store, recipient: str) -> None:
     """Refuse an inbox whose files are not plain files (a planted symlink) before writing."""
     if store.remote is not None and store.remote.host_of(recipient) is not None:
@@ -205,8 +280,11 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
 
     The outcome of each request is what `send` alone would have given, in order: its
     messages are appended in request order, and a request that fails (bad input, an
-    append refused) writes no events and gets its error. The daemon passes the sends
-    that arrive together; `send` is the batch of one.
+    append refused, the event log refused) has nothing appended anywhere and no events:
+    the inboxes stay locked until the events are written, and are cut back otherwise.
+    A request repeating a message id that a recipient already holds (relayd.dedup) gets
+    the original copy for that recipient instead of a new one.
+    The daemon passes the sends that arrive together; `send` is the batch of one.
     """
     outcomes: list[SendResult | RelayError | None] = []
     planned: list[list[Message]] = []
@@ -232,48 +310,130 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
     for index, messages in enumerate(planned):
         for message in messages:
             by_inbox.setdefault(message.to, []).append((index, message))
-    for recipient, items in by_inbox.items():
-        items = [(index, message) for index, message in items if outcomes[index] is None]
-        if not items:
-            continue  # every request with mail for this inbox has failed already
-        owing = [message for _, message in items if message.ack]
+    originals: dict[tuple[int, str], Message] = {}  # (request, recipient) -> the copy already there
+    same_batch: dict[int, int] = {}  # request -> an earlier request of this batch with its id
+    chosen = {index for index, p in enumerate(requests) if p.id is not None and outcomes[index] is None}
+    remote_inboxes = sorted(r for r in by_inbox if _is_remote(store, r))  # the bridge's outbox, not a file here
+    local_inboxes = sorted(r for r in by_inbox if r not in remote_inboxes)
+    enqueued: set[tuple[int, str]] = set()  # an outbox append cannot be taken back: never made twice
+    with _Appends(store) as appends:
+        for recipient in local_inboxes:
+            try:
+                agent = appends.lock(recipient)
+                if chosen:
+                    _find_originals(store, agent, recipient, by_inbox[recipient], chosen, originals, same_batch)
+            except RelayError as exc:
+                for index, _ in by_inbox[recipient]:
+                    outcomes[index] = exc
+        while True:
+            for index, first in same_batch.items():
+                if outcomes[first] is not None and outcomes[index] is None:
+                    outcomes[index] = outcomes[first]  # its "original" was never written
+            failed_now = False
+            opened: list[tuple[int, Message]] = []  # owed records opened this round
+            for recipient in local_inboxes:
+                items = [(i, m) for i, m in by_inbox[recipient] if outcomes[i] is None and (i, recipient) not in originals]
+                if not items:
+                    continue  # every request with mail for this inbox has failed, or it had it already
+                owing = [(i, m) for i, m in items if policies[i] is not None]
+                try:
+                    # The owed record goes first: a crash before the append delays the first delivery
+                    # to the next sweep; the other order could leave an owed message nobody tracks.
+                    for index, message in owing:
+                        owed.open_record(store, message, policies[index])  # type: ignore[arg-type]
+                        opened.append((index, message))
+                    appends.append(recipient, [message for _, message in items])
+                except RelayError as exc:
+                    failed_now = True
+                    for index, _ in items:
+                        outcomes[index] = exc
+            for recipient in [] if failed_now else remote_inboxes:
+                items = [(i, m) for i, m in by_inbox[recipient] if outcomes[i] is None and (i, recipient) not in enqueued]
+                if not items:
+                    continue
+                try:
+                    store.remote.enqueue(store, recipient, [message for _, message in items])
+                except RelayError as exc:
+                    failed_now = True
+                    for index, _ in items:
+                        outcomes[index] = exc
+                else:
+                    enqueued.update((index, recipient) for index, _ in items)
+            if not failed_now or not appends.written:
+                _cancel_owed(store, [m for index, m in opened if outcomes[index] is not None])
+                break
+            # A failed request may have copies in inboxes appended to before the failure:
+            # take every append back (and what it was owed) and write again for the requests still standing.
+            appends.take_back()
+            _cancel_owed(store, [m for _, m in opened])
+        for index, first in same_batch.items():
+            if outcomes[first] is not None and outcomes[index] is None:
+                outcomes[index] = outcomes[first]
+        done = [index for index, outcome in enumerate(outcomes) if outcome is None]
+        fresh = [(index, m) for index in done for m in planned[index] if (index, m.to) not in originals]
+        events = [
+            store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
+            for _, m in fresh
+        ]
         try:
-            # The owed record goes first: a crash before the append delays the first delivery
-            # to the next sweep; the other order could leave an owed message nobody tracks.
-            for index, message in items:
-                policy = policies[index]
-                if policy is not None:
-                    owed.open_record(store, message, policy)
-            append_messages(store, recipient, [message for _, message in items])
+            store.emit(*events)
         except RelayError as exc:
-            if owing:
-                owed.cancel_records(store, owing)
-            for index, _ in items:
+            # An error must be true: the messages are taken back with their events missing.
+            _cancel_owed(store, [m for index, m in fresh if policies[index] is not None])
+            for index in done:
                 outcomes[index] = exc
-    done = [index for index, outcome in enumerate(outcomes) if outcome is None]
-    try:
-        store.emit(
-            *(
-                store.event(
-                    "inbox",
-                    action="message",
-                    agent=m.to,
-                    message_id=m.id,
-                    from_=m.from_,
-                    priority=m.priority,
-                    subject=m.subject[:120],
-                )
-                for index in done
-                for m in planned[index]
-            )
-        )
-    except RelayError as exc:
-        for index in done:
-            outcomes[index] = exc
-    else:
-        for index in done:
-            outcomes[index] = SendResult(messages=planned[index])
+            return outcomes  # type: ignore[return-value]  (no None is left)
+        appends.keep()
+    if store.recent_ids is not None and fresh:
+        now_ms = time.time_ns() // 1_000_000
+        store.recent_ids.wrote([event.id for event in events])
+        for index, m in fresh:
+            if index in chosen:  # ids relayd made itself are never sent twice
+                store.recent_ids.add(m.to, m.id, now_ms)
+    for index in done:
+        messages = [originals.get((index, m.to), m) for m in planned[index]]
+        outcomes[index] = SendResult(messages=messages, duplicates=[m.to for m in planned[index] if (index, m.to) in originals])
     return outcomes  # type: ignore[return-value]  (no None is left)
+
+
+def _cancel_owed(store: Store, messages: list[Message]) -> None:
+    if messages:
+        try:
+            owed.cancel_records(store, messages)
+        except RelayError:
+            pass  # a record left behind is redelivered by the sweep: at least once, never lost
+
+
+def _find_originals(
+    store: Store,
+    agent: Dir,
+    recipient: str,
+    items: list[tuple[int, Message]],
+    chosen: set[int],
+    originals: dict[tuple[int, str], Message],
+    same_batch: dict[int, int],
+) -> None:
+    """Under the inbox lock: which requests with a chosen id does this inbox hold already?"""
+    from .config import dedup_window
+
+    window = dedup_window(store)
+    now_ms = time.time_ns() // 1_000_000
+    recent = store.recent_ids
+    earlier: dict[str, tuple[int, Message]] = {}  # the same id twice in one batch: the first one counts
+    for index, message in items:
+        if index not in chosen:
+            continue
+        if message.id in earlier:
+            first, copy = earlier[message.id]
+            originals[(index, recipient)] = copy
+            same_batch[index] = first
+            continue
+        found = None
+        if recent is None or recent.may_hold(recipient, message.id, now_ms):
+            found = find_recent(agent, message.id, not_before_iso(message.id, now_ms, window), store.sync)
+        if found is not None:
+            originals[(index, recipient)] = found
+        earlier[message.id] = (index, found or message)
 
 
 @operation("send", SendParams, batch=send_many)

@@ -48,6 +48,10 @@ class Store:
         self._subdirs: dict[str, Dir] = {}
         # Agents on other hosts (`relayd.remote.Remote`): set only inside relayd --bridge.
         self.remote: Any = None
+        # Idempotent sends (relayd.dedup): the window from config.json, read on first use,
+        # and relayd's in-memory RecentIds (None in direct mode: the inbox tail is scanned).
+        self.dedup_window: float | None = None
+        self.recent_ids: Any = None
 
     # -- directories -----------------------------------------------------------------
     def root_dir(self, create: bool = True) -> Dir:

@@ -9,6 +9,7 @@ is dropped instead of slowing the others (DESIGN §3).
 from __future__ import annotations
 
 import os
+import stat
 from typing import Awaitable, Callable, Iterator
 
 import anyio
@@ -120,9 +121,21 @@ class EventLog:
         self.events = 0
 
     def _open_current(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+        """Follow the log file now at `path`. A planted symlink, FIFO or directory there is
+        not followed: its inode is remembered so `catch_up` does not retry it in a loop
+        (sends are refused by `Store.emit` until the log is a plain file again)."""
+        fd = _open_log(self.path)
+        if fd < 0:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            try:
+                self.ino = os.stat(self.path, follow_symlinks=False).st_ino
+            except OSError:
+                self.ino = -1
+            self.published = 0
+            if fd == _REFUSED:
+                log.error("events.jsonl is not a regular file; not following it", path=self.path)
             return False
         if self.fd >= 0:
             os.close(self.fd)
@@ -199,11 +212,8 @@ class EventLog:
         The files and the end offset are fixed now, before the caller awaits anything.
         """
         sources: list[tuple[int, int | None]] = []
-        try:
-            rotated = os.open(os.path.join(self.root, layout.EVENTS_ROTATED), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            pass
-        else:
+        rotated = _open_log(os.path.join(self.root, layout.EVENTS_ROTATED))
+        if rotated >= 0:
             if os.fstat(rotated).st_ino != self.ino:
                 sources.append((rotated, None))
             else:
@@ -238,6 +248,24 @@ class EventLog:
     def _contains(fd: int, end: int | None, event_id: str) -> bool:
         needle = f'"id":"{event_id}"'.encode()
         return any(needle in line for _, line in complete_lines(fd, 0, end))
+
+
+_REFUSED = -2
+
+
+def _open_log(path: str) -> int:
+    """A read fd on a plain event-log file; -1 when absent, `_REFUSED` when it is something
+    else (non-blocking, so a FIFO cannot stall the loop)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return _REFUSED
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return _REFUSED
+    return fd
 
 
 def _event_id(line: bytes) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 import anyio
@@ -16,7 +17,11 @@ import structlog
 from anyio.abc import SocketListener
 
 from relayd import __version__, layout
+from relayd.config import dedup_window
+from relayd.dedup import RecentIds, ms_to_iso
+from relayd.errors import RelayError
 from relayd.fsio import NoSync
+from relayd.records import Event
 from relayd.store import Store
 
 from .commit import GroupCommit
@@ -81,7 +86,14 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     hub = Hub()
     notifier = Notifier(store.root, config.retry_interval)
     bridge = _bridge(config, store, committer, hub)
-    on_event = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
+    then = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
+    recent = store.recent_ids = RecentIds(dedup_window(store))
+
+    def on_event(event: Event) -> None:
+        if event.topic == "inbox" and event.action == "message" and event.agent and event.message_id:
+            recent.observed(event.id, event.agent, event.message_id, time.time_ns() // 1_000_000)
+        then(event)
+
     events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=on_event)
     server = Server(store, committer, hub, events)
     if bridge is not None:
@@ -96,6 +108,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         if committer is not None:
             tasks.start_soon(committer.run)
         await tasks.start(events.run)
+        _seed_recent_ids(store, recent)  # after the log is followed: later writes arrive as events
         tasks.start_soon(notifier.run)
         tasks.start_soon(collect_garbage, store, config.gc_interval)
         tasks.start_soon(redeliver_owed, store, config.redeliver_interval)
@@ -126,6 +139,24 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.cancel_scope.cancel()
     log.info("stopped", requests=server.requests, events=events.events, subscribers_dropped=hub.dropped)
     return 0
+
+
+def _seed_recent_ids(store: Store, recent: RecentIds) -> None:
+    """Remember the ids the inboxes received within the dedup window, so a send retried
+    across a restart of relayd still finds its first copy."""
+    now_ms = time.time_ns() // 1_000_000
+    opened = []
+    try:
+        for name in store.known_agents():
+            try:
+                opened.append((name, store.agent_dir(name)))
+            except RelayError:
+                continue
+        recent.seed(opened, now_ms, ms_to_iso(now_ms - recent.window_ms))
+    finally:
+        for _, agent in opened:
+            agent.close()
+    log.debug("dedup window seeded", ids=len(recent), window_s=recent.window_ms / 1000)
 
 
 async def _nothing() -> None:
