@@ -124,7 +124,10 @@ def main(argv: list[str] | None = None) -> None:
     from relayd.errors import RelayError
 
     try:
-        cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
+        # Not standalone: click returns a command's ctx.exit(status) instead of exiting
+        # (`relayctl daemon` exits 70 after a crash, and that must reach systemd).
+        status = cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
+        sys.exit(status if type(status) is int else 0)
     except RelayError as exc:
         _fail(exc.message, exc.exit_status)
     except click.exceptions.Abort:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 import msgspec
@@ -22,6 +23,10 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
     Each line is what relayd sends (see docs/protocol.md), e.g.
     {"type":"event","id":"01J...","topic":"inbox","agent":"inferno","message_id":"01J...",...}
 
+    When relayd restarts, or drops this subscriber for not reading fast enough, the
+    command says so on stderr, reconnects and resumes after the last event it printed:
+    nothing is missed and nothing printed twice.
+
     \b
     Examples:
       relayctl subscribe inbox reservations commands
@@ -29,14 +34,35 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
       relayctl subscribe all --after 01JMHF3XYZ0000000000000000
       relayctl subscribe inbox presence --scope team
     """
+    from relayd.errors import RelayError, Unavailable
+
     s = settings()
     chosen = ["*" if topic == "all" else topic for topic in topics]
     encode = msgspec.json.Encoder().encode
     out = sys.stdout.buffer
+    last = after
+    connected_once = False
+    waiting = 0.0
     try:
-        for item in s.client().subscribe(chosen, agent=for_agent, after=after, scope=scope):
-            if item.get("type") == "event":
-                out.write(encode(item) + b"\n")
-                out.flush()
+        while True:
+            try:
+                for item in s.client().subscribe(chosen, agent=for_agent, after=last, scope=scope):
+                    connected_once = True
+                    waiting = 0.0
+                    if item.get("type") == "event":
+                        out.write(encode(item) + b"\n")
+                        out.flush()
+                        last = item.get("id") or last
+            except Unavailable:
+                if not connected_once:
+                    raise  # no daemon at all: say so instead of waiting for one
+                if waiting == 0.0:
+                    s.warn("relayd went away; reconnecting" + (f" (resuming after {last})" if last else ""))
+                waiting = min(2.0, waiting * 2 or 0.1)
+                time.sleep(waiting)
+            except RelayError as exc:
+                if exc.code != "dropped":
+                    raise
+                s.warn("dropped: not reading fast enough; reconnecting" + (f" (resuming after {last})" if last else ""))
     except KeyboardInterrupt:
         pass  # Ctrl-C is how this command ends: exit 0

@@ -104,6 +104,8 @@ def _scan_back(fd: int, needle: bytes, not_before: bytes) -> tuple[Message | Non
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         continue  # a torn or corrupt line is not a message
                     if message.id == needle.decode():
+                        if message.ts.encode() < not_before:
+                            return None, True  # a copy from before the window: not a duplicate
                         return message, True
         oldest = region[: region.find(b"\n")] if b"\n" in region else region
         try:

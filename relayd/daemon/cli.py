@@ -19,7 +19,7 @@ unacknowledged messages sent with --ack, and retry pane triggers held back by co
 
 One daemon per store (a flock on <store>/relayd.lock). Logs are JSON lines on stderr
 (readable text on a terminal). SIGTERM/SIGINT drain and exit 0; a second signal exits
-at once. Works under systemd (Type=notify, watchdog, socket activation).
+at once; a crash exits 70 (so systemd's Restart=on-failure restarts it). Works under systemd (Type=notify, watchdog, socket activation).
 
 \b
 Examples:
@@ -55,11 +55,29 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
 @click.option("--ignite-queue", metavar="DIR", type=click.Path(file_okay=False), help="Also serve this IGNITE queue directory (DIR/<agent>/*.mime; see relayctl ignite watch).")
 @click.option("--ignite-timeout", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="With --ignite-queue: how long an agent may leave a delivered file before it is retried.")
+@click.option("--max-connections", type=click.IntRange(min=1), metavar="N", help="Connections served at once; more are refused with an error frame. [default: from the open-file limit, at most 4096]")
+@click.option("--idle-timeout", default="10m", show_default=True, metavar="DURATION", callback=_duration, help="Close a request connection silent this long (clients reconnect on their next request; subscribers are kept).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay[bridge]). [default: config.json bridge.url, else host-local only]")
 @click.option("--host-name", metavar="NAME", help="This host's name in the bridged team (a-z, 0-9, '_', '-'). [default: config.json bridge.host, else the machine's hostname]")
 @click.pass_context
-def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, gc_interval: float, stale_after: float, retry_interval: float, redeliver_interval: float, drain_timeout: float, ignite_queue: str | None, ignite_timeout: float, log_level: str, bridge_url: str | None, host_name: str | None) -> None:
+def daemon(
+    ctx: click.Context,
+    store_dir: str | None,
+    socket_path: str | None,
+    gc_interval: float,
+    stale_after: float,
+    retry_interval: float,
+    redeliver_interval: float,
+    drain_timeout: float,
+    ignite_queue: str | None,
+    ignite_timeout: float,
+    max_connections: int | None,
+    idle_timeout: float,
+    log_level: str,
+    bridge_url: str | None,
+    host_name: str | None,
+) -> None:
     from relayd import layout
     from relayd.errors import UsageError
 
@@ -94,6 +112,8 @@ def daemon(ctx: click.Context, store_dir: str | None, socket_path: str | None, g
             retry_interval=retry_interval,
             redeliver_interval=redeliver_interval,
             drain_timeout=drain_timeout,
+            max_connections=max_connections,
+            idle_timeout=idle_timeout,
             log_level=log_level.lower(),
             bridge_url=bridge_url,
             host_name=host_name,
@@ -139,7 +159,11 @@ def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str 
 def main(argv: list[str] | None = None) -> None:
     """The `relayd` console script."""
     try:
-        daemon.main(args=argv, prog_name="relayd", standalone_mode=False)
+        # Not standalone, so click hands back the exit status instead of exiting: pass it
+        # on, or a crash (70) would end in status 0 and systemd's Restart=on-failure would
+        # not restart the daemon.
+        status = daemon.main(args=argv, prog_name="relayd", standalone_mode=False)
+        sys.exit(status if type(status) is int else 0)
     except RelayError as exc:
         click.echo(f"error: {' '.join(exc.message.split())}", err=True)
         sys.exit(exc.exit_status)

@@ -48,6 +48,8 @@ class Config:
     ignite_timeout: float = 300.0
     bridge_url: str | None = None  # nats://HOST:PORT: join other hosts' relayd (relayd.bridge)
     host_name: str | None = None
+    max_connections: int | None = None  # None: from the descriptor limit
+    idle_timeout: float = 600.0
 
 
 def run(config: Config) -> int:
@@ -95,7 +97,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         then(event)
 
     events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=on_event)
-    server = Server(store, committer, hub, events)
+    server = Server(store, committer, hub, events, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
     if bridge is not None:
         server.team_ops.update(bridge.team_ops)
     if committer is not None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import resource
 import socket
 import struct
+import time
 from typing import Any, Awaitable, Callable, Iterator
 
 import anyio
@@ -35,10 +37,32 @@ RECEIVE_BYTES = 64 * 1024
 OUTBOX = 256  # replies waiting per connection; a client that never reads stops being read
 _PEERCRED = struct.Struct("3i")
 _RETRY_ACCEPT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_PAUSE = 0.1  # seconds without accepting after running out of descriptors
+IDLE_TIMEOUT = 600.0  # a request connection silent this long is closed
+DROP_DRAIN = 10.0  # seconds a dropped subscriber gets to read what was queued for it
+_FDS_RESERVED = 256  # descriptors kept for the store, group commit and the event log
+
+
+def default_max_connections() -> int:
+    """Half of what the descriptor limit leaves after the daemon's own needs (group
+    commit holds a descriptor per write until its fsync), at most 4096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, min(4096, (soft - _FDS_RESERVED) // 2))
 
 
 class Server:
-    def __init__(self, store: Store, committer: GroupCommit | None, hub: Hub, events: EventLog) -> None:
+    def __init__(
+        self,
+        store: Store,
+        committer: GroupCommit | None,
+        hub: Hub,
+        events: EventLog,
+        *,
+        max_connections: int | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self.store = store
         self.committer = committer
         self.hub = hub
@@ -55,23 +79,66 @@ class Server:
         # bridge gets the request and this server's execute, and answers as execute does.
         self.team_ops: dict[str, Callable[[Request, Callable[[Request], tuple[Batch | None, bytes]]], Awaitable[tuple[Batch | None, bytes]]]] = {}
         self.round = anyio.Event()  # set when the requests deferred so far have run
+        self.max_connections = max_connections if max_connections is not None else default_max_connections()
+        self.idle_timeout = idle_timeout
+        self.clock = time.monotonic
+        self.refusing = 0
+        self._refusal_logged = -1e9
 
     # -- accepting -------------------------------------------------------------------
     async def serve(self, listener: SocketListener, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as peers:
+            peers.start_soon(self._close_idle)
             with anyio.CancelScope() as self._accepting:
                 task_status.started()
                 async with listener:
                     while True:
                         try:
                             stream = await listener.accept()
-                        except OSError as exc:
-                            if exc.errno not in _RETRY_ACCEPT:
+                        except (OSError, anyio.BrokenResourceError) as exc:
+                            # anyio reports a failed accept(2) as BrokenResourceError from the OSError.
+                            cause = exc if isinstance(exc, OSError) else exc.__cause__
+                            if not isinstance(cause, OSError) or cause.errno not in _RETRY_ACCEPT:
                                 raise
-                            log.warning("accept failed, retrying", error=exc.strerror)
-                            await anyio.sleep(0.1)
+                            # Out of descriptors: stop accepting briefly (the waiting
+                            # connections stay in the backlog) rather than spin or die.
+                            log.warning("accept failed, pausing", error=cause.strerror, connections=len(self.peers))
+                            await anyio.sleep(ACCEPT_PAUSE)
+                            continue
+                        if len(self.peers) + self.refusing >= self.max_connections:
+                            peers.start_soon(self._refuse_busy, stream)
                             continue
                         peers.start_soon(self._handle, stream)
+            peers.cancel_scope.cancel()  # the idle sweep; connections are closed by then
+
+    async def _refuse_busy(self, stream: SocketStream) -> None:
+        """Over the connection cap: say why in one frame, then close."""
+        self.refusing += 1
+        try:
+            if self.clock() - self._refusal_logged >= 1.0:  # one line a second, not one per client
+                self._refusal_logged = self.clock()
+                log.warning("connection refused: too many connections", limit=self.max_connections)
+            body = ErrorBody(code="unavailable", message=f"relayd is serving its limit of {self.max_connections} connections; close idle ones or try again")
+            with anyio.move_on_after(1):
+                await stream.send(protocol.encode(ErrorFrame(error=body, fatal=True)))
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            self.refusing -= 1
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _close_idle(self) -> None:
+        """Close request connections that have sent nothing for `idle_timeout` (an idle
+        client reconnects on its next request; subscribers are never idle)."""
+        period = max(0.05, min(self.idle_timeout / 4, 30.0))
+        while True:
+            await anyio.sleep(period)
+            horizon = self.clock() - self.idle_timeout
+            for peer in tuple(self.peers):
+                if peer.subscriber is None and peer.unanswered == 0 and peer.last_active < horizon:
+                    log.debug("closing an idle connection", idle_s=round(self.clock() - peer.last_active, 1))
+                    peer.close_idle()
 
     def stop_accepting(self) -> None:
         self.draining = True
@@ -242,6 +309,8 @@ class Peer:
         self._group: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._pumping: anyio.CancelScope | None = None
+        self.last_active = server.clock()
+        self._slow = False  # dropped for not reading: told so after what was queued
 
     async def run(self) -> None:
         replies, pending = anyio.create_memory_object_stream[Reply](OUTBOX)
@@ -270,6 +339,24 @@ class Peer:
     def _abort(self) -> None:
         if self._group is not None:
             self._group.cancel_scope.cancel()
+
+    def close_idle(self) -> None:
+        self._abort()
+
+    def _drop_slow(self) -> None:
+        """The hub dropped this subscriber (its queue is full). What was queued still goes
+        out, then a `dropped` error frame, so a client can resume after its last event;
+        one that does not read within DROP_DRAIN seconds is simply disconnected."""
+        if self._slow or self.subscriber is None:
+            return
+        self._slow = True
+        self.subscriber.queue.close()  # the pump ends once the queue is drained
+        if self._group is not None:
+            self._group.start_soon(self._drop_deadline)
+
+    async def _drop_deadline(self) -> None:
+        await anyio.sleep(DROP_DRAIN)
+        self._abort()
 
     async def _send(self, data: bytes) -> None:
         try:
@@ -302,6 +389,7 @@ class Peer:
                 return
             if not data:
                 return
+            self.last_active = self.server.clock()
             await anyio.lowlevel.checkpoint()
             for item in self.conn.receive_data(data):
                 if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
@@ -392,7 +480,7 @@ class Peer:
             await replies.send((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
             return
         queue, events = anyio.create_memory_object_stream[bytes](QUEUE_EVENTS)
-        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._abort, team=request.scope == "team")
+        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._drop_slow, team=request.scope == "team")
         # Fix the replay's end and join the hub in one step (no await between), so every
         # event is either replayed or queued, never both, never neither.
         replay = self.server.events.replay(request.after, self.subscriber.wants) if request.after else iter(())
@@ -422,6 +510,10 @@ class Peer:
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
                     await self._send(b"".join(out))
+            if self._slow:
+                body = ErrorBody(code="dropped", message="dropped: not reading fast enough (resume with after = the last event id received)")
+                await self._send(protocol.encode(ErrorFrame(error=body, fatal=True)))
+                self._abort()
 
 
 async def _put(replies: MemoryObjectSendStream[Reply], item: Reply) -> None:
