@@ -313,6 +313,13 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
         os.ftruncate(fd, size)
         raise _os_error(exc, what) from exc
     if written != len(payload):
+        # Usually a full disk (or a file size limit): writing the rest says which, then
+        # everything is rolled back either way.
+        why = "short write"
+        try:
+            os.write(fd, payload[written:])
+        except OSError as exc:
+            why = str(_os_error(exc, what)).removeprefix(f"{what}: ")
         os.ftruncate(fd, size)
-        raise StoreError(f"{what}: short write ({written} of {len(payload)} bytes), rolled back")
+        raise StoreError(f"{what}: {why} ({written} of {len(payload)} bytes written, rolled back)")
     return size

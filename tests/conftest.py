@@ -61,3 +61,7 @@ class RelayCtl:
 @pytest.fixture
 def relayctl(relay_env: dict[str, str]) -> RelayCtl:
     return RelayCtl(relay_env)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", help="torture suite (tests/torture): many more rounds of each scenario [env: RELAY_TORTURE_LONG=1]")

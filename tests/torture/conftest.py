@@ -1,0 +1,22 @@
+"""Torture suite fixtures: how many rounds, and the summary line at the end of the run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from checker import TOTALS
+
+
+@pytest.fixture
+def long_run(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--long")) or os.environ.get("RELAY_TORTURE_LONG", "") not in ("", "0")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if TOTALS["scenarios"]:
+        terminalreporter.write_line(
+            f"torture summary: {TOTALS['scenarios']} checked runs, {TOTALS['acknowledged']} acknowledged sends, "
+            f"{TOTALS['lost']} lost, {TOTALS['duplicated']} duplicated, {TOTALS['corrupt']} corrupt"
+        )
