@@ -112,17 +112,21 @@ def test_an_event_log_that_cannot_grow_takes_the_message_back(relay_env, relayct
     assert [m["body"] for m in stored(store_dir, "inferno")] == ["after space returned"]
 
 
-def test_a_broadcast_is_never_half_delivered(relayctl, store_dir):
+def test_a_broadcast_is_never_half_delivered(relayctl, store_dir, short_tmp):
+    """shadow's inbox (last in name order) is refused only when it is opened, after the
+    others were appended to: those appends are taken back."""
     relayctl("init", "--preset", "overlord")
     planted = os.path.join(store_dir, "agents", "shadow", "inbox.jsonl")
     if os.path.exists(planted):
         os.unlink(planted)
-    os.symlink("/dev/null", planted)
+    (short_tmp / "elsewhere").write_text("")
+    os.link(short_tmp / "elsewhere", planted)
     proc = relayctl("send", "--broadcast", "all or nothing", agent="storm", check=False)
     assert proc.returncode == 1 and "shadow" in proc.stderr
     for agent in ("glacier", "inferno", "overlord", "strategist"):
         assert stored(store_dir, agent) == [], agent
     assert message_events(store_dir) == []
+    assert (short_tmp / "elsewhere").read_text() == ""
 
 
 # -- planted files -------------------------------------------------------------------------------
