@@ -111,6 +111,6 @@ def dedup_window(store: Store) -> float:
             store.dedup_window = parse_duration(load_config(store).dedup.window).total_seconds()
         except RelayError:
             # A broken config.json is reported by the commands that use what is broken
-            # (wake, notify, `relayctl doctor`); sends keep working with the default.
+            # (wake, notify); sends keep working with the default window.
             store.dedup_window = DEFAULT_DEDUP_WINDOW
     return store.dedup_window

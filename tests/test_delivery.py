@@ -170,7 +170,7 @@ def test_a_send_that_died_before_its_append_is_delivered_by_the_sweep_once(store
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # stands in for kill -9 between the record and the append
 
-    monkeypatch.setattr(relayd.inbox, "append_messages", crash)
+    monkeypatch.setattr(relayd.inbox._Appends, "append", crash)  # send's inbox append
     with pytest.raises(KeyboardInterrupt):
         send_owed(store)
     monkeypatch.undo()
