@@ -25,10 +25,10 @@ from relayd.wake import WakeFailed, wake
 
 from .common import Row, scratch_dir
 
-AREA = "wake"
+AREA = "wake"  # python -m benchmarks.run wake
 CONDITIONS = ("normal", "slow", "restarting", "absent")
 LAYERS = ("gateway", "socket", "file", "layered")
-SLOW = 0.05  # seconds a slow receiver takes per wake
+SLOW = 0.02  # seconds a slow receiver takes per wake
 DOWN, CYCLE = 0.04, 0.15  # a restarting receiver is down DOWN of every CYCLE seconds
 
 GATEWAY = """#!/bin/sh
@@ -294,8 +294,11 @@ def run(quick: bool) -> list[Row]:
     rows = []
     for layer in LAYERS:
         for condition in CONDITIONS:
-            delivered, reported, elapsed = _cell(layer, condition, count)
-            share = 100.0 * delivered / count
+            # With the receiver absent every socket wake waits through its retries (0.4 s):
+            # fewer wakes there keep the run short.
+            n = count // 10 if condition == "absent" else count
+            delivered, reported, elapsed = _cell(layer, condition, n)
+            share = 100.0 * delivered / n
             # With nobody there, nothing can arrive except through the file, which waits.
             expect = condition != "absent" or layer in ("file", "layered")
             rows.append(
@@ -306,7 +309,7 @@ def run(quick: bool) -> list[Row]:
                     "%",
                     ">= 99.9 %" if expect else "",
                     share >= 99.9 if expect else None,
-                    f"{delivered}/{count} delivered, {reported} reported ok, {elapsed:.1f} s",
+                    f"{delivered}/{n} delivered, {reported} reported ok, {elapsed:.1f} s",
                 )
             )
     return rows

@@ -4,7 +4,7 @@ how long read mail is kept.
     {
       "wake":   {"gateway_command": ["/home/me/athena/scripts/wake-gateway.sh"],
                  "gateway_socket": "/run/user/1000/openclaw/gateway.sock",
-                 "timeout": "5s"},
+                 "timeout": "5s", "retries": 2},
       "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
                    "escalate_to": "leader", "keep_acked": "7d"},
@@ -41,6 +41,7 @@ class WakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gateway_command: list[str] | str | None = None  # argv (or one shell-like string, split with shlex); TEXT is appended
     gateway_socket: str | None = None  # a Unix stream socket that accepts one JSON line
     timeout: str = "5s"
+    retries: int = 2  # more tries of a gateway that fails as if restarting (0.1 s, then 0.3 s later)
 
 
 class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -19,6 +19,7 @@ import os
 import shlex
 import socket
 import subprocess
+import time
 from typing import Any, Callable
 
 import msgspec
@@ -34,6 +35,8 @@ from .timefmt import now_iso, parse_duration
 METHODS = ("gateway", "socket", "file")
 MAX_TEXT = 4096
 _SOCKET_REPLY_WAIT = 0.5
+RETRY_WAITS = (0.1, 0.3, 0.9, 2.7)  # before each further try of a gateway that may be restarting
+sleep = time.sleep  # replaced in tests (no real waiting)
 
 
 class WakeFailed(RelayError):
@@ -125,29 +128,35 @@ class _Discovered:
 
 
 def by_gateway(config: Config, text: str, found: _Discovered | None = None) -> str | None:
-    """None on success, else why it failed."""
+    """None on success, else why it failed. A gateway that is restarting (it exits
+    non-zero) is tried again `wake.retries` times, after RETRY_WAITS."""
+    return _with_retries(config, lambda: _gateway_once(config, text, found))
+
+
+def _gateway_once(config: Config, text: str, found: _Discovered | None) -> tuple[str | None, bool]:
+    """(why it failed or None, whether trying again may help)."""
     argv = gateway_argv(config)
     if argv is None and found is not None:
         argv, why = found.command()
         if argv is None:
-            return why
+            return why, False
     if argv is None:
-        return "no gateway_command in config.json"
+        return "no gateway_command in config.json", False
     timeout = parse_duration(config.wake.timeout).total_seconds()
     try:
         done = subprocess.run(argv + [text], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
     except FileNotFoundError:
-        return f"{argv[0]} not found"
+        return f"{argv[0]} not found", False
     except PermissionError:
-        return f"{argv[0]} is not executable"
+        return f"{argv[0]} is not executable", False
     except subprocess.TimeoutExpired:
-        return f"{argv[0]} did not finish within {config.wake.timeout}"
+        return f"{argv[0]} did not finish within {config.wake.timeout}", False
     except OSError as exc:
-        return f"{argv[0]}: {exc.strerror or exc}"
+        return f"{argv[0]}: {exc.strerror or exc}", True
     if done.returncode != 0:
         said = " ".join(done.stderr.decode(errors="replace").split())[:200]
-        return f"{argv[0]} exited {done.returncode}" + (f": {said}" if said else "")
-    return None
+        return f"{argv[0]} exited {done.returncode}" + (f": {said}" if said else ""), True
+    return None, False
 
 
 def by_socket(config: Config, text: str, agent: str | None, found: _Discovered | None = None) -> str | None:
@@ -155,18 +164,24 @@ def by_socket(config: Config, text: str, agent: str | None, found: _Discovered |
 
     Success is the line written; a reply line saying `"ok": false` counts as failure.
     With no socket configured, OpenClaw's wake hook if its config enables one.
+    A socket that is missing or refuses connections (its server restarting) is tried
+    again `wake.retries` times, after RETRY_WAITS.
     """
+    return _with_retries(config, lambda: _socket_once(config, text, agent, found))
+
+
+def _socket_once(config: Config, text: str, agent: str | None, found: _Discovered | None) -> tuple[str | None, bool]:
     path = config.wake.gateway_socket
     if not path and found is not None:
         missing = found.hook_missing()
         if missing:
-            return missing
+            return missing, False
         from .openclaw import wake_by_hook
 
         assert found.gateway is not None
-        return wake_by_hook(found.gateway, text, parse_duration(config.wake.timeout).total_seconds())
+        return wake_by_hook(found.gateway, text, parse_duration(config.wake.timeout).total_seconds()), False
     if not path:
-        return "no gateway_socket in config.json"
+        return "no gateway_socket in config.json", False
     path = os.path.expanduser(path)
     timeout = parse_duration(config.wake.timeout).total_seconds()
     line = json.dumps({"type": "wake", "text": text, "from": agent, "ts": now_iso()}).encode() + b"\n"
@@ -182,17 +197,31 @@ def by_socket(config: Config, text: str, agent: str | None, found: _Discovered |
             except (socket.timeout, ConnectionResetError):
                 reply = b""
     except FileNotFoundError:
-        return f"{path}: no such socket"
+        return f"{path}: no such socket", True
+    except ConnectionRefusedError as exc:
+        return f"{path}: {exc.strerror or exc}", True
     except (socket.timeout, OSError) as exc:
-        return f"{path}: {getattr(exc, 'strerror', None) or exc}"
+        return f"{path}: {getattr(exc, 'strerror', None) or exc}", False
     if reply.strip():
         try:
             answer = json.loads(reply.splitlines()[0])
         except ValueError:
-            return None
+            return None, False
         if isinstance(answer, dict) and answer.get("ok") is False:
-            return f"{path} refused: {answer.get('error') or answer}"
-    return None
+            return f"{path} refused: {answer.get('error') or answer}", False
+    return None, False
+
+
+def _with_retries(config: Config, attempt: Callable[[], tuple[str | None, bool]]) -> str | None:
+    """Measured by benchmarks/bench_wake.py: one try reaches a receiver that restarts
+    now and then about 3 times in 4; waiting a moment and trying again reaches it."""
+    error, transient = attempt()
+    for wait in RETRY_WAITS[: max(0, config.wake.retries)]:
+        if error is None or not transient:
+            break
+        sleep(wait)
+        error, transient = attempt()
+    return error
 
 
 def wake(store: Store, call: Callable[[str, dict], Any], text: str, method: str | None = None, agent: str | None = None, layers: tuple[str, ...] = METHODS) -> dict:
