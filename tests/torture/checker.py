@@ -5,7 +5,9 @@ Writers log an *intent* (the id they chose) before each send and an *ack* once i
 returned success. Afterwards every line of the inbox files is read raw:
 * lost       an acknowledged id that is not in the inbox;
 * duplicated an id (or a writer's sequence number) stored more than once;
-* corrupt    a line that does not decode, or a file not ending in a newline.
+* corrupt    a line that does not decode, or a file not ending in a newline;
+* reordered  a writer's messages stored out of the order it sent them in (each writer
+             sends one message at a time, so its sequence numbers must rise).
 An intent without an ack (cut short by a crash) may be present once or not at all.
 """
 
@@ -53,13 +55,17 @@ class Verdict:
     lost: list[str]
     duplicated: list[str]
     corrupt: list[str]
+    reordered: list[str]
 
     def summary(self) -> str:
-        return f"{self.acked} acknowledged, {self.stored} stored, {len(self.lost)} lost, {len(self.duplicated)} duplicated, {len(self.corrupt)} corrupt"
+        return (
+            f"{self.acked} acknowledged, {self.stored} stored, {len(self.lost)} lost, {len(self.duplicated)} duplicated, "
+            f"{len(self.corrupt)} corrupt, {len(self.reordered)} out of order"
+        )
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.corrupt)
+        return not (self.lost or self.duplicated or self.corrupt or self.reordered)
 
 
 def raw_messages(store_dir: str, agent: str) -> tuple[list[Message], list[str]]:
@@ -91,12 +97,21 @@ def check(history: History, store_dir: str, agent: str, scenario: str) -> Verdic
     duplicated = sorted({i for i, n in ids.items() if n > 1} | {k for k, n in keys.items() if n > 1})
     unknown = [m.id for m in messages if m.id not in history.intents]
     corrupt += [f"unexpected message {i}" for i in unknown]
-    verdict = Verdict(acked=len(history.acked), stored=len(messages), lost=lost, duplicated=duplicated, corrupt=corrupt)
+    last: dict[str, int] = {}
+    reordered = []
+    for m in messages:
+        writer, _, seq = m.body.partition(":")
+        if seq.isdigit():
+            if int(seq) <= last.get(writer, -1):
+                reordered.append(m.body)
+            last[writer] = int(seq)
+    verdict = Verdict(acked=len(history.acked), stored=len(messages), lost=lost, duplicated=duplicated, corrupt=corrupt, reordered=reordered)
     TOTALS["scenarios"] += 1
     TOTALS["acknowledged"] += verdict.acked
     TOTALS["lost"] += len(lost)
     TOTALS["duplicated"] += len(duplicated)
     TOTALS["corrupt"] += len(corrupt)
+    TOTALS["reordered"] += len(reordered)
     print(f"\ntorture {scenario}: {verdict.summary()}")
     return verdict
 

@@ -18,5 +18,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if TOTALS["scenarios"]:
         terminalreporter.write_line(
             f"torture summary: {TOTALS['scenarios']} checked runs, {TOTALS['acknowledged']} acknowledged sends, "
-            f"{TOTALS['lost']} lost, {TOTALS['duplicated']} duplicated, {TOTALS['corrupt']} corrupt"
+            f"{TOTALS['lost']} lost, {TOTALS['duplicated']} duplicated, {TOTALS['corrupt']} corrupt, {TOTALS['reordered']} out of order"
         )

@@ -127,7 +127,7 @@ class Writers:
 
 
 def assert_clean(verdict) -> None:
-    assert verdict.ok, f"lost {verdict.lost[:5]}, duplicated {verdict.duplicated[:5]}, corrupt {verdict.corrupt[:5]}"
+    assert verdict.ok, f"lost {verdict.lost[:5]}, duplicated {verdict.duplicated[:5]}, corrupt {verdict.corrupt[:5]}, out of order {verdict.reordered[:5]}"
 
 
 # -- crashes -----------------------------------------------------------------------------------
