@@ -55,7 +55,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
 @click.option("--ignite-queue", metavar="DIR", type=click.Path(file_okay=False), help="Also serve this IGNITE queue directory (DIR/<agent>/*.mime; see relayctl ignite watch).")
 @click.option("--ignite-timeout", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="With --ignite-queue: how long an agent may leave a delivered file before it is retried.")
-@click.option("--max-connections", type=click.IntRange(min=1), metavar="N", help="Connections served at once; more are refused with an error frame. [default: from the open-file limit, at most 4096]")
+@click.option("--max-connections", type=click.IntRange(min=1), metavar="N", help="Connections served at once; more are refused with an error frame. [default: from the open-file limit, at most 1024]")
 @click.option("--idle-timeout", default="10m", show_default=True, metavar="DURATION", callback=_duration, help="Close a request connection silent this long (clients reconnect on their next request; subscribers are kept).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay[bridge]). [default: config.json bridge.url, else host-local only]")

@@ -45,11 +45,12 @@ _FDS_RESERVED = 256  # descriptors kept for the store, group commit and the even
 
 def default_max_connections() -> int:
     """Half of what the descriptor limit leaves after the daemon's own needs (group
-    commit holds a descriptor per write until its fsync), at most 4096."""
+    commit holds a descriptor per write until its fsync), at most 1024 (a team of agents needs
+    a few per pane; each idle connection costs relayd ~20 KiB)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1 << 20
-    return max(16, min(4096, (soft - _FDS_RESERVED) // 2))
+    return max(16, min(1024, (soft - _FDS_RESERVED) // 2))
 
 
 class Server:
