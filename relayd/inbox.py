@@ -195,12 +195,12 @@ class _Appends:
             elif size == 0:
                 store.sync.dir(agent.fd)  # the file may have just been created
             start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
+            self.written[recipient] = (fd, start)  # from here on, taking back cuts it off again
             store.sync.file(fd)
         except BaseException:
-            if fd >= 0:
+            if fd >= 0 and recipient not in self.written:
                 os.close(fd)
             raise
-        self.written[recipient] = (fd, start)
 
     def take_back(self) -> None:
         """Truncate every inbox to where this operation began writing (durably)."""
