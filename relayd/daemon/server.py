@@ -89,7 +89,8 @@ class Server:
     # -- accepting -------------------------------------------------------------------
     async def serve(self, listener: SocketListener, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as peers:
-            peers.start_soon(self._close_idle)
+            sweeping = anyio.CancelScope()
+            peers.start_soon(self._close_idle, sweeping)
             with anyio.CancelScope() as self._accepting:
                 task_status.started()
                 async with listener:
@@ -110,7 +111,7 @@ class Server:
                             peers.start_soon(self._refuse_busy, stream)
                             continue
                         peers.start_soon(self._handle, stream)
-            peers.cancel_scope.cancel()  # the idle sweep; connections are closed by then
+            sweeping.cancel()  # draining: the connections left finish on their own
 
     async def _refuse_busy(self, stream: SocketStream) -> None:
         """Over the connection cap: say why in one frame, then close."""
@@ -129,10 +130,14 @@ class Server:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _close_idle(self) -> None:
+    async def _close_idle(self, scope: anyio.CancelScope) -> None:
         """Close request connections that have sent nothing for `idle_timeout` (an idle
         client reconnects on its next request; subscribers are never idle)."""
         period = max(0.05, min(self.idle_timeout / 4, 30.0))
+        with scope:
+            await self._sweep_idle(period)
+
+    async def _sweep_idle(self, period: float) -> None:
         while True:
             await anyio.sleep(period)
             horizon = self.clock() - self.idle_timeout
