@@ -129,7 +129,9 @@ class Dir:
         except OSError as exc:
             raise _os_error(exc, os.path.join(self.path, name)) from exc
         try:
-            check_regular(fd, os.path.join(self.path, name))
+            # The link count matters only for writing (a reader may also meet a name that
+            # create_exclusive has just linked and not yet unlinked its temp name from).
+            check_regular(fd, os.path.join(self.path, name), writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
         except BaseException:
             os.close(fd)
             raise
@@ -257,12 +259,12 @@ class Dir:
             os.close(fd)  # closing releases the lock
 
 
-def check_regular(fd: int, what: str) -> os.stat_result:
-    """Refuse an open store file that is not a plain, singly linked file."""
+def check_regular(fd: int, what: str, writing: bool = True) -> os.stat_result:
+    """Refuse an open store file that is not a plain file, or (to write) not singly linked."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise UnsafePath(f"{what} is not a regular file; relay does not use it")
-    if info.st_nlink > 1:
+    if writing and info.st_nlink > 1:
         raise UnsafePath(f"{what} has {info.st_nlink} hard links; relay does not write to a file shared with another path")
     return info
 
