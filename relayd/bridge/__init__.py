@@ -11,11 +11,11 @@ and relayd; the bridge carries only what crosses hosts:
 * mail out (`forwarder.py`): a send to a remote agent is appended to the local outbox
   (`bridge/outbox.jsonl`, durable before the client's answer, see `relayd.remote`). The
   forwarder publishes it, in order, to the stream `RELAY_MAIL` on the subject
-  `relay.mail.<host>` with the relay id as `Nats-Msg-Id` (JetStream drops a repeat
+  `relay.mail.<host>` with `<recipient>/<relay id>` as `Nats-Msg-Id` (JetStream drops a repeat
   inside its de-duplication window) and moves its cursor only past what JetStream acked.
 * mail in (`receiver.py`): a durable pull consumer per host; each message is appended to
   the local inbox with its id, and acknowledged to JetStream only once that append is
-  fsynced. An id this host already holds (`bridge/received.jsonl`) is acked, not appended.
+  fsynced. A `<recipient>/<id>` this host already holds (`bridge/received.jsonl`) is acked, not appended.
 * reservations (`reservations.py`): exclusive reservations are decided team-wide under a
   lock key taken with create-only / compare-and-set writes in `relay-locks`, then held
   as entries of `relay-reservations`.

@@ -2,7 +2,7 @@
 
 The outbox (`relayd.remote`) holds what sends accepted for other hosts. The forwarder
 reads the lines past its cursor once they are durable here, publishes each to
-`relay.mail.<host>` with `Nats-Msg-Id` = the relay id, and moves the cursor past a line
+`relay.mail.<host>` with `Nats-Msg-Id` = `<recipient>/<relay id>`, and moves the cursor past a line
 only after JetStream's publish ack. Publishes are pipelined (many in flight) but the
 cursor moves only over a prefix of acked ones, so a failure mid-way resumes at the first
 message JetStream did not confirm; repeats it already had are dropped by its
@@ -65,7 +65,9 @@ class Forwarder:
                     link.mail_subject(entry.host),
                     json_encoder.encode(entry.message),
                     stream=link.MAIL_STREAM,
-                    headers={"Nats-Msg-Id": entry.message.id},
+                    # A message id is unique per inbox (a broadcast's copies share it), so the
+                    # de-duplication id names the recipient too.
+                    headers={"Nats-Msg-Id": f"{entry.message.to}/{entry.message.id}"},
                     wait_stall=PUBLISH_TIMEOUT,
                 )
             )

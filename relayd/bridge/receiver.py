@@ -42,7 +42,14 @@ class _Id(msgspec.Struct):
     id: str
 
 
-_id_decoder = msgspec.json.Decoder(_Id)
+class _Line(msgspec.Struct):
+    """An inbox line (`to` set) or a received.jsonl line (`id` is already `<recipient>/<id>`)."""
+
+    id: str
+    to: str = ""
+
+
+_line_decoder = msgspec.json.Decoder(_Line)
 
 
 class Receiver:
@@ -81,7 +88,8 @@ class Receiver:
     def _ids(lines: list[bytes], into: set[str]) -> None:
         for line in lines:
             try:
-                into.add(_id_decoder.decode(line).id)
+                seen = _line_decoder.decode(line)
+                into.add(f"{seen.to}/{seen.id}" if seen.to else seen.id)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
 
@@ -115,10 +123,11 @@ class Receiver:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 undeliverable.append(bytes(msg.data))
                 continue
-            if self.holds(message.id) or message.id in in_batch:
+            key = _key(message)  # ids are unique per inbox: a broadcast's copies share one
+            if self.holds(key) or key in in_batch:
                 self.duplicates += 1
                 continue
-            in_batch.add(message.id)
+            in_batch.add(key)
             fresh.append(message)
         by_inbox: dict[str, list[Message]] = {}
         remote = self.store.remote
@@ -137,10 +146,10 @@ class Receiver:
                 log.warning("bridge mail for agents this host does not have", count=len(undeliverable), file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
             delivered = [m for messages in by_inbox.values() for m in messages]
             if fresh:
-                self._remember([m.id for m in fresh])
+                self._remember([_key(m) for m in fresh])
                 # Held from now on, even if this task is cancelled before the ack (a lost
                 # connection): the appends are made and the group commit will sync them.
-                self.recent.update(m.id for m in fresh)
+                self.recent.update(_key(m) for m in fresh)
             self.store.emit(
                 *(
                     self.store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
@@ -150,7 +159,7 @@ class Receiver:
             await self.durable()
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.
-            self.recent.difference_update(m.id for m in fresh)
+            self.recent.difference_update(_key(m) for m in fresh)
             log.error("could not store bridge mail; JetStream will redeliver", error=exc.message)
             for msg in batch:
                 await msg.nak(delay=1.0)
@@ -180,3 +189,8 @@ class Receiver:
             self.store.sync.file(fd)
         finally:
             os.close(fd)
+
+
+def _key(message: Message) -> str:
+    """What this host remembers of a message it received: `<recipient>/<id>`."""
+    return f"{message.to}/{message.id}"
