@@ -157,10 +157,15 @@ def test_relayd_killed_mid_stream_with_clients_falling_back(team, long_run):
     daemon = Daemon(team).start()
     try:
         writers = Writers(team, per_writer).start_all()
-        for _ in range(kills):
-            time.sleep(rng.uniform(0.3, 0.8))
+        total = per_writer * len(WRITERS)
+        for k in range(kills):
+            # Mid-stream at a random point of each stretch, however fast the writers are.
+            goal = int(total * (k + rng.uniform(0.3, 0.9)) / (kills + 1))
+            deadline = time.monotonic() + 60
+            while len(writers.history.acked) < goal and time.monotonic() < deadline:
+                time.sleep(0.005)
             daemon.kill()  # SIGKILL in the middle of the stream
-            time.sleep(rng.uniform(0.05, 0.3))  # the writers carry on in direct mode meanwhile
+            time.sleep(rng.uniform(0.3, 0.6))  # long enough that the writers carry on in direct mode
             daemon = Daemon(team).start()
         history = writers.wait()
     finally:
