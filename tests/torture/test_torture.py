@@ -305,18 +305,23 @@ def test_a_file_size_limit_gives_typed_errors_and_service_resumes(team, mode):
         while writers.errors < 12 and time.monotonic() < deadline:
             time.sleep(0.1)
         # Space returns: relayd goes away (writers fall back), or the writers restart unlimited.
+        killed = 0
         if daemon is not None:
             daemon.kill()
         else:
             for name in writers.running():
                 writers.restart(name, preexec=None)
+                killed += 1
         history = writers.wait()
     finally:
         if daemon is not None:
             daemon.kill()
     _assert_typed_one_line_errors(history, ("File too large", "short write"))
     assert_clean(check(history, store_dir, "sink", f"file size limit ({mode})"))
-    _assert_consistent(store_dir)
+    # A writer SIGKILLed between its inbox append and its event append leaves that one message
+    # without an event (a known gap: README "What relay guarantees"); nothing else may disagree.
+    missing_event, missing_message = events_agree(store_dir, "sink")
+    assert not missing_message and len(missing_event) <= killed, (sorted(missing_event)[:5], sorted(missing_message)[:5], killed)
     assert len(history.acked) == 80 * len(WRITERS)
 
 
