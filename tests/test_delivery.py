@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd import delivery, layout, ops
+from relayd import delivery, layout, ops, owed
 from relayd.errors import UsageError
 from relayd.inbox import read_all
 from relayd.store import Store
@@ -351,7 +351,11 @@ def _check_every_owed_message_in_exactly_one_state(store_dir: Path, sent: list[s
         assert len(lines) == len(set(lines)), [x for x, n in Counter(lines).items() if n > 1]
         escalations = Counter(m.body.split()[1] for m in read_all(store, "alice").messages if m.type == "escalation")
     dead = [message_id for message_id in sent if where(store_dir, "bob", message_id) == [layout.DEAD_LETTER]]
-    assert sorted(escalations) == sorted(dead) and set(escalations.values()) <= {1}
+    # A sweep killed after telling the sender but before its rename leaves the record in owed/
+    # with its escalation id set: dead-lettered as far as anyone can ack, finished by the next sweep.
+    with Store(str(store_dir)) as store:
+        halfway = [m for m in sent if (r := owed.read(store, layout.OWED, f"bob.{m}.json")) is not None and r.escalation_id]
+    assert set(dead) <= set(escalations) <= set(dead) | set(halfway) and set(escalations.values()) <= {1}
     return states
 
 
