@@ -7,20 +7,9 @@ import sys
 
 import click
 
+from relayd.daemon.cli import _duration  # the same positive-duration option check as relayd's
+
 from .context import settings
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    from relayd.errors import UsageError
-    from relayd.timefmt import parse_duration
-
-    try:
-        seconds = parse_duration(value).total_seconds()
-    except UsageError as exc:
-        raise click.BadParameter(exc.message) from None
-    if seconds <= 0:
-        raise click.BadParameter("must be longer than zero")
-    return seconds
 
 
 @click.group("ignite")
