@@ -3,29 +3,34 @@
 Commands get a `Settings` from the click context, call `settings.call(op, params)` and
 hand the result to `settings.out(...)`, which prints JSON with `--json` or the
 command's human rendering otherwise.
+
+Imports neither click nor anything that loads msgspec or the store: the fast path
+(`relayctl.fast`) runs commands with these same Settings and output functions.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
-import click
+TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up, and the fast path imports this
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from relayd import layout
 from relayd.errors import NoIdentity, UsageError
 
 
-@dataclass
 class Settings:
-    agent: str | None
-    store_dir: str | None
-    socket: str | None
-    json: bool
-    quiet: bool
-    _client: Any = field(default=None, repr=False)
+    __slots__ = ("agent", "store_dir", "socket", "json", "quiet", "_client")
+
+    def __init__(self, agent: str | None, store_dir: str | None, socket: str | None, json: bool, quiet: bool, client: Any = None) -> None:
+        self.agent = agent
+        self.store_dir = store_dir
+        self.socket = socket
+        self.json = json
+        self.quiet = quiet
+        self._client = client
 
     @property
     def dir(self) -> str:
@@ -61,25 +66,67 @@ class Settings:
         if self.json:
             import json  # only here: most runs print text, and every millisecond of start-up shows
 
-            click.echo(json.dumps(data, ensure_ascii=False, indent=None))
+            echo(json.dumps(data, ensure_ascii=False, indent=None))
             return
         if self.quiet or human is None:
             return
         text = human(data)
         if text:
-            click.echo(text)
+            echo(text)
 
     def note(self, text: str) -> None:
         """Non-essential human output: silenced by --quiet and by --json."""
         if not (self.quiet or self.json):
-            click.echo(text, err=False)
+            echo(text)
 
     def warn(self, text: str) -> None:
-        click.echo(f"warning: {text}", err=True)
+        echo(f"warning: {text}", err=True)
 
 
 def settings() -> Settings:
+    import click
+
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
+
+
+_ansi = None
+
+
+def echo(text: str, err: bool = False) -> None:
+    """One line to stdout (or stderr), as `click.echo` prints it: ANSI escape sequences
+    are stripped when the stream is not a terminal (a message body cannot colour a log
+    file). Here so that printing needs no click; tests hold the two to the same bytes."""
+    global _ansi
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
+        import click  # it re-encodes a stream misconfigured as ASCII; rare enough to load it
+
+        click.echo(text, err=err)
+        return
+    out = text + "\n"
+    if "\x1b" in out and not _isatty(stream):
+        if _ansi is None:
+            import re
+
+            _ansi = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # click's own pattern
+        out = _ansi.sub("", out)
+    stream.write(out)
+    stream.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:
+        return False
+
+
+def fail(message: str, status: int) -> None:
+    """The one-line `error:` report every refusal ends in; the caller exits with `status`."""
+    line = " ".join(str(message).split())
+    echo(f"error: {line}", err=True)
 
 
 def clip(text: str | None, width: int) -> str:
