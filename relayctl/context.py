@@ -89,30 +89,20 @@ def settings() -> Settings:
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
 
 
-_ansi = None
-
-
 def echo(text: str, err: bool = False) -> None:
-    """One line to stdout (or stderr), as `click.echo` prints it: ANSI escape sequences
-    are stripped when the stream is not a terminal (a message body cannot colour a log
-    file). Here so that printing needs no click; tests hold the two to the same bytes."""
-    global _ansi
+    """One line to stdout (or stderr), byte for byte as `click.echo` prints it, without
+    loading click for the usual case. click strips ANSI escape sequences when the stream
+    is not a terminal (a message body cannot colour a log file) and re-encodes a stream
+    misconfigured as ASCII: for those rare lines it is click.echo itself that prints."""
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return
-    if (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
-        import click  # it re-encodes a stream misconfigured as ASCII; rare enough to load it
+    if ("\x1b" in text and not _isatty(stream)) or (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
+        import click
 
         click.echo(text, err=err)
         return
-    out = text + "\n"
-    if "\x1b" in out and not _isatty(stream):
-        if _ansi is None:
-            import re
-
-            _ansi = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # click's own pattern
-        out = _ansi.sub("", out)
-    stream.write(out)
+    stream.write(text + "\n")
     stream.flush()
 
 
