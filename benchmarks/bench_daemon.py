@@ -15,7 +15,7 @@ import time
 
 from relayd.rawclient import RawClient
 
-from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir, time_process
+from .common import PYTHON, Row, child_env, cli_start, median_ms, p99_ms, scratch_dir
 
 AREA = "daemon"
 
@@ -120,22 +120,15 @@ def event_latency(quick: bool) -> list[Row]:
 
 
 def cli_with_daemon(quick: bool) -> list[Row]:
-    count = 10 if quick else 30
     daemon = Relayd()
     try:
-        baseline = median_ms(time_process([PYTHON, "-c", "pass"], count=count))
-        env = dict(daemon.env, RELAY_AGENT="storm")
-        send = median_ms(time_process([PYTHON, "-m", "relayctl", "send", "inferno", "hello from a script"], env=env, count=count))
-        script = shutil.which("relayctl")
-        rows = [
-            Row(AREA, "python3 -c pass (reference)", round(baseline, 1), "ms", note=f"median of {count}"),
-            Row(AREA, "relayctl send, whole process, daemon up", round(send, 1), "ms", note=f"median of {count}, python -m relayctl"),
-            Row(AREA, "relayctl send (daemon up) / python3 -c pass", round(send / baseline, 2), "x", "<= 2x", send / baseline <= 2.0),
-        ]
-        if script:
-            console = median_ms(time_process([script, "send", "inferno", "hello from a script"], env=env, count=count))
-            rows.insert(2, Row(AREA, "relayctl send via the console script, daemon up", round(console, 1), "ms", note=f"median of {count}"))
-        return rows
+        commands = {
+            "send": ["--agent", "storm", "send", "inferno", "hello from a script"],
+            "read --unread": ["--agent", "inferno", "read", "--unread"],
+            "heartbeat": ["--agent", "storm", "heartbeat"],
+            "status": ["status"],
+        }
+        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30)
     finally:
         daemon.close()
 
