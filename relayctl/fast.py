@@ -8,10 +8,12 @@ library, and runs the very same command functions (`relayctl.actions`) with the 
 Settings and output as the click commands.
 
 It takes only what it is sure of: those four commands with the options in `COMMANDS`,
-spelled as click accepts them, and a relayd that answers hello for this store. Anything
-else -- help, another command or option, anything click would refuse, no daemon -- goes
-untouched to the full click CLI (`relayctl.cli`). tests/test_fast_path.py holds this
-parser to click's own for every option listed here.
+spelled as click accepts them. Anything else -- help, another command or option,
+anything click would refuse, a socket that answers oddly -- goes untouched to the full
+click CLI (`relayctl.cli`). tests/test_fast_path.py holds this parser to click's own for
+every option listed here. With no relayd for this store, the operation runs in this
+process through `relayd.client.Client`, as it would under the full CLI, loading only the
+domain module that registers it.
 """
 
 from __future__ import annotations
