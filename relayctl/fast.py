@@ -196,6 +196,7 @@ class QuickClient:
         self.store_dir = store_dir
         self.socket_path = socket_path
         self._given_socket = given_socket
+        self._absent = False  # no relayd serves this store: calls run on it directly
         self.mode = "daemon"
         self._sock: Any = None
         self._buffer = b""
@@ -213,6 +214,7 @@ class QuickClient:
             sock.connect(self.socket_path)
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             sock.close()
+            self._absent = True
             return True  # no daemon: direct mode
         except OSError:
             sock.close()
@@ -225,6 +227,7 @@ class QuickClient:
             answer = self._line()
         except _Lost:
             self.close()
+            self._absent = True
             return True  # it was shutting down: as good as absent
         except Exception:
             self.close()
@@ -234,6 +237,7 @@ class QuickClient:
             return False
         if not isinstance(answer.get("store"), str) or os.path.realpath(answer["store"]) != os.path.realpath(self.store_dir):
             self.close()
+            self._absent = True
             return True  # a daemon for another store: not ours
         return True
 
@@ -271,7 +275,7 @@ class QuickClient:
             __import__(COMMANDS[op].module)
             from relayd.client import Client
 
-            self._full = Client(self.store_dir, self._given_socket)
+            self._full = Client(self.store_dir, self._given_socket, daemon=not self._absent)
         try:
             return self._full.call(op, params)
         finally:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
 from . import __version__, layout, protocol
 from .errors import ProtocolError, RelayError, TimedOut, Unavailable, from_wire
 from .store import Store
+
+if TYPE_CHECKING:
+    import socket
 
 RECEIVE_BYTES = 256 * 1024
 
@@ -45,7 +47,7 @@ class _Line:
         while not self.frames:
             try:
                 data = self.sock.recv(RECEIVE_BYTES)
-            except socket.timeout:
+            except TimeoutError:
                 raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
             except ConnectionResetError as exc:
                 raise _Lost(str(exc)) from None
@@ -70,7 +72,10 @@ class Client:
         fsync: bool | None = None,
         name: str = "relayctl",
         timeout: float | None = 30.0,
+        daemon: bool = True,
     ) -> None:
+        """`daemon=False`: the caller has just found no relayd for this store (relayctl's
+        fast path), so every call runs on the store directly without trying the socket."""
         self.store_dir = os.path.abspath(store_dir)
         self.socket_path = socket_path or layout.default_socket_path(self.store_dir)
         self.name = name
@@ -79,11 +84,14 @@ class Client:
         self._store: Store | None = None
         self._line: _Line | None = None
         self._ids = itertools.count(1)
+        self._try_daemon = daemon
         self.mode = "direct"  # "daemon" once a call went through relayd
 
     # -- connecting ------------------------------------------------------------------
     def _open(self, timeout: float | None) -> _Line | None:
         """A greeted connection to the daemon serving this store, or None when there is none."""
+        import socket  # here: a call in direct mode never needs it
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(timeout)
         try:
@@ -119,7 +127,7 @@ class Client:
         return line
 
     def _daemon(self) -> _Line | None:
-        if self._line is None:
+        if self._line is None and self._try_daemon:
             self._line = self._open(self.timeout)
         return self._line
 
