@@ -30,7 +30,7 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     return head + "\n" + "\n".join("    " + line for line in body.splitlines())
 
 
-def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files=()) -> None:
+def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files) -> None:
     if mime_files:
         if args or broadcast:
             raise UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
@@ -88,7 +88,7 @@ def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, br
         wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
 
 
-def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, format_="text") -> None:
+def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, format_) -> None:
     params = {
         "agent": s.require_agent("read"),
         "from": from_,

@@ -89,20 +89,21 @@ def settings() -> Settings:
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
 
 
-def echo(text: str, err: bool = False) -> None:
-    """One line to stdout (or stderr), byte for byte as `click.echo` prints it, without
-    loading click for the usual case. click strips ANSI escape sequences when the stream
-    is not a terminal (a message body cannot colour a log file) and re-encodes a stream
-    misconfigured as ASCII: for those rare lines it is click.echo itself that prints."""
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """Text (with a newline unless `nl` is false) to stdout or stderr, byte for byte as
+    `click.echo` prints it, without loading click for the usual case. click strips ANSI
+    escape sequences when the stream is not a terminal (a message body cannot colour a log
+    file) and re-encodes a stream misconfigured as ASCII: for those rare lines it is
+    click.echo itself that prints."""
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return
     if ("\x1b" in text and not _isatty(stream)) or (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
         import click
 
-        click.echo(text, err=err)
+        click.echo(text, err=err, nl=nl)
         return
-    stream.write(text + "\n")
+    stream.write(text + "\n" if nl else text)
     stream.flush()
 
 

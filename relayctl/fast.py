@@ -70,8 +70,8 @@ COMMANDS: dict[str, Spec] = {
             "--ack": ("ack", FLAG),
             "--ack-wait": ("ack_wait", TEXT),
             "--max-deliver": ("max_deliver", INT),
-        },  # --wake: the full CLI
-        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False},
+        },  # --wake, --mime: the full CLI
+        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": ()},
         "args",
         True,
         "relayd.inbox",
@@ -84,8 +84,8 @@ COMMANDS: dict[str, Spec] = {
             "--unread": ("unread", FLAG),
             "--last": ("last", COUNT),
             "--mark-read": ("mark_read", FLAG),
-        },  # --tail: the full CLI
-        {"from_": None, "thread": None, "since": None, "unread": False, "last": 20, "mark_read": False, "tail": False},
+        },  # --tail, --format: the full CLI
+        {"from_": None, "thread": None, "since": None, "unread": False, "last": 20, "mark_read": False, "tail": False, "format_": "text"},
         None,
         True,
         "relayd.inbox",

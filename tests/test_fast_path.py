@@ -192,14 +192,14 @@ def test_the_fast_table_matches_the_click_commands() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.lists(st.sampled_from(["a", "é", "✓", "\x1b", "[", "31", "m", ";", "?", "0", "K", "\n", " "]), max_size=30).map("".join), err=st.booleans())
-def test_echo_prints_what_click_echo_prints(text: str, err: bool) -> None:
+@given(text=st.lists(st.sampled_from(["a", "é", "✓", "\x1b", "[", "31", "m", ";", "?", "0", "K", "\n", " "]), max_size=30).map("".join), err=st.booleans(), nl=st.booleans())
+def test_echo_prints_what_click_echo_prints(text: str, err: bool, nl: bool) -> None:
     def captured(func) -> bytes:
         raw = io.BytesIO()
         stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(sys, "stderr" if err else "stdout", stream)
-            func(text, err=err)
+            func(text, err=err, nl=nl)
         return raw.getvalue()
 
     assert captured(context.echo) == captured(click.echo)
