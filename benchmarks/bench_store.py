@@ -2,7 +2,8 @@
 
 Rows:
 * in-process `send` (fsync on), median and p99;
-* `relayctl send` as a whole process next to `python3 -c pass`, interleaved in one run;
+* `relayctl send`, `read --unread`, `heartbeat`, `status` as whole processes with no relayd,
+  next to the same interpreter's `python -c pass`, interleaved in one run;
 * 20 processes x 1000 sends into one inbox, fsync on and off (timed from a common start
   signal after every process has imported, so interpreter start-up is not counted);
 * `read --unread` of the same 10 unread messages in an inbox of 10 and of 1,000,000.
@@ -24,7 +25,7 @@ from relayd.records import Cursor, Message, json_encoder
 from relayd.store import Store
 from relayd.ulid import new_ulid
 
-from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir, time_calls
+from .common import PYTHON, Row, child_env, cli_start, median_ms, p99_ms, scratch_dir, time_calls
 
 AREA = "store"
 
@@ -73,24 +74,14 @@ def bench_cli_start(quick: bool) -> list[Row]:
     try:
         store_dir = os.path.join(root, "store")
         _team(store_dir, ["alice", "bob"])
-        env = child_env(store_dir)
-        # The console script itself, not a version-manager shim in front of it.
-        relayctl = os.path.join(os.path.dirname(PYTHON), "relayctl")
-        send = [relayctl, "--agent", "alice", "send", "bob", "hi"]
-        bare = [PYTHON, "-c", "pass"]
-        runs = 5 if quick else 30
-        cli, base = [], []
-        for _ in range(runs):  # interleaved, so drift hits both alike
-            for argv, into in ((bare, base), (send, cli)):
-                start = time.perf_counter()
-                subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-                into.append(time.perf_counter() - start)
-        ratio = median_ms(cli) / median_ms(base)
-        return [
-            Row(AREA, "python3 -c pass (reference)", round(median_ms(base), 1), "ms", note=f"median of {runs}"),
-            Row(AREA, "relayctl send, whole process", round(median_ms(cli), 1), "ms", note=f"median of {runs}, direct mode, durable"),
-            Row(AREA, "relayctl send / python3 -c pass", round(ratio, 2), "x", target="<= 2x", ok=ratio <= 2.0),
-        ]
+        env = child_env(store_dir)  # a socket nobody listens on: direct mode
+        commands = {
+            "send": ["--agent", "alice", "send", "bob", "hello from a script"],
+            "read --unread": ["--agent", "bob", "read", "--unread"],
+            "heartbeat": ["--agent", "alice", "heartbeat"],
+            "status": ["status"],
+        }
+        return cli_start(AREA, env, commands, 2.5, "relayd down (direct, durable)", 5 if quick else 30)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

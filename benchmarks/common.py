@@ -6,6 +6,7 @@ import os
 import statistics
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -74,3 +75,35 @@ def child_env(store: str, socket: str | None = None, **extra: str) -> dict[str, 
 
 
 PYTHON = sys.executable
+
+
+def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float, situation: str, runs: int) -> list[Row]:
+    """Whole `relayctl` processes next to this interpreter's own `python -c pass` (the one
+    the console script runs on), interleaved so drift hits all alike; one ratio row each.
+
+    Run as an installed package runs: with bytecode caches. (PYTHONDONTWRITEBYTECODE, as
+    some sandboxes set it, would make every start recompile relay's modules; the caches go
+    to a scratch PYTHONPYCACHEPREFIX, filled by a first untimed run.)"""
+    console = os.path.join(os.path.dirname(PYTHON), "relayctl")
+    launcher = [console] if os.path.exists(console) else [PYTHON, "-m", "relayctl"]
+    cache = tempfile.mkdtemp(prefix="rb-pyc-", dir="/tmp")
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = cache
+    argvs = {"python -c pass": [PYTHON, "-c", "pass"], **{name: launcher + argv for name, argv in commands.items()}}
+    samples: dict[str, list[float]] = {name: [] for name in argvs}
+    try:
+        for round_ in range(runs + 1):
+            for name, argv in argvs.items():
+                start = time.perf_counter()
+                subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                if round_:  # the first round fills the bytecode cache
+                    samples[name].append(time.perf_counter() - start)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    base = median_ms(samples["python -c pass"])
+    how = "console script" if launcher == [console] else "python -m relayctl"
+    rows = [Row(area, "python -c pass, this venv's interpreter (reference)", round(base, 1), "ms", note=f"median of {runs}, interleaved with the rows below")]
+    for name in commands:
+        took = median_ms(samples[name])
+        rows.append(Row(area, f"relayctl {name}, {situation}: whole process / python -c pass", round(took / base, 2), "x", f"<= {target:g}x", took / base <= target, f"{took:.1f} ms, {how}"))
+    return rows

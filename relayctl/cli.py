@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import click
 
-from .context import Settings
+from .context import Settings, fail
 
 # name -> "module:function"; each module holds one area of commands.
 COMMANDS: dict[str, str] = {
@@ -115,8 +115,7 @@ def cli(ctx: click.Context, agent: str | None, store_dir: str | None, socket: st
 
 
 def _fail(message: str, status: int) -> NoReturn:
-    line = " ".join(str(message).split())
-    click.echo(f"error: {line}", err=True)
+    fail(message, status)
     sys.exit(status)
 
 

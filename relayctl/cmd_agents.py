@@ -1,12 +1,11 @@
-"""register, heartbeat, set-status, status."""
+"""register, heartbeat, set-status, status (what heartbeat and status do is in relayctl.actions)."""
 
 from __future__ import annotations
 
 import click
 
-from relayd.timefmt import parse_iso, short_span
-
-from .context import clip, settings
+from . import actions
+from .context import settings
 
 
 @click.command()
@@ -44,9 +43,7 @@ def heartbeat(task: str | None) -> None:
       relayctl heartbeat --task "Now working on tests"
       while true; do relayctl heartbeat; sleep 60; done &
     """
-    s = settings()
-    result = s.call("heartbeat", {"agent": s.require_agent("heartbeat"), "task": task})
-    s.out(result, lambda r: f"heartbeat {r['agent']} at {r['heartbeat']}")
+    actions.heartbeat(settings(), task)
 
 
 @click.command("set-status")
@@ -65,98 +62,6 @@ def set_status(status: str, task: str | None) -> None:
     s.out(result, lambda r: f"{r['name']}: {r['status']}" + (f" (task: {r['task']})" if r.get("task") else ""))
 
 
-def _agent_line(a: dict) -> str:
-    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "STALE"
-    if a["last_heartbeat"] is None:
-        beat = "never"
-    else:
-        beat = f"{short_span(a['age_seconds'] or 0)} ago"
-    status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
-    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}"
-
-
-def _bridge_line(b: dict) -> str:
-    line = f"bridge: {b['state']} ({b['url']}) as host {b['host']}, backlog {b.get('backlog', 0)}"
-    if b.get("last_error") and b["state"] != "connected":
-        line += f"; last error: {clip(b['last_error'], 80)}"
-    for name, owner in sorted((b.get("name_conflicts") or {}).items()):
-        line += f"\n  warning: agent name {name} is owned by host {owner}; mail for it goes there"
-    return line
-
-
-def _remote_agent_line(a: dict) -> str:
-    if a.get("alive") is None:  # from the last directory relayd saw: no presence
-        return f"  {a['name']:<16} @{a['host']:<14} (relayd not running: presence unknown)"
-    return _agent_line(a).replace(f"  {a['name']:<16} ", f"  {a['name']:<16} @{clip(a['host'], 13):<14}", 1)
-
-
-def _reservation_line(r: dict) -> str:
-    from relayd.timefmt import now
-
-    expires = parse_iso(r["expires_at"])
-    left = (expires - now()).total_seconds()
-    when = f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"
-    kind = "exclusive" if r.get("exclusive", True) else "shared"
-    repo = r.get("repo", "").rstrip("/").rsplit("/", 1)[-1]
-    return f"  {clip(r['pattern'], 20):<20} {r['agent']:<13} {kind:<11} {when:<16} {repo}"
-
-
-def _command_line(c: dict) -> str:
-    from relayd.timefmt import ago
-
-    return f"  {c['id'][:13]}...   {c['from']} → {c['target_session']}   {clip((c['command'] + ' ' + c.get('args', '')).strip(), 40)}   {ago(parse_iso(c['ts']))}"
-
-
-def render_status(r: dict, sections: set[str]) -> str:
-    lines = []
-    daemon = r.get("daemon")
-    if daemon is not None:
-        lines.append(f"relayd: {'running' if daemon.get('running') else 'not running (direct mode)'}")
-        lines.append("")
-    bridge = r.get("bridge")
-    if bridge is not None:
-        lines.append(_bridge_line(bridge))
-        lines.append("")
-    if "agents" in sections:
-        agents = r["agents"]
-        alive = sum(1 for a in agents if a["alive"])
-        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive} stale)")
-        lines.extend(_agent_line(a) for a in agents)
-        lines.append("")
-        if bridge is not None and bridge.get("agents"):
-            remote = bridge["agents"]
-            alive = sum(1 for a in remote if a.get("alive"))
-            lines.append(f"AGENTS ON OTHER HOSTS ({alive} alive, {len(remote) - alive} stale)")
-            lines.extend(_remote_agent_line(a) for a in remote)
-            lines.append("")
-    if "reservations" in sections:
-        res = r.get("reservations", [])
-        from relayd.timefmt import now
-
-        expired = sum(1 for x in res if parse_iso(x["expires_at"]) <= now())
-        lines.append(f"RESERVATIONS ({len(res) - expired} active, {expired} expired)")
-        lines.extend(_reservation_line(x) for x in res)
-        lines.append("")
-        theirs = (bridge or {}).get("reservations") or []
-        if theirs:
-            lines.append(f"RESERVATIONS ON OTHER HOSTS ({len(theirs)})")
-            lines.extend(_reservation_line(x) + f"  @{x['host']}" for x in theirs)
-            lines.append("")
-    if "commands" in sections:
-        cmds = r.get("commands", [])
-        lines.append(f"PENDING COMMANDS ({len(cmds)})")
-        lines.extend(_command_line(c) for c in cmds)
-        lines.append("")
-    delivery = r.get("delivery")
-    if "agents" in sections and delivery and (delivery["owed"] or delivery["dead_letters"]):
-        # Only when there is something: most teams never send with --ack.
-        lines.append(f"DELIVERY ({delivery['owed']} owed, {delivery['dead_letters']} dead letters: relayctl dlq list)")
-        for name in sorted(set(delivery["owed_by_agent"]) | set(delivery["dead_letters_by_agent"])):
-            lines.append(f"  {name:<16} owed: {delivery['owed_by_agent'].get(name, 0):<5} dead letters: {delivery['dead_letters_by_agent'].get(name, 0)}")
-        lines.append("")
-    return "\n".join(lines).rstrip()
-
-
 @click.command()
 @click.option("--agents", "only_agents", is_flag=True, help="Show only agents.")
 @click.option("--reservations", "only_reservations", is_flag=True, help="Show only reservations.")
@@ -172,8 +77,4 @@ def status(only_agents: bool, only_reservations: bool, only_commands: bool, stal
       relayctl status --agents --stale 2m
       relayctl --json status | jq '.agents[] | select(.alive)'
     """
-    s = settings()
-    result = s.call("status", {"stale": stale})
-    result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
-    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on}
-    s.out(result, lambda r: render_status(r, chosen or {"agents", "reservations", "commands"}))
+    actions.status(settings(), only_agents, only_reservations, only_commands, stale)

@@ -1,30 +1,15 @@
-"""send and read."""
+"""send and read: their options and help (what they do is in relayctl.actions)."""
 
 from __future__ import annotations
 
 import click
 
 import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
-from relayd.names import MESSAGE_TYPES
 from relayd.records import PRIORITIES
 
-from .context import read_body, settings
-
-
-def render_message(m: dict, delivery: str | None = None) -> str:
-    """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...)."""
-    when = m["ts"][:16].replace("T", " ")
-    flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
-    if m.get("ack"):
-        state = {"owed": "owed: relayctl ack " + m["id"], "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")
-        flag = f"[attempt {m.get('attempt') or 1}, {state}] " + flag
-    thread = f"  (thread {m['thread']})" if m.get("thread") else ""
-    tags = f"  #{' #'.join(m['tags'])}" if m.get("tags") else ""
-    head = f"{m['id']}  {when}  {m['from']} → {m['to']}  {flag}{m['subject']}{thread}{tags}"
-    body = m["body"].rstrip("\n")
-    if not body or body == m["subject"]:
-        return head
-    return head + "\n" + "\n".join("    " + line for line in body.splitlines())
+from . import actions
+from .actions import render_message  # noqa: F401  (cmd_delivery prints dead letters with it)
+from .context import settings
 
 
 @click.command()
@@ -69,71 +54,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send --mime queue/leader/user_goal_1738315200123456.mime
       relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
     """
-    s = settings()
-    if mime_files:
-        if args or broadcast:
-            raise click.UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
-        from .cmd_mime import send_files
-
-        send_files(mime_files)
-        return
-    if type_ is not None and type_ not in MESSAGE_TYPES:
-        s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
-    if broadcast:
-        if len(args) > 1:
-            raise click.UsageError("with --broadcast give only the message (no recipient)")
-        recipients: list[str] = []
-        text = read_body(args[0] if args else None)
-    else:
-        if not args:
-            raise click.UsageError("missing recipient: relayctl send TO MESSAGE (or --broadcast MESSAGE)")
-        if len(args) > 2:
-            raise click.UsageError("too many arguments: quote the message, e.g. relayctl send bob \"hello there\"")
-        recipients = [name.strip() for name in args[0].split(",") if name.strip()]
-        text = read_body(args[1] if len(args) > 1 else None)
-    params = {
-        "agent": s.require_agent("send"),
-        "to": recipients,
-        "broadcast": broadcast,
-        "body": text,
-        "subject": subject,
-        "thread": thread,
-        "priority": priority,
-        "tags": list(tags),
-        "type": type_,
-        "ack": ack,
-        "ack_wait": ack_wait,
-        "max_deliver": max_deliver,
-    }
-    if message_id is not None:
-        from relayd.dedup import check_id
-
-        params["id"] = check_id(message_id.strip())
-    result = s.call("send", params)
-    messages = result["messages"]
-    for failure in result.get("notifications", []):
-        if not failure.get("ok", True):
-            s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
-    already = set(result.get("duplicates", []))
-    if s.json:
-        s.out(messages if broadcast or len(messages) != 1 else messages[0])
-    elif len(messages) == 1:
-        if already:
-            s.note(f"{messages[0]['to']} already has {messages[0]['id']}; not sent again")
-        else:
-            owed = " (owed until acknowledged: relayctl ack ID)" if ack else ""
-            s.note(f"sent {messages[0]['id']} to {messages[0]['to']}{owed}")
-    else:
-        fresh = [m["to"] for m in messages if m["to"] not in already]
-        if not fresh:
-            s.note(f"all {len(messages)} recipients already have {messages[0]['id']}; not sent again")
-            return
-        s.note(f"sent to {len(fresh)} agents: {', '.join(fresh)}" + (f" ({', '.join(sorted(already))} had it already)" if already else ""))
-    if wake:
-        from .cmd_wake import wake_and_report
-
-        first = messages[0]
-        wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
+    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
 
 
 @click.command()
@@ -158,53 +79,4 @@ def read(from_, thread, since, unread, last, mark_read, tail, format_) -> None:
       relayctl read --unread --mark-read --tail
       relayctl read --last 1 --format mime > latest.mime
     """
-    s = settings()
-    params = {
-        "agent": s.require_agent("read"),
-        "from": from_,
-        "thread": thread,
-        "since": since,
-        "unread": unread,
-        "last": last,
-        "mark_read": mark_read,
-    }
-
-    def report(result: dict) -> None:
-        for bad in result.get("corrupt", []):
-            s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
-
-    render = render_message
-    if format_ == "mime":
-        if s.json:
-            raise click.UsageError("--format mime and --json: choose one")
-        from relayd.ignite.convert import from_message
-
-        def render(message: dict) -> str:
-            return from_message(message).to_text()
-
-    if tail:
-        from .follow import follow
-
-        follow(s, params, render, report)
-        return
-    result = s.call("read", params)
-    report(result)
-    messages = result["messages"]
-    if format_ == "mime":
-        # One document after another, each ending in a newline: split on "MIME-Version: 1.0"
-        # at a line start, or export one message per file with `relayctl mime export`.
-        for message in messages:
-            text = render(message)
-            click.echo(text, nl=not text.endswith("\n"))
-        return
-    if s.json:
-        s.out(messages)
-        return
-    if not messages:
-        s.note("no unread messages" if unread else "no messages")
-        return
-    delivery = result.get("delivery", {})
-    for message in messages:
-        click.echo(render_message(message, delivery.get(message["id"])))
-    if result["unread"] and not s.quiet:
-        s.note(f"({result['unread']} unread)")
+    actions.read(settings(), from_, thread, since, unread, last, mark_read, tail, format_)

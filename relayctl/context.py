@@ -3,29 +3,34 @@
 Commands get a `Settings` from the click context, call `settings.call(op, params)` and
 hand the result to `settings.out(...)`, which prints JSON with `--json` or the
 command's human rendering otherwise.
+
+Imports neither click nor anything that loads msgspec or the store: the fast path
+(`relayctl.fast`) runs commands with these same Settings and output functions.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
-import click
+TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up, and the fast path imports this
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from relayd import layout
 from relayd.errors import NoIdentity, UsageError
 
 
-@dataclass
 class Settings:
-    agent: str | None
-    store_dir: str | None
-    socket: str | None
-    json: bool
-    quiet: bool
-    _client: Any = field(default=None, repr=False)
+    __slots__ = ("agent", "store_dir", "socket", "json", "quiet", "_client")
+
+    def __init__(self, agent: str | None, store_dir: str | None, socket: str | None, json: bool, quiet: bool, client: Any = None) -> None:
+        self.agent = agent
+        self.store_dir = store_dir
+        self.socket = socket
+        self.json = json
+        self.quiet = quiet
+        self._client = client
 
     @property
     def dir(self) -> str:
@@ -61,25 +66,58 @@ class Settings:
         if self.json:
             import json  # only here: most runs print text, and every millisecond of start-up shows
 
-            click.echo(json.dumps(data, ensure_ascii=False, indent=None))
+            echo(json.dumps(data, ensure_ascii=False, indent=None))
             return
         if self.quiet or human is None:
             return
         text = human(data)
         if text:
-            click.echo(text)
+            echo(text)
 
     def note(self, text: str) -> None:
         """Non-essential human output: silenced by --quiet and by --json."""
         if not (self.quiet or self.json):
-            click.echo(text, err=False)
+            echo(text)
 
     def warn(self, text: str) -> None:
-        click.echo(f"warning: {text}", err=True)
+        echo(f"warning: {text}", err=True)
 
 
 def settings() -> Settings:
+    import click
+
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
+
+
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """Text (with a newline unless `nl` is false) to stdout or stderr, byte for byte as
+    `click.echo` prints it, without loading click for the usual case. click strips ANSI
+    escape sequences when the stream is not a terminal (a message body cannot colour a log
+    file) and re-encodes a stream misconfigured as ASCII: for those rare lines it is
+    click.echo itself that prints."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if ("\x1b" in text and not _isatty(stream)) or (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
+        import click
+
+        click.echo(text, err=err, nl=nl)
+        return
+    stream.write(text + "\n" if nl else text)
+    stream.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:
+        return False
+
+
+def fail(message: str, status: int) -> None:
+    """The one-line `error:` report every refusal ends in; the caller exits with `status`."""
+    line = " ".join(str(message).split())
+    echo(f"error: {line}", err=True)
 
 
 def clip(text: str | None, width: int) -> str:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
-import socket
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
@@ -21,6 +19,9 @@ from . import __version__, layout, protocol
 from .errors import ProtocolError, RelayError, TimedOut, Unavailable, from_wire
 from .store import Store
 from .ulid import new_ulid
+
+if TYPE_CHECKING:
+    import socket
 
 RECEIVE_BYTES = 256 * 1024
 _RETRIES = 3  # reconnects for one request whose daemon vanished (a restart may be under way)
@@ -48,7 +49,7 @@ class _Line:
         while not self.frames:
             try:
                 data = self.sock.recv(RECEIVE_BYTES)
-            except socket.timeout:
+            except TimeoutError:
                 raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
             except ConnectionResetError as exc:
                 raise _Lost(str(exc)) from None
@@ -65,6 +66,8 @@ class _Line:
         now is its end (or a closing error frame), so this connection is no use any more."""
         if self.frames:
             return True
+        import select  # here: only a connection kept between requests needs it
+
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
         return bool(poller.poll(0))
@@ -82,7 +85,10 @@ class Client:
         fsync: bool | None = None,
         name: str = "relayctl",
         timeout: float | None = 30.0,
+        daemon: bool = True,
     ) -> None:
+        """`daemon=False`: the caller has just found no relayd for this store (relayctl's
+        fast path), so every call runs on the store directly without trying the socket."""
         self.store_dir = os.path.abspath(store_dir)
         self.socket_path = socket_path or layout.default_socket_path(self.store_dir)
         self.name = name
@@ -91,11 +97,14 @@ class Client:
         self._store: Store | None = None
         self._line: _Line | None = None
         self._ids = itertools.count(1)
+        self._try_daemon = daemon
         self.mode = "direct"  # "daemon" once a call went through relayd
 
     # -- connecting ------------------------------------------------------------------
     def _open(self, timeout: float | None) -> _Line | None:
         """A greeted connection to the daemon serving this store, or None when there is none."""
+        import socket  # here: a call in direct mode never needs it
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(timeout)
         try:
@@ -133,7 +142,7 @@ class Client:
     def _daemon(self) -> _Line | None:
         if self._line is not None and self._line.stale():
             self._drop()  # relayd closed it meanwhile (idle, or restarted): open a fresh one
-        if self._line is None:
+        if self._line is None and self._try_daemon:
             self._line = self._open(self.timeout)
         return self._line
 

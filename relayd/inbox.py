@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator
 
@@ -476,8 +475,7 @@ def _write_cursor(store: Store, agent: Dir, cursor: Cursor) -> None:
 # -- reading ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(msgspec.Struct, frozen=True):
     """Where a line ends: in the rotated file (`rotated=True`) or the current one."""
 
     rotated: bool
@@ -492,8 +490,7 @@ class CorruptLine(msgspec.Struct, kw_only=True):
     offset: int
 
 
-@dataclass
-class _Snapshot:
+class _Snapshot(msgspec.Struct):
     """The inbox files opened together under the lock, so a rotation cannot split them."""
 
     cursor: Cursor

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 
 from . import layout
 from .timefmt import now_iso, parse_duration
@@ -116,6 +115,8 @@ def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
 
 def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
     """stdout of a finished command; _Failed with its stderr otherwise."""
+    import subprocess  # here: most sends notify nobody this way, and it costs ~3 ms to import
+
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=env)
     except FileNotFoundError:

@@ -13,7 +13,6 @@ at the same moment cannot both win.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from datetime import timedelta
 
@@ -35,6 +34,8 @@ MAX_TTL = timedelta(days=366)
 
 def reservation_key(repo: str, pattern: str, shared_by: str | None = None) -> str:
     text = f"{repo}:{pattern}" if shared_by is None else f"{repo}:{pattern}:{shared_by}"
+    import hashlib  # here: listing reservations (relayctl status) never needs it, and it loads OpenSSL
+
     return hashlib.sha256(text.encode()).hexdigest() + SUFFIX
 
 

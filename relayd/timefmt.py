@@ -17,7 +17,9 @@ def now() -> datetime:
 
 
 def to_iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # isoformat truncates to milliseconds as the stored form wants, at half strftime's cost
+    # (every message and event is stamped: it showed in relayd's profile).
+    return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def now_iso() -> str:

@@ -70,6 +70,8 @@ class GroupCommit(Syncer):
         self.inline_when: Callable[[], bool] = lambda: False
         # Runs the writes queued for this round (set by the server; see Server.defer).
         self.collect: Callable[[], None] = lambda: None
+        # Called when a round is durable (set by the server: it writes the replies then).
+        self.on_durable: Callable[[], None] = lambda: None
 
     # -- Syncer: called by store functions in the loop thread ---------------------------
     def file(self, fd: int) -> None:
@@ -117,3 +119,4 @@ class GroupCommit(Syncer):
                 self.batches += 1
                 self.fsynced_fds += len(batch.fds)
                 batch.done.set()
+            self.on_durable()

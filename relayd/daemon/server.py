@@ -1,13 +1,15 @@
 """The socket server: accept connections, check who is calling, move bytes.
 
-Each connection has a reader (frames in, store operations run right here in the loop
-thread), a reply writer (waits for the group commit that makes a reply's writes durable,
-then sends replies in request order) and, once subscribed, an event pump. All of them
-live in the connection's task group; the connection is closed in `finally`.
+Each connection (`Peer`) reads in a callback of the event loop (frames in, store
+operations run right here in the loop thread) and writes its replies in request order,
+each once the group commit that makes its writes durable is done; once subscribed, an
+event pump task sends events. Tasks live in the connection's task group; the connection
+is closed in `finally`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import os
@@ -15,15 +17,16 @@ import resource
 import socket
 import struct
 import time
+from collections import deque
 from typing import Any, Awaitable, Callable, Iterator
 
 import anyio
 import structlog
 from anyio.abc import SocketListener, SocketStream, TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from relayd import __version__, ops, protocol
-from relayd.errors import ProtocolError, RelayError, StoreError, Unavailable
+from relayd.errors import ProtocolError, RelayError, Unavailable
 from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
 from relayd.records import check_agent_name
 from relayd.store import Store
@@ -85,6 +88,9 @@ class Server:
         self.clock = time.monotonic
         self.refusing = 0
         self._refusal_logged = -1e9
+        self.waiting: set[Peer] = set()  # connections with replies not yet written
+        if committer is not None:
+            committer.on_durable = self.flush_replies
 
     # -- accepting -------------------------------------------------------------------
     async def serve(self, listener: SocketListener, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -257,6 +263,13 @@ class Server:
         for item in queued:
             item.batch = batch
         finished.set()
+        self.flush_replies()  # (requests that failed before writing are answered now)
+
+    def flush_replies(self) -> None:
+        """Write the replies that became ready (after a group commit round, or a run of
+        deferred requests) on every connection that has some waiting."""
+        for peer in tuple(self.waiting):
+            peer._flush()
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
@@ -283,7 +296,7 @@ class Deferred:
 
     __slots__ = ("op", "request", "params", "ran", "payload", "batch")
 
-    def __init__(self, op: ops.Operation, request: Request, params: Any, ran: anyio.Event) -> None:
+    def __init__(self, op: ops.Operation | None, request: Request, params: Any, ran: anyio.Event) -> None:
         self.op = op
         self.request = request
         self.params = params
@@ -295,20 +308,26 @@ class Deferred:
         return self.ran.is_set() and (self.batch is None or self.batch.done.is_set())
 
 
-# What a connection's reply writer gets, in request order: (the batch to wait for, the
+# What a connection's outbox holds, in request order: (the batch to wait for, the
 # request id, the reply), or a deferred request that supplies both once it has run.
 Reply = tuple[Batch | None, Any, bytes] | Deferred
 
 
 class Peer:
-    """One client connection."""
+    """One client connection.
+
+    Both directions run in callbacks of the event loop rather than in a task per
+    request: `_on_readable` handles every complete request that arrived, and `_flush`
+    writes every reply whose writes are durable, in request order, straight into the
+    socket -- called once a chunk of requests is handled and whenever a group commit
+    round ends. A task is started only to finish a write the socket had no room for.
+    """
 
     def __init__(self, server: Server, stream: SocketStream) -> None:
         self.server = server
         self.stream = stream
         self.raw: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self.conn = protocol.Connection("server")
-        self.lock = anyio.Lock(fast_acquire=True)  # no extra loop turn when free (the usual case)
         self.subscriber: Subscriber | None = None
         self.unanswered = 0  # replies waiting for their batch to become durable
         self._last_deferred: Deferred | None = None
@@ -317,22 +336,33 @@ class Peer:
         self._pumping: anyio.CancelScope | None = None
         self.last_active = server.clock()
         self._slow = False  # dropped for not reading: told so after what was queued
+        self._outbox: deque[Reply] = deque()  # replies not yet written, in request order
+        self._frames: deque[Any] = deque()  # received, not yet handled (waiting behind a team decision)
+        self._deciding = False  # a team-wide operation is being decided: later frames wait
+        self._backlog: list[bytes] = []  # written but not yet taken by the socket
+        self._draining = False  # a task is writing the backlog
+        self._watching = False  # the loop calls _on_readable while set
+        self._read_done = anyio.Event()
+        self._read_failed: BaseException | None = None
+        self._settled = anyio.Event()  # set when nothing is left to write
+        self._drained = anyio.Event()  # set when the backlog went out
 
     async def run(self) -> None:
-        replies, pending = anyio.create_memory_object_stream[Reply](OUTBOX)
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
-                group.start_soon(self._write_replies, pending)
-                async with replies:
-                    with anyio.CancelScope() as self._reading:
-                        await self._read(replies)
+                with anyio.CancelScope() as self._reading:
+                    await self._read()
                 # Done reading (EOF, fatal error or drain). Replies already queued still go
                 # out; a subscriber that half-closed keeps receiving events.
+                while self._outbox or self._backlog or self._draining:
+                    self._settled = anyio.Event()
+                    await self._settled.wait()
             if self.conn.closed:
                 with anyio.move_on_after(1):
                     await _linger(self.stream)
         finally:
+            self.server.waiting.discard(self)
             if self.subscriber is not None:
                 self.server.hub.remove(self.subscriber)
 
@@ -364,116 +394,191 @@ class Peer:
         await anyio.sleep(DROP_DRAIN)
         self._abort()
 
-    async def _send(self, data: bytes) -> None:
+    # -- reading ---------------------------------------------------------------------
+    async def _read(self) -> None:
+        """Until EOF, a fatal protocol error or stop_reading.
+
+        The reading itself happens in `_on_readable`: the socket stays registered while
+        the connection lives, and each readable turn takes one recv() and handles every
+        complete request in it, with no task switch, wake-up or epoll (un)registration per
+        request -- they were most of relayd's cost per request."""
+        self._resume()
         try:
-            async with self.lock:
-                # Straight into the socket buffer when it has room (the usual case), the
-                # stream's waiting send only for what does not fit: a loop turn less.
-                try:
-                    sent = self.raw.send(data)
-                except BlockingIOError:
-                    sent = 0
-                if sent < len(data):
-                    await self.stream.send(data[sent:])
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            self._abort()  # the peer is gone
-            await anyio.lowlevel.checkpoint()
+            await self._read_done.wait()
+        finally:
+            self._read_done.set()  # (also when stop_reading cancelled us: never resume)
+            self._pause()
+        if self._read_failed is not None:
+            raise self._read_failed
 
-    async def _read(self, replies: MemoryObjectSendStream[Reply]) -> None:
-        raw = self.raw
-        fd = raw.fileno()
-        while not self.conn.closed:
-            # What SocketStream.receive does, minus a loop turn per call: read first, wait
-            # only when nothing is there (and yield anyway when something was, so one
-            # busy connection cannot starve the rest).
+    def _on_readable(self) -> None:
+        try:
             try:
-                data = raw.recv(RECEIVE_BYTES)
+                data = self.raw.recv(RECEIVE_BYTES)
             except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
+                return
             except OSError:
-                return
-            if not data:
-                return
-            self.last_active = self.server.clock()
-            await anyio.lowlevel.checkpoint()
-            for item in self.conn.receive_data(data):
-                if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
-                    self.unanswered += 1
-                    self._last_deferred = queued
-                    await _put(replies, queued)
-                    continue
-                if self._last_deferred is not None and not self._last_deferred.ran.is_set():
-                    self.server.run_deferred()  # this request may depend on the queued ones
-                match item:
-                    case Request():
-                        if (decide := self.server.team_ops.get(item.op)) is not None:
-                            batch, payload = await decide(item, self.server.execute)
-                        else:
-                            batch, payload = self.server.execute(item)
-                        if batch is not None:
-                            self.unanswered += 1
-                        await _put(replies, (batch, item.id, payload))
-                    case Violation():
-                        log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
-                        await replies.send((None, None, self.conn.violation_reply(item)))
-                    case Hello():
-                        answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
-                        await replies.send((None, None, protocol.encode(answer)))
-                    case Subscribe():
-                        await self._subscribe(item, replies)
-                    case _:
-                        body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
-                        await replies.send((None, None, protocol.encode(ErrorFrame(error=body))))
+                data = b""
+            if data:
+                self.last_active = self.server.clock()
+                self._take(data)
+                self._flush()
+            if not data or self.conn.closed:
+                self._pause()
+                self._read_done.set()
+        except Exception as exc:  # a bug: end this connection (the handler logs it), keep serving
+            self._read_failed = exc
+            self._pause()
+            self._read_done.set()
 
-    async def _write_replies(self, pending: MemoryObjectReceiveStream[Reply]) -> None:
-        """Replies in request order, each once its writes are durable; ready ones coalesce."""
-        async with pending:
-            carry = None
-            while True:
-                if carry is None:
-                    try:
-                        carry = pending.receive_nowait()
-                    except anyio.WouldBlock:
-                        try:
-                            carry = await pending.receive()
-                        except anyio.EndOfStream:
-                            return
-                    except anyio.EndOfStream:
-                        return
-                out = [await self._ready(carry)]
-                carry = None
-                while len(out) < 64:
-                    try:
-                        item = pending.receive_nowait()
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                    if not _is_ready(item):
-                        carry = item
-                        break
-                    out.append(await self._ready(item))
-                await self._send(b"".join(out))
+    def _pause(self) -> None:
+        if self._watching:
+            self._watching = False
+            asyncio.get_running_loop().remove_reader(self.raw.fileno())
 
-    async def _ready(self, item: Reply) -> bytes:
-        if isinstance(item, Deferred):
-            if not item.ran.is_set():  # (waiting on a set Event would still yield once)
-                await item.ran.wait()
-            assert item.payload is not None
-            if item.batch is None:  # nothing to make durable (it failed before writing)
+    def _resume(self) -> None:
+        """Read again, unless done, or replies pile up unread (a client that sends and
+        never reads stops being read)."""
+        if not self._watching and not self._read_done.is_set() and not self._deciding and not self._backlog and len(self._outbox) < OUTBOX:
+            self._watching = True
+            asyncio.get_running_loop().add_reader(self.raw.fileno(), self._on_readable)
+
+    def _take(self, data: bytes) -> None:
+        self._frames.extend(self.conn.receive_data(data))
+        self._handle_frames()
+
+    def _handle_frames(self) -> None:
+        while self._frames and not self._deciding:
+            item = self._frames.popleft()
+            if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
+                self.unanswered += 1
+                self._last_deferred = queued
+                self._queue(queued)
+                continue
+            if self._last_deferred is not None and not self._last_deferred.ran.is_set():
+                self.server.run_deferred()  # this request may depend on the queued ones
+            match item:
+                case Request():
+                    if (decide := self.server.team_ops.get(item.op)) is not None:
+                        self._decide(item, decide)
+                        continue
+                    batch, payload = self.server.execute(item)
+                    if batch is not None:
+                        self.unanswered += 1
+                    self._queue((batch, item.id, payload))
+                case Violation():
+                    log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
+                    self._queue((None, None, self.conn.violation_reply(item)))
+                case Hello():
+                    answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
+                    self._queue((None, None, protocol.encode(answer)))
+                case Subscribe():
+                    self._subscribe(item)
+                case _:
+                    body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
+                    self._queue((None, None, protocol.encode(ErrorFrame(error=body))))
+
+    def _decide(self, request: Request, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
+        """A team-wide operation (the bridge decides it, asynchronously): its reply keeps
+        its place in the outbox, and this connection reads and handles nothing more until
+        it is decided -- the next request may depend on it."""
+        slot = Deferred(None, request, None, anyio.Event())
+        self.unanswered += 1
+        self._queue(slot)
+        self._deciding = True
+        self._pause()
+        assert self._group is not None
+        self._group.start_soon(self._decided, slot, decide)
+
+    async def _decided(self, slot: Deferred, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
+        slot.batch, slot.payload = await decide(slot.request, self.server.execute)
+        slot.ran.set()
+        self._deciding = False
+        self._handle_frames()
+        self._flush()
+
+    # -- writing ---------------------------------------------------------------------
+    def _queue(self, item: Reply) -> None:
+        self._outbox.append(item)
+        self.server.waiting.add(self)
+        if len(self._outbox) >= OUTBOX:
+            self._pause()
+
+    def _flush(self) -> None:
+        """Write every reply at the front of the outbox that is ready: its request has run
+        and its writes are durable (a failed fsync turns it into that error)."""
+        outbox = self._outbox
+        out = []
+        while outbox:
+            item = outbox[0]
+            if isinstance(item, Deferred):
+                if not item.ready():
+                    break
+                assert item.payload is not None
+                batch, request_id, payload = item.batch, item.request.id, item.payload
                 self.unanswered -= 1
-                return item.payload
-            item = (item.batch, item.request.id, item.payload)
-        batch, request_id, payload = item
-        if batch is not None:
-            try:
-                await batch.wait()
-            except StoreError as exc:
-                payload = protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(exc)))
-            finally:
-                self.unanswered -= 1
-        return payload
+            else:
+                batch, request_id, payload = item
+                if batch is not None:
+                    if not batch.done.is_set():
+                        break
+                    self.unanswered -= 1
+            if batch is not None and batch.error is not None:
+                payload = protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(batch.error)))
+            outbox.popleft()
+            out.append(payload)
+        if out:
+            self._write(b"".join(out))
+        if not outbox:
+            self.server.waiting.discard(self)
+            if not self._backlog and not self._draining:
+                self._settled.set()
+        self._resume()
 
-    async def _subscribe(self, request: Subscribe, replies: MemoryObjectSendStream[Reply]) -> None:
+    def _write(self, data: bytes) -> None:
+        """Straight into the socket buffer when it has room (the usual case); what does
+        not fit goes to a task that waits until the socket takes it, and everything
+        written after it waits behind it."""
+        if self._backlog or self._draining:
+            self._backlog.append(data)
+            return
+        try:
+            sent = self.raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._abort()  # the peer is gone
+            return
+        if sent < len(data):
+            self._backlog.append(data[sent:])
+            self._pause()
+            self._draining = True
+            assert self._group is not None
+            self._group.start_soon(self._drain)
+
+    async def _drain(self) -> None:
+        try:
+            while self._backlog:
+                chunk = b"".join(self._backlog)
+                self._backlog.clear()
+                await self.stream.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self._backlog.clear()
+            self._abort()  # the peer is gone
+        finally:
+            self._draining = False
+            self._drained.set()
+        self._flush()
+
+    async def _send(self, data: bytes) -> None:
+        """Write `data` (subscription events) and wait until the socket has taken it, so
+        that a subscriber who stops reading fills its bounded queue and is dropped."""
+        self._write(data)
+        while self._backlog or self._draining:
+            self._drained = anyio.Event()
+            await self._drained.wait()
+
+    def _subscribe(self, request: Subscribe) -> None:
         try:
             if self.subscriber is not None:
                 raise ProtocolError("already subscribed on this connection; open another one for other topics")
@@ -483,7 +588,7 @@ class Peer:
             if request.scope == "team" and self.server.store.remote is None:
                 raise Unavailable("scope team needs relayd started with --bridge (this relayd serves one host only)")
         except RelayError as exc:
-            await replies.send((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
+            self._queue((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
             return
         queue, events = anyio.create_memory_object_stream[bytes](QUEUE_EVENTS)
         self.subscriber = Subscriber(topics, request.agent, queue, drop=self._drop_slow, team=request.scope == "team")
@@ -520,21 +625,6 @@ class Peer:
                 body = ErrorBody(code="dropped", message="dropped: not reading fast enough (resume with after = the last event id received)")
                 await self._send(protocol.encode(ErrorFrame(error=body, fatal=True)))
                 self._abort()
-
-
-async def _put(replies: MemoryObjectSendStream[Reply], item: Reply) -> None:
-    """Queue a reply; waits (and yields) only when the queue is full. A request handled
-    per loop turn costs several turns otherwise, which is much of relayd's overhead."""
-    try:
-        replies.send_nowait(item)
-    except anyio.WouldBlock:
-        await replies.send(item)
-
-
-def _is_ready(item: Reply) -> bool:
-    if isinstance(item, Deferred):
-        return item.ready()
-    return item[0] is None or item[0].done.is_set()
 
 
 async def _linger(stream: SocketStream, limit: int = 4 << 20) -> None:

@@ -1,0 +1,258 @@
+"""What send, read, heartbeat and status do once their arguments are parsed: build the
+request, call relayd (or the store), print the answer.
+
+The click commands (cmd_messages, cmd_agents) and the fast path (relayctl.fast) both run
+these functions with the same parameters, so the two can only differ in how argv is
+parsed, and tests hold that to click's parser. Nothing here imports click, msgspec or
+the store: with relayd up, a command needs only a socket and these lines.
+"""
+
+from __future__ import annotations
+
+from relayd.errors import UsageError
+
+from .context import Settings, clip, echo, read_body
+
+
+def render_message(m: dict, delivery: str | None = None) -> str:
+    """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...)."""
+    when = m["ts"][:16].replace("T", " ")
+    flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
+    if m.get("ack"):
+        state = {"owed": "owed: relayctl ack " + m["id"], "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")
+        flag = f"[attempt {m.get('attempt') or 1}, {state}] " + flag
+    thread = f"  (thread {m['thread']})" if m.get("thread") else ""
+    tags = f"  #{' #'.join(m['tags'])}" if m.get("tags") else ""
+    head = f"{m['id']}  {when}  {m['from']} → {m['to']}  {flag}{m['subject']}{thread}{tags}"
+    body = m["body"].rstrip("\n")
+    if not body or body == m["subject"]:
+        return head
+    return head + "\n" + "\n".join("    " + line for line in body.splitlines())
+
+
+def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> None:
+    if mime_files:
+        if args or broadcast:
+            raise UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
+        from .cmd_mime import send_files
+
+        send_files(mime_files)
+        return
+    if type_ is not None:
+        from relayd.names import MESSAGE_TYPES
+
+        if type_ not in MESSAGE_TYPES:
+            s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
+    if broadcast:
+        if len(args) > 1:
+            raise UsageError("with --broadcast give only the message (no recipient)")
+        recipients: list[str] = []
+        text = read_body(args[0] if args else None)
+    else:
+        if not args:
+            raise UsageError("missing recipient: relayctl send TO MESSAGE (or --broadcast MESSAGE)")
+        if len(args) > 2:
+            raise UsageError("too many arguments: quote the message, e.g. relayctl send bob \"hello there\"")
+        recipients = [name.strip() for name in args[0].split(",") if name.strip()]
+        text = read_body(args[1] if len(args) > 1 else None)
+    params = {
+        "agent": s.require_agent("send"),
+        "to": recipients,
+        "broadcast": broadcast,
+        "body": text,
+        "subject": subject,
+        "thread": thread,
+        "priority": priority,
+        "tags": list(tags),
+        "type": type_,
+        "ack": ack,
+        "ack_wait": ack_wait,
+        "max_deliver": max_deliver,
+    }
+    if message_id is not None:
+        from relayd.dedup import check_id
+
+        params["id"] = check_id(message_id.strip())
+    result = s.call("send", params)
+    messages = result["messages"]
+    for failure in result.get("notifications", []):
+        if not failure.get("ok", True):
+            s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
+    already = set(result.get("duplicates", []))
+    if s.json:
+        s.out(messages if broadcast or len(messages) != 1 else messages[0])
+    elif len(messages) == 1:
+        if already:
+            s.note(f"{messages[0]['to']} already has {messages[0]['id']}; not sent again")
+        else:
+            owed = " (owed until acknowledged: relayctl ack ID)" if ack else ""
+            s.note(f"sent {messages[0]['id']} to {messages[0]['to']}{owed}")
+    else:
+        fresh = [m["to"] for m in messages if m["to"] not in already]
+        if not fresh:
+            s.note(f"all {len(messages)} recipients already have {messages[0]['id']}; not sent again")
+            return
+        s.note(f"sent to {len(fresh)} agents: {', '.join(fresh)}" + (f" ({', '.join(sorted(already))} had it already)" if already else ""))
+    if wake:
+        from .cmd_wake import wake_and_report
+
+        first = messages[0]
+        wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
+
+
+def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, format_) -> None:
+    params = {
+        "agent": s.require_agent("read"),
+        "from": from_,
+        "thread": thread,
+        "since": since,
+        "unread": unread,
+        "last": last,
+        "mark_read": mark_read,
+    }
+
+    def report(result: dict) -> None:
+        for bad in result.get("corrupt", []):
+            s.warn(f"skipped a corrupt line in {bad['file']} at byte {bad['offset']}")
+
+    render = render_message
+    if format_ == "mime":
+        if s.json:
+            raise UsageError("--format mime and --json: choose one")
+        from relayd.ignite.convert import from_message
+
+        def render(message: dict) -> str:
+            return from_message(message).to_text()
+
+    if tail:
+        from .follow import follow
+
+        follow(s, params, render, report)
+        return
+    result = s.call("read", params)
+    report(result)
+    messages = result["messages"]
+    if format_ == "mime":
+        # One document after another, each ending in a newline: split on "MIME-Version: 1.0"
+        # at a line start, or export one message per file with `relayctl mime export`.
+        for message in messages:
+            text = render(message)
+            echo(text, nl=not text.endswith("\n"))
+        return
+    if s.json:
+        s.out(messages)
+        return
+    if not messages:
+        s.note("no unread messages" if unread else "no messages")
+        return
+    delivery = result.get("delivery", {})
+    for message in messages:
+        echo(render_message(message, delivery.get(message["id"])))
+    if result["unread"] and not s.quiet:
+        s.note(f"({result['unread']} unread)")
+
+
+def heartbeat(s: Settings, task: str | None) -> None:
+    result = s.call("heartbeat", {"agent": s.require_agent("heartbeat"), "task": task})
+    s.out(result, lambda r: f"heartbeat {r['agent']} at {r['heartbeat']}")
+
+
+def _agent_line(a: dict) -> str:
+    from relayd.timefmt import short_span
+
+    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "STALE"
+    if a["last_heartbeat"] is None:
+        beat = "never"
+    else:
+        beat = f"{short_span(a['age_seconds'] or 0)} ago"
+    status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
+    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}"
+
+
+def _bridge_line(b: dict) -> str:
+    line = f"bridge: {b['state']} ({b['url']}) as host {b['host']}, backlog {b.get('backlog', 0)}"
+    if b.get("last_error") and b["state"] != "connected":
+        line += f"; last error: {clip(b['last_error'], 80)}"
+    for name, owner in sorted((b.get("name_conflicts") or {}).items()):
+        line += f"\n  warning: agent name {name} is owned by host {owner}; mail for it goes there"
+    return line
+
+
+def _remote_agent_line(a: dict) -> str:
+    if a.get("alive") is None:  # from the last directory relayd saw: no presence
+        return f"  {a['name']:<16} @{a['host']:<14} (relayd not running: presence unknown)"
+    return _agent_line(a).replace(f"  {a['name']:<16} ", f"  {a['name']:<16} @{clip(a['host'], 13):<14}", 1)
+
+
+def _reservation_line(r: dict) -> str:
+    from relayd.timefmt import now, parse_iso, short_span
+
+    expires = parse_iso(r["expires_at"])
+    left = (expires - now()).total_seconds()
+    when = f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"
+    kind = "exclusive" if r.get("exclusive", True) else "shared"
+    repo = r.get("repo", "").rstrip("/").rsplit("/", 1)[-1]
+    return f"  {clip(r['pattern'], 20):<20} {r['agent']:<13} {kind:<11} {when:<16} {repo}"
+
+
+def _command_line(c: dict) -> str:
+    from relayd.timefmt import ago, parse_iso
+
+    return f"  {c['id'][:13]}...   {c['from']} → {c['target_session']}   {clip((c['command'] + ' ' + c.get('args', '')).strip(), 40)}   {ago(parse_iso(c['ts']))}"
+
+
+def render_status(r: dict, sections: set[str]) -> str:
+    lines = []
+    daemon = r.get("daemon")
+    if daemon is not None:
+        lines.append(f"relayd: {'running' if daemon.get('running') else 'not running (direct mode)'}")
+        lines.append("")
+    bridge = r.get("bridge")
+    if bridge is not None:
+        lines.append(_bridge_line(bridge))
+        lines.append("")
+    if "agents" in sections:
+        agents = r["agents"]
+        alive = sum(1 for a in agents if a["alive"])
+        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive} stale)")
+        lines.extend(_agent_line(a) for a in agents)
+        lines.append("")
+        if bridge is not None and bridge.get("agents"):
+            remote = bridge["agents"]
+            alive = sum(1 for a in remote if a.get("alive"))
+            lines.append(f"AGENTS ON OTHER HOSTS ({alive} alive, {len(remote) - alive} stale)")
+            lines.extend(_remote_agent_line(a) for a in remote)
+            lines.append("")
+    if "reservations" in sections:
+        res = r.get("reservations", [])
+        from relayd.timefmt import now, parse_iso
+
+        expired = sum(1 for x in res if parse_iso(x["expires_at"]) <= now())
+        lines.append(f"RESERVATIONS ({len(res) - expired} active, {expired} expired)")
+        lines.extend(_reservation_line(x) for x in res)
+        lines.append("")
+        theirs = (bridge or {}).get("reservations") or []
+        if theirs:
+            lines.append(f"RESERVATIONS ON OTHER HOSTS ({len(theirs)})")
+            lines.extend(_reservation_line(x) + f"  @{x['host']}" for x in theirs)
+            lines.append("")
+    if "commands" in sections:
+        cmds = r.get("commands", [])
+        lines.append(f"PENDING COMMANDS ({len(cmds)})")
+        lines.extend(_command_line(c) for c in cmds)
+        lines.append("")
+    delivery = r.get("delivery")
+    if "agents" in sections and delivery and (delivery["owed"] or delivery["dead_letters"]):
+        # Only when there is something: most teams never send with --ack.
+        lines.append(f"DELIVERY ({delivery['owed']} owed, {delivery['dead_letters']} dead letters: relayctl dlq list)")
+        for name in sorted(set(delivery["owed_by_agent"]) | set(delivery["dead_letters_by_agent"])):
+            lines.append(f"  {name:<16} owed: {delivery['owed_by_agent'].get(name, 0):<5} dead letters: {delivery['dead_letters_by_agent'].get(name, 0)}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
+    result = s.call("status", {"stale": stale})
+    result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
+    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on}
+    s.out(result, lambda r: render_status(r, chosen or {"agents", "reservations", "commands"}))

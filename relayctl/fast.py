@@ -1,0 +1,393 @@
+"""relayctl's entry point, with a fast path for the commands scripts run all day.
+
+Agents run `relayctl send`, `read`, `heartbeat` and `status` hundreds of times an hour,
+nearly always with relayd up, and then the work is one JSON line each way. Importing
+click, msgspec and the store code for that costs several times the interpreter's own
+start-up. So this module reads argv itself, talks to the socket with the standard
+library, and runs the very same command functions (`relayctl.actions`) with the same
+Settings and output as the click commands.
+
+It takes only what it is sure of: those four commands with the options in `COMMANDS`,
+spelled as click accepts them. Anything else -- help, another command or option,
+anything click would refuse, a socket that answers oddly -- goes untouched to the full
+click CLI (`relayctl.cli`). tests/test_fast_path.py holds this parser to click's own for
+every option listed here. With no relayd for this store, the operation runs in this
+process through `relayd.client.Client`, as it would under the full CLI, loading only the
+domain module that registers it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+FLAG, TEXT, MANY, INT, COUNT = "flag", "text", "many", "int", "count"  # COUNT: an int >= 0
+
+# Before the command: option -> (Settings field, kind), and the environment click reads.
+GLOBAL: dict[str, tuple[str, Any]] = {
+    "--agent": ("agent", TEXT),
+    "--dir": ("store_dir", TEXT),
+    "--socket": ("socket", TEXT),
+    "--json": ("json", FLAG),
+    "--quiet": ("quiet", FLAG),
+    "-q": ("quiet", FLAG),
+}
+ENVIRONMENT = {"agent": ("RELAY_AGENT", "OVLD_ROLE"), "store_dir": ("RELAY_DIR", "OVLD_RELAY_DIR"), "socket": ("RELAY_SOCKET",)}
+# After the command, every command also takes these (cli._accept_output_flags).
+OUTPUT = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
+
+PRIORITIES = ("low", "normal", "high", "urgent", "critical")  # a choice, matched case-insensitively
+
+
+class Spec:
+    """What the fast path accepts of one command: its options (spelling -> parameter,
+    kind), every parameter's default (those of options it leaves to click too), whether
+    it takes positional arguments, and whether its operation changes the store."""
+
+    __slots__ = ("options", "defaults", "positional", "mutates", "module")
+
+    def __init__(self, options: dict[str, tuple[str, Any]], defaults: dict[str, Any], positional: str | None, mutates: bool, module: str) -> None:
+        self.options = options
+        self.defaults = defaults
+        self.positional = positional
+        self.mutates = mutates
+        self.module = module  # registers the operation, for direct mode (ops.table() would load them all)
+
+
+COMMANDS: dict[str, Spec] = {
+    "send": Spec(
+        {
+            "--subject": ("subject", TEXT),
+            "--thread": ("thread", TEXT),
+            "--priority": ("priority", PRIORITIES),
+            "--tag": ("tags", MANY),
+            "--broadcast": ("broadcast", FLAG),
+            "--type": ("type_", TEXT),
+            "--ack": ("ack", FLAG),
+            "--ack-wait": ("ack_wait", TEXT),
+            "--max-deliver": ("max_deliver", INT),
+            "--id": ("message_id", TEXT),
+        },  # --wake, --mime: the full CLI
+        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None},
+        "args",
+        True,
+        "relayd.inbox",
+    ),
+    "read": Spec(
+        {
+            "--from": ("from_", TEXT),
+            "--thread": ("thread", TEXT),
+            "--since": ("since", TEXT),
+            "--unread": ("unread", FLAG),
+            "--last": ("last", COUNT),
+            "--mark-read": ("mark_read", FLAG),
+        },  # --tail, --format: the full CLI
+        {"from_": None, "thread": None, "since": None, "unread": False, "last": 20, "mark_read": False, "tail": False, "format_": "text"},
+        None,
+        True,
+        "relayd.inbox",
+    ),
+    "heartbeat": Spec({"--task": ("task", TEXT)}, {"task": None}, None, True, "relayd.agents"),
+    "status": Spec(
+        {"--agents": ("only_agents", FLAG), "--reservations": ("only_reservations", FLAG), "--commands": ("only_commands", FLAG), "--stale": ("stale", TEXT)},
+        {"only_agents": False, "only_reservations": False, "only_commands": False, "stale": "5m"},
+        None,
+        False,
+        "relayd.overview",
+    ),
+}
+
+PROTOCOL_VERSION = 1  # relayd.protocol.VERSION (a test keeps them equal)
+TIMEOUT = 30.0  # relayd.client.Client's default
+
+
+class _Declined(Exception):
+    """Not something the fast path is sure about: the full CLI takes it."""
+
+
+def _option(table: dict[str, tuple[str, Any]], argv: list[str], i: int) -> tuple[str, Any, Any, int]:
+    """The option at argv[i] -> (parameter, kind, value, index after it), as click parses it."""
+    token = argv[i]
+    spelled, attached = token, None
+    if token.startswith("--") and "=" in token:
+        spelled, _, attached = token.partition("=")
+    found = table.get(spelled)
+    if found is None:
+        raise _Declined
+    name, kind = found
+    if kind is FLAG:
+        if attached is not None:
+            raise _Declined
+        return name, kind, True, i + 1
+    if attached is None:
+        if i + 1 >= len(argv):
+            raise _Declined
+        attached, i = argv[i + 1], i + 1
+    return name, kind, _convert(kind, attached), i + 1
+
+
+def _convert(kind: Any, text: str) -> Any:
+    if kind is TEXT or kind is MANY:
+        return text
+    if kind is INT or kind is COUNT:
+        try:
+            number = int(text)
+        except ValueError:
+            raise _Declined from None
+        if kind is COUNT and number < 0:
+            raise _Declined
+        return number
+    folded = text.casefold()
+    for choice in kind:
+        if choice.casefold() == folded:
+            return choice
+    raise _Declined
+
+
+def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """argv -> (command, Settings fields, the command function's parameters), exactly as
+    click would pass them; raises _Declined for anything else."""
+    settings: dict[str, Any] = {"agent": None, "store_dir": None, "socket": None, "json": False, "quiet": False}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        name, _, value, i = _option(GLOBAL, argv, i)
+        settings[name] = value
+    if i >= len(argv) or argv[i] not in COMMANDS:
+        raise _Declined
+    command = argv[i]
+    spec = COMMANDS[command]
+    params = dict(spec.defaults)
+    positional: list[str] = []
+    i += 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token == "-":
+            positional.append(token)
+            i += 1
+        elif token in OUTPUT:
+            settings[OUTPUT[token]] = True
+            i += 1
+        else:
+            name, kind, value, i = _option(spec.options, argv, i)
+            params[name] = params[name] + (value,) if kind is MANY else value
+    if spec.positional is not None:
+        params[spec.positional] = tuple(positional)
+    elif positional:
+        raise _Declined
+    for field, names in ENVIRONMENT.items():
+        if settings[field] is None:
+            settings[field] = next((environ[name] for name in names if environ.get(name)), None)
+    return command, settings, params
+
+
+class _Lost(Exception):
+    """relayd went away mid-conversation."""
+
+
+class QuickClient:
+    """One request to relayd over a blocking socket: stdlib only, no msgspec. Where
+    `relayd.client.Client` would fall back to the store in this process, it hands the
+    call to that Client."""
+
+    def __init__(self, store_dir: str, socket_path: str, given_socket: str | None) -> None:
+        self.store_dir = store_dir
+        self.socket_path = socket_path
+        self._given_socket = given_socket
+        self._absent = False  # no relayd serves this store: calls run on it directly
+        self.mode = "daemon"
+        self._sock: Any = None
+        self._buffer = b""
+        self._full: Any = None
+
+    def connect(self) -> bool:
+        """Connect and greet. True: relayd serves this store here, or surely none does
+        (then calls run on the store in this process, as relayd.client.Client would).
+        False: something else (refused, timed out, an odd answer): the full CLI decides."""
+        import _socket
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        sock.settimeout(TIMEOUT)
+        try:
+            sock.connect(self.socket_path)
+        except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
+            sock.close()
+            self._absent = True
+            return True  # no daemon: direct mode
+        except OSError:
+            sock.close()
+            return False
+        self._sock = sock
+        try:
+            from relayd import __version__
+
+            self._send({"type": "hello", "version": PROTOCOL_VERSION, "client": f"relayctl {__version__}"})
+            answer = self._line()
+        except _Lost:
+            self.close()
+            self._absent = True
+            return True  # it was shutting down: as good as absent
+        except Exception:
+            self.close()
+            return False
+        if not isinstance(answer, dict) or answer.get("type") != "hello":
+            self.close()
+            return False
+        if not isinstance(answer.get("store"), str) or os.path.realpath(answer["store"]) != os.path.realpath(self.store_dir):
+            self.close()
+            self._absent = True
+            return True  # a daemon for another store: not ours
+        return True
+
+    def call(self, op: str, params: dict[str, Any]) -> Any:
+        if op == "send" and not params.get("id"):
+            # Chosen before the first attempt, as relayd.client.Client does: a send cut
+            # short by relayd vanishing is repeated with it and lands once.
+            from relayd.ulid import new_ulid
+
+            params = dict(params, id=new_ulid())
+        if self._sock is None:
+            return self._full_call(op, params)
+        try:
+            self._send({"type": "request", "id": 1, "op": op, "params": params})
+        except _Lost:
+            return self._full_call(op, params)  # relayd never saw it: safe to do it elsewhere
+        while True:
+            try:
+                frame = self._line()
+            except _Lost:
+                if op != "send" and MUTATES.get(op, True):
+                    from relayd.errors import Unavailable
+
+                    raise Unavailable(f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)") from None
+                return self._full_call(op, params)  # (Client retries, reconnecting; a send keeps its id)
+            except TimeoutError:
+                from relayd.errors import TimedOut
+
+                if op == "send":
+                    raise TimedOut(f"relayd did not answer in time (is it stopped or overloaded?); the send may or may not have been done: repeat it with --id {params['id']} to make sure it is done once", id=params["id"]) from None
+                raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
+            except ValueError:
+                from relayd.errors import ProtocolError
+
+                raise ProtocolError("relayd sent something that is not protocol v1: not a JSON object on one UTF-8 line") from None
+            kind = frame.get("type") if isinstance(frame, dict) else None
+            if kind == "response" and frame.get("id") == 1:
+                if frame.get("ok"):
+                    return frame.get("result")
+                raise _wire_error(frame.get("error") or {})
+            if kind == "error":
+                raise _wire_error(frame.get("error") or {})
+
+    def _full_call(self, op: str, params: dict[str, Any]) -> Any:
+        self.close()
+        if self._full is None:
+            __import__(COMMANDS[op].module)
+            from relayd.client import Client
+
+            self._full = Client(self.store_dir, self._given_socket, daemon=not self._absent)
+        try:
+            return self._full.call(op, params)
+        finally:
+            self.mode = self._full.mode
+
+    def _send(self, obj: dict[str, Any]) -> None:
+        import json
+
+        try:
+            self._sock.sendall(json.dumps(obj).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Lost(str(exc)) from None
+
+    def _line(self) -> Any:
+        import json
+
+        while b"\n" not in self._buffer:
+            try:
+                data = self._sock.recv(256 * 1024)
+            except ConnectionResetError as exc:
+                raise _Lost(str(exc)) from None
+            if not data:
+                raise _Lost("relayd closed the connection")
+            self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def finish(self) -> None:
+        self.close()
+        if self._full is not None:
+            self._full.close()
+
+
+MUTATES = {name: spec.mutates for name, spec in COMMANDS.items()}  # each command runs the operation of its name
+
+
+def _wire_error(error: dict[str, Any]) -> Exception:
+    from relayd.errors import from_wire
+
+    return from_wire(error if isinstance(error, dict) else {})
+
+
+def _fast(argv: list[str]) -> int | None:
+    """Run argv on the fast path; its exit status, or None when the full CLI should take it."""
+    try:
+        command, fields, params = parse(argv, os.environ)
+    except _Declined:
+        return None
+    from relayd.errors import RelayError
+
+    from . import actions
+    from .context import Settings, fail
+
+    settings = Settings(agent=fields["agent"] or None, store_dir=fields["store_dir"] or None, socket=fields["socket"] or None, json=fields["json"], quiet=fields["quiet"])
+    try:
+        store_dir = os.path.abspath(settings.dir)
+        from relayd import layout
+
+        client = QuickClient(store_dir, settings.socket or layout.default_socket_path(store_dir), settings.socket)
+        if not client.connect():
+            return None
+    except RelayError:
+        return None  # e.g. no HOME: the full CLI says so
+    settings._client = client
+    try:
+        getattr(actions, command)(settings, **params)
+    except RelayError as exc:
+        fail(exc.message, exc.exit_status)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: one line, as the full CLI reports it
+        if os.environ.get("RELAY_DEBUG"):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+        return 70
+    finally:
+        client.finish()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    status = _fast(args)
+    if status is None:
+        from .cli import main as full
+
+        full(args)
+        return
+    if status:
+        sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
