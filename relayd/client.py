@@ -38,6 +38,7 @@ class _Line:
         self.sock = sock
         self.conn = protocol.Connection("client")
         self.frames: list[protocol.Frame | protocol.Violation] = []
+        self._poller: Any = None
 
     def send(self, frame: protocol.Frame) -> None:
         try:
@@ -66,11 +67,12 @@ class _Line:
         now is its end (or a closing error frame), so this connection is no use any more."""
         if self.frames:
             return True
-        import select  # here: only a connection kept between requests needs it
+        if self._poller is None:
+            import select  # here: only a connection kept between requests needs it
 
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
-        return bool(poller.poll(0))
+            self._poller = select.poll()
+            self._poller.register(self.sock, select.POLLIN)
+        return bool(self._poller.poll(0))
 
     def close(self) -> None:
         self.sock.close()

@@ -17,12 +17,13 @@ _last_ms = -1
 _last_random = 0
 
 
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> two characters
+_SHIFTS = tuple(range(120, -1, -10))  # 130 bits, the top two zero
+
+
 def _encode(value: int) -> str:
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    # Two characters a step: every send makes two ids (message and event), on both sides.
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_ulid(now_ms: int | None = None) -> str:

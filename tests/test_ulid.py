@@ -27,3 +27,15 @@ def test_a_clock_stepping_back_does_not_reorder_ids() -> None:
     first = new_ulid()
     earlier = new_ulid(now_ms=ulid_time_ms(first) - 5_000)
     assert earlier > first
+
+
+def test_encoding_matches_the_ulid_spec_for_known_values() -> None:
+    # The spec's example time and the extremes of the 80 random bits: other ULID tools
+    # must read our ids (IGNITE interop, bridges), so the alphabet and bit layout are fixed.
+    from relayd.ulid import _encode
+
+    assert _encode(1469918176385 << 80)[:10] == "01ARYZ6S41"
+    assert _encode((1 << 128) - 1) == "7" + "Z" * 25
+    assert _encode(0) == "0" * 26
+    assert _encode(1) == "0" * 25 + "1"
+    assert _encode(31 << 5) == "0" * 24 + "Z0"

@@ -2,9 +2,15 @@
 
 Store functions run in the event-loop thread and call `Syncer.file(fd)` / `.dir(fd)` at
 the points where direct mode would fsync. Here those calls only keep a duplicate of the
-descriptor in the current batch. One task fsyncs a whole batch in a worker thread while
-the next batch fills up; a reply is sent only once the batch holding its writes is
-durable (DESIGN §2: "acknowledged" means durable).
+descriptor (one per distinct file) in the current batch. A worker thread fsyncs a whole
+batch while the next one fills up; a reply is sent only once the batch holding its writes
+is durable (DESIGN §2: "acknowledged" means durable).
+
+Up to IN_FLIGHT rounds fsync at once, and they become durable in the order they were
+taken. With one round at a time, busy clients fall into two groups taking turns: those
+answered by a round send their next request while the other group's round syncs, and
+wait for it to end before theirs can start -- two fsyncs per request cycle. With two,
+their round starts at once.
 
 When a single request is waiting (one client calling in turn), the fsync runs in the loop
 thread: there is nothing to overlap it with, and the hand-off to a worker thread would
@@ -23,10 +29,11 @@ from relayd.fsio import Syncer
 
 
 class Batch:
-    __slots__ = ("fds", "done", "error")
+    __slots__ = ("fds", "files", "done", "error")
 
     def __init__(self) -> None:
-        self.fds: list[int] = []
+        self.fds: list[int] = []  # duplicates, one per distinct file
+        self.files: set[tuple[int, int]] = set()  # (st_dev, st_ino) of each
         self.done = anyio.Event()
         self.error: StoreError | None = None
 
@@ -39,30 +46,27 @@ class Batch:
 
 
 def _sync_all(fds: list[int]) -> StoreError | None:
-    """fsync each distinct file once; close every duplicate. Runs in a worker thread."""
-    seen: set[tuple[int, int]] = set()
-    failure: StoreError | None = None
+    """fsync each file (distinct already). Runs in a worker thread, so it touches nothing
+    else: each os call there takes the GIL back from the loop thread once."""
     for fd in fds:
         try:
-            if failure is None:
-                info = os.fstat(fd)
-                key = (info.st_dev, info.st_ino)
-                if key not in seen:
-                    seen.add(key)
-                    os.fsync(fd)
+            os.fsync(fd)
         except OSError as exc:  # never retried: the kernel may have dropped the dirty pages
-            failure = StoreError(f"fsync failed: {exc.strerror}; the last writes may not be durable")
-        finally:
-            os.close(fd)
-    return failure
+            return StoreError(f"fsync failed: {exc.strerror}; the last writes may not be durable")
+    return None
+
+
+IN_FLIGHT = 2  # fsync rounds running at once (each in its own worker thread)
 
 
 class GroupCommit(Syncer):
     """The daemon's Syncer. Create it inside the event loop; run `run()` in a task."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_flight: int = IN_FLIGHT, sync: Callable[[list[int]], StoreError | None] = _sync_all) -> None:
+        self._sync_files = sync  # (tests pass one that holds a round until they let it finish)
         self._filling = Batch()
-        self._syncing: Batch | None = None
+        self._syncing: list[Batch] = []  # rounds being fsynced, oldest first
+        self._slots = anyio.Semaphore(in_flight)
         self._wakeup = anyio.Event()
         self.batches = 0
         self.fsynced_fds = 0
@@ -75,7 +79,12 @@ class GroupCommit(Syncer):
 
     # -- Syncer: called by store functions in the loop thread ---------------------------
     def file(self, fd: int) -> None:
-        self._filling.fds.append(os.dup(fd))
+        info = os.fstat(fd)
+        key = (info.st_dev, info.st_ino)
+        batch = self._filling
+        if key not in batch.files:  # (a busy inbox is written many times a round: one fsync)
+            batch.files.add(key)
+            batch.fds.append(os.dup(fd))
         self._wakeup.set()
 
     dir = file
@@ -86,37 +95,62 @@ class GroupCommit(Syncer):
 
     # -- for the server ----------------------------------------------------------------
     def pending(self) -> Batch | None:
-        """The batch that holds writes made so far and not yet durable, if any."""
+        """The batch that holds writes made so far and not yet durable, if any (rounds
+        become durable in order, so the newest one stands for all)."""
         if self._filling.fds:
             return self._filling
-        return self._syncing
+        return self._syncing[-1] if self._syncing else None
+
+    def syncing(self) -> bool:
+        return bool(self._syncing)
 
     async def flushed(self) -> None:
         """Until everything written before this call is durable (errors ignored)."""
-        for batch in (self._syncing, self._filling if self._filling.fds else None):
-            if batch is not None:
-                await batch.done.wait()
+        batch = self.pending()
+        if batch is not None:
+            await batch.done.wait()
 
     async def run(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup = anyio.Event()
-            self.collect()
-            batch = self._filling
-            if not batch.fds:
-                continue
-            self._filling = Batch()
-            self._syncing = batch
-            try:
-                if self.inline_when():
+        async with anyio.create_task_group() as rounds:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                # Writes keep gathering in the filling batch while every slot is busy.
+                await self._slots.acquire()
+                self.collect()
+                batch = self._filling
+                if not batch.fds:
+                    self._slots.release()
+                    continue
+                self._filling = Batch()
+                previous = self._syncing[-1] if self._syncing else None
+                self._syncing.append(batch)
+                if self.inline_when() and previous is None:
                     # One request waiting and nothing else to do meanwhile: a thread hand-off
                     # would only add latency.
-                    batch.error = _sync_all(batch.fds)
+                    batch.error = self._sync_files(batch.fds)
+                    self._finish(batch)
                 else:
-                    batch.error = await anyio.to_thread.run_sync(_sync_all, batch.fds, abandon_on_cancel=False)
+                    rounds.start_soon(self._sync, batch, previous)
+
+    async def _sync(self, batch: Batch, previous: Batch | None) -> None:
+        """One round in a worker thread, while the loop goes on (and may start the next
+        round: a client answered by the round before need not wait for this one to end
+        before its next request is fsynced)."""
+        with anyio.CancelScope(shield=True):  # the descriptors are closed, the round ends
+            try:
+                batch.error = await anyio.to_thread.run_sync(self._sync_files, batch.fds)
             finally:
-                self._syncing = None
-                self.batches += 1
-                self.fsynced_fds += len(batch.fds)
-                batch.done.set()
-            self.on_durable()
+                if previous is not None and not previous.done.is_set():
+                    await previous.done.wait()  # durable in order: a reply never overtakes an earlier write
+                self._finish(batch)
+
+    def _finish(self, batch: Batch) -> None:
+        for fd in batch.fds:
+            os.close(fd)
+        self._syncing.remove(batch)
+        self._slots.release()
+        self.batches += 1
+        self.fsynced_fds += len(batch.fds)
+        batch.done.set()
+        self.on_durable()

@@ -139,7 +139,8 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
             with anyio.move_on_after(config.drain_timeout):
                 await committer.flushed()
         tasks.cancel_scope.cancel()
-    log.info("stopped", requests=server.requests, events=events.events, subscribers_dropped=hub.dropped)
+    rounds = {"fsync_rounds": committer.batches, "fsynced_files": committer.fsynced_fds} if committer is not None else {}
+    log.info("stopped", requests=server.requests, events=events.events, subscribers_dropped=hub.dropped, **rounds)
     return 0
 
 

@@ -1,0 +1,131 @@
+"""relayd's group commit: fsync rounds overlap, but a reply never overtakes an earlier write.
+
+The fsync itself is replaced by a function that records which files each round syncs and
+holds the round until the test lets it finish, so the order in which rounds end at the
+OS level is chosen by the test.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import anyio
+import pytest
+
+from relayd.daemon.commit import IN_FLIGHT, GroupCommit
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class HeldSync:
+    def __init__(self) -> None:
+        self.rounds: list[set[int]] = []  # inodes synced, per round, in the order started
+        self.gates: list[threading.Event] = []
+        self.returned = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, fds: list[int]) -> None:
+        gate = threading.Event()
+        with self._lock:
+            self.rounds.append({os.fstat(fd).st_ino for fd in fds})
+            self.gates.append(gate)
+        assert gate.wait(10), "the test never let this round finish"
+        with self._lock:
+            self.returned += 1
+
+    async def until(self, what, count: int) -> None:
+        with anyio.fail_after(5):
+            while what() < count:
+                await anyio.sleep(0.001)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_rounds_overlap_and_become_durable_in_order(tmp_path) -> None:
+    files = [os.open(tmp_path / name, os.O_CREAT | os.O_WRONLY, 0o600) for name in "abc"]
+    inodes = [os.fstat(fd).st_ino for fd in files]
+    before = _open_fds()
+    sync = HeldSync()
+    commit = GroupCommit(sync=sync)
+    finished: list[str] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commit.run)
+        commit.file(files[0])
+        commit.file(files[0])  # written twice in one round: synced once
+        first = commit.pending()
+        await sync.until(lambda: len(sync.rounds), 1)
+        commit.file(files[1])
+        second = commit.pending()
+        await sync.until(lambda: len(sync.rounds), 2)  # started while the first still syncs
+        assert IN_FLIGHT == 2
+        commit.file(files[2])
+        third = commit.pending()
+        assert third is not second and commit.syncing()
+        for batch, name in ((first, "first"), (second, "second"), (third, "third")):
+            tasks.start_soon(_record, batch, name, finished)
+
+        sync.gates[1].set()  # the later round's fsync ends first...
+        await sync.until(lambda: sync.returned, 1)
+        await anyio.sleep(0.05)
+        assert finished == [] and not second.done.is_set()  # ...but it is not durable before the first
+        assert len(sync.rounds) == 2  # both slots were taken: the third round waited
+
+        sync.gates[0].set()
+        with anyio.fail_after(5):
+            await second.done.wait()
+        await sync.until(lambda: len(sync.rounds), 3)
+        sync.gates[2].set()
+        with anyio.fail_after(5):
+            await third.done.wait()
+        await anyio.sleep(0)
+        tasks.cancel_scope.cancel()
+    assert finished == ["first", "second", "third"]
+    assert sync.rounds == [{inodes[0]}, {inodes[1]}, {inodes[2]}]
+    assert commit.batches == 3 and commit.fsynced_fds == 3
+    assert _open_fds() == before  # every duplicate descriptor was closed
+    for fd in files:
+        os.close(fd)
+
+
+async def _record(batch, name: str, finished: list[str]) -> None:
+    await batch.done.wait()
+    finished.append(name)
+
+
+async def test_a_failed_fsync_fails_its_round_only(tmp_path) -> None:
+    from relayd.errors import StoreError
+
+    failing = os.open(tmp_path / "bad", os.O_CREAT | os.O_WRONLY, 0o600)
+    fine = os.open(tmp_path / "good", os.O_CREAT | os.O_WRONLY, 0o600)
+    bad_inode = os.fstat(failing).st_ino
+
+    def sync(fds: list[int]) -> StoreError | None:
+        if any(os.fstat(fd).st_ino == bad_inode for fd in fds):
+            return StoreError("fsync failed: Input/output error; the last writes may not be durable")
+        return None
+
+    commit = GroupCommit(sync=sync)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commit.run)
+        commit.file(failing)
+        bad = commit.pending()
+        with anyio.fail_after(5):
+            await bad.done.wait()
+        commit.file(fine)
+        good = commit.pending()
+        with anyio.fail_after(5):
+            await good.done.wait()
+        tasks.cancel_scope.cancel()
+    with pytest.raises(StoreError, match="fsync failed"):
+        await bad.wait()
+    await good.wait()  # no error: its own files were synced
+    os.close(failing)
+    os.close(fine)
