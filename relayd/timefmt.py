@@ -4,6 +4,7 @@ the short relative forms (`12s ago`, `in 42m`) the human output uses."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
@@ -22,8 +23,20 @@ def to_iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
+_second: tuple[int, str] = (-1, "")  # the last whole second stamped, and its text
+
+
 def now_iso() -> str:
-    return to_iso(now())
+    """Now, as stored. Every message and event is stamped, many within one second: the
+    date and time text is made once a second, the milliseconds each time."""
+    global _second
+    ms = time.time_ns() // 1_000_000
+    second, fraction = divmod(ms, 1000)
+    cached, text = _second
+    if cached != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second = (second, text)
+    return f"{text}.{fraction:03d}Z"
 
 
 def parse_iso(text: str) -> datetime:
