@@ -106,4 +106,31 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
     for name in commands:
         took = median_ms(samples[name])
         rows.append(Row(area, f"relayctl {name}, {situation}: whole process / python -c pass", round(took / base, 2), "x", f"<= {target:g}x", took / base <= target, f"{took:.1f} ms, {how}"))
+    first = next(iter(commands))
+    fast, full = import_ms(["-m", "relayctl", *commands[first]], env), import_ms(["-m", "relayctl.cli", *commands[first]], env)
+    rows.append(Row(area, f"  imports of relayctl {first}, {situation} (-X importtime)", round(fast, 1), "ms", note=f"the full click CLI, as every command started before the fast path: {full:.1f} ms"))
     return rows
+
+
+def import_ms(args: list[str], env: dict[str, str], runs: int = 5) -> float:
+    """Median over `runs` of the time a process spends importing (the top-level entries of
+    `python -X importtime`, which nest everything below them), bytecode caches warm."""
+    cache = tempfile.mkdtemp(prefix="rb-pyc-", dir="/tmp")
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = cache
+    totals = []
+    try:
+        for round_ in range(runs + 1):
+            done = subprocess.run([PYTHON, "-X", "importtime", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            total = 0
+            for line in done.stderr.splitlines():
+                # "import time:  self [us] | cumulative | package"; nested ones are indented.
+                if line.startswith("import time:") and "|" in line:
+                    _, cumulative, name = line.split("|", 2)
+                    if cumulative.strip().isdigit() and not name[1:].startswith(" "):
+                        total += int(cumulative)
+            if round_:
+                totals.append(total / 1000)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return statistics.median(totals)

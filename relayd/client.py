@@ -169,7 +169,6 @@ class Client:
         params = params or {}
         if op == "send" and not params.get("id"):
             params = dict(params, id=new_ulid())
-        idempotent = op == "send" or not _mutates(op)
         lost = 0
         while True:
             line = self._daemon()
@@ -189,6 +188,7 @@ class Client:
             except _Lost:
                 self._drop()
                 lost += 1
+                idempotent = op == "send" or not _mutates(op)
                 if idempotent and lost <= _RETRIES:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
@@ -284,6 +284,9 @@ def _same_dir(a: str, b: str) -> bool:
 
 def _mutates(op: str) -> bool:
     from . import ops
+    from .errors import UsageError
 
-    found = ops.table().get(op)
-    return found is None or found.mutates
+    try:
+        return ops.lookup(op).mutates  # (loads every domain module only for an op not yet loaded)
+    except UsageError:
+        return True
