@@ -7,7 +7,6 @@ through it; the daemon keeps one open for its lifetime, a client opens one per c
 from __future__ import annotations
 
 import os
-import random
 import stat
 import time
 from typing import Any, Callable
@@ -26,6 +25,12 @@ def _env_fsync_enabled() -> bool:
     return os.environ.get("RELAY_FSYNC", "1").lower() not in ("0", "off", "false", "no")
 
 
+def _random() -> float:
+    import random
+
+    return random.random()
+
+
 class Store:
     """One relay store directory. Not thread-safe; the daemon uses it from one thread."""
 
@@ -36,13 +41,13 @@ class Store:
         fsync: bool | None = None,
         rotate_bytes: int = layout.ROTATE_BYTES,
         clock: Callable[[], float] = time.time,
-        rand: Callable[[], float] = random.random,
+        rand: Callable[[], float] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
         self.rotate_bytes = rotate_bytes
         # Redelivery waits read these two, so tests can drive ack-waits and jitter exactly.
         self.clock = clock
-        self.rand = rand
+        self.rand = rand or _random  # (random is imported on first use: most commands never jitter)
         self.sync: Syncer = Syncer() if (_env_fsync_enabled() if fsync is None else fsync) else NoSync()
         self._root: Dir | None = None
         self._subdirs: dict[str, Dir] = {}

@@ -7,12 +7,12 @@ random part, so they stay strictly increasing (the ULID spec's monotonic mode).
 from __future__ import annotations
 
 import os
-import threading
+import _thread
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_MAX = (1 << 80) - 1
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # (_thread: threading itself costs start-up)
 _last_ms = -1
 _last_random = 0
 
