@@ -28,6 +28,7 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
 _TAIL_CHUNK = 64 * 1024
+_RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
 
 class Syncer:
@@ -122,6 +123,9 @@ class Dir:
     def open(self, name: str, flags: int, mode: int = FILE_MODE) -> int:
         """A regular file of the store, never a symlink, FIFO, device or directory, and
         never one with a second hard link (writing to it would change a file outside the store)."""
+        return self._open_checked(name, flags, mode)[0]
+
+    def _open_checked(self, name: str, flags: int, mode: int = FILE_MODE) -> tuple[int, os.stat_result]:
         try:
             fd = os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
         except FileNotFoundError:
@@ -131,11 +135,11 @@ class Dir:
         try:
             # The link count matters only for writing (a reader may also meet a name that
             # create_exclusive has just linked and not yet unlinked its temp name from).
-            check_regular(fd, os.path.join(self.path, name), writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
+            info = check_regular(fd, os.path.join(self.path, name), writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, info
 
     def exists(self, name: str) -> bool:
         try:
@@ -158,16 +162,49 @@ class Dir:
     def read_bytes(self, name: str) -> bytes | None:
         """The whole file, or None when it does not exist."""
         try:
-            fd = self.open(name, os.O_RDONLY)
+            fd, info = self._open_checked(name, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
+            # One read when the size is known (a regular file reads short only at its end):
+            # listing 1000 reservations reads 1000 files.
+            chunks = [os.read(fd, info.st_size + 1)]
+            if len(chunks[0]) > info.st_size:
+                while chunk := os.read(fd, 1 << 20):  # it grew meanwhile
+                    chunks.append(chunk)
             return b"".join(chunks)
         finally:
             os.close(fd)
+
+    def read_listed(self, suffix: str) -> list[tuple[str, bytes]]:
+        """(name, contents) of every non-empty plain file named `*suffix` here, by name;
+        temp files (dot names) and anything else -- a planted symlink, FIFO or directory,
+        a file removed meanwhile -- are skipped.
+
+        For folders of many small records (1000 reservations): the listing's file types
+        stand in for an fstat per file, and one read takes a whole record."""
+        with os.scandir(self.fd) as listing:
+            names = sorted(entry.name for entry in listing if entry.name.endswith(suffix) and not entry.name.startswith(".") and entry.is_file(follow_symlinks=False))
+        found = []
+        for name in names:
+            try:
+                fd = os.open(name, os.O_RDONLY | _FILE_FLAGS | os.O_CLOEXEC, dir_fd=self.fd)
+            except OSError:
+                continue  # gone, or replaced by a symlink since the listing
+            try:
+                raw = os.read(fd, _RECORD_READ)
+                if len(raw) == _RECORD_READ:  # a big one: the rest
+                    chunks = [raw]
+                    while chunk := os.read(fd, 1 << 20):
+                        chunks.append(chunk)
+                    raw = b"".join(chunks)
+            except OSError:
+                continue  # not a plain file after all (a FIFO reads EAGAIN, a directory EISDIR)
+            finally:
+                os.close(fd)
+            if raw:
+                found.append((name, raw))
+        return found
 
     def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None) -> None:
         """Atomically replace `name`: temp file, fsync, rename, fsync the directory.

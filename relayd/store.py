@@ -152,14 +152,8 @@ class Store:
         Temp files (dot names) are skipped, and so are damaged files: one broken
         hand-edited file must not hide the others.
         """
-        folder = self.top(top)
         found = []
-        for name in sorted(folder.listdir()):
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            raw = folder.read_bytes(name)
-            if not raw:
-                continue
+        for name, raw in self.top(top).read_listed(".json"):
             try:
                 found.append((name, decoder.decode(raw)))
             except (msgspec.DecodeError, msgspec.ValidationError):

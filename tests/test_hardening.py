@@ -357,3 +357,25 @@ def test_relayctl_subscribe_says_when_it_was_dropped_and_misses_nothing(relay_en
     counted, distinct = map(int, out.split())
     assert counted == total and distinct == total  # every event once: resumed after the last one printed
     assert "dropped: not reading fast enough" in err
+
+
+def test_planted_files_among_reservations_are_skipped_not_read(tmp_path) -> None:
+    """Reservations are listed from their folder's file types: a symlink to a file outside
+    the store, a FIFO (reading it would block) or a directory named like a record is
+    skipped, and the real reservations are all still there."""
+    from relayd import ops
+    from relayd.reservations import load_all
+
+    secret = tmp_path / "outside.json"
+    secret.write_text('{"agent": "mallory", "pattern": "**", "repo": "/", "expires_at": "2999-01-01T00:00:00.000Z"}')
+    with Store(str(tmp_path / "store"), fsync=False) as store:
+        ops.call(store, "register", {"name": "alice"})
+        for pattern in ("src/a.py", "src/b.py"):
+            ops.call(store, "reserve", {"agent": "alice", "pattern": pattern, "repo": str(tmp_path), "ttl": "1h"})
+        folder = tmp_path / "store" / "reservations"
+        os.symlink(secret, folder / "planted-link.json")
+        os.mkfifo(folder / "planted-fifo.json")
+        os.mkdir(folder / "planted-dir.json")
+        listed = load_all(store)
+    assert sorted(r.pattern for _, r in listed) == ["src/a.py", "src/b.py"]
+    assert all(r.agent == "alice" for _, r in listed)
