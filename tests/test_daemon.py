@@ -574,6 +574,8 @@ def test_a_stopped_subscriber_is_dropped_and_others_get_everything(daemon, relay
             assert writer.line()["ok"]
     reader.join(60)
     assert len(received) == total and all(e["topic"] == "presence" for e in received)
+    ids = [e["id"] for e in received]
+    assert ids == sorted(ids) and len(set(ids)) == total  # each once, in log order
 
     os.kill(slow.pid, signal.SIGCONT)
     slow.stdin.write("go\n")
@@ -828,3 +830,44 @@ def test_read_tail_mark_read_catches_up_on_more_than_one_answer_holds(relay_env,
         tail.send_signal(signal.SIGINT)
         _, err = tail.communicate(timeout=10)
     assert tail.returncode in (0, 130) and "Traceback" not in err
+
+
+def test_subscribers_get_every_event_once_in_log_order_under_concurrent_senders(daemon, relay_env, store_dir):
+    """Events reach an idle subscriber straight from the commit, and a busy one through its
+    queue; switching between the two must never reorder, drop or repeat one."""
+    watchers = [RawClient(daemon.socket_path, timeout=60) for _ in range(3)]
+    for watcher in watchers:
+        watcher.subscribe(["inbox"])
+    per_sender, senders = 900, 4  # ~1 MB of events: more than a stalled reader's socket holds
+    total = per_sender * senders
+    got: list[list[dict]] = [[] for _ in watchers]
+
+    def read(watcher: RawClient, out: list[dict], stall: float) -> None:
+        for n in range(total):
+            if stall and n % 200 == 0:
+                time.sleep(stall)  # its socket fills: events queue behind the backlog
+            out.append(watcher.line())
+
+    readers = [threading.Thread(target=read, args=(w, out, stall), daemon=True) for w, out, stall in zip(watchers, got, (0, 0, 0.05))]
+    for reader in readers:
+        reader.start()
+
+    def send(n: int) -> None:
+        client = RawClient(daemon.socket_path, timeout=60)
+        for start in range(0, per_sender, 50):  # pipelined runs, then a pause for the replies
+            client.send_bytes(b"".join(json.dumps({"type": "request", "id": i, "op": "send", "params": {"agent": "storm", "to": ["inferno"], "body": f"{n}-{i}"}}).encode() + b"\n" for i in range(start, start + 50)))
+            for _ in range(50):
+                assert client.line()["ok"]
+        client.close()
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for reader in readers:
+        reader.join(60)
+    logged = [json.loads(line)["id"] for line in (store_dir / "events.jsonl").read_text().splitlines() if '"topic":"inbox"' in line]
+    assert len(logged) == total
+    for events in got:
+        assert [e["id"] for e in events] == logged

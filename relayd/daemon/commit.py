@@ -23,19 +23,23 @@ import os
 from typing import Callable
 
 import anyio
+import structlog
 
 from relayd.errors import StoreError
 from relayd.fsio import Syncer
 
+log = structlog.get_logger()
+
 
 class Batch:
-    __slots__ = ("fds", "files", "done", "error")
+    __slots__ = ("fds", "files", "done", "error", "then")
 
     def __init__(self) -> None:
         self.fds: list[int] = []  # duplicates, one per distinct file
         self.files: set[tuple[int, int]] = set()  # (st_dev, st_ino) of each
         self.done = anyio.Event()
         self.error: StoreError | None = None
+        self.then: list[Callable[[], None]] = []  # run once durable, in order
 
     async def wait(self) -> None:
         """Until durable; raises the fsync failure for every request in the batch."""
@@ -66,7 +70,8 @@ class GroupCommit(Syncer):
         self._sync_files = sync  # (tests pass one that holds a round until they let it finish)
         self._filling = Batch()
         self._syncing: list[Batch] = []  # rounds being fsynced, oldest first
-        self._slots = anyio.Semaphore(in_flight)
+        self.in_flight = in_flight
+        self._slot_free = anyio.Event()
         self._wakeup = anyio.Event()
         self.batches = 0
         self.fsynced_fds = 0
@@ -104,6 +109,14 @@ class GroupCommit(Syncer):
     def syncing(self) -> bool:
         return bool(self._syncing)
 
+    def when_durable(self, then: Callable[[], None]) -> None:
+        """Run `then` (in the loop thread) once everything written so far is durable."""
+        batch = self.pending()
+        if batch is None:
+            then()
+        else:
+            batch.then.append(then)
+
     async def flushed(self) -> None:
         """Until everything written before this call is durable (errors ignored)."""
         batch = self.pending()
@@ -115,12 +128,15 @@ class GroupCommit(Syncer):
             while True:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
-                # Writes keep gathering in the filling batch while every slot is busy.
-                await self._slots.acquire()
+                while len(self._syncing) >= self.in_flight:
+                    # Writes keep gathering in the filling batch while every slot is busy.
+                    # (Checked, not a semaphore: acquiring one yields a loop turn even when
+                    # free, and a lone client would wait that turn on every request.)
+                    self._slot_free = anyio.Event()
+                    await self._slot_free.wait()
                 self.collect()
                 batch = self._filling
                 if not batch.fds:
-                    self._slots.release()
                     continue
                 self._filling = Batch()
                 previous = self._syncing[-1] if self._syncing else None
@@ -149,8 +165,13 @@ class GroupCommit(Syncer):
         for fd in batch.fds:
             os.close(fd)
         self._syncing.remove(batch)
-        self._slots.release()
+        self._slot_free.set()
         self.batches += 1
         self.fsynced_fds += len(batch.fds)
         batch.done.set()
         self.on_durable()
+        for then in batch.then:
+            try:
+                then()
+            except Exception:  # a bug in one follower must not stop the commits
+                log.exception("after a group commit round")

@@ -9,8 +9,9 @@ is dropped instead of slowing the others (DESIGN §3).
 from __future__ import annotations
 
 import os
+from functools import partial
 import stat
-from typing import Awaitable, Callable, Iterator
+from typing import Callable, Iterator
 
 import anyio
 import msgspec
@@ -35,15 +36,26 @@ _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
 class Subscriber:
-    __slots__ = ("topics", "agent", "queue", "drop", "dropped", "team")
+    __slots__ = ("topics", "agent", "queue", "drop", "dropped", "team", "direct")
 
-    def __init__(self, topics: list[str], agent: str | None, queue: MemoryObjectSendStream[bytes], drop: Callable[[], None], team: bool = False) -> None:
+    def __init__(
+        self,
+        topics: list[str],
+        agent: str | None,
+        queue: MemoryObjectSendStream[bytes],
+        drop: Callable[[], None],
+        team: bool = False,
+        direct: Callable[[bytes], bool] | None = None,
+    ) -> None:
         self.topics = frozenset(topics)
         self.agent = agent
         self.queue = queue
         self.drop = drop
         self.dropped = False
         self.team = team  # also wants other hosts' events (scope "team", through the bridge)
+        # Writes frames straight to the connection when nothing is queued ahead of them
+        # (True), sparing the event pump a loop turn; False: queue them.
+        self.direct = direct
 
     def wants(self, event: Event) -> bool:
         return event.topic in self.topics and (self.agent is None or event.agent == self.agent)
@@ -67,6 +79,20 @@ class Hub:
         for sub in tuple(self.subscribers):
             if (team_only and not sub.team) or not sub.wants(event):
                 continue
+            self._deliver(sub, [frame])
+
+    def publish_many(self, items: list[tuple[Event, bytes]]) -> None:
+        """Events read together from the log: each subscriber gets its share in one write
+        when it can take it straight away."""
+        for sub in tuple(self.subscribers):
+            frames = [frame for event, frame in items if sub.wants(event)]
+            if frames:
+                self._deliver(sub, frames)
+
+    def _deliver(self, sub: Subscriber, frames: list[bytes]) -> None:
+        if sub.direct is not None and sub.direct(frames[0] if len(frames) == 1 else b"".join(frames)):
+            return
+        for frame in frames:
             try:
                 sub.queue.send_nowait(frame)
             except anyio.WouldBlock:
@@ -75,8 +101,10 @@ class Hub:
                 self.dropped += 1
                 log.warning("subscriber dropped: not reading its events", queued=QUEUE_EVENTS)
                 sub.drop()
+                return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self.remove(sub)
+                return
 
     def remove(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
@@ -109,20 +137,23 @@ def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tupl
 class EventLog:
     """Follows `events.jsonl` from its end, across rotation and reset."""
 
-    def __init__(self, root: str, hub: Hub, before_publish: Callable[[], Awaitable[None]], on_event: Callable[[Event], None]) -> None:
+    def __init__(self, root: str, hub: Hub, when_durable: Callable[[Callable[[], None]], None], on_event: Callable[[Event], None]) -> None:
         self.root = root
         self.path = os.path.join(root, layout.EVENTS)
         self.hub = hub
-        self.before_publish = before_publish
+        # Runs a function once everything written so far is durable (right away with no
+        # group commit): an event goes out only then, and at once then.
+        self.when_durable = when_durable
         self.on_event = on_event
         self.fd = -1
         self.ino = -1
         self.published = 0  # offset in `fd` up to which every line has been published
+        self.read_to = 0  # ... up to which lines are read, to publish once durable
         self.events = 0
 
     def _open_current(self) -> bool:
         """Follow the log file now at `path`. A planted symlink, FIFO or directory there is
-        not followed: its inode is remembered so `catch_up` does not retry it in a loop
+        not followed: its inode is remembered so `read_new` does not retry it in a loop
         (sends are refused by `Store.emit` until the log is a plain file again)."""
         fd = _open_log(self.path)
         if fd < 0:
@@ -133,13 +164,13 @@ class EventLog:
                 self.ino = os.stat(self.path, follow_symlinks=False).st_ino
             except OSError:
                 self.ino = -1
-            self.published = 0
+            self.published = self.read_to = 0
             if fd == _REFUSED:
                 log.error("events.jsonl is not a regular file; not following it", path=self.path)
             return False
         if self.fd >= 0:
             os.close(self.fd)
-        self.fd, self.ino, self.published = fd, os.fstat(fd).st_ino, 0
+        self.fd, self.ino, self.published, self.read_to = fd, os.fstat(fd).st_ino, 0, 0
         return True
 
     def start_at_end(self) -> None:
@@ -149,6 +180,7 @@ class EventLog:
             if size and os.pread(self.fd, 1, size - 1) != b"\n":
                 # an unfinished last line: publish it once its newline arrives
                 self.published = os.pread(self.fd, size, 0).rfind(b"\n") + 1
+            self.read_to = self.published
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         watcher = INotify(nonblocking=True)
@@ -162,47 +194,53 @@ class EventLog:
                     watcher.read(timeout=0)  # only the wake-up matters; the file says what changed
                 except BlockingIOError:
                     pass
-                await self.catch_up()
+                self.read_new()
         finally:
             watcher.close()
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
 
-    async def catch_up(self) -> None:
+    def read_new(self) -> None:
+        """Read what was appended (across rotation and reset) and publish it once durable."""
         while True:
             if self.fd >= 0:
-                await self._publish_new()
+                self._read_lines()
             try:
                 now = os.stat(self.path, follow_symlinks=False).st_ino
             except FileNotFoundError:
                 return  # reset removed it; the next append creates it
             if now == self.ino:
                 return
-            # Rotated or recreated: what was left in the old file has just been published.
+            # Rotated or recreated: what was left in the old file has just been read.
             self._open_current()
 
-    async def _publish_new(self) -> None:
+    def _read_lines(self) -> None:
         size = os.fstat(self.fd).st_size
-        if size < self.published:
-            self.published = size  # truncated (a torn tail was cut back)
+        if size < self.read_to:
+            self.published = self.read_to = size  # truncated (a torn tail was cut back)
             return
-        if size == self.published:
+        if size == self.read_to:
             return
-        batch = list(complete_lines(self.fd, self.published))
-        if not batch:
+        lines = list(complete_lines(self.fd, self.read_to))
+        if not lines:
             return
-        await self.before_publish()  # an event goes out only once its write is durable
-        for end, line in batch:
+        self.read_to = lines[-1][0]
+        self.when_durable(partial(self._publish, lines, self.ino))
+
+    def _publish(self, lines: list[tuple[int, bytes]], ino: int) -> None:
+        items = []
+        for end, line in lines:
             try:
-                event = event_decoder.decode(line)
+                items.append((event_decoder.decode(line), protocol.encode_event_line(line)))
             except (msgspec.DecodeError, msgspec.ValidationError):
-                log.warning("skipped a corrupt line in events.jsonl", offset=self.published)
-            else:
-                self.events += 1
-                self.hub.publish(event, protocol.encode_event_line(line))
-                self.on_event(event)
-            self.published = end
+                log.warning("skipped a corrupt line in events.jsonl", offset=end - len(line) - 1)
+        self.events += len(items)
+        self.hub.publish_many(items)
+        for event, _ in items:
+            self.on_event(event)
+        if ino == self.ino:  # (not rotated meanwhile: replays start after these lines)
+            self.published = max(self.published, lines[-1][0])
 
     def replay(self, after: str, wants: Callable[[Event], bool]) -> Iterator[bytes]:
         """Event frames after the event `after`, from the rotated file and the current one,

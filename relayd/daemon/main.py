@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -96,7 +97,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
             recent.observed(event.id, event.agent, event.message_id, time.time_ns() // 1_000_000)
         then(event)
 
-    events = EventLog(store.root, hub, before_publish=committer.flushed if committer else _nothing, on_event=on_event)
+    events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=on_event)
     server = Server(store, committer, hub, events, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
     if bridge is not None:
         server.team_ops.update(bridge.team_ops)
@@ -162,8 +163,8 @@ def _seed_recent_ids(store: Store, recent: RecentIds) -> None:
     log.debug("dedup window seeded", ids=len(recent), window_s=recent.window_ms / 1000)
 
 
-async def _nothing() -> None:
-    return None
+def _at_once(then: Callable[[], None]) -> None:
+    then()  # (--no-fsync: nothing to wait for)
 
 
 def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hub):

@@ -346,6 +346,7 @@ class Peer:
         self._read_failed: BaseException | None = None
         self._settled = anyio.Event()  # set when nothing is left to write
         self._drained = anyio.Event()  # set when the backlog went out
+        self._pump_waiting = False  # the event pump waits on an empty queue
 
     async def run(self) -> None:
         try:
@@ -578,6 +579,16 @@ class Peer:
             self._drained = anyio.Event()
             await self._drained.wait()
 
+    def _write_event_now(self, data: bytes) -> bool:
+        """Events for this subscriber, written at once when nothing is ahead of them: the
+        pump is idle (its queue empty, everything it took written) and the socket has no
+        backlog. Otherwise they are queued, and so is everything after them, in order."""
+        if self._pump_waiting and not self._backlog and not self._draining:
+            self._write(data)
+            return True
+        self._pump_waiting = False
+        return False
+
     def _subscribe(self, request: Subscribe) -> None:
         try:
             if self.subscriber is not None:
@@ -591,7 +602,7 @@ class Peer:
             self._queue((None, None, protocol.encode(ErrorFrame(error=protocol.error_body(exc)))))
             return
         queue, events = anyio.create_memory_object_stream[bytes](QUEUE_EVENTS)
-        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._drop_slow, team=request.scope == "team")
+        self.subscriber = Subscriber(topics, request.agent, queue, drop=self._drop_slow, team=request.scope == "team", direct=self._write_event_now)
         # Fix the replay's end and join the hub in one step (no await between), so every
         # event is either replayed or queued, never both, never neither.
         replay = self.server.events.replay(request.after, self.subscriber.wants) if request.after else iter(())
@@ -613,7 +624,19 @@ class Peer:
                         chunk = []
                 if chunk:
                     await self._send(b"".join(chunk))
-                async for frame in events:
+                while True:
+                    try:
+                        frame = events.receive_nowait()
+                    except anyio.WouldBlock:
+                        self._pump_waiting = True  # meanwhile the hub may write events directly
+                        try:
+                            frame = await events.receive()
+                        except anyio.EndOfStream:
+                            break
+                        finally:
+                            self._pump_waiting = False
+                    except anyio.EndOfStream:
+                        break
                     out = [frame]
                     while len(out) < 256:
                         try:
