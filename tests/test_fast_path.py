@@ -331,3 +331,24 @@ def test_with_relayd_down_the_fast_path_works_on_the_store_without_click(relayct
     assert "click" not in proc.stderr.split("LOADED:")[1].split(",")
     messages = json.loads(relayctl("--json", "read", agent="bob").stdout)
     assert messages[-1]["body"] == "direct"
+
+
+def test_leaving_without_teardown_loses_no_output_and_a_closed_pipe_is_quiet(relayctl, relay_env: dict[str, str]) -> None:
+    """The fast path ends with os._exit: a long listing must still arrive whole, byte for
+    byte as the click CLI prints it, and a reader that stops early (head) is no error."""
+    from relayd.store import Store
+
+    _team(relayctl)
+    with Store(relay_env["RELAY_DIR"], fsync=False) as store:
+        for n in range(600):
+            ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": f"line {n} " + "x" * 200})
+    fast_run, full_run = both(relay_env, "read", "--last", "0", agent="bob")
+    same(fast_run, full_run)
+    assert fast_run.stdout.count(b"alice \xe2\x86\x92 bob") >= 600  # (the team's own messages too)
+
+    proc = subprocess.Popen([sys.executable, "-m", "relayctl", "--agent", "bob", "read", "--last", "0"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    with proc.stderr:
+        assert proc.stderr.read() == b""
