@@ -13,7 +13,7 @@ import threading
 import anyio
 import pytest
 
-from relayd.daemon.commit import IN_FLIGHT, GroupCommit
+from relayd.daemon.commit import GroupCommit
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ async def test_rounds_overlap_and_become_durable_in_order(tmp_path) -> None:
     inodes = [os.fstat(fd).st_ino for fd in files]
     before = _open_fds()
     sync = HeldSync()
-    commit = GroupCommit(sync=sync)
+    commit = GroupCommit(in_flight=2, sync=sync)
     finished: list[str] = []
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(commit.run)
@@ -65,7 +65,6 @@ async def test_rounds_overlap_and_become_durable_in_order(tmp_path) -> None:
         commit.file(files[1])
         second = commit.pending()
         await sync.until(lambda: len(sync.rounds), 2)  # started while the first still syncs
-        assert IN_FLIGHT == 2
         commit.file(files[2])
         third = commit.pending()
         assert third is not second and commit.syncing()
@@ -129,3 +128,31 @@ async def test_a_failed_fsync_fails_its_round_only(tmp_path) -> None:
     await good.wait()  # no error: its own files were synced
     os.close(failing)
     os.close(fine)
+
+
+async def test_with_one_round_at_a_time_the_next_waits_and_writes_gather(tmp_path) -> None:
+    files = [os.open(tmp_path / name, os.O_CREAT | os.O_WRONLY, 0o600) for name in "ab"]
+    sync = HeldSync()
+    commit = GroupCommit(in_flight=1, sync=sync)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commit.run)
+        commit.file(files[0])
+        first = commit.pending()
+        await sync.until(lambda: len(sync.rounds), 1)
+        commit.file(files[1])
+        second = commit.pending()
+        await anyio.sleep(0.05)
+        assert len(sync.rounds) == 1  # the second waits for the slot...
+        commit.file(files[0])  # ...and gathers what is written meanwhile
+        assert commit.pending() is second
+        sync.gates[0].set()
+        with anyio.fail_after(5):
+            await first.done.wait()
+        await sync.until(lambda: len(sync.rounds), 2)
+        sync.gates[1].set()
+        with anyio.fail_after(5):
+            await second.done.wait()
+        tasks.cancel_scope.cancel()
+    assert sync.rounds == [{os.fstat(files[0]).st_ino}, {os.fstat(files[0]).st_ino, os.fstat(files[1]).st_ino}]
+    for fd in files:
+        os.close(fd)
