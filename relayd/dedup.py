@@ -24,7 +24,7 @@ import msgspec
 
 from . import layout
 from .errors import RelayError, UsageError
-from .fsio import Dir, Syncer
+from .fsio import Dir, Syncer, regions_backward
 from .records import Message, message_decoder
 from .timefmt import to_iso
 from .ulid import is_ulid, ulid_time_ms
@@ -86,18 +86,7 @@ def find_recent(agent: Dir, message_id: str, not_before_iso: str, sync: Syncer) 
 
 def _scan_back(fd: int, needle: bytes, not_before: bytes) -> tuple[Message | None, bool]:
     """(the message, or None; whether a line older than `not_before` was reached)."""
-    stop = os.fstat(fd).st_size
-    size = _CHUNK
-    while stop > 0:
-        start = max(0, stop - size)
-        data = os.pread(fd, stop - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1  # the first line may begin before `start`
-            if cut == 0 or cut == len(data):
-                size *= 2  # a line longer than the chunk: read further back
-                continue
-        region = data[cut:]
+    for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
         if needle in region:
             for line in reversed(region.split(b"\n")):
                 if needle in line:
@@ -116,8 +105,6 @@ def _scan_back(fd: int, needle: bytes, not_before: bytes) -> tuple[Message | Non
             stamp = b""
         if stamp and stamp < not_before:
             return None, True
-        stop = start + cut
-        size = _CHUNK
     return None, False
 
 
@@ -198,18 +185,8 @@ class RecentIds:
 def _recent_lines(fd: int, not_before: bytes, add) -> bool:
     """Pass each message written at or after `not_before` to `add`; True when an older
     line was reached (so an older file need not be read)."""
-    stop = os.fstat(fd).st_size
-    size = _CHUNK
-    while stop > 0:
-        start = max(0, stop - size)
-        data = os.pread(fd, stop - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1
-            if cut == 0 or cut == len(data):
-                size *= 2
-                continue
-        for line in reversed(data[cut:].split(b"\n")):
+    for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
+        for line in reversed(region.split(b"\n")):
             if not line:
                 continue
             try:
@@ -219,6 +196,4 @@ def _recent_lines(fd: int, not_before: bytes, add) -> bool:
             if message.ts.encode() < not_before:
                 return True
             add(message)
-        stop = start + cut
-        size = _CHUNK
     return False

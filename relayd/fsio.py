@@ -316,6 +316,26 @@ def _write_all(fd: int, data: bytes, what: str) -> None:
         raise _os_error(exc, what) from exc
 
 
+def regions_backward(fd: int, stop: int, chunk: int) -> Iterator[tuple[int, bytes]]:
+    """`fd`'s bytes before `stop`, last region first, as (offset, bytes): each region starts
+    at a line start (or the file's start) and ends where the one after it begins, so no
+    line is split between two. About `chunk` bytes each; a longer line makes a region
+    longer. How an inbox is read newest first, and how a fresh id is looked up."""
+    size = chunk
+    while stop > 0:
+        start = max(0, stop - size)
+        data = os.pread(fd, stop - start, start)
+        cut = 0
+        if start > 0:
+            cut = data.find(b"\n") + 1  # the first line may begin before `start`
+            if cut == 0 or cut == len(data):  # one line longer than the chunk: read further back
+                size *= 2
+                continue
+        yield start + cut, data[cut:]
+        stop = start + cut
+        size = chunk
+
+
 def repair_tail(fd: int, size: int) -> int:
     """Cut a torn last line (no trailing newline) back to the last complete line.
 

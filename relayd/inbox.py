@@ -20,7 +20,7 @@ import msgspec
 from . import layout, owed, remote
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
-from .fsio import Dir, append_lines
+from .fsio import Dir, append_lines, regions_backward
 from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
@@ -561,19 +561,9 @@ def _complete_end(fd: int) -> int:
 
 def _backward(fd: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iterator[tuple[Position, Message]]:
     """Complete lines from the last one back to the first."""
-    stop = _complete_end(fd)  # always a line boundary
-    size = _CHUNK
-    while stop > 0:
-        start = max(0, stop - size)
-        data = os.pread(fd, stop - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1  # the first line may begin before `start`
-            if cut == len(data):  # one line longer than the chunk: read further back
-                size *= 2
-                continue
-        line_end = stop
-        for line in reversed(data[cut:-1].split(b"\n")):
+    for offset, region in regions_backward(fd, _complete_end(fd), _CHUNK):  # (ends on a line boundary)
+        line_end = offset + len(region)
+        for line in reversed(region[:-1].split(b"\n")):
             line_start = line_end - len(line) - 1
             if line:
                 try:
@@ -583,8 +573,6 @@ def _backward(fd: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iter
                 else:
                     yield Position(rotated, line_end), message
             line_end = line_start
-        stop = start + cut
-        size = _CHUNK
 
 
 def _at_line_start(fd: int, offset: int) -> int:
