@@ -190,24 +190,8 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        found: dict[str, TeamEntry] = {}
-        try:
-            keys = await kv.keys()
-        except NoKeysError:
-            keys = []
-        for key in keys:
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:
-                continue
-            try:
-                value = _entry_decoder.decode(entry.value)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if value.host != self.host:
-                found[key] = value
-        self.remote = found
-        return list(found.values())
+        self.remote = {key: value for key, _, value in await _bucket(kv) if value.host != self.host}
+        return list(self.remote.values())
 
     async def watch(self, kv) -> None:
         """Keep `remote` (used by --check and status) current between reserves."""
@@ -236,22 +220,30 @@ class TeamReservations:
     async def reconcile(self, kv) -> None:
         """Make the bucket show exactly this host's live reservations."""
         local = {_key(name): r for name, r in load_all(self.store) if not is_expired(r)}
-        try:
-            keys = await kv.keys()
-        except NoKeysError:
-            keys = []
-        for key in keys:
-            try:
-                entry = await kv.get(key)
-                value = _entry_decoder.decode(entry.value)
-            except (KeyNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
-                continue
+        for key, revision, value in await _bucket(kv):
             if value.host == self.host and (key not in local or is_expired(value)):
-                await kv.delete(key, last=entry.revision)
+                await kv.delete(key, last=revision)
             elif value.host == self.host and local[key].id == value.id and local[key].expires_at == value.expires_at:
                 local.pop(key)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
+
+
+async def _bucket(kv) -> list[tuple[str, int, TeamEntry]]:
+    """(key, revision, entry) of every readable entry, fresh from the bucket; keys deleted
+    meanwhile and damaged values are left out."""
+    try:
+        keys = await kv.keys()
+    except NoKeysError:
+        return []
+    found = []
+    for key in keys:
+        try:
+            entry = await kv.get(key)
+            found.append((key, entry.revision, _entry_decoder.decode(entry.value)))
+        except (KeyNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return found
 
 
 def _candidate(params) -> Reservation:
