@@ -80,13 +80,39 @@ class Flapping:
         self.thread.join()
 
 
-class SocketReceiver:
-    def __init__(self, path: str, received: Received, slow: bool) -> None:
-        self.path, self.received, self.slow = path, received, slow
-        self.listener: socket.socket | None = None
+class Receiver:
+    """A wake receiver run by a thread (`_loop`), which `down()` / `up()` take away and bring
+    back, as a restart would."""
+
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.running = True
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def up(self) -> None:
+        raise NotImplementedError
+
+    def down(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self.up()
+        self.thread.start()
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join()
+        self.down()
+
+
+class SocketReceiver(Receiver):
+    def __init__(self, path: str, received: Received, slow: bool) -> None:
+        super().__init__()
+        self.path, self.received, self.slow = path, received, slow
+        self.listener: socket.socket | None = None
 
     def up(self) -> None:
         with self.lock:
@@ -107,7 +133,7 @@ class SocketReceiver:
                 if os.path.exists(self.path):
                     os.unlink(self.path)
 
-    def _serve(self) -> None:
+    def _loop(self) -> None:
         while self.running:
             with self.lock:
                 listener = self.listener
@@ -133,17 +159,8 @@ class SocketReceiver:
 
                     self.received.add(json.loads(data)["text"])
 
-    def start(self) -> None:
-        self.up()
-        self.thread.start()
 
-    def close(self) -> None:
-        self.running = False
-        self.thread.join()
-        self.down()
-
-
-class FileWatcher:
+class FileWatcher(Receiver):
     """What a systemd path unit (or any inotify watcher) does with wake/trigger."""
 
     def __init__(self, wake_dir: str, received: Received, slow: bool) -> None:
@@ -153,9 +170,7 @@ class FileWatcher:
         self.flags = flags.CLOSE_WRITE | flags.MOVED_TO
         self.INotify = INotify
         self.watcher = None
-        self.lock = threading.Lock()
-        self.running = True
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
     def _read_last(self) -> None:
         try:
@@ -177,7 +192,7 @@ class FileWatcher:
                 self.watcher.close()
                 self.watcher = None
 
-    def _run(self) -> None:
+    def _loop(self) -> None:
         while self.running:
             with self.lock:
                 watcher = self.watcher
@@ -189,15 +204,6 @@ class FileWatcher:
                 if self.slow:
                     time.sleep(SLOW)
                 self._read_last()
-
-    def start(self) -> None:
-        self.up()
-        self.thread.start()
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join()
-        self.down()
 
 
 def _cell(layer: str, condition: str, count: int) -> tuple[int, int, float]:
