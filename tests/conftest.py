@@ -65,3 +65,23 @@ def relayctl(relay_env: dict[str, str]) -> RelayCtl:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="torture suite (tests/torture): many more rounds of each scenario [env: RELAY_TORTURE_LONG=1]")
+
+
+@pytest.fixture(autouse=True)
+def _close_raw_clients() -> Iterator[None]:
+    """Raw protocol clients a test left open are closed after it (relayd_proc.RawClient)."""
+    yield
+    from relayd_proc import RawClient
+
+    RawClient.close_all()
+
+
+@pytest.fixture
+def daemon(relay_env: dict[str, str], relayctl: RelayCtl):
+    """relayd serving a store with the overlord preset's agents; killed afterwards."""
+    from relayd_proc import Daemon
+
+    relayctl("init", "--preset", "overlord")
+    started = Daemon(relay_env).start()
+    yield started
+    started.kill()

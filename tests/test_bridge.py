@@ -76,12 +76,6 @@ class Host:
         return RawClient(self.daemon.socket_path)
 
 
-@pytest.fixture(autouse=True)
-def _close_raw_clients():
-    yield
-    RawClient.close_all()
-
-
 @pytest.fixture
 def nats(short_tmp):
     server = NatsServer(str(short_tmp)).start()

@@ -26,20 +26,6 @@ from relayd_proc import Daemon, RawClient
 REPO = "/srv/project"
 
 
-@pytest.fixture(autouse=True)
-def _close_raw_clients():
-    yield
-    RawClient.close_all()
-
-
-@pytest.fixture
-def daemon(relay_env, relayctl):
-    relayctl("init", "--preset", "overlord")
-    started = Daemon(relay_env).start()
-    yield started
-    started.kill()
-
-
 def snapshot(root: str) -> dict[str, bytes]:
     """Every file of the store by relative path (what 'nothing written' compares)."""
     files = {}

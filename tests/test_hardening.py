@@ -23,20 +23,6 @@ from relayd.store import Store
 from relayd_proc import Daemon, RawClient
 
 
-@pytest.fixture(autouse=True)
-def _close_raw_clients():
-    yield
-    RawClient.close_all()
-
-
-@pytest.fixture
-def daemon(relay_env, relayctl):
-    relayctl("init", "--preset", "overlord")
-    started = Daemon(relay_env).start()
-    yield started
-    started.kill()
-
-
 def stored(store_dir, agent: str) -> list[dict]:
     with Store(str(store_dir)) as store:
         return msgspec.to_builtins(read_all(store, agent))["messages"]

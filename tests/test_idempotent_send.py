@@ -22,12 +22,6 @@ from relayd.ulid import _encode, new_ulid
 from relayd_proc import Daemon, RawClient
 
 
-@pytest.fixture(autouse=True)
-def _close_raw_clients():
-    yield
-    RawClient.close_all()
-
-
 def inbox(store_dir, agent: str) -> list[dict]:
     with Store(str(store_dir)) as store:
         result = msgspec.to_builtins(read_all(store, agent))

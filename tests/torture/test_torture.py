@@ -27,12 +27,6 @@ WRITER = os.path.join(os.path.dirname(__file__), "writer.py")
 WRITERS = ["w1", "w2", "w3", "w4"]
 
 
-@pytest.fixture(autouse=True)
-def _close_raw_clients():
-    yield
-    RawClient.close_all()
-
-
 @pytest.fixture
 def team(relayctl, relay_env):
     relayctl("init")
