@@ -260,16 +260,14 @@ class QuickClient:
                 frame = self._line()
             except _Lost:
                 if op != "send" and MUTATES.get(op, True):
-                    from relayd.errors import Unavailable
+                    from relayd.errors import went_away
 
-                    raise Unavailable(f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)") from None
+                    raise went_away(op) from None
                 return self._full_call(op, params)  # (Client retries, reconnecting; a send keeps its id)
             except TimeoutError:
-                from relayd.errors import TimedOut
+                from relayd.errors import no_answer
 
-                if op == "send":
-                    raise TimedOut(f"relayd did not answer in time (is it stopped or overloaded?); the send may or may not have been done: repeat it with --id {params['id']} to make sure it is done once", id=params["id"]) from None
-                raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
+                raise no_answer(op, params.get("id")) from None
             except ValueError:
                 from relayd.errors import ProtocolError
 

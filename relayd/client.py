@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import __version__, layout, protocol
-from .errors import ProtocolError, RelayError, TimedOut, Unavailable, from_wire
+from .errors import NO_ANSWER, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
 
@@ -51,7 +51,7 @@ class _Line:
             try:
                 data = self.sock.recv(RECEIVE_BYTES)
             except TimeoutError:
-                raise TimedOut("relayd did not answer in time (is it stopped or overloaded?)") from None
+                raise TimedOut(NO_ANSWER) from None
             except ConnectionResetError as exc:
                 raise _Lost(str(exc)) from None
             if not data:
@@ -193,14 +193,10 @@ class Client:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
                     return self._direct(op, params)
-                raise Unavailable(
-                    f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)"
-                ) from None
+                raise went_away(op) from None
             except TimedOut as exc:
                 self._drop()
-                if op == "send":
-                    raise TimedOut(f"{exc.message}; the send may or may not have been done: repeat it with --id {params['id']} to make sure it is done once", id=params["id"]) from None
-                raise
+                raise no_answer(op, params.get("id"), exc.message) from None
             except RelayError:
                 self._drop()
                 raise

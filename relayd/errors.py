@@ -92,6 +92,22 @@ class Unavailable(RelayError):
 _BY_CODE: dict[str, type[RelayError]] = {}
 
 
+NO_ANSWER = "relayd did not answer in time (is it stopped or overloaded?)"
+
+
+def no_answer(op: str, message_id: str | None = None, text: str = NO_ANSWER) -> TimedOut:
+    """relayd did not answer within the client's timeout (or `text` says what timed out).
+    A send may have been done or not: the message says how to make sure it is done once."""
+    if op == "send" and message_id:
+        return TimedOut(f"{text}; the send may or may not have been done: repeat it with --id {message_id} to make sure it is done once", id=message_id)
+    return TimedOut(text)
+
+
+def went_away(op: str) -> Unavailable:
+    """relayd's connection ended during an operation that is not safe to repeat."""
+    return Unavailable(f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)")
+
+
 def _collect(cls: type[RelayError]) -> None:
     for sub in cls.__subclasses__():
         _BY_CODE.setdefault(sub.code, sub)
