@@ -9,8 +9,9 @@ import sys
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 
 @dataclass
@@ -81,25 +82,19 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
     """Whole `relayctl` processes next to this interpreter's own `python -c pass` (the one
     the console script runs on), interleaved so drift hits all alike; one ratio row each.
 
-    Run as an installed package runs: with bytecode caches. (PYTHONDONTWRITEBYTECODE, as
-    some sandboxes set it, would make every start recompile relay's modules; the caches go
-    to a scratch PYTHONPYCACHEPREFIX, filled by a first untimed run.)"""
+    Run as an installed package runs (`bytecode_cached`), the cache filled by a first
+    untimed round."""
     console = os.path.join(os.path.dirname(PYTHON), "relayctl")
     launcher = [console] if os.path.exists(console) else [PYTHON, "-m", "relayctl"]
-    cache = tempfile.mkdtemp(prefix="rb-pyc-", dir="/tmp")
-    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = cache
     argvs = {"python -c pass": [PYTHON, "-c", "pass"], **{name: launcher + argv for name, argv in commands.items()}}
     samples: dict[str, list[float]] = {name: [] for name in argvs}
-    try:
+    with bytecode_cached(env) as cached:
         for round_ in range(runs + 1):
             for name, argv in argvs.items():
                 start = time.perf_counter()
-                subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                subprocess.run(argv, env=cached, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                 if round_:  # the first round fills the bytecode cache
                     samples[name].append(time.perf_counter() - start)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
     base = median_ms(samples["python -c pass"])
     how = "console script" if launcher == [console] else "python -m relayctl"
     rows = [Row(area, "python -c pass, this venv's interpreter (reference)", round(base, 1), "ms", note=f"median of {runs}, interleaved with the rows below")]
@@ -115,13 +110,10 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
 def import_ms(args: list[str], env: dict[str, str], runs: int = 5) -> float:
     """Median over `runs` of the time a process spends importing (the top-level entries of
     `python -X importtime`, which nest everything below them), bytecode caches warm."""
-    cache = tempfile.mkdtemp(prefix="rb-pyc-", dir="/tmp")
-    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = cache
     totals = []
-    try:
+    with bytecode_cached(env) as cached:
         for round_ in range(runs + 1):
-            done = subprocess.run([PYTHON, "-X", "importtime", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            done = subprocess.run([PYTHON, "-X", "importtime", *args], env=cached, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             total = 0
             for line in done.stderr.splitlines():
                 # "import time:  self [us] | cumulative | package"; nested ones are indented.
@@ -129,8 +121,18 @@ def import_ms(args: list[str], env: dict[str, str], runs: int = 5) -> float:
                     _, cumulative, name = line.split("|", 2)
                     if cumulative.strip().isdigit() and not name[1:].startswith(" "):
                         total += int(cumulative)
-            if round_:
+            if round_:  # the first round fills the bytecode cache
                 totals.append(total / 1000)
+    return statistics.median(totals)
+
+
+@contextmanager
+def bytecode_cached(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`env` for processes that run as an installed package runs, with bytecode caches:
+    PYTHONDONTWRITEBYTECODE (some sandboxes set it) would make every start recompile
+    relay's modules, so the caches go to a scratch PYTHONPYCACHEPREFIX, removed after."""
+    cache = tempfile.mkdtemp(prefix="rb-pyc-", dir="/tmp")
+    try:
+        yield {**{k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPYCACHEPREFIX": cache}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    return statistics.median(totals)
