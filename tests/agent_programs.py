@@ -1,0 +1,59 @@
+"""The real agent programs (Claude Code, Codex CLI, Gemini CLI), installed from npm for tests.
+
+The versions are pinned in tests/agents/package.json; `.ci/run` installs them before the
+suite, and a developer's first run installs them here the same way (npm, registry only).
+Nothing is faked: a test that needs a program fails when it cannot be installed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+AGENTS_DIR = Path(__file__).parent / "agents"
+PACKAGES = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "gemini": "@google/gemini-cli",
+}
+
+
+def pinned_version(program: str) -> str:
+    return json.loads((AGENTS_DIR / "package.json").read_text())["dependencies"][PACKAGES[program]]
+
+
+def installed_version(program: str) -> str | None:
+    manifest = AGENTS_DIR / "node_modules" / PACKAGES[program] / "package.json"
+    try:
+        return json.loads(manifest.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def install() -> None:
+    """npm install into tests/agents unless every pinned version is already there."""
+    if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("the agent-program tests need node and npm (Debian: apt-get install nodejs npm)")
+    with open(AGENTS_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers or two checkouts' runs
+        if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
+            return
+        subprocess.run(
+            [npm, "install", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=AGENTS_DIR, check=True, timeout=900,
+        )
+
+
+def program(name: str) -> Path:
+    """The path of an agent program's executable (installing the pinned set if needed)."""
+    install()
+    path = AGENTS_DIR / "node_modules" / ".bin" / name
+    if not path.exists():
+        raise RuntimeError(f"npm installed the agent programs but {path} is missing")
+    return path
