@@ -33,6 +33,7 @@ from mcp.client.session import ClientSession
 from mcp.types import Implementation
 from pydantic import BaseModel
 
+from mcp_shim.follow import MIN_INTERVAL_SECONDS
 from mcp_shim.tools import model_visible_chars
 
 OVERLORD = ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
@@ -236,10 +237,16 @@ async def test_unread_notice_ends_every_result_until_the_inbox_is_read(team: Non
     relayctl("send", "glacier", "frontend is blocked on you", agent="storm")
     async with mcp_client(relay_env, "glacier", "legacy") as glacier:
         status = await glacier.call_tool("update_status", {"status": "working"})
-        assert "check_inbox" in status.content[-1].text and "1 unread" in status.content[-1].text
+        notice = "[relay] 1 unread message waiting: call check_inbox."
+        assert status.content[-1].text == notice
+        # Also inside structuredContent (declared in the output schema): Claude Code hands a
+        # model only that when a result has it.
+        assert structured(status)["notice"] == notice
+        await check_against_schema(glacier, "update_status", status)
         await glacier.call_tool("check_inbox", {})
         after = await glacier.call_tool("get_status", {})
         assert all("check_inbox" not in block.text for block in after.content)
+        assert "notice" not in structured(after)
 
 
 @pytest.mark.anyio
@@ -400,6 +407,52 @@ async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: 
         await inbox.wait(5.0)
         [event] = inbox.events
         assert event.meta["message_id"] == big["messages"][0]["id"] and len(event.content) < 400
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("setting, version", [("auto", "2025-11-25"), ("off", "2026-07-28")])
+async def test_claude_code_is_answered_so_that_it_keeps_channel_events(setting: str, version: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    """Claude Code turns channel events off on a 2026-07-28 connection, so while push is
+    wanted its `server/discover` probe names only the handshake revisions and it falls back
+    to `initialize` (as the SDK client does here, named as Claude Code names itself; the real
+    program: tests/test_claude_code.py). With push off it gets 2026-07-28 like any client."""
+    inbox = ChannelInbox()
+    env = {"RELAY_DIR": relay_env["RELAY_DIR"], "RELAY_SOCKET": relay_env["RELAY_SOCKET"], "OVLD_ROLE": "shadow", "RELAY_MCP_CHANNEL": setting}
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mcp_shim"], env=env)
+    async with Client(server, mode="auto", client_info=Implementation(name="claude-code", version="2.1.330"), extensions=[inbox], read_timeout_seconds=30) as claude:
+        assert claude.protocol_version == version
+        assert "check_inbox" in (claude.instructions or "")
+        await claude.call_tool("check_hub_status", {})
+        relayctl("send", "shadow", "--subject", "rollout", "canary is green", agent="storm")
+        if setting == "auto":
+            await inbox.wait(5.0)
+            [event] = inbox.events
+            assert event.meta["from"] == "storm" and "rollout" in event.content
+        else:
+            with pytest.raises(TimeoutError):
+                await inbox.wait(1.5)
+
+
+def test_push_starts_with_the_count_of_what_waits_and_then_each_new_message_once(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    """What waits when push starts is counted, what arrives afterwards is announced, and a
+    message sent in between (before the follower thread runs) is in exactly one of them."""
+    from mcp_shim.follow import Follower
+
+    relayctl("send", "glacier", "--subject", "before", "from before", agent="storm")
+    events: list[dict[str, Any]] = []
+    follower = Follower(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"], "glacier", events.append)
+    relayctl("send", "glacier", "--subject", "between", "sent before the thread ran", agent="storm")
+    follower.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(events) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(MIN_INTERVAL_SECONDS * 3)  # room for a wrong, third announcement
+    finally:
+        follower.stop()
+        follower.join(timeout=10)
+    assert [e["meta"].get("count") for e in events] == ["1", None], events
+    assert "between" in events[1]["content"]
 
 
 @pytest.mark.anyio
