@@ -20,6 +20,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -239,3 +240,97 @@ def test_mail_arriving_during_a_long_tool_call_does_not_interrupt_it(claude_code
     assert result is not None and not result.get("is_error") and "".join(texts(result["content"])).strip() == "build-finished"
     model.wait_for(lambda r: '<channel source="relay" from="strategist"' in said(r) and "while you build" in said(r), timeout=30)
     assert "Interrupted" not in session.screen()
+
+
+def _readme_block(section: str, index: int) -> str:
+    """The `index`-th ```sh block of README section `section`."""
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return body.split("```sh\n")[index + 1].split("```", 1)[0]
+
+
+OVERLORD = ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
+
+
+@pytest.mark.timeout(240)
+def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Path) -> None:
+    """README's six-pane team as written (minus `pip install` and `tmux attach`): six real
+    Claude Code sessions in a private tmux server, one scripted model behind them all; the
+    README's `relayctl send` reaches inferno's model, and only inferno's. (Each session's
+    debug log, under the scratch HOME with DEBUG=1, says when it has registered relay's
+    channel; only then is the mail sent.)"""
+    setup = "\n".join(line for line in _readme_block("Claude Code", 0).splitlines() if not line.startswith(("pip install", "tmux attach")))
+    project, home = short_tmp / "project", short_tmp / "home"
+    project.mkdir()
+    home.mkdir()
+    (home / ".claude.json").write_text(json.dumps(claude_json(project)))
+    (home / ".tmux.conf").write_text("set -g default-size 240x90\n")  # a person's terminal: six panes share it
+    debug_logs = home / ".claude" / "debug"  # where DEBUG=1 makes each session log
+    claude_bin = agent_programs.program("claude").parent
+
+    def answer(request: Recorded) -> Any:
+        session = request.headers.get("x-claude-code-session-id")
+        return messages_responder(lambda body: [text(f"answered in session {session}")])(request)
+
+    with ScriptedModel(answer) as model:
+        env = dict(relay_env, PATH=f"{claude_bin}:{Path(sys.executable).parent}:{relay_env['PATH']}", TMUX_TMPDIR=str(short_tmp), HOME=str(home),
+                   ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=API_KEY, DEBUG="1", TERM="xterm-256color")
+        env.pop("TMUX", None)
+
+        def tmux(*args: str) -> str:
+            return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, timeout=30).stdout
+
+        def panes() -> dict[str, str]:
+            return {pane: tmux("capture-pane", "-p", "-J", "-t", pane) for pane in tmux("list-panes", "-t", "team", "-F", "#{pane_id}").split()}
+
+        def registered() -> int:
+            return sum(log.read_text(errors="replace").count('MCP server "relay": Channel notifications registered') for log in debug_logs.glob("*.txt")) if debug_logs.is_dir() else 0
+
+        with open(short_tmp / "setup.log", "w") as log:
+            done = subprocess.run(["bash", "-ec", setup + "\necho $! > relayd.pid\n"], cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=60)
+        relayd_pid = int((project / "relayd.pid").read_text())
+        pane_pids = [int(pid) for pid in tmux("list-panes", "-t", "team", "-F", "#{pane_pid}").split()]
+        try:
+            assert done.returncode == 0, (short_tmp / "setup.log").read_text()
+            assert len(pane_pids) == 6
+            accepted: set[str] = set()
+            deadline = time.monotonic() + 120
+            while registered() < 6:
+                assert time.monotonic() < deadline, f"{registered()} of 6 sessions registered relay's channel; panes:\n" + "\n".join(panes().values())
+                for pane, shown in panes().items():
+                    if pane not in accepted and "I am using this for local development" in shown:
+                        tmux("send-keys", "-t", pane, "Enter")  # each session asks at its start
+                        accepted.add(pane)
+                time.sleep(0.2)
+
+            for line in _readme_block("Claude Code", 1).splitlines():
+                if line.startswith("relayctl --agent overlord send"):
+                    subprocess.run(line.split("#")[0], shell=True, cwd=project, env=env, check=True, capture_output=True, timeout=60)
+            event = '<channel source="relay" from="overlord"'
+            request = model.wait_for(lambda r: event in said(r), timeout=60)
+            assert 'priority="normal"' in said(request) and "deploy" in said(request) and "ship the hotfix" in said(request)
+            # The session whose model got it is the one in inferno's pane: the pane shows the
+            # model's answer to that request, which names the request's session.
+            session = request.headers["x-claude-code-session-id"]
+            roles = {pane: command.split(".relay-mcp/")[1].split(".json")[0] for pane, command in (line.split(" ", 1) for line in tmux("list-panes", "-t", "team", "-F", "#{pane_id} #{pane_start_command}").splitlines())}
+            assert sorted(roles.values()) == sorted(OVERLORD)
+            deadline = time.monotonic() + 30
+            while not any(f"answered in session {session}" in shown for shown in panes().values()):
+                assert time.monotonic() < deadline, panes()
+                time.sleep(0.2)
+            shown = panes()
+            assert [roles[pane] for pane, text in shown.items() if f"answered in session {session}" in text] == ["inferno"]
+            assert [roles[pane] for pane, text in shown.items() if "New message from overlord" in text] == ["inferno"]
+            assert {r.headers["x-claude-code-session-id"] for r in model.requests if event in said(r)} == {session}
+        finally:
+            tmux("kill-server")
+            os.kill(relayd_pid, signal.SIGTERM)
+            for pid in pane_pids:
+                for _ in range(100):
+                    try:
+                        os.kill(pid, 0)
+                    except ProcessLookupError:
+                        break
+                    time.sleep(0.1)
+                else:
+                    os.kill(pid, signal.SIGKILL)

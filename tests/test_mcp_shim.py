@@ -7,8 +7,8 @@ request with its `_meta` envelope).
 The SDK client cannot declare `experimental` capabilities through its public API, so the
 tests that need a client declaring `experimental["claude/channel"]` add it to the
 capabilities the SDK builds; everything else is the SDK as shipped. (Claude Code itself
-declares nothing and is recognised by its client name: see test_who_gets_channel_events
-and the README walk-through.)
+declares nothing and is recognised by its client name: see test_who_gets_channel_events;
+the real program is driven in tests/test_claude_code.py.)
 """
 
 from __future__ import annotations
@@ -701,56 +701,6 @@ def test_who_gets_channel_events(team: None, relay_env: dict[str, str], relayctl
                 shim.receive(1.5)
     finally:
         assert shim.close() == 0
-
-
-def _readme_block(section: str, index: int) -> str:
-    """The `index`-th ```sh block of README section `section`."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as fh:
-        text = fh.read()
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return body.split("```sh\n")[index + 1].split("```", 1)[0]
-
-
-def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Any) -> None:
-    """README's six-pane setup as written (minus `pip install` and `tmux attach`), with a
-    stand-in `claude` on PATH (tests/fakes/claude) and a private tmux server."""
-    setup = "\n".join(line for line in _readme_block("Claude Code", 0).splitlines() if not line.startswith(("pip install", "tmux attach")))
-    fakes = os.path.join(os.path.dirname(__file__), "fakes")
-    env = dict(relay_env, PATH=f"{fakes}:{os.path.dirname(sys.executable)}:{relay_env['PATH']}", TMUX_TMPDIR=str(short_tmp))
-    project = short_tmp / "project"
-    project.mkdir()
-
-    def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, timeout=30).stdout
-
-    def panes() -> list[str]:
-        return [tmux("capture-pane", "-p", "-J", "-S", "-", "-t", pane) for pane in tmux("list-panes", "-t", "team", "-F", "#{pane_id}").split()]
-
-    def wait_for(predicate: Any, what: str) -> list[str]:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            shown = panes()
-            if predicate(shown):
-                return shown
-            time.sleep(0.1)
-        raise AssertionError(f"{what}; panes show: {shown}")
-
-    with open(short_tmp / "setup.log", "w") as log:
-        done = subprocess.run(["bash", "-ec", setup + "\necho $! > relayd.pid\n"], cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=60)
-    relayd_pid = int((project / "relayd.pid").read_text())
-    try:
-        assert done.returncode == 0, (short_tmp / "setup.log").read_text()
-        wait_for(lambda shown: sorted(s.split("fake claude for ")[1].split()[0] for s in shown if "fake claude for " in s) == sorted(OVERLORD), "six panes with one role each")
-        for line in _readme_block("Claude Code", 1).splitlines():
-            if line.startswith("relayctl --agent overlord send"):
-                subprocess.run(line.split("#")[0], shell=True, cwd=project, env=env, check=True, capture_output=True, timeout=60)
-        shown = wait_for(lambda shown: any("fake claude for inferno" in s and 'from="overlord"' in s for s in shown), "the channel event in inferno's pane")
-        [inferno] = [s for s in shown if "fake claude for inferno" in s]
-        assert 'priority="normal"' in inferno and "deploy" in inferno and "ship the hotfix" in inferno
-        assert not any('from="overlord"' in s for s in shown if "fake claude for inferno" not in s)
-    finally:
-        tmux("kill-server")
-        os.kill(relayd_pid, 15)
 
 
 @pytest.mark.anyio
