@@ -71,13 +71,10 @@ def takes_channel_events(capabilities: Any, client_info: Any) -> bool:
         experimental = capabilities.get("experimental")
         if isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental:
             return True
-    return isinstance(client_info, dict) and client_info.get("name") == CLAUDE_CODE_CLIENT
+    return is_claude_code(client_info)
 
 
-def needs_handshake_for_channels(client_info: Any) -> bool:
-    """Whether a client turns channel events off on a 2026-07-28 connection, so that push
-    needs the `initialize` handshake: Claude Code (checked with 2.1.330, which gates its
-    channel handler on the connection's era and declares nothing that would say otherwise)."""
+def is_claude_code(client_info: Any) -> bool:
     return isinstance(client_info, dict) and client_info.get("name") == CLAUDE_CODE_CLIENT
 
 
@@ -198,8 +195,11 @@ class Session:
         return True
 
     def _steer_to_handshake(self, params: dict[str, Any]) -> bool:
+        """Whether this probe comes from a client whose channel events need the `initialize`
+        handshake while push is wanted: Claude Code (2.1.330 gates its channel handler on the
+        connection's era, and declares nothing that would tell a later version apart)."""
         meta = params.get("_meta")
-        return self.push and isinstance(meta, dict) and needs_handshake_for_channels(meta.get(META_CLIENT_INFO))
+        return self.push and isinstance(meta, dict) and is_claude_code(meta.get(META_CLIENT_INFO))
 
     def _note_client(self, capabilities: Any, client_info: Any) -> None:
         if takes_channel_events(capabilities, client_info):
