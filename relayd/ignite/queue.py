@@ -24,6 +24,13 @@ next begins and a restart picks up where a crash left off:
                                       file written to DIR/<escalation agent>/, then
                                       X-IGNITE-Escalated-At on the dead letter.
 
+A new file is taken only once its writer is done: IGNITE's tools create the file in the
+queue and then write it, so a file still open for writing is left until it is closed
+(the close is an inotify event that wakes the monitor); where the filesystem cannot say
+whether a file is open, it must have been unchanged for `QUIET` seconds. A closed file
+that is not (yet) a valid message is moved to `malformed/` only after it has been
+unchanged for `SETTLE` seconds, so a writer that closes and reopens loses nothing.
+
 A file found `processing` after a restart is looked for in the agent's inbox by its tag
 before it is sent again, so a crash between the send and the `delivered` mark does not
 deliver it twice. Waiting uses `relayd.watch` (inotify on DIR and each agent directory);
@@ -44,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from relayd.errors import RelayError
-from relayd.names import AGENT_NAME_RE
+from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
 from . import files, mime
@@ -53,6 +60,10 @@ from .mirror import TAG, Mirror
 
 MONITOR = "queue_monitor"  # the sender IGNITE's own monitor uses for what it writes
 DEFAULT_TIMEOUT = 300.0  # IGNITE's task_timeout: how long an agent may take before a retry
+QUIET = 2.0  # unchanged this long = written, where open-for-writing cannot be told
+SETTLE = 10.0  # a closed file that is no valid message yet is set aside after this long unchanged
+# Seed 003's required headers: a file without one is logged and set aside, never delivered.
+REQUIRED = ("MIME-Version", "Message-ID", "From", "To", "Date", mime.PREFIX + "Type", mime.PREFIX + "Priority", "Content-Type", "Content-Transfer-Encoding")
 H = mime.PREFIX
 STATUS, PROCESSED_AT, RETRY_COUNT = H + "Status", H + "Processed-At", H + "Retry-Count"
 NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
@@ -135,6 +146,7 @@ class QueueMonitor:
         self._first_pass = True
         self._handled: set[str] = set()  # processed/ files this run has sent (or tried to)
         self._told: set[str] = set()  # agents already reported as unknown
+        self._waiting: set[str] = set()  # files reported as not written yet (logged once each)
         self._cache: dict[str, tuple[tuple[int, int, int], mime.MimeMessage]] = {}
 
     # -- the pass ------------------------------------------------------------------
@@ -181,7 +193,11 @@ class QueueMonitor:
         folder = os.path.join(self.root, agent)
         processed = os.path.join(folder, PROCESSED)
         files.mkdir(processed)
-        for name in files.mime_files(folder):
+        new = files.mime_files(folder)
+        present = {os.path.join(folder, name) for name in new} | {os.path.join(processed, name) for name in files.mime_files(processed)}
+        inside = (folder + os.sep, processed + os.sep)
+        self._waiting = {p for p in self._waiting if os.path.dirname(p) + os.sep not in inside or p in present}
+        for name in new:
             try:
                 self._take(agent, name, out)
             except RelayError as exc:
@@ -201,6 +217,10 @@ class QueueMonitor:
                 if message is None:
                     continue
                 status = (message.get(STATUS) or "").lower()
+                if status in ("", "queued"):  # written here by an IGNITE tool, perhaps still being written
+                    if self._unfinished(agent, path, out):
+                        continue
+                    self._check_message(message, path)
                 if status == "processing" and path not in self._handled and not self._timed_out(message):
                     if recovering is None:
                         recovering = self._tags_in_inbox(agent)
@@ -208,7 +228,8 @@ class QueueMonitor:
                 else:
                     self._advance(agent, path, message, status, out)
             except mime.NotAMessage as exc:
-                self._set_aside(agent, path, exc.message, out)
+                if not self._unfinished(agent, path, out, invalid=exc.message):
+                    self._set_aside(agent, path, exc.message, out)
             except RelayError as exc:
                 self.log("queue_file_failed", file=path, error=exc.message)
 
@@ -216,11 +237,14 @@ class QueueMonitor:
     def _take(self, agent: str, name: str, out: Outcome) -> None:
         folder = os.path.join(self.root, agent)
         source = os.path.join(folder, name)
+        if self._unfinished(agent, source, out):
+            return
         try:
             message = mime.read_file(source, follow=False)
             self._check_message(message, source)
         except mime.NotAMessage as exc:
-            self._set_aside(agent, source, exc.message, out)
+            if not self._unfinished(agent, source, out, invalid=exc.message):
+                self._set_aside(agent, source, exc.message, out)
             return
         except RelayError:
             if not os.path.lexists(source):
@@ -233,10 +257,32 @@ class QueueMonitor:
         self._deliver(agent, target, mime.read_file(target, follow=False), out)
 
     def _check_message(self, message: mime.MimeMessage, path: str) -> None:
-        """IGNITE's rule: a message without these headers is logged and skipped."""
-        for header in ("From", "To", H + "Type"):
-            if not message.get(header):
-                raise mime.NotAMessage(f"{path}: no {header} header")
+        """Seed 003's error handling: a file missing a required header, or of a type IGNITE
+        does not define, is logged and skipped (here: set aside in malformed/, kept)."""
+        missing = [header for header in REQUIRED if not message.get(header)]
+        if missing:
+            raise mime.NotAMessage(f"{path}: no {', '.join(missing)} header{'s' if len(missing) > 1 else ''}")
+        kind = message.get(H + "Type") or ""
+        if kind not in MESSAGE_TYPES:
+            raise mime.NotAMessage(f"{path}: unknown {H}Type {kind!r} (IGNITE's types: {', '.join(MESSAGE_TYPES)})")
+
+    def _unfinished(self, agent: str, path: str, out: Outcome, invalid: str | None = None) -> bool:
+        """True while the file's writer may not be done: it is open for writing (its close
+        wakes the monitor), or it changed less than QUIET seconds ago where that cannot be
+        told, or (`invalid`: why it is no message yet) less than SETTLE seconds ago."""
+        busy = files.being_written(path)
+        due = None
+        if not busy:
+            changed = _mtime(path)
+            if (busy is False and not invalid) or changed is None or self.clock() >= changed + (SETTLE if invalid else QUIET):
+                self._waiting.discard(path)
+                return False
+            due = changed + (SETTLE if invalid else QUIET)
+            out.next_due = _min(out.next_due, due)
+        if path not in self._waiting:
+            self._waiting.add(path)
+            self.log("queue_waiting", file=path, agent=agent, reason="open for writing" if busy else invalid or "changed just now", until=None if due is None else mime.iso_seconds(due))
+        return True
 
     def _deliver(self, agent: str, path: str, message: mime.MimeMessage, out: Outcome) -> None:
         """processing -> relay send -> delivered (each written before the next step)."""
@@ -594,6 +640,13 @@ def _int(text: str | None) -> int:
         return max(0, int((text or "0").strip()))
     except ValueError:
         return 0
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _min(a: float | None, b: float) -> float:
