@@ -167,3 +167,27 @@ def test_the_runner_snippet_in_cli_md_runs_as_written(relayctl: Any, relay_env: 
     events = [json.loads(line) for line in (Path(relay_env["RELAY_DIR"]) / "events.jsonl").read_text().splitlines()]
     assert any(e.get("topic") == "reservation" and e.get("action") == "created" for e in events)
     assert (Path(relay_env["RELAY_DIR"]) / "wake" / "trigger").exists()
+
+
+# -- seed 000: unknown roles are refused in a preset's team ----------------------------------
+
+
+def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
+    from relayd.client import Client
+    from relayd.errors import UnknownAgent
+
+    made = relayctl("init", "--preset", "overlord").stdout
+    assert "the team is fixed" in made
+    assert json.loads((store_dir / "config.json").read_text())["team"] == {"preset": "overlord", "allow_new": False}
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
+        with pytest.raises(UnknownAgent) as refused:
+            client.call("register", {"name": "infern", "join": True})  # what relay-mcp sends for its role
+        assert "known agents: glacier, inferno, overlord, shadow, storm, strategist" in refused.value.message
+        assert client.call("register", {"name": "inferno", "join": True})["name"] == "inferno"  # a member: fine
+    assert not (store_dir / "agents" / "infern").exists()
+    relayctl("register", "reviewer")  # a person adding an agent on purpose
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
+        assert client.call("register", {"name": "newcomer", "join": True})["name"] == "newcomer"
+    names = {a["name"] for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
+    assert {"reviewer", "newcomer"} <= names and "infern" not in names
