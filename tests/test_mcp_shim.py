@@ -317,7 +317,7 @@ async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_e
     async with mcp_client(relay_env, "overlord", "legacy") as overlord:
         tools = (await overlord.list_tools()).tools
     shown = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
-    chars = len(msgspec.json.encode(shown))
+    chars = len(json.dumps(shown, ensure_ascii=False))  # the one measure: see mcp_shim.tools.model_visible_chars
     assert {"send_message", "check_inbox", "get_status", "update_status", "broadcast", "check_hub_status"} <= {t.name for t in tools}
     assert all(t.output_schema for t in tools)
     assert chars == model_visible_chars()
