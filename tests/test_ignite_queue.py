@@ -399,7 +399,7 @@ WRITER = Path(__file__).resolve().parent / "ignite_writer.py"
 
 def write_in_place(queue: Path, agent: str, name: str, *, after_create: float = 0.0, mid: float = 0.0, task: str = "task_001") -> subprocess.Popen:
     """IGNITE's way: `ignite_mime.py build ... -o queue/AGENT/NAME`, the file created, then written."""
-    argv = [sys.executable, str(WRITER), "build", "--from", "coordinator", "--to", agent, "--type", name.rsplit("_", 1)[0], "--priority", "high"]
+    argv = [sys.executable, str(WRITER), "build", "--from", "coordinator", "--to", agent, "--type", os.path.basename(name).rsplit("_", 1)[0], "--priority", "high"]
     argv += ["--body", f'task_id: "{task}"\n', "-o", str(queue / agent / name), "--pause-after-create", str(after_create), "--pause-mid", str(mid)]
     return subprocess.Popen(argv)
 
@@ -462,14 +462,19 @@ def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Pat
     try:
         # straight writers, writers that pause after creating the file, writers that pause mid-file
         writers = [write_in_place(queue, "ignitian_1", name, after_create=(0.3 if n % 3 == 1 else 0.0), mid=(0.3 if n % 3 == 2 else 0.0), task=name) for n, name in enumerate(names)]
+        # and IGNITE's own example: a user_goal written straight into leader/processed/
+        goal = "user_goal_1770263544999999.mime"
+        writers.append(write_in_place(queue, "leader", f"processed/{goal}", mid=0.3, task="goal"))
         assert all(w.wait(timeout=60) == 0 for w in writers)
         processed = queue / "ignitian_1" / "processed"
         wait_for(lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60, what="every file delivered")
+        wait_for(lambda: status_of(queue / "leader" / "processed" / goal) == "delivered", timeout=60, what="the user_goal delivered")
     finally:
         stop.send_signal(signal.SIGTERM)
         assert stop.wait(timeout=20) == 0
-    assert not (queue / "ignitian_1" / "malformed").exists()
+    assert not (queue / "ignitian_1" / "malformed").exists() and not (queue / "leader" / "malformed").exists()
     assert sorted(n["tags"][0] for n in inbox(relay_env, "ignitian_1")) == sorted(f"ignite:{name}#0" for name in names)
+    assert [n["tags"][0] for n in inbox(relay_env, "leader")] == [f"ignite:{goal}#0"]
     for name in names:
         assert headers(processed / name)["body"] == f'task_id: "{name}"\n'
 

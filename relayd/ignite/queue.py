@@ -526,10 +526,12 @@ class QueueMonitor:
         files.sweep_temp_files(folders)
 
     def watched(self) -> list[str]:
-        """The directories whose changes can mean work: the root, each agent's queue and,
-        when mirroring, each queue agent's inbox directory in the store."""
+        """The directories whose changes can mean work: the root, each agent's queue and its
+        processed/ (IGNITE's tools write some files straight there) and, when mirroring,
+        each queue agent's inbox directory in the store."""
         agents = self.agents()
         found = [self.root] + [os.path.join(self.root, agent) for agent in agents]
+        found += [path for path in (os.path.join(self.root, agent, PROCESSED) for agent in agents) if os.path.isdir(path)]
         if self.mirror is not None:
             found += self.mirror.directories(agents)
         return found
