@@ -411,7 +411,7 @@ def test_a_file_still_being_written_is_left_until_its_writer_closes_it(relayctl,
     text = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignment", priority="high", body='task_id: "task_001"\n').to_text()
     with open(path, "w") as writer:  # created: empty, then half written, as a paused writer leaves it
         out = monitor.run_once()
-        assert not (out.taken or out.malformed) and path.read_text() == ""
+        assert not (out.taken or out.malformed) and path.read_text() == "" and out.waiting == [str(path)]
         writer.write(text[: len(text) // 2])
         writer.flush()
         out = monitor.run_once()

@@ -103,6 +103,7 @@ class Outcome:
     dead_lettered: list[str] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # left for their writers (still being written)
     mirrored: list[str] = field(default_factory=list)  # relay messages written out as files
     next_due: float | None = None  # the wall-clock time the next timer runs out
 
@@ -279,6 +280,7 @@ class QueueMonitor:
                 return False
             due = changed + (SETTLE if invalid else QUIET)
             out.next_due = _min(out.next_due, due)
+        out.waiting.append(path)
         if path not in self._waiting:
             self._waiting.add(path)
             self.log("queue_waiting", file=path, agent=agent, reason="open for writing" if busy else invalid or "changed just now", until=None if due is None else mime.iso_seconds(due))
