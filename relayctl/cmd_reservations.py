@@ -97,7 +97,7 @@ def _warn_if_top_level_only(s, pattern: str, repo: str) -> None:
     glob = compile_glob(pattern)
     looked = 0
     for directory, dirs, names in os.walk(repo):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .git and the like
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")  # .git, vendored packages
         if directory != repo:
             for name in sorted(names):
                 if glob.matches(name):
