@@ -33,8 +33,8 @@ unchanged for `SETTLE` seconds, so a writer that closes and reopens loses nothin
 
 A file found `processing` after a restart is looked for in the agent's inbox by its tag
 before it is sent again, so a crash between the send and the `delivered` mark does not
-deliver it twice. Waiting uses `relayd.watch` (inotify on DIR and each agent directory);
-the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
+deliver it twice. Waiting uses `relayd.watch` (inotify on DIR, each agent directory and its
+processed/); the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ MONITOR = "queue_monitor"  # the sender IGNITE's own monitor uses for what it wr
 DEFAULT_TIMEOUT = 300.0  # IGNITE's task_timeout: how long an agent may take before a retry
 QUIET = 2.0  # unchanged this long = written, where open-for-writing cannot be told
 SETTLE = 10.0  # a closed file that is no valid message yet is set aside after this long unchanged
-# Seed 003's required headers: a file without one is logged and set aside, never delivered.
-REQUIRED = ("MIME-Version", "Message-ID", "From", "To", "Date", mime.PREFIX + "Type", mime.PREFIX + "Priority", "Content-Type", "Content-Transfer-Encoding")
 H = mime.PREFIX
+# Seed 003's required headers: a file without one is logged and set aside, never delivered.
+REQUIRED = ("MIME-Version", "Message-ID", "From", "To", "Date", H + "Type", H + "Priority", "Content-Type", "Content-Transfer-Encoding")
 STATUS, PROCESSED_AT, RETRY_COUNT = H + "Status", H + "Processed-At", H + "Retry-Count"
 NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
 ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
@@ -195,9 +195,9 @@ class QueueMonitor:
         processed = os.path.join(folder, PROCESSED)
         files.mkdir(processed)
         new = files.mime_files(folder)
+        # Forget waiting files that are gone (taken, renamed away): a long run must not grow.
         present = {os.path.join(folder, name) for name in new} | {os.path.join(processed, name) for name in files.mime_files(processed)}
-        inside = (folder + os.sep, processed + os.sep)
-        self._waiting = {p for p in self._waiting if os.path.dirname(p) + os.sep not in inside or p in present}
+        self._waiting = {p for p in self._waiting if not p.startswith(folder + os.sep) or p in present}
         for name in new:
             try:
                 self._take(agent, name, out)
