@@ -114,7 +114,7 @@ class Shim:
         try:
             self.call("touch", {"agent": self.identity.role})
         except UnknownAgent:
-            params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code"}
+            params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code", "join": True}
             if self.follower is not None or (self.session.channel and self.push not in PUSH_OFF):
                 params["notify"] = "channel"  # this session is how the new agent gets its mail
             if self.identity.session:

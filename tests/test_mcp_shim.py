@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import anyio
@@ -270,13 +271,37 @@ async def test_check_inbox_clears_the_pending_flag(team: None, relay_env: dict[s
 @pytest.mark.anyio
 async def test_tool_calls_refresh_last_seen_and_register_a_new_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     before = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
-    async with mcp_client(relay_env, "shadow", "legacy") as shadow, mcp_client(relay_env, "reviewer", "legacy") as reviewer:
+    async with mcp_client(relay_env, "shadow", "legacy") as shadow, mcp_client(relay_env, "infern", "legacy") as typo:
         await shadow.call_tool("check_hub_status", {})
-        await reviewer.call_tool("check_hub_status", {})
+        # a preset's team is fixed: a typo'd role is refused, naming the real ones (seed 000)
+        for tool, args in (("check_hub_status", {}), ("send_message", {"to": "storm", "subject": "s", "body": "b"})):
+            refused = await typo.call_tool(tool, args)
+            assert refused.is_error and "unknown agent 'infern'" in refused.content[0].text
+            assert "inferno" in refused.content[0].text and "relayctl register infern" in refused.content[0].text
     after = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
     assert after["shadow"] > before["shadow"]
     assert after["storm"] == before["storm"]
-    assert "reviewer" in after
+    assert "infern" not in after and msgspec.json.decode(relayctl("--json", "read", agent="storm").stdout) == []
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers
+    async with mcp_client(relay_env, "reviewer", "legacy") as reviewer:
+        assert not (await reviewer.call_tool("check_hub_status", {})).is_error
+    assert "reviewer" in {a["name"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
+
+
+@pytest.mark.anyio
+async def test_on_a_fresh_machine_the_first_start_creates_the_store_and_the_role(relay_env: dict[str, str], relayctl: Any, short_tmp: Any) -> None:
+    # seed 002 §3.1: present from the start, with no `relayctl init` run before
+    store = Path(relay_env["RELAY_DIR"])
+    assert not store.exists()
+    async with mcp_client(relay_env, "inferno", "legacy") as inferno:
+        [me] = msgspec.json.decode(relayctl("--json", "status", "--agents").stdout)["agents"]
+        assert (me["name"], me["alive"], me["program"]) == ("inferno", True, "claude-code")  # before any tool call
+        assert structured(await inferno.call_tool("check_inbox", {})) == {"messages": [], "unread": 0}
+    relayctl("--dir", str(short_tmp / "made-by-init"), "init")
+    made = {p.name: p.is_dir() for p in (short_tmp / "made-by-init").iterdir()}
+    found = {p.name: p.is_dir() for p in store.iterdir()}
+    assert {k: v for k, v in found.items() if k in made} == made  # the layout `relayctl init` makes
+    assert store.stat().st_mode & 0o777 == 0o700
 
 
 @pytest.mark.anyio
@@ -299,7 +324,7 @@ async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_e
     async with mcp_client(relay_env, "overlord", "legacy") as overlord:
         tools = (await overlord.list_tools()).tools
     shown = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
-    chars = len(msgspec.json.encode(shown))
+    chars = len(json.dumps(shown, ensure_ascii=False))  # the one measure: see mcp_shim.tools.model_visible_chars
     assert {"send_message", "check_inbox", "get_status", "update_status", "broadcast", "check_hub_status"} <= {t.name for t in tools}
     assert all(t.output_schema for t in tools)
     assert chars == model_visible_chars()
@@ -492,7 +517,7 @@ async def test_mcp_config_files_start_the_servers_claude_code_would(team: None, 
     async with Client(configured("inferno"), mode="legacy", client_info=Implementation(name=CHANNEL_CLIENT, version="1"), extensions=[inbox]) as inferno:
         async with Client(configured("strategist"), mode="legacy") as strategist:
             await strategist.call_tool("send_message", {"to": "inferno", "subject": "auth", "body": "take the auth task"})
-        await inbox.wait(5.0)
+        await inbox.wait(30.0)  # a bound, not a measure: two server starts on a loaded machine take seconds
         assert inbox.events[0].meta["from"] == "strategist"
         assert [m["body"] for m in structured(await inferno.call_tool("check_inbox", {}))["messages"]] == ["take the auth task"]
 
