@@ -46,10 +46,16 @@ def server_config(role: str, store_dir: str, socket: str | None, session: str | 
     return {"mcpServers": {SERVER_NAME: server_entry(role, store_dir, socket, session)}}
 
 
+# relay's tools read and write only relay's own store (messages, presence, reservations):
+# Codex and Gemini CLI are told not to ask before each call, or a one-shot run (where
+# nobody can answer) would refuse them. Claude Code takes such permissions in its own
+# settings (`permissions.allow: ["mcp__relay"]`), not in the server's entry.
+
+
 def gemini_config(role: str, store_dir: str, socket: str | None, session: str | None) -> dict:
     """The `mcpServers` block of Gemini CLI's settings.json (it infers stdio from `command`)."""
     command, args, env = _launch(role, store_dir, socket, session)
-    return {"mcpServers": {SERVER_NAME: {"command": command, "args": args, "env": env}}}
+    return {"mcpServers": {SERVER_NAME: {"command": command, "args": args, "env": env, "trust": True}}}
 
 
 def codex_config(role: str, store_dir: str, socket: str | None, session: str | None) -> str:
@@ -58,6 +64,7 @@ def codex_config(role: str, store_dir: str, socket: str | None, session: str | N
     lines = [f"[mcp_servers.{SERVER_NAME}]", f"command = {_toml_string(command)}"]
     if args:
         lines.append(f"args = [{', '.join(_toml_string(a) for a in args)}]")
+    lines.append('default_tools_approval_mode = "approve"  # relay\'s tools touch only the relay store')
     lines += ["", f"[mcp_servers.{SERVER_NAME}.env]"]
     lines += [f"{key} = {_toml_string(value)}" for key, value in env.items()]
     return "\n".join(lines) + "\n"

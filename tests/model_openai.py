@@ -23,10 +23,12 @@ def message(text: str) -> dict[str, Any]:
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def function_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def function_call(name: str, arguments: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """A tool call; an MCP server's tools sit in a namespace (`mcp__relay` for the server `relay`)."""
     n = next(_ids)
-    return {"type": "function_call", "id": f"fc_{n:06d}", "call_id": f"call_{n:06d}", "name": name,
+    call = {"type": "function_call", "id": f"fc_{n:06d}", "call_id": f"call_{n:06d}", "name": name,
             "arguments": json.dumps(arguments), "status": "completed"}
+    return {**call, "namespace": namespace} if namespace else call
 
 
 def _stream(model: str, items: list[dict[str, Any]]) -> Reply:
