@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -145,6 +147,7 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
             stdout, stderr = proc.communicate(timeout=timeout)
         finally:
             _kill_group(proc)
+            kill_strays(home)
         turns = [r for r in model.requests if program.is_turn(r)]
     unread = [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]
     return Session(proc.returncode, stdout, stderr, turns, unread)
@@ -181,3 +184,61 @@ def assert_mail_reached_the_model(session: Session) -> None:
     # Each message was handed over once: a later request repeats the conversation, but no
     # hook added the same message a second time.
     assert continued.count(SUBJECTS[0]) == first.count(SUBJECTS[0])
+
+
+class Tmux:
+    """A real tmux server on its own socket, running one program in one pane, read and
+    typed into the way a person would (tests wait for what the screen says, not for time)."""
+
+    def __init__(self, root: Path) -> None:
+        self.socket = str(root / "tmux.sock")
+
+    def _tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, timeout=30)
+
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv)
+        self._tmux("new-session", "-d", "-s", "agent", "-x", "160", "-y", "45", "-c", str(cwd), command)
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "agent").stdout
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"the pane never showed {text!r}; it shows:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "agent", *keys)
+
+    def type_line(self, text: str, then_shows: str) -> None:
+        """Type `text`, wait until the input box shows it, then press Enter on its own (a
+        TUI takes text and Enter arriving together as a paste, and does not submit)."""
+        self._tmux("send-keys", "-t", "agent", "-l", text)
+        self.wait_for(then_shows, timeout=20)
+        self.keys("Enter")
+
+    def kill(self) -> None:
+        self._tmux("kill-server")
+
+
+def kill_strays(home: Path) -> None:
+    """Processes an agent program left running on its own (the interactive `codex` starts
+    a background app-server that detaches from the terminal): every process whose program
+    lives under the scratch HOME, found by pid and ended."""
+    prefix = str(home) + os.sep
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        if argv0.startswith(prefix):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
