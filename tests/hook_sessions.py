@@ -203,11 +203,16 @@ class Tmux:
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "agent").stdout
 
-    def wait_for(self, text: str, timeout: float = 60) -> str:
+    def wait_for(self, text: str, timeout: float = 60, settle: float = 0) -> str:
+        """The screen once it shows `text` (and, with `settle`, has stopped changing for
+        that long: a dialog drawn before its keyboard handler is ready drops keys)."""
         deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
         while time.monotonic() < deadline:
             screen = self.screen()
-            if text in screen:
+            if screen != last:
+                last, since = screen, time.monotonic()
+            if text in screen and time.monotonic() - since >= settle:
                 return screen
             time.sleep(0.2)
         raise AssertionError(f"the pane never showed {text!r}; it shows:\n{self.screen()}")
