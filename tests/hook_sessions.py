@@ -228,21 +228,32 @@ class Tmux:
         self.keys("Enter")
 
     def kill(self) -> None:
+        """End the pane's program with everything it started, then the server. SIGKILL to
+        its process group: Gemini CLI ignores SIGHUP and SIGTERM, so closing the pane alone
+        leaves it running."""
+        pane = self._tmux("display-message", "-p", "-t", "agent", "#{pane_pid}").stdout.strip()
+        if pane.isdigit():
+            try:
+                os.killpg(int(pane), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self._tmux("kill-server")
 
 
 def kill_strays(home: Path) -> None:
-    """Processes an agent program left running on its own (the interactive `codex` starts
-    a background app-server that detaches from the terminal): every process whose program
-    lives under the scratch HOME, found by pid and ended."""
-    prefix = str(home) + os.sep
+    """Processes an agent program left running on its own (the interactive `codex` starts a
+    background app-server that detaches from the terminal): every process whose
+    environment has this test's scratch HOME, which only this test's programs have."""
+    marker = b"HOME=" + os.fsencode(str(home)) + b"\0"
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv0 = fh.read().split(b"\0", 1)[0].decode(errors="replace")
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = b"\0" + fh.read()
         except OSError:
             continue
-        if argv0.startswith(prefix):
+        if b"\0" + marker in environ or environ.endswith(b"\0" + marker[:-1]):
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
