@@ -14,6 +14,8 @@ from typing import NoReturn
 
 import click
 
+from relayd import DISTRIBUTION
+
 from .context import Settings, fail
 
 # name -> "module:function"; each module holds one area of commands.
@@ -108,7 +110,7 @@ Examples:
 @click.option("--socket", envvar="RELAY_SOCKET", metavar="PATH", help="relayd socket. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as stored) for scripts.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and requested data.")
-@click.version_option(package_name="relay", prog_name="relayctl", message="%(prog)s %(version)s")
+@click.version_option(package_name=DISTRIBUTION, prog_name="relayctl", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, agent: str | None, store_dir: str | None, socket: str | None, as_json: bool, quiet: bool) -> None:
     ctx.obj = Settings(agent=agent or None, store_dir=store_dir or None, socket=socket or None, json=as_json, quiet=quiet)
