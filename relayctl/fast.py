@@ -207,6 +207,11 @@ class QuickClient:
         """Connect and greet. True: relayd serves this store here, or surely none does
         (then calls run on the store in this process, as relayd.client.Client would).
         False: something else (refused, timed out, an odd answer): the full CLI decides."""
+        from relayd import layout
+
+        if not layout.socket_path_fits(self.socket_path):
+            self._absent = True
+            return True  # no daemon can listen at such a path: direct mode
         import _socket
 
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
