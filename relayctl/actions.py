@@ -254,5 +254,9 @@ def render_status(r: dict, sections: set[str]) -> str:
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
     result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
-    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on}
-    s.out(result, lambda r: render_status(r, chosen or {"agents", "reservations", "commands"}))
+    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on} or {"agents", "reservations", "commands"}
+    for name in {"agents", "reservations", "commands"} - chosen:  # --json shows what the text shows
+        del result[name]
+    if "agents" not in chosen:
+        result.pop("delivery", None)  # the text shows it with the agents
+    s.out(result, lambda r: render_status(r, chosen))
