@@ -116,8 +116,8 @@ def cli(ctx: click.Context, agent: str | None, store_dir: str | None, socket: st
     ctx.obj = Settings(agent=agent or None, store_dir=store_dir or None, socket=socket or None, json=as_json, quiet=quiet)
 
 
-def _fail(message: str, status: int) -> NoReturn:
-    fail(message, status)
+def _fail(message: str, status: int, code: str = "error") -> NoReturn:
+    fail(message, status, code)
     sys.exit(status)
 
 
@@ -130,11 +130,11 @@ def main(argv: list[str] | None = None) -> None:
         status = cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
         sys.exit(status if type(status) is int else 0)
     except RelayError as exc:
-        _fail(exc.message, exc.exit_status)
+        _fail(exc.message, exc.exit_status, exc.code)
     except click.exceptions.Abort:
         _fail("aborted", 1)
     except click.ClickException as exc:
-        _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
+        _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1, "invalid_argument")
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line, with the traceback on request
         if os.environ.get("RELAY_DEBUG"):
             raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70, "internal")
 
 
 if __name__ == "__main__":

@@ -364,7 +364,7 @@ def _fast(argv: list[str]) -> int | None:
     try:
         getattr(actions, command)(settings, **params)
     except RelayError as exc:
-        fail(exc.message, exc.exit_status)
+        fail(exc.message, exc.exit_status, exc.code)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
@@ -373,7 +373,7 @@ def _fast(argv: list[str]) -> int | None:
     except Exception as exc:  # a bug: one line, as the full CLI reports it
         if os.environ.get("RELAY_DEBUG"):
             raise
-        fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+        fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70, "internal")
         return 70
     finally:
         client.finish()

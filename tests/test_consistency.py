@@ -67,3 +67,18 @@ def test_each_dlq_option_in_cli_md_belongs_to_the_subcommand_it_is_written_with(
         help_text = CliRunner().invoke(cli, [*command, "--help"]).output
         for flag in re.findall(r"--[a-z-]+", part):
             assert re.search(rf"^\s+{flag}\b", help_text, re.M), f"docs/cli.md: {' '.join(command)} {flag}, which it does not take"
+
+
+def test_with_json_a_refusal_is_json_on_stdout_too(relayctl: RelayCtl) -> None:
+    relayctl("init", "--preset", "overlord")
+    relayctl("reserve", "src/**", "--repo", "/tmp", agent="storm")
+    for args, code in (
+        (("reserve", "src/**", "--repo", "/tmp"), "conflict"),  # the full CLI
+        (("send", "nobody", "hi"), "unknown_agent"),  # the fast path
+        (("status", "--bogus"), "invalid_argument"),  # click's own refusal
+    ):
+        proc = relayctl("--json", *args, agent="inferno", check=False)
+        assert proc.returncode != 0 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+        assert json.loads(proc.stdout) == {"error": {"code": code, "message": proc.stderr[len("error: ") :].strip()}}
+    checked = relayctl("--json", "reserve", "src/**", "--repo", "/tmp", "--check", agent="inferno", check=False)
+    assert checked.returncode == 1 and json.loads(checked.stdout)["conflicts"][0]["agent"] == "storm"  # an answer, not an error
