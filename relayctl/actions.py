@@ -160,7 +160,7 @@ def heartbeat(s: Settings, task: str | None) -> None:
 def _agent_line(a: dict) -> str:
     from relayd.timefmt import short_span
 
-    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "STALE"
+    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "NEW" if a["last_heartbeat"] is None else "STALE"
     if a["last_heartbeat"] is None:
         beat = "never"
     else:
@@ -214,7 +214,8 @@ def render_status(r: dict, sections: set[str]) -> str:
     if "agents" in sections:
         agents = r["agents"]
         alive = sum(1 for a in agents if a["alive"])
-        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive} stale)")
+        new = sum(1 for a in agents if a["last_heartbeat"] is None)  # created by a preset, never run yet
+        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive - new} stale" + (f", {new} never seen)" if new else ")"))
         lines.extend(_agent_line(a) for a in agents)
         lines.append("")
         if bridge is not None and bridge.get("agents"):

@@ -74,8 +74,20 @@ def _set_flag(attr: str):
     return callback
 
 
+def _set_value(attr: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        settings = ctx.find_object(Settings)
+        if value is not None and settings is not None:
+            setattr(settings, attr, value)
+
+    return callback
+
+
 def _accept_output_flags(command: click.Command) -> None:
-    """`relayctl read --json` works as well as `relayctl --json read`: people type both."""
+    """`relayctl read --json` works as well as `relayctl --json read`: people type both.
+    So do the other global options (`send --agent alice ...`), unless the command has an
+    option of that name itself (`reservations --agent` filters); those are not repeated
+    in each command's --help."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             _accept_output_flags(sub)
@@ -84,6 +96,9 @@ def _accept_output_flags(command: click.Command) -> None:
         free = [flag for flag in flags if flag not in taken]
         if flags[0] in free:
             command.params.append(click.Option(free, is_flag=True, expose_value=False, is_eager=True, callback=_set_flag(attr), help=text))
+    for flag, attr in (("--agent", "agent"), ("--dir", "store_dir"), ("--socket", "socket")):
+        if flag not in taken:
+            command.params.append(click.Option([flag], expose_value=False, is_eager=True, hidden=True, callback=_set_value(attr)))
 
 
 HELP = """relay: messages, presence, file reservations, commands and wake-ups for a team

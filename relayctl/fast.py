@@ -37,7 +37,8 @@ GLOBAL: dict[str, tuple[str, Any]] = {
     "-q": ("quiet", FLAG),
 }
 ENVIRONMENT = {"agent": ("RELAY_AGENT", "OVLD_ROLE"), "store_dir": ("RELAY_DIR", "OVLD_RELAY_DIR"), "socket": ("RELAY_SOCKET",)}
-# After the command, every command also takes these (cli._accept_output_flags).
+# After the command, every command also takes these, and the other GLOBAL options unless it
+# has its own of that name (cli._accept_output_flags).
 OUTPUT = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
 
 PRIORITIES = ("low", "normal", "high", "urgent", "critical")  # a choice, matched case-insensitively
@@ -171,6 +172,9 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
         elif token in OUTPUT:
             settings[OUTPUT[token]] = True
             i += 1
+        elif token.partition("=")[0] in GLOBAL and token.partition("=")[0] not in spec.options:
+            name, _, value, i = _option(GLOBAL, argv, i)  # a global option after the command
+            settings[name] = value
         else:
             name, kind, value, i = _option(spec.options, argv, i)
             params[name] = params[name] + (value,) if kind is MANY else value

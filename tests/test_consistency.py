@@ -82,3 +82,30 @@ def test_with_json_a_refusal_is_json_on_stdout_too(relayctl: RelayCtl) -> None:
         assert json.loads(proc.stdout) == {"error": {"code": code, "message": proc.stderr[len("error: ") :].strip()}}
     checked = relayctl("--json", "reserve", "src/**", "--repo", "/tmp", "--check", agent="inferno", check=False)
     assert checked.returncode == 1 and json.loads(checked.stdout)["conflicts"][0]["agent"] == "storm"  # an answer, not an error
+
+
+def test_global_options_may_follow_the_command(relayctl: RelayCtl, short_tmp: Path) -> None:
+    relayctl("init", "--preset", "overlord")
+    other = short_tmp / "other-store"
+    relayctl("init", "--dir", str(other))  # the full CLI
+    assert (other / "agents").is_dir()
+    sent = json.loads(relayctl("send", "storm", "hi", "--agent", "inferno", "--json").stdout)  # the fast path
+    [got] = json.loads(relayctl("read", "--agent=storm", "--json").stdout)
+    assert got["id"] == sent["id"] and got["from"] == "inferno"
+    relayctl("reserve", "src/**", "--repo", "/tmp", agent="storm")
+    relayctl("reserve", "docs/**", "--repo", "/tmp", agent="glacier")
+    # a command's own option of that name keeps its meaning: here, a filter
+    assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations", "--agent", "glacier").stdout)] == ["docs/**"]
+
+
+def test_a_presets_agents_are_not_alive_before_they_ever_run(relayctl: RelayCtl) -> None:
+    relayctl("init", "--preset", "overlord")
+    relayctl("heartbeat", agent="storm")
+    agents = {a["name"]: a for a in json.loads(relayctl("--json", "status").stdout)["agents"]}
+    assert [name for name, a in agents.items() if a["alive"]] == ["storm"]
+    assert agents["glacier"]["last_heartbeat"] is None
+    shown = relayctl("status", "--agents").stdout
+    assert "AGENTS (1 alive, 0 stale, 5 never seen)" in shown
+    assert re.search(r"^  glacier +NEW +last heartbeat: never ", shown, re.M), shown
+    relayctl("gc", "--stale", "0s")  # nothing to archive in an agent that never ran
+    assert json.loads(relayctl("--json", "status").stdout)["agents"][0]["last_heartbeat"] is None
