@@ -4,6 +4,7 @@ times, ages. A store under /tmp/relay-* becomes a scratch directory of this test
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -119,3 +120,25 @@ def test_a_documented_session_prints_what_the_docs_show(path: str, heading: str,
         expected = _normalize([line for documented, _, shown, _ in results for line in [f"$ {documented}", *shown]])
         actual = _normalize([line for _, command, _, printed in results for line in [f"$ {command}", *printed]])
         assert actual == expected
+
+
+def test_the_protocol_docs_socat_example_reaches_relayd(relay_env, relayctl) -> None:
+    """docs/protocol.md section 7 as written, on a store with no XDG_RUNTIME_DIR and no
+    RELAY_SOCKET: finding relayd's socket (then beside the store), one request, its answer."""
+    from relayd_proc import Daemon
+
+    text = (ROOT / "docs" / "protocol.md").read_text()
+    [block] = re.findall(r"^## 7\. Examples with socat\n.*?^```sh\n(.*?)^```", text, re.M | re.S)
+    lines = block.splitlines()
+    answer_at = next(i for i, line in enumerate(lines) if line.startswith("# {"))
+    script = "\n".join(line for line in lines[:answer_at] if line and not line.startswith("#"))
+    relayctl("init")
+    env = {k: v for k, v in relay_env.items() if k != "RELAY_SOCKET"}
+    daemon = Daemon(dict(env, RELAY_SOCKET=str(Path(env["RELAY_DIR"]) / "relayd.sock"))).start()
+    try:
+        env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        daemon.kill()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == json.loads(lines[answer_at][2:])
