@@ -90,6 +90,9 @@ class Context:
         self.call = call
 
 
+NOTICE = "notice"  # the unread-mail notice inside structuredContent, which is all Claude Code shows a model
+
+
 class Tool:
     __slots__ = ("name", "description", "input_schema", "output_schema", "run")
 
@@ -104,7 +107,7 @@ class Tool:
         self.name = name
         self.description = description
         self.input_schema = input_schema
-        self.output_schema = output_schema
+        self.output_schema = {**output_schema, "properties": {**output_schema["properties"], NOTICE: _STR}}
         self.run = run
 
     def listing(self, structured: bool) -> dict[str, Any]:
