@@ -82,3 +82,20 @@ def test_a_missing_web_extra_says_how_to_install_it(without) -> None:
 def test_a_missing_bridge_extra_says_how_to_install_it(without) -> None:
     proc = subprocess.run([str(BIN / "relayd"), "--bridge", "nats://127.0.0.1:4222"], env=without("nats"), capture_output=True, text=True, timeout=30)
     _assert_hint(proc, "error: relayd --bridge needs the bridge extra (nats-py): ", "bridge")
+
+
+def test_ci_runs_the_readme_commands_as_written() -> None:
+    """.ci/run reads both commands out of README.md (its own function, run here) and runs
+    them unchanged; each makes its virtual environment, as Debian's python3 requires."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    function = re.search(r"^readme_command\(\) \{\n.*?^\}\n", ci, re.M | re.S)
+    assert function, ".ci/run has no readme_command function"
+    calls = dict(re.findall(r'^(\w+_COMMAND)=\$\(readme_command "([^"]+)"\)$', ci, re.M))
+    assert set(calls) == {"DAEMON_COMMAND", "TEST_COMMAND"}
+    read = {name: subprocess.run(["bash", "-c", function.group(0) + f'readme_command "{lead}"'], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip() for name, lead in calls.items()}
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```\n(.*?)\n```", readme, re.M | re.S)
+    assert blocks[:2] == [read["DAEMON_COMMAND"], read["TEST_COMMAND"]]  # the first two blocks
+    for command in read.values():
+        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install ")
+    assert 'bash -c "$DAEMON_COMMAND"' in ci and 'eval "$TEST_COMMAND"' in ci
