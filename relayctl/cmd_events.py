@@ -17,7 +17,7 @@ from .context import settings
 @click.option("--after", metavar="EVENT_ID", help="Resume: first replay the events that followed EVENT_ID.")
 @click.option("--scope", type=click.Choice(["host", "team"]), default="host", show_default=True, help="team: also the events of other hosts (relayd --bridge); theirs carry \"host\".")
 def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None, scope: str) -> None:
-    """Print events as NDJSON, one per line, until Ctrl-C. Needs relayd running.
+    """Print events as NDJSON, one per line, until Ctrl-C or SIGTERM. Needs relayd running.
 
     TOPIC is inbox, reservations, commands, presence, agent, wake, or all.
     Each line is what relayd sends (see docs/protocol.md), e.g.
