@@ -2,7 +2,7 @@
 the same work on one host. Two stores and two relayd on this machine stand in for two
 hosts, joined by a local nats-server with JetStream (loopback only).
 
-Needs `nats-server` on PATH (Debian package nats-server) and nats-py (`relay[bridge]`);
+Needs `nats-server` on PATH (Debian package nats-server) and nats-py (`relay-bus[bridge]`);
 without either, one row says so and the other areas still run.
 """
 
@@ -173,7 +173,7 @@ def run(quick: bool) -> list[Row]:
         try:
             import nats  # noqa: F401  (only: is it installed?)
         except ImportError:
-            missing = "nats-py not installed (pip install 'relay[bridge]')"
+            missing = "nats-py not installed (pip install 'relay-bus[bridge]')"
     if missing:
         return [Row(AREA, "cross-host send -> remote inbox event, throughput", "skipped", "", note=missing)]  # type: ignore[arg-type]
     count, total = (200, 1000) if quick else (2000, 10000)

@@ -78,7 +78,7 @@ def run(quick: bool) -> list[Row]:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        return [Row(AREA, "send -> web view event stream", float("nan"), "ms", note="skipped: the web extra is not installed (pip install 'relay[web]')")]
+        return [Row(AREA, "send -> web view event stream", float("nan"), "ms", note="skipped: the web extra is not installed (pip install 'relay-bus[web]')")]
     count = 20 if quick else 100
     rows = []
     daemon = Relayd()

@@ -78,42 +78,73 @@ def child_env(store: str, socket: str | None = None, **extra: str) -> dict[str, 
 PYTHON = sys.executable
 
 
-def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float, situation: str, runs: int) -> list[Row]:
-    """Whole `relayctl` processes next to this interpreter's own `python -c pass` (the one
-    the console script runs on), interleaved so drift hits all alike; one ratio row each.
+_PLAIN: list[str] = []  # the regular install's interpreter, made once per run
 
-    Run as an installed package runs (`bytecode_cached`), the cache filled by a first
-    untimed round."""
-    console = os.path.join(os.path.dirname(PYTHON), "relayctl")
-    launcher = [console] if os.path.exists(console) else [PYTHON, "-m", "relayctl"]
-    argvs = {"python -c pass": [PYTHON, "-c", "pass"], **{name: launcher + argv for name, argv in commands.items()}}
+
+def plain_install() -> tuple[str, str]:
+    """(python, note): an interpreter with relay installed as users install it, `pip install .`
+    into a scratch venv with pip's own console scripts, made once per run. An editable
+    install (`pip install -e`, this checkout's venv) runs setuptools' editable finder in
+    every interpreter start, python -c pass included, which inflates the baseline. The
+    dependencies come from this venv through a .pth line (a plain path: its own .pth files,
+    the editable finder among them, are not run). Without pip's network, this venv."""
+    if not _PLAIN:
+        import atexit
+        import sysconfig
+
+        root = tempfile.mkdtemp(prefix="rb-plain-", dir="/tmp")
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        python = os.path.join(root, "bin", "python")
+        source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        made = subprocess.run([PYTHON, "-m", "venv", "--without-pip", root], capture_output=True).returncode == 0 and subprocess.run(
+            [PYTHON, "-m", "pip", "--python", python, "install", "-q", "--no-deps", source], capture_output=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+        ).returncode == 0
+        if made:
+            site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True, check=True).stdout.strip()
+            with open(os.path.join(site, "relay-dependencies.pth"), "w") as pth:
+                pth.write(sysconfig.get_path("purelib") + "\n")
+            _PLAIN.extend([python, "pip install . in a scratch venv"])
+        else:
+            _PLAIN.extend([PYTHON, "this venv (pip install . failed: no index?)"])
+    return _PLAIN[0], _PLAIN[1]
+
+
+def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float, situation: str, runs: int) -> list[Row]:
+    """Whole `relayctl` processes next to the same interpreter's own `python -c pass` (the
+    one the console script runs on), interleaved so drift hits all alike; one ratio row
+    each, with both absolute times. On a regular install (`plain_install`), as an installed
+    package runs (`bytecode_cached`), the cache filled by a first untimed round."""
+    python, installed = plain_install()
+    console = os.path.join(os.path.dirname(python), "relayctl")
+    launcher = [console] if os.path.exists(console) else [python, "-m", "relayctl"]
+    argvs = {"python -c pass": [python, "-c", "pass"], **{name: launcher + argv for name, argv in commands.items()}}
     samples: dict[str, list[float]] = {name: [] for name in argvs}
     with bytecode_cached(env) as cached:
         for round_ in range(runs + 1):
             for name, argv in argvs.items():
                 start = time.perf_counter()
-                subprocess.run(argv, env=cached, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                subprocess.run(argv, env=cached, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                 if round_:  # the first round fills the bytecode cache
                     samples[name].append(time.perf_counter() - start)
     base = median_ms(samples["python -c pass"])
     how = "console script" if launcher == [console] else "python -m relayctl"
-    rows = [Row(area, "python -c pass, this venv's interpreter (reference)", round(base, 1), "ms", note=f"median of {runs}, interleaved with the rows below")]
+    rows = [Row(area, "python -c pass, the installed interpreter (reference)", round(base, 1), "ms", note=f"median of {runs}, interleaved with the rows below; {installed}")]
     for name in commands:
         took = median_ms(samples[name])
-        rows.append(Row(area, f"relayctl {name}, {situation}: whole process / python -c pass", round(took / base, 2), "x", f"<= {target:g}x", took / base <= target, f"{took:.1f} ms, {how}"))
+        rows.append(Row(area, f"relayctl {name}, {situation}: whole process / python -c pass", round(took / base, 2), "x", f"<= {target:g}x", took / base <= target, f"{took:.1f} ms vs {base:.1f} ms, {how}"))
     first = next(iter(commands))
-    fast, full = import_ms(["-m", "relayctl", *commands[first]], env), import_ms(["-m", "relayctl.cli", *commands[first]], env)
+    fast, full = import_ms(["-m", "relayctl", *commands[first]], env, python), import_ms(["-m", "relayctl.cli", *commands[first]], env, python)
     rows.append(Row(area, f"  imports of relayctl {first}, {situation} (-X importtime)", round(fast, 1), "ms", note=f"the full click CLI, as every command started before the fast path: {full:.1f} ms"))
     return rows
 
 
-def import_ms(args: list[str], env: dict[str, str], runs: int = 5) -> float:
+def import_ms(args: list[str], env: dict[str, str], python: str = PYTHON, runs: int = 5) -> float:
     """Median over `runs` of the time a process spends importing (the top-level entries of
     `python -X importtime`, which nest everything below them), bytecode caches warm."""
     totals = []
     with bytecode_cached(env) as cached:
         for round_ in range(runs + 1):
-            done = subprocess.run([PYTHON, "-X", "importtime", *args], env=cached, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            done = subprocess.run([python, "-X", "importtime", *args], env=cached, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             total = 0
             for line in done.stderr.splitlines():
                 # "import time:  self [us] | cumulative | package"; nested ones are indented.

@@ -160,7 +160,7 @@ def heartbeat(s: Settings, task: str | None) -> None:
 def _agent_line(a: dict) -> str:
     from relayd.timefmt import short_span
 
-    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "STALE"
+    state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "NEW" if a["last_heartbeat"] is None else "STALE"
     if a["last_heartbeat"] is None:
         beat = "never"
     else:
@@ -214,7 +214,8 @@ def render_status(r: dict, sections: set[str]) -> str:
     if "agents" in sections:
         agents = r["agents"]
         alive = sum(1 for a in agents if a["alive"])
-        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive} stale)")
+        new = sum(1 for a in agents if a["last_heartbeat"] is None)  # created by a preset, never run yet
+        lines.append(f"AGENTS ({alive} alive, {len(agents) - alive - new} stale" + (f", {new} never seen)" if new else ")"))
         lines.extend(_agent_line(a) for a in agents)
         lines.append("")
         if bridge is not None and bridge.get("agents"):
@@ -254,5 +255,9 @@ def render_status(r: dict, sections: set[str]) -> str:
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
     result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
-    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on}
-    s.out(result, lambda r: render_status(r, chosen or {"agents", "reservations", "commands"}))
+    chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on} or {"agents", "reservations", "commands"}
+    for name in {"agents", "reservations", "commands"} - chosen:  # --json shows what the text shows
+        del result[name]
+    if "agents" not in chosen:
+        result.pop("delivery", None)  # the text shows it with the agents
+    s.out(result, lambda r: render_status(r, chosen))

@@ -14,6 +14,8 @@ from typing import NoReturn
 
 import click
 
+from relayd import DISTRIBUTION
+
 from .context import Settings, fail
 
 # name -> "module:function"; each module holds one area of commands.
@@ -73,8 +75,20 @@ def _set_flag(attr: str):
     return callback
 
 
+def _set_value(attr: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        settings = ctx.find_object(Settings)
+        if value is not None and settings is not None:
+            setattr(settings, attr, value)
+
+    return callback
+
+
 def _accept_output_flags(command: click.Command) -> None:
-    """`relayctl read --json` works as well as `relayctl --json read`: people type both."""
+    """`relayctl read --json` works as well as `relayctl --json read`: people type both.
+    So do the other global options (`send --agent alice ...`), unless the command has an
+    option of that name itself (`reservations --agent` filters); those are not repeated
+    in each command's --help."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             _accept_output_flags(sub)
@@ -83,6 +97,9 @@ def _accept_output_flags(command: click.Command) -> None:
         free = [flag for flag in flags if flag not in taken]
         if flags[0] in free:
             command.params.append(click.Option(free, is_flag=True, expose_value=False, is_eager=True, callback=_set_flag(attr), help=text))
+    for flag, attr in (("--agent", "agent"), ("--dir", "store_dir"), ("--socket", "socket")):
+        if flag not in taken:
+            command.params.append(click.Option([flag], expose_value=False, is_eager=True, hidden=True, callback=_set_value(attr)))
 
 
 HELP = """relay: messages, presence, file reservations, commands and wake-ups for a team
@@ -109,14 +126,14 @@ Examples:
 @click.option("--socket", envvar="RELAY_SOCKET", metavar="PATH", help="relayd socket. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as stored) for scripts.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and requested data.")
-@click.version_option(package_name="relay", prog_name="relayctl", message="%(prog)s %(version)s")
+@click.version_option(package_name=DISTRIBUTION, prog_name="relayctl", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, agent: str | None, store_dir: str | None, socket: str | None, as_json: bool, quiet: bool) -> None:
     ctx.obj = Settings(agent=agent or None, store_dir=store_dir or None, socket=socket or None, json=as_json, quiet=quiet)
 
 
-def _fail(message: str, status: int) -> NoReturn:
-    fail(message, status)
+def _fail(message: str, status: int, code: str = "error") -> NoReturn:
+    fail(message, status, code)
     sys.exit(status)
 
 
@@ -129,11 +146,11 @@ def main(argv: list[str] | None = None) -> None:
         status = cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
         sys.exit(status if type(status) is int else 0)
     except RelayError as exc:
-        _fail(exc.message, exc.exit_status)
+        _fail(exc.message, exc.exit_status, exc.code)
     except click.exceptions.Abort:
         _fail("aborted", 1)
     except click.ClickException as exc:
-        _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1)
+        _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1, "invalid_argument")
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -143,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line, with the traceback on request
         if os.environ.get("RELAY_DEBUG"):
             raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70, "internal")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from .context import settings
 @click.option("--after", metavar="EVENT_ID", help="Resume: first replay the events that followed EVENT_ID.")
 @click.option("--scope", type=click.Choice(["host", "team"]), default="host", show_default=True, help="team: also the events of other hosts (relayd --bridge); theirs carry \"host\".")
 def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None, scope: str) -> None:
-    """Print events as NDJSON, one per line, until Ctrl-C. Needs relayd running.
+    """Print events as NDJSON, one per line, until Ctrl-C or SIGTERM. Needs relayd running.
 
     TOPIC is inbox, reservations, commands, presence, agent, wake, or all.
     Each line is what relayd sends (see docs/protocol.md), e.g.
@@ -36,6 +36,8 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
     """
     from relayd.errors import RelayError, Unavailable
 
+    from .stopping import until_stopped
+
     s = settings()
     chosen = ["*" if topic == "all" else topic for topic in topics]
     encode = msgspec.json.Encoder().encode
@@ -43,7 +45,7 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
     last = after
     connected_once = False
     waiting = 0.0
-    try:
+    with until_stopped():  # Ctrl-C or SIGTERM is how this command ends: exit 0
         while True:
             try:
                 for item in s.client().subscribe(chosen, agent=for_agent, after=last, scope=scope):
@@ -64,5 +66,3 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
                 if exc.code != "dropped":
                     raise
                 s.warn("dropped: not reading fast enough; reconnecting" + (f" (resuming after {last})" if last else ""))
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how this command ends: exit 0

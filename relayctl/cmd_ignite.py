@@ -69,14 +69,12 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
         data = {key: value for key, value in vars(outcome).items()}
         s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, still being written {len(d['waiting'])}, written from relay {len(d['mirrored'])}")
         return
-    import signal
     import threading
 
+    from .stopping import until_stopped
+
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # finish the pass under way, then exit 0
-    if not s.quiet:
-        click.echo(f"serving {root} (Ctrl-C stops)", err=True)
-    try:
+    with until_stopped(stop.set):  # Ctrl-C or SIGTERM: finish the pass under way, then exit 0
+        if not s.quiet:
+            click.echo(f"serving {root} (Ctrl-C stops)", err=True)
         monitor.serve(stop, watch_socket=s.socket)
-    except KeyboardInterrupt:
-        pass

@@ -21,7 +21,7 @@ from .context import settings
 @click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
 @click.option("--type", "type_", metavar="TYPE", help="Message type: one of the IGNITE types listed above (another word is stored too, with a warning).")
 @click.option("--ack", is_flag=True, help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
-@click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; redelivery after random(0, min(cap, ACK_WAIT*2^n)). [config.json delivery.ack_wait, 5s]")
+@click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; the wait after delivery n is random(0, min(cap, ACK_WAIT*2^(n-1))). [config.json delivery.ack_wait, 5s]")
 @click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
 @click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")

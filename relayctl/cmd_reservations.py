@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from relayd.errors import Conflict, NotOwner
+from relayd.errors import Conflict, NotOwner, UsageError
 from relayd.timefmt import now, parse_iso, short_span
 
 from .context import clip, settings
@@ -56,6 +56,9 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
       relayctl reserve "src/auth/**" --repo ~/oathkeeper --force
     """
     s = settings()
+    if repo is not None and not os.path.isdir(repo_path(repo)):
+        # Most likely a typo: a reservation there would protect nobody's files.
+        raise UsageError(f"--repo {repo}: no such directory (give the repository's path on this machine)")
     _warn_if_top_level_only(s, pattern, repo_path(repo))
     params = {
         "agent": s.require_agent("reserve"),

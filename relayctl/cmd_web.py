@@ -1,10 +1,10 @@
-"""web: the live web view (the relayweb package; needs the optional extra relay[web])."""
+"""web: the live web view (the relayweb package; needs the optional extra relay-bus[web])."""
 
 from __future__ import annotations
 
 import click
 
-from relayd.errors import UsageError
+from relayd.errors import missing_extra
 
 from .context import settings
 
@@ -19,7 +19,7 @@ def web(port: int, open_browser: bool, human: str) -> None:
 
     Prints one URL carrying a random access token; every request without the token is
     refused. Follows relayd's event stream, or the store files when relayd is down.
-    Needs the web extra: pip install 'relay[web]'.
+    Needs the web extra: pip install 'relay-bus[web]' (in a checkout: pip install '.[web]').
 
     \b
     Examples:
@@ -34,7 +34,7 @@ def web(port: int, open_browser: bool, human: str) -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise UsageError("relayctl web needs the web extra: pip install 'relay[web]' (Starlette and uvicorn)") from None
+        raise missing_extra("relayctl web", "web", "Starlette and uvicorn") from None
     from relayweb.serve import serve
 
     s = settings()

@@ -22,7 +22,9 @@ from relayd.errors import NoIdentity, UsageError
 
 
 class Settings:
-    __slots__ = ("agent", "store_dir", "socket", "json", "quiet", "_client")
+    __slots__ = ("agent", "store_dir", "socket", "json", "quiet", "_client", "printed")
+
+    current: "Settings | None" = None  # this run's, for `fail` (which runs after the command)
 
     def __init__(self, agent: str | None, store_dir: str | None, socket: str | None, json: bool, quiet: bool, client: Any = None) -> None:
         self.agent = agent
@@ -31,6 +33,8 @@ class Settings:
         self.json = json
         self.quiet = quiet
         self._client = client
+        self.printed = False  # JSON went to stdout already
+        Settings.current = self
 
     @property
     def dir(self) -> str:
@@ -67,6 +71,7 @@ class Settings:
             import json  # only here: most runs print text, and every millisecond of start-up shows
 
             echo(json.dumps(data, ensure_ascii=False, indent=None))
+            self.printed = True
             return
         if self.quiet or human is None:
             return
@@ -124,9 +129,16 @@ def installed_command(script: str, module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
-def fail(message: str, status: int) -> None:
-    """The one-line `error:` report every refusal ends in; the caller exits with `status`."""
+def fail(message: str, status: int, code: str = "error") -> None:
+    """The one-line `error:` report every refusal ends in; the caller exits with `status`.
+    With --json, stdout gets the refusal too, as `{"error": {"code", "message"}}` (unless
+    the command printed its JSON answer already): a script reads one JSON document either way."""
     line = " ".join(str(message).split())
+    current = Settings.current
+    if current is not None and current.json and not current.printed:
+        import json
+
+        echo(json.dumps({"error": {"code": code, "message": line}}, ensure_ascii=False))
     echo(f"error: {line}", err=True)
 
 

@@ -37,7 +37,8 @@ GLOBAL: dict[str, tuple[str, Any]] = {
     "-q": ("quiet", FLAG),
 }
 ENVIRONMENT = {"agent": ("RELAY_AGENT", "OVLD_ROLE"), "store_dir": ("RELAY_DIR", "OVLD_RELAY_DIR"), "socket": ("RELAY_SOCKET",)}
-# After the command, every command also takes these (cli._accept_output_flags).
+# After the command, every command also takes these, and the other GLOBAL options unless it
+# has its own of that name (cli._accept_output_flags).
 OUTPUT = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
 
 PRIORITIES = ("low", "normal", "high", "urgent", "critical")  # a choice, matched case-insensitively
@@ -171,6 +172,9 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
         elif token in OUTPUT:
             settings[OUTPUT[token]] = True
             i += 1
+        elif token.partition("=")[0] in GLOBAL and token.partition("=")[0] not in spec.options:
+            name, _, value, i = _option(GLOBAL, argv, i)  # a global option after the command
+            settings[name] = value
         else:
             name, kind, value, i = _option(spec.options, argv, i)
             params[name] = params[name] + (value,) if kind is MANY else value
@@ -207,6 +211,11 @@ class QuickClient:
         """Connect and greet. True: relayd serves this store here, or surely none does
         (then calls run on the store in this process, as relayd.client.Client would).
         False: something else (refused, timed out, an odd answer): the full CLI decides."""
+        from relayd import layout
+
+        if not layout.socket_path_fits(self.socket_path):
+            self._absent = True
+            return True  # no daemon can listen at such a path: direct mode
         import _socket
 
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
@@ -359,7 +368,7 @@ def _fast(argv: list[str]) -> int | None:
     try:
         getattr(actions, command)(settings, **params)
     except RelayError as exc:
-        fail(exc.message, exc.exit_status)
+        fail(exc.message, exc.exit_status, exc.code)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
@@ -368,7 +377,7 @@ def _fast(argv: list[str]) -> int | None:
     except Exception as exc:  # a bug: one line, as the full CLI reports it
         if os.environ.get("RELAY_DEBUG"):
             raise
-        fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70)
+        fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70, "internal")
         return 70
     finally:
         client.finish()

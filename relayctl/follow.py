@@ -1,4 +1,4 @@
-"""`read --tail`: print what `read` prints, then each new message once, in order, until Ctrl-C.
+"""`read --tail`: print what `read` prints, then each new message once, in order, until Ctrl-C or SIGTERM.
 
 Wake-ups come from `relayd.watch` (relayd's inbox events, else inotify). Without
 --mark-read, new messages are taken from the inbox file itself (`relayd.tail`), opened at
@@ -20,6 +20,8 @@ import click
 from relayd import layout, watch
 from relayd.tail import InboxTail
 
+from .stopping import until_stopped
+
 _REMEMBER = 4096  # ids of shown messages kept to avoid repeats
 
 
@@ -37,34 +39,32 @@ def follow(s: Any, params: dict[str, Any], render: Callable[[dict], str], report
         click.echo(json.dumps(message, ensure_ascii=False) if s.json else render(message))
         return True
 
-    first = s.call("read", params)
-    report(first)
-    for message in first["messages"]:
-        show(message)
-    sys.stdout.flush()
-    again = dict(params, unread=True, last=0)
-    wanted = _filter(params)
-    try:
-        with watch.Watch(s.dir, watch.inbox(s.dir, agent), s.socket, client="relayctl") as wakeups:
-            for _ in wakeups:
-                if tail is not None:
-                    tail.drain(lambda message: wanted(message) and show(message))
-                else:
-                    while True:
-                        result = s.call("read", again)
-                        report(result)
-                        shown = sum(show(message) for message in result["messages"])
-                        # One answer stops at the size budget: take the rest now, as long as each
-                        # round brings something new (a filter can hold mail back).
-                        if not (shown and result["unread"]):
-                            break
-                sys.stdout.flush()
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how following ends: exit 0
-    finally:
-        if tail is not None:
-            tail.close()
-
+    with until_stopped():  # Ctrl-C or SIGTERM is how following ends: exit 0
+        try:
+            first = s.call("read", params)
+            report(first)
+            for message in first["messages"]:
+                show(message)
+            sys.stdout.flush()
+            again = dict(params, unread=True, last=0)
+            wanted = _filter(params)
+            with watch.Watch(s.dir, watch.inbox(s.dir, agent), s.socket, client="relayctl") as wakeups:
+                for _ in wakeups:
+                    if tail is not None:
+                        tail.drain(lambda message: wanted(message) and show(message))
+                    else:
+                        while True:
+                            result = s.call("read", again)
+                            report(result)
+                            shown = sum(show(message) for message in result["messages"])
+                            # One answer stops at the size budget: take the rest now, as long as each
+                            # round brings something new (a filter can hold mail back).
+                            if not (shown and result["unread"]):
+                                break
+                    sys.stdout.flush()
+        finally:
+            if tail is not None:
+                tail.close()
 
 def _filter(params: dict[str, Any]) -> Callable[[dict], bool]:
     """What `read`'s --from and --thread keep (--since: anything new is newer)."""

@@ -5,4 +5,7 @@ Nothing in this package's top level imports anyio or structlog, so `relayctl` an
 """
 
 __version__ = "0.1.0"
+# The name pip knows relay by (pyproject.toml [project] name): "relay" on PyPI is an
+# unrelated project. The commands keep their names: relayd, relayctl, relay-mcp.
+DISTRIBUTION = "relay-bus"
 STORE_FORMAT = 1

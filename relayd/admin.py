@@ -8,7 +8,7 @@ import shutil
 import msgspec
 
 from . import STORE_FORMAT, __version__, layout
-from .agents import RegisterParams, register
+from .agents import RegisterParams, create_agent
 from .errors import StoreError, UsageError
 from .registry import operation
 from .store import Store
@@ -102,7 +102,7 @@ def init(store: Store, p: InitParams) -> InitResult:
     existing = set(store.known_agents())
     for name in team:
         if name not in existing:
-            register(store, RegisterParams(name=name))
+            create_agent(store, RegisterParams(name=name), seen=False)  # not alive before it runs
             created.append(name)
     escalate_to, allow_new = _configure(store, p)
     return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created, escalate_to=escalate_to, allow_new_agents=allow_new)

@@ -68,6 +68,12 @@ class RegisterParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 @operation("register", RegisterParams)
 def register(store: Store, p: RegisterParams) -> AgentMeta:
     """Create or update an agent: its directory, empty inbox, meta.json and heartbeat."""
+    return create_agent(store, p, seen=True)
+
+
+def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
+    """`register`'s work. Without `seen` (a preset's team, created by `init` before any of
+    them runs) no heartbeat is written: status shows them as never seen, not alive."""
     check_agent_name(p.name)
     if not store.is_agent(p.name):
         if p.join:
@@ -97,7 +103,8 @@ def register(store: Store, p: RegisterParams) -> AgentMeta:
             os.close(agent.open(layout.INBOX, os.O_WRONLY | os.O_CREAT))
             store.sync.dir(agent.fd)
         write_meta(store, agent, meta)
-        touch_heartbeat(agent)
+        if seen:
+            touch_heartbeat(agent)
     store.emit(store.event("agent", action="updated" if old else "registered", agent=p.name))
     return meta
 

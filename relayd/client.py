@@ -105,6 +105,8 @@ class Client:
     # -- connecting ------------------------------------------------------------------
     def _open(self, timeout: float | None) -> _Line | None:
         """A greeted connection to the daemon serving this store, or None when there is none."""
+        if not layout.socket_path_fits(self.socket_path):
+            return None  # no daemon can listen at such a path: direct mode
         import socket  # here: a call in direct mode never needs it
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)

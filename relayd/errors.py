@@ -108,6 +108,17 @@ def went_away(op: str) -> Unavailable:
     return Unavailable(f"relayd went away while running {op!r}; it may or may not have been done (check before repeating it)")
 
 
+def missing_extra(what: str, extra: str, provides: str) -> UsageError:
+    """`what` needs the optional extra `extra` (which brings `provides`): the command that
+    installs it into the very Python running relay, whichever pip is first on PATH."""
+    import shlex
+    import sys
+
+    from . import DISTRIBUTION
+
+    return UsageError(f"{what} needs the {extra} extra ({provides}): {shlex.quote(sys.executable)} -m pip install '{DISTRIBUTION}[{extra}]'")
+
+
 def _collect(cls: type[RelayError]) -> None:
     for sub in cls.__subclasses__():
         _BY_CODE.setdefault(sub.code, sub)

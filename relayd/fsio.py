@@ -80,7 +80,10 @@ class Dir:
     def open_root(cls, path: str, create: bool = False) -> "Dir":
         """The store root itself may be a symlink the user chose; nothing inside it may."""
         if create:
-            os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+            try:
+                os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+            except OSError as exc:  # e.g. under /proc, or below a file
+                raise StoreError(f"cannot create the store at {path}: {exc.strerror or exc}") from None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:

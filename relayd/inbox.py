@@ -76,7 +76,17 @@ class SendResult(msgspec.Struct, kw_only=True):
 
 
 def default_subject(body: str) -> str:
-    return " ".join(body.split())[:SUBJECT_DEFAULT_CHARS]
+    """The body with whitespace collapsed, up to 80 characters; a longer one ends at a word
+    boundary (unless the last word is very long) with "…", so a list shows it is cut."""
+    text = " ".join(body.split())
+    if len(text) <= SUBJECT_DEFAULT_CHARS:
+        return text
+    cut = text[: SUBJECT_DEFAULT_CHARS - 1]
+    if text[len(cut)] != " ":  # mid-word: end before that word
+        space = cut.rfind(" ")
+        if space >= SUBJECT_DEFAULT_CHARS // 2:
+            cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:

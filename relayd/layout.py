@@ -85,6 +85,16 @@ def default_socket_path(store_dir: str, env: dict[str, str] | os._Environ[str] |
     return os.path.join(store_dir, SOCKET_NAME)
 
 
+# sun_path holds 108 bytes including the final NUL: no daemon can listen at a longer path
+# (a store deep in a directory tree, with no XDG_RUNTIME_DIR to put the socket in).
+MAX_SOCKET_PATH = 107
+
+
+def socket_path_fits(path: str) -> bool:
+    """Whether a Unix socket can exist at `path`; clients take one that cannot as "no daemon"."""
+    return len(os.fsencode(path)) <= MAX_SOCKET_PATH
+
+
 def runtime_socket_name(store_dir: str, home: str | None) -> str:
     """The socket's name in `$XDG_RUNTIME_DIR/relay/`: `relayd.sock` for `~/.relay`,
     `relayd-<hash>.sock` for any other store."""

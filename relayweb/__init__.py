@@ -1,7 +1,7 @@
 """relay's web view: a live page for the person running the team (`relayctl web`).
 
 A separate process (relayd keeps no TCP port), started by `relayctl web`; it needs the
-optional extra `relay[web]` (Starlette on uvicorn). How data flows:
+optional extra `relay-bus[web]` (Starlette on uvicorn). How data flows:
 
     store changes ──> relayd.watch.Watch (relayd's event stream; inotify when relayd is down)
                   ──> live.Live (one thread): rebuilds the state with snapshot.build

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,19 @@ class RelayCtl:
         if check and proc.returncode != 0:
             raise AssertionError(f"relayctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
+
+
+def stop_child(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 10.0) -> tuple:
+    """Stop a command the test started (Ctrl-C by default) and collect its output. One that
+    does not end in time is killed, and the test fails: no test leaves a process behind."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"{' '.join(map(str, proc.args))} was still running {timeout}s after signal {sig}; killed") from None
 
 
 @pytest.fixture

@@ -68,7 +68,13 @@ def test_json_and_quiet_also_work_after_the_subcommand(trio, store_dir: Path) ->
 def test_subject_defaults_to_the_first_80_characters(trio) -> None:
     body = "".join(chr(ord("a") + n % 26) for n in range(200))
     sent = json.loads(trio("--json", "send", "bob", body, agent="alice").stdout)
-    assert sent["subject"] == body[:80] and sent["body"] == body
+    assert sent["subject"] == body[:79] + "…" and sent["body"] == body  # one long word: cut in it
+    words = "Deploy  window\nopens at 14:00; " + "please finish the migration of the auth tables before then " * 3
+    sent = json.loads(trio("--json", "send", "bob", words, agent="alice").stdout)
+    assert sent["subject"] == "Deploy window opens at 14:00; please finish the migration of the auth tables…"
+    assert len(sent["subject"]) <= 80 and sent["body"] == words
+    short = json.loads(trio("--json", "send", "bob", "all done", agent="alice").stdout)
+    assert short["subject"] == "all done"
     chosen = json.loads(trio("--json", "send", "bob", body, "--subject", "short", agent="alice").stdout)
     assert chosen["subject"] == "short"
 

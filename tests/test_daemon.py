@@ -21,6 +21,7 @@ from relayd.inbox import read_all
 from relayd import ops
 from relayd.client import Client
 from relayd.store import Store
+from conftest import stop_child
 from relayd_proc import Daemon, RawClient
 
 REPO = "/srv/project"
@@ -97,8 +98,7 @@ def test_relayctl_subscribe_prints_ndjson(daemon, relayctl, relay_env):
         event = json.loads(line)
         assert event["type"] == "event" and event["agent"] == "inferno" and event["subject"] == "ping"
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        _, err = stop_child(proc)
     assert proc.returncode == 0 and "Traceback" not in err and not err.strip()
 
 
@@ -666,10 +666,11 @@ def test_read_tail_follows_new_messages_until_ctrl_c(relay_env, relayctl, with_d
                 got = tail.stdout.readline()
         assert "glacier → inferno  fresh" in got
     finally:
-        tail.send_signal(signal.SIGINT)
-        _, err = tail.communicate(timeout=10)
-        if daemon:
-            daemon.kill()
+        try:
+            _, err = stop_child(tail)
+        finally:
+            if daemon:
+                daemon.kill()
     assert tail.returncode in (0, 130) and "Traceback" not in err
 
 
@@ -793,8 +794,7 @@ def test_relayctl_subscribe_needs_the_daemon_and_resumes_with_after(relay_env, r
             replayed = json.loads(proc.stdout.readline())
             assert replayed["topic"] == "inbox" and replayed["subject"] == "second"
         finally:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=10)
+            stop_child(proc)
         bad = relayctl("subscribe", "mail", check=False)
         assert bad.returncode == 1 and "unknown topic 'mail'" in bad.stderr
     finally:
@@ -838,8 +838,7 @@ def test_read_tail_mark_read_catches_up_on_more_than_one_answer_holds(relay_env,
         assert got == sent
         assert relayctl("--json", "read", "--unread", agent="inferno").stdout.strip() == "[]"
     finally:
-        tail.send_signal(signal.SIGINT)
-        _, err = tail.communicate(timeout=10)
+        _, err = stop_child(tail)
     assert tail.returncode in (0, 130) and "Traceback" not in err
 
 

@@ -20,6 +20,7 @@ import pytest
 from relayd.client import Client
 from relayd.inbox import read_all
 from relayd.store import Store
+from conftest import stop_child
 from relayd_proc import Daemon, RawClient
 
 
@@ -297,8 +298,7 @@ def test_relayctl_subscribe_reconnects_after_a_restart_and_resumes(relay_env, re
         finally:
             restarted.kill()
     finally:
-        sub.send_signal(signal.SIGINT)
-        _, err = sub.communicate(timeout=30)
+        _, err = stop_child(sub, timeout=30)
     assert "relayd went away; reconnecting" in err
 
 

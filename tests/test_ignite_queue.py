@@ -19,6 +19,7 @@ from relayd.ignite import mime
 from relayd.ignite.queue import QueueMonitor, monitor_for
 from relayd.inbox import read_all
 
+from conftest import stop_child
 from relayd_proc import Daemon
 from test_notify import TRIGGER, Tmux
 
@@ -332,8 +333,8 @@ def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path
         wait_for(lambda: status_of(queue / "ignitian_1" / "processed" / "task_assignment_1770263544123457.mime") == "delivered", what="the second file")
         assert len(inbox(relay_env, "ignitian_1")) == 2
     finally:
-        stop.send_signal(signal.SIGTERM)
-        assert stop.wait(timeout=20) == 0  # a clean stop on SIGTERM
+        stop_child(stop, signal.SIGTERM, timeout=20)
+        assert stop.returncode == 0  # a clean stop on SIGTERM
 
 
 def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, queue: Path, relay_env) -> None:

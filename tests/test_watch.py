@@ -15,6 +15,7 @@ import pytest
 from relayd import layout, ops, watch
 from relayd.store import Store
 from relayd.tail import InboxTail
+from conftest import stop_child
 from relayd_proc import Daemon
 
 
@@ -153,8 +154,9 @@ def test_read_tail_prints_what_read_prints_then_each_new_message_once_in_order(r
         assert [m["body"] for m in later] == ["new 1", "new 2", "new 3"]
         assert out.take(1, timeout=1.5) == []  # nothing replayed, nothing twice
     finally:
-        tail.send_signal(signal.SIGINT)
-        _, err = tail.communicate(timeout=10)
-        if daemon:
-            daemon.kill()
+        try:
+            _, err = stop_child(tail)
+        finally:
+            if daemon:
+                daemon.kill()
     assert tail.returncode in (0, 130) and b"Traceback" not in err

@@ -1,7 +1,7 @@
 """The NATS bridge: several relayd instances, one per host, joined over NATS JetStream.
 
 Only a relayd started with `--bridge nats://HOST:PORT --host-name NAME` imports this
-package (and nats-py, the optional extra `relay[bridge]`). Each host keeps its own store
+package (and nats-py, the optional extra `relay-bus[bridge]`). Each host keeps its own store
 and relayd; the bridge carries only what crosses hosts:
 
 * directory (`directory.py`): every relayd puts its agents (name, host, presence) into

@@ -58,7 +58,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--max-connections", type=click.IntRange(min=1), metavar="N", help="Connections served at once; more are refused with an error frame. [default: from the open-file limit, at most 1024]")
 @click.option("--idle-timeout", default="10m", show_default=True, metavar="DURATION", callback=_duration, help="Close a request connection silent this long (clients reconnect on their next request; subscribers are kept).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-@click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay[bridge]). [default: config.json bridge.url, else host-local only]")
+@click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay-bus[bridge]). [default: config.json bridge.url, else host-local only]")
 @click.option("--host-name", metavar="NAME", help="This host's name in the bridged team (a-z, 0-9, '_', '-'). [default: config.json bridge.host, else the machine's hostname]")
 @click.pass_context
 def daemon(
@@ -126,7 +126,7 @@ def daemon(
 
 def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str | None, str | None]:
     """--bridge / --host-name, else config.json's bridge section; checked before starting."""
-    from relayd.errors import UsageError
+    from relayd.errors import UsageError, missing_extra
     from relayd.names import check_agent_name
 
     if url is None or host is None:
@@ -152,7 +152,7 @@ def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str 
     try:
         import nats  # noqa: F401  (only to say clearly what is missing)
     except ImportError:
-        raise UsageError("--bridge needs nats-py: pip install 'relay[bridge]' (or pip install nats-py)") from None
+        raise missing_extra("relayd --bridge", "bridge", "nats-py") from None
     return url, host
 
 

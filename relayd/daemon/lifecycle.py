@@ -101,8 +101,11 @@ def _answers(path: str) -> bool:
 
 def bind_listener(path: str) -> socket.socket:
     """A listening socket at `path`, 0600 from the moment it exists."""
-    if len(os.fsencode(path)) >= 108:
-        raise StartupError(f"socket path is too long for a Unix socket ({len(path)} bytes, at most 107): {path}")
+    if not layout.socket_path_fits(path):
+        raise StartupError(
+            f"socket path is too long for a Unix socket ({len(os.fsencode(path))} bytes, at most {layout.MAX_SOCKET_PATH}): {path}; "
+            "give a shorter one with --socket PATH (or RELAY_SOCKET), or set XDG_RUNTIME_DIR"
+        )
     _prepare_directory(path)
     try:
         info = os.lstat(path)

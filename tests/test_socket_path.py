@@ -1,0 +1,55 @@
+"""A store deep in a directory tree with no XDG_RUNTIME_DIR (containers, ssh sessions, CI)
+puts the default socket path past what AF_UNIX allows. No daemon can listen there, so
+clients work on the store directly; relayd itself says how to give it a shorter path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import RelayCtl
+from relayd import layout
+from relayd_proc import Daemon
+
+
+def _deep_store_env(short_tmp: Path) -> dict[str, str]:
+    store = short_tmp / ("d" * 120) / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_")) and k != "XDG_RUNTIME_DIR"}
+    env["RELAY_DIR"] = str(store)
+    assert not layout.socket_path_fits(layout.default_socket_path(str(store), env))
+    return env
+
+
+def test_every_command_works_directly_when_no_daemon_could_listen_at_the_socket_path(short_tmp: Path) -> None:
+    relayctl = RelayCtl(_deep_store_env(short_tmp))
+    assert relayctl("init").stdout.startswith("store ready at ")
+    assert relayctl("version").stdout.startswith("relay ")
+    relayctl("register", "alice")
+    relayctl("register", "bob")
+    sent = json.loads(relayctl("--json", "send", "bob", "hello from a deep store", agent="alice").stdout)
+    [got] = json.loads(relayctl("--json", "read", "--unread", "--mark-read", agent="bob").stdout)
+    assert got["id"] == sent["id"] and got["body"] == "hello from a deep store"
+    assert relayctl("status").stdout.startswith("relayd: not running (direct mode)")
+    # the library client (relay-mcp, the web view) takes the same path
+    script = "import os\nfrom relayd.client import Client\nwith Client(os.environ['RELAY_DIR']) as c: print(c.call('version', {})['version'], c.mode)"
+    out = subprocess.run([sys.executable, "-c", script], env=relayctl.env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.split()[1] == "direct", out.stderr
+
+
+def test_relayd_refuses_such_a_path_in_one_line_naming_the_way_out(short_tmp: Path) -> None:
+    env = _deep_store_env(short_tmp)
+    RelayCtl(env)("init")
+    proc = subprocess.run([sys.executable, "-m", "relayd.daemon"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if "too long" in line]
+    assert "--socket" in line and "RELAY_SOCKET" in line
+    # and the way out works: a short socket, which clients given the same one use
+    env["RELAY_SOCKET"] = str(short_tmp / "relayd.sock")
+    daemon = Daemon(env).start()
+    try:
+        assert RelayCtl(env)("status").stdout.startswith("relayd: running")
+    finally:
+        daemon.kill()
