@@ -64,7 +64,7 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
         try:
             outcome = monitor.run_once()
         finally:
-            os.close(held)
+            held.close()
             monitor.close()
         data = {key: value for key, value in vars(outcome).items()}
         s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, written from relay {len(d['mirrored'])}")
