@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from .context import settings
+from .context import echo, settings
 
 CONTEXT_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 STOP_EVENTS = ("Stop", "SubagentStop")
@@ -73,7 +73,7 @@ def claude() -> None:
 
 
 def _give_up(message: str) -> None:
-    click.echo(f"error: relay hook: {' '.join(message.split())}", err=True)
+    echo(f"error: relay hook: {' '.join(message.split())}", err=True)
     sys.exit(1)
 
 

@@ -9,7 +9,7 @@ import click
 
 from relayd.daemon.cli import _duration  # the same positive-duration option check as relayd's
 
-from .context import settings
+from .context import echo, settings, visible
 
 
 @click.group("ignite")
@@ -27,7 +27,7 @@ def ignite() -> None:
 
 def log_line(event: str, **fields: object) -> None:
     shown = " ".join(f"{key}={value}" for key, value in fields.items() if value not in (None, ""))
-    click.echo(f"{event.removeprefix('queue_')} {shown}".rstrip(), err=True)
+    echo(visible(f"{event.removeprefix('queue_')} {shown}".rstrip()), err=True)
     sys.stderr.flush()
 
 
