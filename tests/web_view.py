@@ -59,11 +59,12 @@ class WebView:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError("relayctl web did not stop on Ctrl-C within 15 s")
-        err = self.proc.stderr.read() if self.proc.stderr else ""
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
-        return err
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream:
+                    stream.close()
+        return getattr(self, "stderr", "")  # (again, when a test stopped it before its fixture)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
