@@ -11,23 +11,26 @@ from __future__ import annotations
 
 from relayd.errors import UsageError
 
-from .context import Settings, clip, echo, read_body
+from .context import Settings, clip, echo, read_body, visible
 
 
 def render_message(m: dict, delivery: str | None = None) -> str:
-    """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...)."""
-    when = m["ts"][:16].replace("T", " ")
+    """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...).
+    Every field is shown `visible`: a message's text never acts on the terminal, and a
+    line break in a one-line field cannot fake a line of its own."""
+    when = visible(m["ts"][:16].replace("T", " "))
     flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
     if m.get("ack"):
-        state = {"owed": "owed: relayctl ack " + m["id"], "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")
+        state = {"owed": "owed: relayctl ack " + visible(m["id"]), "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")
         flag = f"[attempt {m.get('attempt') or 1}, {state}] " + flag
-    thread = f"  (thread {m['thread']})" if m.get("thread") else ""
-    tags = f"  #{' #'.join(m['tags'])}" if m.get("tags") else ""
-    head = f"{m['id']}  {when}  {m['from']} → {m['to']}  {flag}{m['subject']}{thread}{tags}"
+    thread = f"  (thread {visible(m['thread'])})" if m.get("thread") else ""
+    tags = f"  #{' #'.join(visible(tag) for tag in m['tags'])}" if m.get("tags") else ""
+    head = f"{visible(m['id'])}  {when}  {visible(m['from'])} → {visible(m['to'])}  {flag}{visible(m['subject'])}{thread}{tags}"
     body = m["body"].rstrip("\n")
     if not body or body == m["subject"]:
         return head
-    return head + "\n" + "\n".join("    " + line for line in body.splitlines())
+    # Split on newlines only: a carriage return or form feed is shown, not obeyed.
+    return head + "\n" + "\n".join("    " + visible(line, lines=True) for line in body.split("\n"))
 
 
 def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> None:
@@ -127,7 +130,7 @@ def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, forma
     if tail:
         from .follow import follow
 
-        follow(s, params, render, report)
+        follow(s, params, render, report, exact=format_ == "mime")
         return
     result = s.call("read", params)
     report(result)
@@ -137,7 +140,7 @@ def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, forma
         # at a line start, or export one message per file with `relayctl mime export`.
         for message in messages:
             text = render(message)
-            echo(text, nl=not text.endswith("\n"))
+            echo(text, nl=not text.endswith("\n"), exact=True)
         return
     if s.json:
         s.out(messages)

@@ -9,7 +9,7 @@ import click
 from relayd.errors import TimedOut
 from relayd.timefmt import parse_duration
 
-from .context import settings
+from .context import settings, visible
 
 GROUP_HELP = """Slash commands for a session: post one, or (as the session) claim and finish them.
 
@@ -44,7 +44,7 @@ class CmdGroup(click.Group):
 def render_command(c: dict) -> str:
     text = f"{c['command']} {c.get('args') or ''}".strip()
     by = f" by {c['consumed_by']}" if c.get("consumed_by") else ""
-    return f"{c['id']}  {c['status']:<8}  {c['from']} → {c['target_session']}  {text}{by if c['status'] != 'pending' else ''}"
+    return visible(f"{c['id']}  {c['status']:<8}  {c['from']} → {c['target_session']}  {text}{by if c['status'] != 'pending' else ''}")
 
 
 @click.group(cls=CmdGroup, help=GROUP_HELP, subcommand_metavar="SESSION COMMAND [ARGS]... | consume | done | list | show", invoke_without_command=True)

@@ -9,7 +9,7 @@ import click
 import relayd.delivery  # noqa: F401  (registers ack, redeliver and the dlq operations)
 
 from .cmd_messages import render_message
-from .context import settings
+from .context import echo, settings, visible
 
 # What each ack outcome says to a person, and whether it counts as a failure (exit 1).
 _ACK_WORDS = {
@@ -44,7 +44,7 @@ def ack(ids: tuple[str, ...]) -> None:
         failed |= bad
         text = f"{answer['id']}: {words.format(owner=answer.get('owner'))}"
         if bad:
-            click.echo(f"error: {text}", err=True)
+            echo(f"error: {text}", err=True)
         else:
             lines.append(text + (f" (at attempt {answer['attempt']})" if answer.get("attempt") else ""))
     s.out(result, lambda r: "\n".join(lines))
@@ -101,7 +101,7 @@ def dlq(ctx: click.Context) -> None:
 
 
 def _letter_line(d: dict) -> str:
-    return f"{d['id']}  {(d.get('dead_at') or '')[:16].replace('T', ' ')}  {d['from']} → {d['to']}  {d['subject'][:60]}  ({d['attempts']} attempts)"
+    return visible(f"{d['id']}  {(d.get('dead_at') or '')[:16].replace('T', ' ')}  {d['from']} → {d['to']}  {d['subject'][:60]}  ({d['attempts']} attempts)")
 
 
 @dlq.command("list")
@@ -134,7 +134,7 @@ def dlq_show(message_id: str, to: str | None) -> None:
     def human(d: dict) -> str:
         lines = [
             render_message(d["message"], "dead_letter"),
-            f"  reason:     {d['reason']}",
+            f"  reason:     {visible(d['reason'])}",
             f"  dead since: {d['dead_at']}",
             f"  delivered:  {', '.join(d['delivered_at'])}",
             f"  told:       {', '.join(d['told']) or 'nobody'}",

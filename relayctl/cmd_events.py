@@ -8,7 +8,7 @@ import time
 import click
 import msgspec
 
-from .context import settings
+from .context import settings, visible
 
 
 @click.command()
@@ -52,7 +52,8 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
                     connected_once = True
                     waiting = 0.0
                     if item.get("type") == "event":
-                        out.write(encode(item) + b"\n")
+                        # Exact JSON, inert on a terminal: raw C1 and bidi characters become \u escapes.
+                        out.write(visible(encode(item).decode(), json=True).encode() + b"\n")
                         out.flush()
                         last = item.get("id") or last
             except Unavailable:

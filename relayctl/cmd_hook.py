@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import click
 
-from .context import settings
+from .context import echo, settings
 
 BUDGET = 8000  # characters of context per hook call; Claude Code caps hook context at about 10k
 BODY_MAX = 3000
@@ -130,7 +130,7 @@ for _name, _events in (
 
 
 def _give_up(message: str) -> None:
-    click.echo(f"error: relay hook: {' '.join(message.split())}", err=True)
+    echo(f"error: relay hook: {' '.join(message.split())}", err=True)
     sys.exit(1)
 
 

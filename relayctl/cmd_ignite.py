@@ -9,7 +9,7 @@ import click
 
 from relayd.daemon.cli import _duration  # the same positive-duration option check as relayd's
 
-from .context import settings
+from .context import echo, settings, visible
 
 
 @click.group("ignite")
@@ -27,7 +27,7 @@ def ignite() -> None:
 
 def log_line(event: str, **fields: object) -> None:
     shown = " ".join(f"{key}={value}" for key, value in fields.items() if value not in (None, ""))
-    click.echo(f"{event.removeprefix('queue_')} {shown}".rstrip(), err=True)
+    echo(visible(f"{event.removeprefix('queue_')} {shown}".rstrip()), err=True)
     sys.stderr.flush()
 
 
@@ -64,7 +64,7 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
         try:
             outcome = monitor.run_once()
         finally:
-            os.close(held)
+            held.close()
             monitor.close()
         data = {key: value for key, value in vars(outcome).items()}
         s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, still being written {len(d['waiting'])}, written from relay {len(d['mirrored'])}")

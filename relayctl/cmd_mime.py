@@ -9,7 +9,7 @@ import click
 
 from relayd.ignite import mime
 
-from .context import settings
+from .context import echo, settings, visible
 
 
 class _Greedy(click.Command):
@@ -98,7 +98,7 @@ def build(from_, to, cc, type_, priority, thread_id, in_reply_to, repo, issue, s
     if output:
         mime.write_atomic(output, message)
     else:
-        sys.stdout.write(message.to_text())
+        echo(message.to_text(), nl=False, exact=True)
 
 
 def _read_text(path: str) -> str:
@@ -126,19 +126,20 @@ def parse(file: str) -> None:
       relayctl mime parse queue/leader/processed/user_goal_1738315200123456.mime
       relayctl mime parse message.mime | jq -r .type
     """
-    sys.stdout.write(json.dumps(mime.read_file(file).fields(), ensure_ascii=False, indent=2) + "\n")
+    echo(visible(json.dumps(mime.read_file(file).fields(), ensure_ascii=False, indent=2), json=True))
 
 
 @mime_group.command("extract-body")
 @click.argument("file")
 def extract_body(file: str) -> None:
-    """Print only the body (the YAML), as IGNITE's tool prints it (line ends as LF).
+    """Print only the body (the YAML), as IGNITE's tool prints it (line ends as LF; on a
+    terminal, control characters are shown as escapes).
 
     \b
     Example:
       relayctl mime extract-body message.mime | grep task_id
     """
-    sys.stdout.write(mime.read_file(file).text_body())
+    echo(mime.read_file(file).text_body(), nl=False, exact=True)
 
 
 @mime_group.command("update-status", cls=greedy("--extra"))
@@ -249,4 +250,4 @@ def export(message_id: str, output: str | None) -> None:
     if output:
         mime.write_atomic(output, message)
     else:
-        sys.stdout.write(message.to_text())
+        echo(message.to_text(), nl=False, exact=True)

@@ -10,7 +10,7 @@ import click
 from relayd.errors import Conflict, NotOwner, UsageError
 from relayd.timefmt import now, parse_iso, short_span
 
-from .context import clip, settings
+from .context import clip, settings, visible
 
 
 def repo_path(repo: str | None) -> str:
@@ -28,7 +28,7 @@ def _kind(r: dict) -> str:
 
 
 def render_holder(r: dict) -> str:
-    return f"  {r['agent']} holds {r['pattern']} ({_kind(r)}, {_expiry(r)}, until {r['expires_at']})" + (f" — {r['reason']}" if r.get("reason") else "")
+    return visible(f"  {r['agent']} holds {r['pattern']} ({_kind(r)}, {_expiry(r)}, until {r['expires_at']})" + (f" — {r['reason']}" if r.get("reason") else ""))
 
 
 @click.command()
@@ -177,7 +177,7 @@ def reservations(repo, holder, expired) -> None:
         if not rows:
             return "no reservations" if expired else "no active reservations"
         return "\n".join(
-            f"{clip(r['pattern'], 28):<28} {r['agent']:<16} {_kind(r):<10} {_expiry(r):<18} {r['repo']}" + (f"  ({clip(r['reason'], 40)})" if r.get("reason") else "")
+            f"{clip(r['pattern'], 28):<28} {r['agent']:<16} {_kind(r):<10} {_expiry(r):<18} {visible(r['repo'])}" + (f"  ({clip(r['reason'], 40)})" if r.get("reason") else "")
             for r in rows
         )
 

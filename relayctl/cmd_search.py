@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .context import settings
+from .context import echo, settings
 
 
 @click.command()
@@ -49,6 +49,6 @@ def search(query: tuple[str, ...], from_, to, thread, since, limit) -> None:
         s.note("no messages match")
         return
     for message in messages:
-        click.echo(render_message(message))
+        echo(render_message(message))
     if result.more:
         s.note(f"(showing the newest {limit}; --limit N for more)")

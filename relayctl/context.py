@@ -68,9 +68,7 @@ class Settings:
     def out(self, data: Any, human: Callable[[Any], str | None] | None = None) -> None:
         """Print `data` as JSON with --json, else `human(data)`; --quiet prints nothing."""
         if self.json:
-            import json  # only here: most runs print text, and every millisecond of start-up shows
-
-            echo(json.dumps(data, ensure_ascii=False, indent=None))
+            echo(json_text(data))
             self.printed = True
             return
         if self.quiet or human is None:
@@ -94,22 +92,57 @@ def settings() -> Settings:
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
 
 
-def echo(text: str, err: bool = False, nl: bool = True) -> None:
-    """Text (with a newline unless `nl` is false) to stdout or stderr, byte for byte as
-    `click.echo` prints it, without loading click for the usual case. click strips ANSI
-    escape sequences when the stream is not a terminal (a message body cannot colour a log
-    file) and re-encodes a stream misconfigured as ASCII: for those rare lines it is
-    click.echo itself that prints."""
+# Characters a terminal acts on instead of showing: C0 controls (ESC opens the sequences
+# that write the clipboard (OSC 52), set the window title, clear the screen; CR overwrites
+# a line), DEL, C1 controls (U+009B is a one-character CSI to many terminals), and the
+# bidirectional overrides and isolates that reorder what is shown around them.
+_UNSHOWN = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_AS_TEXT = {c: "\\t" if c == 9 else "\\n" if c == 10 else "\\r" if c == 13 else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSHOWN}
+_AS_LINES = {c: shown for c, shown in _AS_TEXT.items() if c not in (9, 10)}
+# In JSON the same characters become JSON escapes: the same string to a decoder (--json
+# stays exact), inert on a terminal. Encoders already escape C0; these they leave raw.
+_AS_JSON = {c: f"\\u{c:04x}" for c in _UNSHOWN if c >= 0x20}
+
+
+def visible(text: str, lines: bool = False, json: bool = False) -> str:
+    """`text` as it may safely reach a terminal: each character a terminal would act on
+    instead of showing it is written as a visible escape (`\\x1b`, `\\r`, `\\u202e`).
+    `lines`: newlines and tabs stay (a message body; a whole multi-line output). `json`:
+    `text` is JSON from an encoder; they become JSON escapes (`\\u009b`), so the JSON
+    means exactly what it did. The one place relayctl makes text from a message safe to
+    print: `echo` passes all its human output through it, and renderers pass single-line
+    fields through it (a newline in a subject must not fake a line of its own)."""
+    if text.isprintable():
+        return text  # most fields: nothing to do, checked at C speed
+    return text.translate(_AS_JSON if json else _AS_LINES if lines else _AS_TEXT)
+
+
+def echo(text: str, err: bool = False, nl: bool = True, exact: bool = False) -> None:
+    """Text (with a newline unless `nl` is false) to stdout or stderr, shown `visible`
+    (newlines and tabs kept), in a pipe as on a terminal: a message body cannot write the
+    clipboard or retitle the window of whoever reads the output later. `exact`: a format
+    for programs (MIME, a raw body), written unchanged into a pipe and shown visible
+    only on a terminal. A stream misconfigured as something other than UTF-8 is left to
+    `click.echo`, which re-encodes it."""
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return
-    if ("\x1b" in text and not _isatty(stream)) or (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
+    if not exact or _isatty(stream):
+        text = visible(text, lines=True)
+    if (getattr(stream, "encoding", None) or "").lower() not in ("utf-8", "utf8"):
         import click
 
         click.echo(text, err=err, nl=nl)
         return
     stream.write(text + "\n" if nl else text)
     stream.flush()
+
+
+def json_text(data: Any) -> str:
+    """`data` as one line of JSON that is exact and safe on a terminal (see `visible`)."""
+    import json  # only here: most runs print text, and every millisecond of start-up shows
+
+    return visible(json.dumps(data, ensure_ascii=False, indent=None), json=True)
 
 
 def _isatty(stream: Any) -> bool:

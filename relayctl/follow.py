@@ -9,23 +9,22 @@ cursor moves exactly over what is printed.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import OrderedDict
 from typing import Any, Callable
 
-import click
-
 from relayd import layout, watch
 from relayd.tail import InboxTail
 
 from .stopping import until_stopped
+from .context import echo, json_text
 
 _REMEMBER = 4096  # ids of shown messages kept to avoid repeats
 
 
-def follow(s: Any, params: dict[str, Any], render: Callable[[dict], str], report: Callable[[dict], None]) -> None:
+def follow(s: Any, params: dict[str, Any], render: Callable[[dict], str], report: Callable[[dict], None], exact: bool = False) -> None:
+    """`exact`: `render` makes a format for programs (MIME), written unchanged into a pipe."""
     agent = params["agent"]
     tail = None if params.get("mark_read") else InboxTail(os.path.join(s.dir, layout.AGENTS, agent))
     seen: OrderedDict[str, None] = OrderedDict()
@@ -36,7 +35,7 @@ def follow(s: Any, params: dict[str, Any], render: Callable[[dict], str], report
         seen[message["id"]] = None
         if len(seen) > _REMEMBER:
             seen.popitem(last=False)
-        click.echo(json.dumps(message, ensure_ascii=False) if s.json else render(message))
+        echo(json_text(message) if s.json else render(message), exact=exact)
         return True
 
     with until_stopped():  # Ctrl-C or SIGTERM is how following ends: exit 0

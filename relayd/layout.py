@@ -27,6 +27,7 @@ RESERVATIONS_LOCK = "reservations.lock"  # held around every reservation check +
 COMMAND_CLAIM_SUFFIX = ".claim"  # commands/<id>.claim: created O_EXCL by the one consumer
 DAEMON_LOCK = "relayd.lock"  # flock-held by the one daemon serving this store
 SOCKET_NAME = "relayd.sock"
+IGNITE_QUEUE_LOCK = "ignite-queue.{}.lock"  # flock-held by the one monitor of an IGNITE queue; {}: a hash of the queue's real path
 
 # Inside agents/<name>/
 INBOX = "inbox.jsonl"

@@ -11,9 +11,12 @@ optional extra `relay-bus[web]` (Starlette on uvicorn). How data flows:
                                  `relayctl send`, so the recipient is notified)
     page ──> GET /api/search ──> relayd.search.search (the same function as `relayctl search`)
 
-guard.Guard sits in front of everything: 127.0.0.1 only, a random token (URL once, then an
-HttpOnly SameSite=Strict cookie), POSTs need the token in a header, no CORS, and a
-Content-Security-Policy without inline script. The page (static/) is plain JavaScript that
+guard.Guard sits in front of everything: 127.0.0.1 only, a random token in a header for
+every request with data (the page gets it from the URL's fragment and keeps it in
+sessionStorage; never a cookie, which other ports of 127.0.0.1 would receive), POSTs with
+JSON bodies, no CORS, and a Content-Security-Policy without inline script. gate.Gate,
+applied by serve.GatedH11, keeps strangers' connections few and short and drops event
+streams nobody reads. The page (static/) is plain JavaScript that
 renders every message field with textContent: a message is untrusted input.
 docs/web.md describes the view and its security model.
 """

@@ -13,7 +13,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -22,6 +22,7 @@ from relayd.errors import RelayError, UsageError
 from relayd.search import SearchQuery, search
 from relayd.store import Store
 
+from .gate import Gate
 from .guard import Guard
 from .live import Live
 from .snapshot import clip_messages
@@ -30,11 +31,45 @@ STATIC = os.path.join(os.path.dirname(__file__), "static")
 KEEPALIVE = 15.0
 STOP_CHECK = 0.25  # how often an idle event stream looks whether the server is stopping
 MAX_POST = 512 * 1024
+BODY_DEADLINE = 10.0  # seconds to send a POST's body
+WRITE_DEADLINE = 15.0  # an event stream whose reader takes longer to accept a state is dropped
 SEND_FIELDS = ("to", "broadcast", "body", "subject", "thread", "priority")
 
 
 def _error(exc: RelayError, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": exc.message, "code": exc.code}, status_code=status)
+
+
+class _BadBody(Exception):
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """A POST's body as a JSON object, read within BODY_DEADLINE and MAX_POST bytes; anything
+    else is a _BadBody carrying the answer (400, 408 or 413), never a server error."""
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_POST:
+                raise _BadBody(_error(UsageError(f"request too large (over {MAX_POST // 1024} KiB)"), 413))
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), BODY_DEADLINE)
+    except TimeoutError:
+        raise _BadBody(_error(UsageError(f"the request body did not arrive within {BODY_DEADLINE:g} s"), 408)) from None
+    try:
+        given = msgspec.json.decode(b"".join(chunks))
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deep
+        raise _BadBody(_error(UsageError("the request body is not JSON"))) from None
+    if not isinstance(given, dict):
+        raise _BadBody(_error(UsageError("the request body must be a JSON object")))
+    return given
 
 
 def create_app(
@@ -43,14 +78,15 @@ def create_app(
     human: str,
     token: str,
     port: int,
-    once: set[str] | None = None,
+    gate: Gate,
     stopping: Callable[[], bool] = lambda: False,
 ) -> Guard:
-    """The guarded application; `stopping()` turns true when the server shuts down, and
-    ends the event streams (they would otherwise hold up the exit until cancelled)."""
+    """The guarded application; `gate` holds the connections (serve.GatedH11 puts them
+    there); `stopping()` turns true when the server shuts down, and ends the event streams
+    (they would otherwise hold up the exit until cancelled)."""
     live = Live(store_dir, socket_path, human)
     with open(os.path.join(STATIC, "index.html"), encoding="utf-8") as fh:
-        page = fh.read().replace("{{TOKEN}}", token)
+        page = fh.read()
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page)
@@ -58,24 +94,51 @@ def create_app(
     async def state(request: Request) -> Response:
         return Response(live.payload, media_type="application/json")
 
-    async def events(request: Request) -> Response:
-        async def stream() -> AsyncIterator[bytes]:
-            seen = -1
-            quiet_since = time.monotonic()
-            while not stopping():
-                changed = live.changed
-                if live.version != seen:
-                    seen = live.version
-                    quiet_since = time.monotonic()
-                    yield b"event: state\ndata: " + live.payload + b"\n\n"
-                try:
-                    await asyncio.wait_for(changed.wait(), STOP_CHECK)
-                except TimeoutError:
-                    if time.monotonic() - quiet_since >= KEEPALIVE:
-                        quiet_since = time.monotonic()
-                        yield b": still here\n\n"
+    class Events:
+        """GET /api/events: Server-Sent Events, each new state once. A reader that does not
+        take a state within WRITE_DEADLINE is dropped (its page reconnects), so a client
+        that stops reading holds at most one state in memory, and not for long."""
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+        async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+            peer = tuple(scope.get("client") or ())
+            for old in gate.stream(peer):
+                old.drop()  # past the cap: the oldest stream goes
+            gone = asyncio.Event()
+
+            async def listen() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone.set()
+
+            listener = asyncio.create_task(listen())
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"no")]})
+                seen = -1
+                quiet_since = time.monotonic()
+                while not (stopping() or gone.is_set()):
+                    changed = live.changed
+                    chunk = None
+                    if live.version != seen:
+                        seen = live.version
+                        chunk = b"event: state\ndata: " + live.payload + b"\n\n"
+                    elif time.monotonic() - quiet_since >= KEEPALIVE:
+                        chunk = b": still here\n\n"
+                    if chunk is not None:
+                        quiet_since = time.monotonic()
+                        try:
+                            await asyncio.wait_for(send({"type": "http.response.body", "body": chunk, "more_body": True}), WRITE_DEADLINE)
+                        except TimeoutError:
+                            conn = gate.drop(peer)
+                            if conn is not None:
+                                conn.drop()
+                            await gone.wait()  # the connection is going: nothing more to send
+                            return
+                        continue
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), STOP_CHECK)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                listener.cancel()
 
     def run_search(params: dict[str, Any]) -> dict[str, Any]:
         with Store(store_dir) as store:
@@ -99,18 +162,13 @@ def create_app(
             return client.call(op, params)
 
     async def send_route(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_POST:
-            return _error(UsageError("request too large"), 413)
         try:
-            given = msgspec.json.decode(body)
-            if not isinstance(given, dict):
-                raise UsageError("send takes a JSON object")
+            given = await _json_object(request)
             params = {k: given[k] for k in SEND_FIELDS if k in given}
             params["agent"] = human  # the page always speaks as the human identity
             result = await run_in_threadpool(call, "send", params)
-        except msgspec.DecodeError:
-            return _error(UsageError("the request body is not JSON"))
+        except _BadBody as bad:
+            return bad.response
         except RelayError as exc:
             return _error(exc)
         failed = [n for n in result.get("notifications", []) if not n.get("ok", True)]
@@ -120,13 +178,13 @@ def create_app(
         """POST /api/dlq/retry or /api/dlq/drop with {"id": ..., "to": ...}."""
         action = request.url.path.rsplit("/", 1)[1]  # "retry" or "drop": one route each
         try:
-            given = msgspec.json.decode(await request.body())
-            if not isinstance(given, dict) or not isinstance(given.get("id"), str):
-                raise UsageError("give the dead letter's id")
+            given = await _json_object(request)
+            if not isinstance(given.get("id"), str) or not isinstance(given.get("to"), (str, type(None))):
+                raise UsageError("give the dead letter's id (and optionally its recipient, to)")
             params = {"id": given["id"], "to": given.get("to")}
             result = await run_in_threadpool(call, f"dlq_{action}", params)
-        except msgspec.DecodeError:
-            return _error(UsageError("the request body is not JSON"))
+        except _BadBody as bad:
+            return bad.response
         except RelayError as exc:
             return _error(exc, 404 if exc.code == "not_found" else 400)
         return JSONResponse({"ok": True, "id": given["id"], "attempt_of": result.get("of")})
@@ -142,11 +200,11 @@ def create_app(
     routes = [
         Route("/", index),
         Route("/api/state", state),
-        Route("/api/events", events),
+        Route("/api/events", Events(), methods=["GET"]),
         Route("/api/search", search_route),
         Route("/api/send", send_route, methods=["POST"]),
         Route("/api/dlq/retry", dead_letter_route, methods=["POST"]),
         Route("/api/dlq/drop", dead_letter_route, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Guard(Starlette(routes=routes, lifespan=lifespan), token, port, once)
+    return Guard(Starlette(routes=routes, lifespan=lifespan), token, port, trust=gate.trust)

@@ -1,21 +1,26 @@
 """Who may talk to the web view: an ASGI middleware in front of every route.
 
 * Host must be 127.0.0.1:PORT or localhost:PORT, so a web page that rebinds its own DNS
-  name to 127.0.0.1 is refused before anything else (the token would stop it too).
-* A random token: `GET /?token=T` sets an HttpOnly SameSite=Strict cookie and redirects to
-  `/`, so the token leaves the address bar and history; after that the cookie (or the
-  `X-Relay-Token` header) must come with every request.
-* A state-changing request is a POST carrying the token in the `X-Relay-Token` header and a
-  JSON body: a link or a form on another site can send neither. Other methods: 405.
+  name to 127.0.0.1 is refused before anything else.
+* Everything with data (`/api/...`) needs the random token in the `X-Relay-Token` header.
+  The token never goes into a cookie: browsers send a 127.0.0.1 cookie to every port of
+  127.0.0.1, so a server another user runs on a neighbouring port would receive it. The
+  page keeps it in sessionStorage, which browsers do keep apart by port (by origin).
+* The page itself (`/` and `/static/...`: the files that ship in the package) holds no
+  data and no token, so it is served without one; it reads the token from the address's
+  fragment (`#token=...`), which browsers never send to a server.
+* A state-changing request is a POST with a JSON body: a link or a form on another site
+  can send neither that nor the header. Other methods: 405.
 * No CORS headers at all, so other origins cannot read answers; CSP allows only this
   origin's own files (no inline script, no framing); no referrer leaves the page.
+* A request that shows the token makes its connection trusted (gate.Gate): strangers'
+  connections are few and short-lived.
 """
 
 from __future__ import annotations
 
 import hmac
 from typing import Any, Awaitable, Callable
-from urllib.parse import parse_qs
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -37,29 +42,18 @@ SECURITY_HEADERS = [
 ]
 
 
-def cookie_name(port: int) -> str:
-    return f"relay_web_{port}"  # cookies ignore ports: two views on one machine must not clash
+PUBLIC = ("/", "/static/")  # the page's own files: no data, no token
 
 
 class Guard:
-    def __init__(self, app: Callable[..., Awaitable[None]], token: str, port: int, once: set[str] | None = None) -> None:
+    def __init__(self, app: Callable[..., Awaitable[None]], token: str, port: int, trust: Callable[[Any], None] = lambda peer: None) -> None:
         self.app = app
         self.token = token.encode()
-        # Tokens good for one entry only: the URL handed to a browser's command line (--open),
-        # where other local users could read it in the process list.
-        self.once = {t.encode() for t in once or ()}
-        self.cookie = cookie_name(port)
         self.hosts = {f"127.0.0.1:{port}".encode(), f"localhost:{port}".encode()}
+        self.trust = trust  # told the peer (host, port) of every request that showed the token
 
     def _valid(self, candidate: bytes | None) -> bool:
         return candidate is not None and hmac.compare_digest(candidate, self.token)
-
-    def _cookie_token(self, headers: dict[bytes, bytes]) -> bytes | None:
-        for part in headers.get(b"cookie", b"").split(b";"):
-            name, _, value = part.strip().partition(b"=")
-            if name == self.cookie.encode():
-                return value
-        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -72,15 +66,14 @@ class Guard:
             await _plain(send, 403, "forbidden: this view answers only at 127.0.0.1 (or localhost) on its own port")
             return
         method = scope["method"]
+        token = self._valid(headers.get(TOKEN_HEADER))
+        if token:
+            self.trust(tuple(scope.get("client") or ()))
         if method in ("GET", "HEAD"):
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            given = query.get("token", [None])[0]
-            if scope["path"] == "/" and given is not None and (self._valid(given.encode()) or self._spend(given.encode())):
-                await self._enter(send)
-                return
-            allowed = self._valid(self._cookie_token(headers)) or self._valid(headers.get(TOKEN_HEADER))
+            path = scope["path"]
+            allowed = token or path == PUBLIC[0] or path.startswith(PUBLIC[1])
         elif method == "POST":
-            allowed = self._valid(headers.get(TOKEN_HEADER)) and headers.get(b"content-type", b"").split(b";")[0].strip() == b"application/json"
+            allowed = token and headers.get(b"content-type", b"").split(b";")[0].strip() == b"application/json"
         else:
             await _plain(send, 405, "method not allowed")
             return
@@ -95,19 +88,6 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-    def _spend(self, candidate: bytes) -> bool:
-        for once in self.once:
-            if hmac.compare_digest(candidate, once):
-                self.once.discard(once)
-                return True
-        return False
-
-    async def _enter(self, send: Send) -> None:
-        """Trade the token in the URL for a cookie, and take it out of the address bar."""
-        cookie = f"{self.cookie}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/"
-        await send({"type": "http.response.start", "status": 303, "headers": [(b"location", b"/"), (b"set-cookie", cookie.encode()), (b"content-length", b"0"), *SECURITY_HEADERS]})
-        await send({"type": "http.response.body", "body": b""})
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

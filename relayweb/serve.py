@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
 import socket
 import sys
+import threading
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from relayd.client import Client
 from relayd.errors import UsageError
+
+from .gate import TOTAL, Gate
 
 HOST = "127.0.0.1"
 
@@ -37,33 +44,125 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
     sock = bind(port)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
-    url = f"http://{HOST}:{port}/?token={token}"
+    # In the fragment: a browser never sends it to a server (nor, then, to a proxy or a log).
+    url = f"http://{HOST}:{port}/#token={token}"
     print(url, flush=True)
     print(f"relay web view of {store_dir}, writing as {human!r}; open the URL above (Ctrl-C stops)", file=sys.stderr, flush=True)
-    once: set[str] = set()
-    if open_browser:
-        import webbrowser
-
-        # The browser gets the URL on its command line, visible to other users: a token
-        # that works once, for the first page load, and is worthless after.
-        launch = secrets.token_urlsafe(32)
-        once.add(launch)
-        webbrowser.open(f"http://{HOST}:{port}/?token={launch}")
+    gate: Gate[GatedH11] = Gate(total=_connection_cap())
     server: uvicorn.Server | None = None
     config = uvicorn.Config(
-        create_app(store_dir, socket_path, human, token, port, once, stopping=lambda: server is not None and server.should_exit),
+        create_app(store_dir, socket_path, human, token, port, gate, stopping=lambda: server is not None and server.should_exit),
+        http=type("GatedH11", (GatedH11,), {"gate": gate}),
         log_level="warning",
         access_log=False,
         lifespan="on",
         server_header=False,
         timeout_graceful_shutdown=3,
+        timeout_keep_alive=5,
     )
+    opener = Opener(url) if open_browser else None
     try:
         server = uvicorn.Server(config)
+        if opener is not None:
+            opener.start()  # the socket listens already: the browser's request waits for the server
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn has shut down cleanly and hands Ctrl-C back: a normal way to stop
     finally:
         sock.close()
+        if opener is not None:
+            opener.remove()
     print("relay web view stopped", file=sys.stderr)
 
+
+def _connection_cap() -> int:
+    """Connections in all: well below the descriptors this process may open, so accept()
+    never fails for want of one (it would spin, logging each failure)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return TOTAL
+    return max(16, min(TOTAL, soft // 2 - 64))
+
+
+class Opener:
+    """`--open` without a secret on any command line (other users can read every process's
+    arguments): the URL goes into a file only this user can read, in a fresh private
+    directory, and the browser is given that file. The file is removed OPEN_FILE_SECONDS
+    later, or when the view stops. The browser runs in a thread: one that stays in the
+    foreground (w3m, lynx) must not keep the server from answering it."""
+
+    def __init__(self, url: str) -> None:
+        import html
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="relay-web-")  # 0700
+        self.path = os.path.join(self.folder, "open.html")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(OPEN_PAGE.format(url=html.escape(url, quote=True)))
+        self._timer = threading.Timer(OPEN_FILE_SECONDS, self.remove)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        threading.Thread(target=self._open, name="relay-web-open", daemon=True).start()
+        self._timer.start()
+
+    def _open(self) -> None:
+        import webbrowser
+
+        try:
+            opened = webbrowser.open("file://" + self.path)
+        except Exception as exc:  # a browser command that fails to start: say so, keep serving
+            print(f"relay web: could not start a browser ({exc}); open the URL above", file=sys.stderr, flush=True)
+            return
+        if not opened:
+            print("relay web: no browser found (set BROWSER); open the URL above", file=sys.stderr, flush=True)
+
+    def remove(self) -> None:
+        self._timer.cancel()
+        for remove, path in ((os.unlink, self.path), (os.rmdir, self.folder)):
+            try:
+                remove(path)
+            except FileNotFoundError:
+                pass
+
+
+OPEN_FILE_SECONDS = 60.0
+OPEN_PAGE = """<!doctype html>
+<meta charset="utf-8">
+<meta name="referrer" content="no-referrer">
+<meta http-equiv="refresh" content="0; url={url}">
+<title>relay web view</title>
+<p><a href="{url}">Open the relay web view</a></p>
+"""
+
+
+class GatedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 connection, admitted, timed and dropped by `gate` (gate.Gate)."""
+
+    gate: Gate[GatedH11]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        keep, pushed_out = self.gate.opened(self.client, self)
+        for other in pushed_out:
+            other.drop()
+        if not keep:
+            self.drop()
+            return
+        self.loop.call_later(self.gate.deadline, self._deadline)
+
+    def _deadline(self) -> None:
+        if self.gate.overdue(self.client):
+            self.gate.drop(self.client)
+            self.drop()
+
+    def drop(self) -> None:
+        """Close at once: nothing more is sent or read (a stranger, a stalled reader)."""
+        self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gate.closed(self.client, self)
+        super().connection_lost(exc)

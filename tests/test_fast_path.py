@@ -191,18 +191,32 @@ def test_the_fast_table_matches_the_click_commands() -> None:
     assert fast.PROTOCOL_VERSION == protocol.VERSION
 
 
+UNSHOWN = {*map(chr, range(0x20)), "\x7f", *map(chr, range(0x80, 0xA0)), *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))} - {"\n", "\t"}
+
+
 @settings(max_examples=300, deadline=None)
-@given(text=st.lists(st.sampled_from(["a", "é", "✓", "\x1b", "[", "31", "m", ";", "?", "0", "K", "\n", " "]), max_size=30).map("".join), err=st.booleans(), nl=st.booleans())
-def test_echo_prints_what_click_echo_prints(text: str, err: bool, nl: bool) -> None:
-    def captured(func) -> bytes:
+@given(text=st.lists(st.sampled_from(["a", "é", "✓", "\x1b", "[", "31", "m", ";", "?", "0", "K", "\n", "\t", " ", "\r", "\x07", "\x9b", "\u202e", "\x7f"]), max_size=30).map("".join), err=st.booleans(), nl=st.booleans(), exact=st.booleans())
+def test_echo_prints_nothing_a_terminal_would_act_on(text: str, err: bool, nl: bool, exact: bool) -> None:
+    """In a pipe as on a terminal; only `exact` output (MIME, a raw body) into a pipe is left unchanged."""
+    for tty in (False, True):
         raw = io.BytesIO()
         stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+        stream.isatty = lambda: tty  # type: ignore[method-assign]
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(sys, "stderr" if err else "stdout", stream)
-            func(text, err=err, nl=nl)
-        return raw.getvalue()
+            context.echo(text, err=err, nl=nl, exact=exact)
+        shown = raw.getvalue().decode()
+        if exact and not tty:
+            assert shown == text + ("\n" if nl else "")
+            continue
+        assert not UNSHOWN & set(shown), repr(shown)
+        assert shown.replace("\\x1b", "\x1b").replace("\\r", "\r").replace("\\x07", "\x07").replace("\\x9b", "\x9b").replace("\\u202e", "\u202e").replace("\\x7f", "\x7f") == text + ("\n" if nl else "")
 
-    assert captured(context.echo) == captured(click.echo)
+
+def test_json_output_is_exact_and_inert() -> None:
+    data = {"body": "\x1b]52;c;ZXZpbA==\x07 \x9b2J \u202e \x7f\n", "n": [1, None]}
+    text = context.json_text(data)
+    assert json.loads(text) == data and not UNSHOWN & set(text) and "\n" not in text
 
 
 # -- end to end: the fast entry point and the full click CLI side by side ----------------

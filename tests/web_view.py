@@ -23,10 +23,11 @@ ARTIFACTS = os.environ.get("RELAY_TEST_ARTIFACTS") or os.path.join(os.path.dirna
 
 
 class WebView:
-    """`python -m relayctl web --port 0`; the URL is the first line it prints."""
+    """`python -m relayctl web --port 0`; the URL is the first line it prints (the token
+    in its fragment)."""
 
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "relayctl", "web", "--port", "0", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, env: dict[str, str], *args: str, **popen) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "relayctl", "web", "--port", "0", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
         if not ready:
             self.stop()
@@ -37,7 +38,7 @@ class WebView:
         parts = urlsplit(self.url)
         self.base = f"{parts.scheme}://{parts.netloc}"
         self.port = parts.port
-        self.token = parts.query.removeprefix("token=")
+        self.token = parts.fragment.removeprefix("token=")
 
     def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET", data: bytes | None = None) -> tuple[int, bytes, dict[str, str]]:
         request = urllib.request.Request(self.base + path, headers=headers or {}, method=method, data=data)
@@ -58,11 +59,12 @@ class WebView:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError("relayctl web did not stop on Ctrl-C within 15 s")
-        err = self.proc.stderr.read() if self.proc.stderr else ""
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
-        return err
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream:
+                    stream.close()
+        return getattr(self, "stderr", "")  # (again, when a test stopped it before its fixture)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

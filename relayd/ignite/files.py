@@ -78,11 +78,23 @@ def being_written(path: str) -> bool | None:
         os.close(fd)
 
 
-def mkdir(path: str) -> None:
+def inside(root: str, path: str) -> bool:
+    """True when `path`, below `root`, is reached without passing through a symlink (it
+    need not exist yet). A link planted in a queue directory could lead anywhere: another
+    user's files, the store, a directory the monitor must never rewrite."""
+    return os.path.realpath(path) == os.path.join(os.path.realpath(root), os.path.relpath(path, root))
+
+
+def mkdir(path: str, root: str) -> None:
+    """Create the directory `path` below `root` (and its parents), never through a symlink."""
+    if not inside(root, path):
+        raise RelayError(f"{path} leads through a symlink; a queue directory's links are never followed")
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise RelayError(f"cannot create {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(lstat_mode(path)) or not inside(root, path):  # swapped for a link meanwhile
+        raise RelayError(f"{path} leads through a symlink; a queue directory's links are never followed")
 
 
 def fsync_dir(path: str) -> None:

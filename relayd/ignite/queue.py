@@ -39,6 +39,7 @@ processed/); the monitor itself never polls. Shared core: no anyio; relayd runs 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -50,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from relayd import layout
 from relayd.errors import RelayError
 from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
@@ -131,10 +133,12 @@ class QueueMonitor:
         rand: Callable[[], float] = random.random,
         log: Log = _no_log,
         inbox_dir: Callable[[str], str] | None = None,
+        lock_dir: str | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
         # Late-bound clock and log: whoever swaps them on the monitor swaps them for the mirror too.
         self.mirror = Mirror(self.root, inbox_dir, lambda: self.clock(), lambda *a, **k: self.log(*a, **k)) if inbox_dir is not None else None
+        self.lock_dir = lock_dir  # where the lock that outlives the queue directory lives (the store)
         self.send = send
         self.is_agent = is_agent
         self.inbox = inbox
@@ -182,6 +186,8 @@ class QueueMonitor:
                     self.log("queue_agent_unknown", agent=agent, queue=os.path.join(self.root, agent), hint=f"relayctl register {agent}")
                 continue
             self._told.discard(agent)
+            if not self._real_directory(agent):
+                continue
             if self.mirror is not None:
                 out.mirrored += self.mirror.pass_for(agent)
             self._agent_pass(agent, out)
@@ -190,10 +196,20 @@ class QueueMonitor:
         self._first_pass = False
         return out
 
+    def _real_directory(self, agent: str) -> bool:
+        """The agent's queue and its processed/ are directories in the queue, not symlinks
+        to somewhere else: a planted link is never followed (logged and left alone)."""
+        try:
+            files.mkdir(os.path.join(self.root, agent, PROCESSED), self.root)
+        except RelayError as exc:
+            self.log("queue_agent_refused", agent=agent, error=exc.message)
+            return False
+        return True
+
     def _agent_pass(self, agent: str, out: Outcome) -> None:
         folder = os.path.join(self.root, agent)
         processed = os.path.join(folder, PROCESSED)
-        files.mkdir(processed)
+        files.mkdir(processed, self.root)
         new = files.mime_files(folder)
         # Forget waiting files that are gone (taken, renamed away): a long run must not grow.
         present = {os.path.join(folder, name) for name in new} | {os.path.join(processed, name) for name in files.mime_files(processed)}
@@ -427,7 +443,7 @@ class QueueMonitor:
                 message.set(ESCALATION, self._escalation_name())
             self._write(path, message)
         folder = os.path.join(self.root, DEAD_LETTER)
-        files.mkdir(folder)
+        files.mkdir(folder, self.root)
         target = files.move(path, folder, os.path.basename(path))
         if target is None:
             return
@@ -450,7 +466,7 @@ class QueueMonitor:
         if not name or message.get(ESCALATED_AT):
             return
         folder = os.path.join(self.root, self.escalate_to)
-        files.mkdir(os.path.join(folder, PROCESSED))
+        files.mkdir(os.path.join(folder, PROCESSED), self.root)
         target = os.path.join(folder, os.path.basename(name))
         if not any(os.path.lexists(os.path.join(folder, sub, os.path.basename(name))) for sub in ("", PROCESSED)):
             body = _escalation_body(dead, message, self.policy.max_deliver)
@@ -485,7 +501,7 @@ class QueueMonitor:
     def _set_aside(self, agent: str, path: str, why: str, out: Outcome) -> None:
         """Malformed: logged, moved to <agent>/malformed/, never deleted."""
         folder = os.path.join(self.root, agent, MALFORMED)
-        files.mkdir(folder)
+        files.mkdir(folder, self.root)
         target = files.move(path, folder, os.path.basename(path))
         self._cache.pop(path, None)
         if target is not None:
@@ -542,22 +558,34 @@ class QueueMonitor:
         if self.mirror is not None:
             self.mirror.close()
 
-    def lock(self) -> int:
-        """Become the one monitor of this queue (two would both take the same file): an
-        exclusive flock held until the returned descriptor is closed (or the process dies)."""
+    def lock(self) -> contextlib.ExitStack:
+        """Become the one monitor of this queue (two would both take the same file): two
+        exclusive flocks, held until the returned stack is closed (or the process dies).
+        One lives in the store, named after the queue's real path, so it outlives the queue
+        directory (`rm -rf queue && mkdir queue` must not let a second monitor in beside
+        this one); the one in the queue directory is seen by monitors of other stores too."""
         import fcntl
 
-        path = os.path.join(self.root, LOCK)
+        paths = [os.path.join(self.root, LOCK)]
+        if self.lock_dir is not None:
+            key = hashlib.sha256(os.path.realpath(self.root).encode()).hexdigest()[:32]
+            paths.insert(0, os.path.join(self.lock_dir, layout.IGNITE_QUEUE_LOCK.format(key)))
+        held = contextlib.ExitStack()
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise RelayError(f"cannot open {path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise QueueBusy(f"another monitor serves {self.root} (relayd --ignite-queue or relayctl ignite watch); stop it first") from None
-        return fd
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                except OSError as exc:
+                    raise RelayError(f"cannot open {path}: {exc.strerror or exc}") from None
+                held.callback(os.close, fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise QueueBusy(f"another monitor serves {self.root} (relayd --ignite-queue or relayctl ignite watch); stop it first") from None
+        except BaseException:
+            held.close()
+            raise
+        return held
 
     def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None, *, wait_for_lock: bool = False) -> None:
         """Run passes until `stop` is set: after every change in a queue directory (inotify,
@@ -609,7 +637,7 @@ class QueueMonitor:
             if waiter is not None:
                 waiter.close()
             self.close()
-            os.close(held)
+            held.close()
 
 
 def _escalation_body(dead: str, message: mime.MimeMessage, max_retries: int) -> str:
@@ -687,4 +715,5 @@ def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log
         rand=store.rand,
         log=log,
         inbox_dir=lambda agent: os.path.join(store.root, layout.AGENTS, agent),
+        lock_dir=store.root,
     )

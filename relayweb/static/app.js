@@ -3,7 +3,17 @@
 // as HTML: a message is untrusted input.
 "use strict";
 
-const TOKEN = document.querySelector('meta[name="relay-token"]').content;
+// The access token arrives in the address's fragment (#token=..., never sent to a server)
+// and is kept in sessionStorage, which is this origin's alone: unlike a cookie, a server on
+// another port of 127.0.0.1 never sees it. It leaves the address bar at once.
+const TOKEN = (() => {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) {
+    sessionStorage.setItem("relay-token", given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("relay-token");
+})();
 const $ = (id) => document.getElementById(id);
 let state = null;
 let filter = null; // null: the live newest-first list; else the search parameters shown
@@ -241,16 +251,43 @@ $("compose").addEventListener("submit", async (event) => {
   }
 });
 
-function connect() {
-  const source = new EventSource("/api/events");
-  source.addEventListener("state", (event) => {
-    state = JSON.parse(event.data);
-    render();
-  });
-  source.onerror = () => {
+function forbidden() {
+  $("live").textContent = "forbidden: open the URL that 'relayctl web' printed (it carries the access token)";
+  $("live").className = "badge off";
+}
+
+// The state stream (Server-Sent Events), read with fetch so that the token goes in a header.
+async function connect() {
+  if (!TOKEN) return forbidden();
+  for (;;) {
+    try {
+      const response = await fetch("/api/events", { headers: { "X-Relay-Token": TOKEN }, cache: "no-store" });
+      if (response.status === 403) return forbidden();
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, end).split("\n");
+          buffer = buffer.slice(end + 2);
+          const data = frame.filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("\n");
+          if (frame.includes("event: state") && data) {
+            state = JSON.parse(data);
+            render();
+          }
+        }
+      }
+    } catch (error) {
+      // dropped (the server stopped, or found this reader too slow): try again below
+    }
     $("live").textContent = "disconnected — reconnecting…";
     $("live").className = "badge off";
-  };
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
 }
 
 setInterval(() => { // ages and expiries move on between states
