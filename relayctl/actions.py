@@ -30,14 +30,15 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     return head + "\n" + "\n".join("    " + line for line in body.splitlines())
 
 
-def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> None:
+def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> str | None:
+    """Send and report; the message id (None for --mime files)."""
     if mime_files:
         if args or broadcast:
             raise UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
         from .cmd_mime import send_files
 
         send_files(mime_files)
-        return
+        return None
     if type_ is not None:
         from relayd.names import MESSAGE_TYPES
 
@@ -91,13 +92,14 @@ def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, br
         fresh = [m["to"] for m in messages if m["to"] not in already]
         if not fresh:
             s.note(f"all {len(messages)} recipients already have {messages[0]['id']}; not sent again")
-            return
+            return messages[0]["id"]
         s.note(f"sent to {len(fresh)} agents: {', '.join(fresh)}" + (f" ({', '.join(sorted(already))} had it already)" if already else ""))
     if wake:
         from .cmd_wake import wake_and_report
 
         first = messages[0]
         wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
+    return messages[0]["id"]
 
 
 def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, format_) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from relayd.errors import UsageError
+
 import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
 from relayd.records import PRIORITIES
 
@@ -26,7 +28,9 @@ from .context import settings
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
 @click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
 @click.option("--id", "message_id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> None:
+@click.option("--wait", "wait_for", type=click.Choice(["read", "ack"]), help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
+@click.option("--timeout", default="5m", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -53,8 +57,23 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send ignitian_1 "task_id: task_001" --type task_assignment --priority high
       relayctl send --mime queue/leader/user_goal_1738315200123456.mime
       relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
+      relayctl send glacier "merge now?" --wait read --timeout 10m   # exit 0 once glacier read it
     """
-    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    s = settings()
+    wait = None
+    if wait_for is not None:
+        from relayd.timefmt import parse_duration
+
+        if wait_for == "ack" and not ack:
+            raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
+        if mime_files:
+            raise UsageError("--wait goes with a message of your own, not --mime files")
+        wait = parse_duration(timeout).total_seconds()
+    sent = actions.send(s, args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    if wait is not None and sent:
+        from .cmd_track import wait_for as wait_until
+
+        wait_until(s, sent, wait_for, wait)
 
 
 @click.command()

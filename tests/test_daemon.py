@@ -157,6 +157,8 @@ def scenario():
         ("ack", lambda r: {"agent": "glacier", "ids": [r["send"]["messages"][0]["id"], "01ARZ3NDEKTSV4RRFFQ69G5FAV"]}),
         ("ack", lambda r: {"agent": "inferno", "ids": [r["send"]["messages"][0]["id"]]}),
         ("ack", lambda r: {"agent": "glacier", "ids": ["not-an-id"]}),
+        ("track", lambda r: {"id": r["send"]["messages"][0]["id"]}),
+        ("announced", lambda r: {"agent": "inferno", "how": "channel"}),
         ("redeliver", lambda r: _after_a_moment({})),
         ("redeliver", lambda r: _after_a_moment({})),
         ("dlq_list", lambda r: {}),
