@@ -57,14 +57,14 @@ _line_decoder = msgspec.json.Decoder(_LogLine)
 
 def announce_missing(store: Store) -> list[Message]:
     """Write the events of inbox lines that have none; returns those lines' messages."""
-    from .inbox import arrival
-
     root = store.root_dir()
     with root.locked(layout.ANNOUNCE_LOCK):  # two checks at once would announce a line twice
-        return _announce_missing(store, root, arrival)
+        return _announce_missing(store, root)
 
 
-def _announce_missing(store: Store, root: Dir, arrival) -> list[Message]:  # type: ignore[no-untyped-def]
+def _announce_missing(store: Store, root: Dir) -> list[Message]:
+    from .inbox import arrival
+
     raw = root.read_bytes(layout.ANNOUNCED)
     try:
         marks = _marks_decoder.decode(raw) if raw else Marks()
