@@ -133,3 +133,17 @@ def test_relayd_bounces_a_failed_announcement_to_the_sender(team, relay_env: dic
         assert way["announced"]["ok"] is False and way["bounced"] is True
     finally:
         daemon.kill()
+
+
+def test_a_hook_handing_mail_to_the_model_is_its_announcement(team, relay_env: dict[str, str]) -> None:
+    team("register", "dave", "--notify", "hook")
+    message_id = sent_id(team("--json", "send", "dave", "review bd-7", agent="alice"))
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert way["mechanism"] == "hook" and "announced" not in way and not way["read"]
+    hook = subprocess.run(
+        [sys.executable, "-m", "relayctl", "--agent", "dave", "hook", "claude"],
+        input=json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s"}), env=relay_env, capture_output=True, text=True, timeout=60,
+    )
+    assert hook.returncode == 0 and "review bd-7" in hook.stdout, hook.stderr
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert way["announced"]["how"] == "hook" and way["announced"]["ok"] is True and way["read"]
