@@ -176,6 +176,7 @@ def test_relayd_killed_mid_stream_with_clients_falling_back(team, long_run):
     assert_clean(check(history, team["RELAY_DIR"], "sink", f"relayd SIGKILLed x{kills}"))
     assert len(history.acked) == per_writer * len(WRITERS)
     assert history.modes["daemon"] and history.modes["direct"], history.modes
+    _sweep_announces_every_message(team)
 
 
 def test_fifty_racing_daemon_starts_while_writing(team):
