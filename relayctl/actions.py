@@ -30,7 +30,25 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     return head + "\n" + "\n".join("    " + line for line in body.splitlines())
 
 
-def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> str | None:
+def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None, wait_for=None, timeout="5m") -> None:
+    """Send and report; with `wait_for` (read or ack), then wait for every recipient to get there."""
+    wait = None
+    if wait_for is not None:
+        from relayd.timefmt import parse_duration
+
+        if wait_for == "ack" and not ack:
+            raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
+        if mime_files:
+            raise UsageError("--wait goes with a message of your own, not --mime files")
+        wait = parse_duration(timeout).total_seconds()
+    sent = _send(s, args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    if wait is not None and sent:
+        from .cmd_track import wait_for as wait_until
+
+        wait_until(s, sent, wait_for, wait)
+
+
+def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> str | None:
     """Send and report; the message id (None for --mime files)."""
     if mime_files:
         if args or broadcast:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from relayd.errors import UsageError
-
 import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
 from relayd.records import PRIORITIES
 
@@ -59,21 +57,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
       relayctl send glacier "merge now?" --wait read --timeout 10m   # exit 0 once glacier read it
     """
-    s = settings()
-    wait = None
-    if wait_for is not None:
-        from relayd.timefmt import parse_duration
-
-        if wait_for == "ack" and not ack:
-            raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
-        if mime_files:
-            raise UsageError("--wait goes with a message of your own, not --mime files")
-        wait = parse_duration(timeout).total_seconds()
-    sent = actions.send(s, args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
-    if wait is not None and sent:
-        from .cmd_track import wait_for as wait_until
-
-        wait_until(s, sent, wait_for, wait)
+    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout)
 
 
 @click.command()

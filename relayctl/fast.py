@@ -71,8 +71,8 @@ COMMANDS: dict[str, Spec] = {
             "--ack-wait": ("ack_wait", TEXT),
             "--max-deliver": ("max_deliver", INT),
             "--id": ("message_id", TEXT),
-        },  # --wake, --mime: the full CLI
-        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None},
+        },  # --wake, --mime, --wait: the full CLI
+        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None, "wait_for": None, "timeout": "5m"},
         "args",
         True,
         "relayd.inbox",
