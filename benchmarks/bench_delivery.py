@@ -4,6 +4,9 @@
   among 10 stored: it reads only owed/, so the two should match (target <= 50 ms).
 * A durable send through relayd with `ack` (an owed record written with it) against one
   without, from one persistent client (target: within 10%).
+* `track` (relayd.receipts) on a store whose inbox holds 1,000,000 messages of today: the
+  newest message (the usual question, right after a send) and the oldest one (the whole
+  inbox is newer than it, so all of it is read).
 """
 
 from __future__ import annotations
@@ -89,9 +92,43 @@ def ack_send_cost(quick: bool) -> list[Row]:
     ]
 
 
+def track_cost(quick: bool) -> list[Row]:
+    from relayd.fsio import append_lines
+    from relayd.records import json_encoder
+    from relayd.timefmt import now_iso
+
+    total = 100_000 if quick else 1_000_000
+    root = scratch_dir("rbt-")
+    try:
+        store_dir = os.path.join(root, "store")
+        _team(store_dir, ["alice", "reader", "owes"])
+        stamp = now_iso()
+        ids = [new_ulid() for _ in range(total)]
+        with Store(store_dir, fsync=False, rotate_bytes=1 << 40) as store:
+            payload = b"".join(
+                json_encoder.encode(Message(id=i, ts=stamp, from_="alice", to="reader", subject=f"message {n}", body=f"message {n} of {total}")) + b"\n" for n, i in enumerate(ids)
+            )
+            with store.agent_dir("reader") as agent, agent.locked(layout.INBOX_LOCK):
+                fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+                try:
+                    append_lines(fd, payload, "bench inbox")
+                finally:
+                    os.close(fd)
+            newest = median_ms(time_calls(lambda: ops.call(store, "track", {"id": ids[-1]}), 30))
+            oldest = median_ms(time_calls(lambda: ops.call(store, "track", {"id": ids[0]}), 3))
+            assert ops.call(store, "track", {"id": ids[0]})["recipients"][0]["to"] == "reader"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    note = f"in-process median, {total:,} messages of today in one inbox, 3 agents"
+    return [
+        Row(AREA, f"track, newest of {total:,} messages", round(newest, 3), "ms", note=note),
+        Row(AREA, f"track, oldest of {total:,} messages (reads the whole inbox)", round(oldest, 1), "ms", note=note),
+    ]
+
+
 def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
-    for bench in (sweep_cost, ack_send_cost):
+    for bench in (sweep_cost, ack_send_cost, track_cost):
         print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.extend(bench(quick))
     return rows

@@ -128,6 +128,7 @@ class Follower(threading.Thread):
                     "meta": {"count": str(waiting)},
                 }
             )
+            self._record_channel()
 
     def _start_tail(self) -> int:
         """Position the tail at the inbox's end and count the unread mail before it, as one
@@ -173,6 +174,19 @@ class Follower(threading.Thread):
             self.last_emit = time.monotonic()
             if self._arrival_is_channel():
                 self.emit(channel_event(batch))
+                self._record_channel()
+
+    def _record_channel(self) -> None:
+        """The channel push is this agent's announcement: it goes to the delivery log, so
+        the senders' `track` shows it (relayd.receipts)."""
+        from relayd.client import Client
+        from relayd.errors import RelayError
+
+        try:
+            with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
+                client.call("announced", {"agent": self.agent, "how": "channel"})
+        except RelayError as exc:
+            logs.debug(f"channel announcement not recorded: {exc}")
 
     def _arrival_is_channel(self) -> bool:
         """DESIGN §4: an agent has one arrival mechanism. Push unless another one is set

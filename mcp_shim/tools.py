@@ -55,6 +55,14 @@ _SENT = {
             "type": "array",
             "items": {"type": "object", "properties": {"to": _STR, "method": _STR, "error": _STR}, "required": ["to", "method", "error"]},
         },
+        "announced": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"to": _STR, "how": _STR, "ok": {"type": "boolean"}, "error": _STR, "pending": {"type": "boolean"}},
+                "required": ["to", "how"],
+            },
+        },
     },
     "required": ["sent"],
 }
@@ -118,14 +126,41 @@ class Tool:
         return entry
 
 
-def _sent(result: dict[str, Any]) -> dict[str, Any]:
-    """The stored messages, and the recipients whose notification failed (`not_notified`):
-    their mail is in the inbox, but they were not told, so they see it only when they look."""
+def _sent(result: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """The stored messages, how each recipient is announced (`announced`), and the recipients
+    whose notification failed (`not_notified`): their mail is in the inbox, but they were
+    not told, so they see it only when they look."""
     sent: dict[str, Any] = {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
     failed = [{"to": n.get("agent"), "method": n.get("method"), "error": n.get("error") or "failed"} for n in result.get("notifications", []) if not n.get("ok", True)]
     if failed:
         sent["not_notified"] = failed
+    announced = _announced(result, ctx)
+    if announced:
+        sent["announced"] = announced
     return sent
+
+
+def _announced(result: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
+    """Without relayd the send itself announced (its `notifications`); with relayd the
+    announcement follows the reply, so the message's track says what happened so far:
+    done (`ok`) or `pending` (a failure comes back later as a bounce from relay)."""
+    if result.get("notifications"):  # (through relayd the list is empty)
+        return [{"to": n.get("agent"), "how": n.get("method"), "ok": bool(n.get("ok", True)), **({"error": n["error"]} if n.get("error") else {})} for n in result["notifications"]]
+    from relayd.errors import RelayError
+
+    out = []
+    for message_id in dict.fromkeys(m["id"] for m in result["messages"]):
+        try:
+            ways = ctx.call("track", {"id": message_id})["recipients"]
+        except RelayError:
+            continue  # a report, not the send: the mail is stored either way
+        for way in ways:
+            told = way.get("announced")
+            if told:
+                out.append({"to": way["to"], "how": told["how"], "ok": told["ok"], **({"error": told["error"]} if told.get("error") else {})})
+            else:
+                out.append({"to": way["to"], "how": way["mechanism"], "pending": True})
+    return out
 
 
 def delivery_warning(structured: dict[str, Any]) -> str | None:
@@ -142,14 +177,14 @@ def _send_message(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     for optional in ("priority", "thread", "ack"):
         if args.get(optional) is not None:
             params[optional] = args[optional]
-    return _sent(ctx.call("send", params))
+    return _sent(ctx.call("send", params), ctx)
 
 
 def _broadcast(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     params = {"agent": ctx.role, "broadcast": True, "subject": args["subject"], "body": args["body"]}
     if args.get("priority") is not None:
         params["priority"] = args["priority"]
-    return _sent(ctx.call("send", params))
+    return _sent(ctx.call("send", params), ctx)
 
 
 CHECK_INBOX_BYTES = 64 * 1024

@@ -33,14 +33,33 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     return head + "\n" + "\n".join("    " + visible(line, lines=True) for line in body.split("\n"))
 
 
-def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> None:
+def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None, wait_for=None, timeout="5m") -> None:
+    """Send and report; with `wait_for` (read or ack), then wait for every recipient to get there."""
+    wait = None
+    if wait_for is not None:
+        from relayd.timefmt import parse_duration
+
+        if wait_for == "ack" and not ack:
+            raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
+        if mime_files:
+            raise UsageError("--wait goes with a message of your own, not --mime files")
+        wait = parse_duration(timeout).total_seconds()
+    sent = _send(s, args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    if wait is not None and sent:
+        from .cmd_track import wait_for as wait_until
+
+        wait_until(s, sent, wait_for, wait)
+
+
+def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> str | None:
+    """Send and report; the message id (None for --mime files)."""
     if mime_files:
         if args or broadcast:
             raise UsageError("--mime FILE takes sender and recipients from the file: give no TO, MESSAGE or --broadcast")
         from .cmd_mime import send_files
 
         send_files(mime_files)
-        return
+        return None
     if type_ is not None:
         from relayd.names import MESSAGE_TYPES
 
@@ -94,13 +113,14 @@ def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, br
         fresh = [m["to"] for m in messages if m["to"] not in already]
         if not fresh:
             s.note(f"all {len(messages)} recipients already have {messages[0]['id']}; not sent again")
-            return
+            return messages[0]["id"]
         s.note(f"sent to {len(fresh)} agents: {', '.join(fresh)}" + (f" ({', '.join(sorted(already))} had it already)" if already else ""))
     if wake:
         from .cmd_wake import wake_and_report
 
         first = messages[0]
         wake_and_report(s, f"relay: message from {first['from']} to {', '.join(m['to'] for m in messages)}: {first['subject'][:80]}")
+    return messages[0]["id"]
 
 
 def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, format_) -> None:

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "redeliver": "relayctl.cmd_delivery:redeliver",
     "dlq": "relayctl.cmd_delivery:dlq",
     "search": "relayctl.cmd_search:search",
+    "track": "relayctl.cmd_track:track",
     "reserve": "relayctl.cmd_reservations:reserve",
     "release": "relayctl.cmd_reservations:release",
     "reservations": "relayctl.cmd_reservations:reservations",

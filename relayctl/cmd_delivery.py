@@ -55,8 +55,9 @@ def ack(ids: tuple[str, ...]) -> None:
 @click.command()
 def redeliver() -> None:
     """Deliver again every owed message whose ack-wait has passed; dead-letter the ones
-    out of attempts and tell their senders. relayd does this every second by itself;
-    without it, run this from cron or a systemd timer (gc runs it too).
+    out of attempts and tell their senders. Also announces (notifies) messages that a
+    sender killed mid-send stored without their event. relayd does this every second by
+    itself; without it, run this from cron or a systemd timer (gc runs it too).
 
     \b
     Examples:
@@ -70,6 +71,7 @@ def redeliver() -> None:
     def human(r: dict) -> str:
         lines = [f"redelivered {x['id']} to {x['to']} (attempt {x['attempt']} of {x['of']})" for x in r["redelivered"]]
         lines += [f"dead-lettered {x['id']} to {x['to']} after {x['attempts']} attempts; told {', '.join(x['told']) or 'nobody (sender not registered)'}" for x in r["dead_lettered"]]
+        lines += [f"announced {x['id']} to {x['to']} (stored without its event)" for x in r.get("announced", [])]
         lines.append(f"{r['owed']} owed" + (f", next due {r['next_due']}" if r["next_due"] else ""))
         return "\n".join(lines)
 

@@ -184,12 +184,24 @@ def take_unread(s, agent: str) -> str | None:
     messages = taken["messages"]
     if not messages:
         return None
+    _record_hook(s, agent)
     count = len(messages)
     head = f"relay: {count} new message{'s' if count != 1 else ''} for {agent} (now marked read; reply with send_message or `relayctl send`)."
     parts = [head, *(render(m) for m in messages)]
     if taken["unread"]:
         parts.append(f"({taken['unread']} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
     return "\n\n".join(parts)
+
+
+def _record_hook(s, agent: str) -> None:
+    """The hook handing mail to the model is this agent's announcement: the senders'
+    `relayctl track` shows it (relayd.receipts). A report only: never fails the hook."""
+    from relayd.errors import RelayError
+
+    try:
+        s.call("announced", {"agent": agent, "how": "hook"})
+    except RelayError:
+        pass
 
 
 def render(m: dict) -> str:

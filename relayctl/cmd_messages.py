@@ -26,7 +26,9 @@ from .context import settings
 @click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
 @click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
 @click.option("--id", "message_id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> None:
+@click.option("--wait", "wait_for", type=click.Choice(["read", "ack"]), help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
+@click.option("--timeout", default="5m", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
+def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -53,8 +55,9 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send ignitian_1 "task_id: task_001" --type task_assignment --priority high
       relayctl send --mime queue/leader/user_goal_1738315200123456.mime
       relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
+      relayctl send glacier "merge now?" --wait read --timeout 10m   # exit 0 once glacier read it
     """
-    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout)
 
 
 @click.command()

@@ -72,8 +72,8 @@ COMMANDS: dict[str, Spec] = {
             "--ack-wait": ("ack_wait", TEXT),
             "--max-deliver": ("max_deliver", INT),
             "--id": ("message_id", TEXT),
-        },  # --wake, --mime: the full CLI
-        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None},
+        },  # --wake, --mime, --wait: the full CLI
+        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None, "wait_for": None, "timeout": "5m"},
         "args",
         True,
         "relayd.inbox",
@@ -261,9 +261,10 @@ class QuickClient:
         if self._sock is None:
             return self._full_call(op, params)
         try:
-            self._send({"type": "request", "id": 1, "op": op, "params": params})
+            self._send({"type": "request", "id": 1, "op": op, "params": params, "parts": True})
         except _Lost:
             return self._full_call(op, params)  # relayd never saw it: safe to do it elsewhere
+        pieces: list[str] = []  # a long result arrives as "part" frames before its response
         while True:
             try:
                 frame = self._line()
@@ -282,11 +283,21 @@ class QuickClient:
 
                 raise ProtocolError("relayd sent something that is not protocol v1: not a JSON object on one UTF-8 line") from None
             kind = frame.get("type") if isinstance(frame, dict) else None
-            if kind == "response" and frame.get("id") == 1:
+            if kind == "part" and frame.get("id") == 1 and isinstance(frame.get("data"), str):
+                pieces.append(frame["data"])
+            elif kind == "response" and frame.get("id") == 1:
+                if frame.get("ok") and frame.get("parts"):
+                    import json
+
+                    if frame["parts"] != len(pieces):
+                        from relayd.errors import ProtocolError
+
+                        raise ProtocolError(f"relayd announced {frame['parts']} parts of a result and sent {len(pieces)}")
+                    return json.loads("".join(pieces))
                 if frame.get("ok"):
                     return frame.get("result")
                 raise _wire_error(frame.get("error") or {})
-            if kind == "error":
+            elif kind == "error":
                 raise _wire_error(frame.get("error") or {})
 
     def _full_call(self, op: str, params: dict[str, Any]) -> Any:

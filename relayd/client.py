@@ -178,7 +178,7 @@ class Client:
                 return self._direct(op, params)
             request_id = next(self._ids)
             try:
-                line.send(protocol.Request(id=request_id, op=op, params=params))
+                line.send(protocol.Request(id=request_id, op=op, params=params, parts=True))
             except _Lost:
                 self._drop()  # died since our last call, before seeing this request: safe to redo
                 lost += 1
@@ -186,7 +186,7 @@ class Client:
                     return self._direct(op, params)
                 continue
             try:
-                reply = self._reply(line, request_id)
+                reply, result = self._reply(line, request_id)
             except _Lost:
                 self._drop()
                 lost += 1
@@ -205,14 +205,18 @@ class Client:
             self.mode = "daemon"
             if not reply.ok:
                 raise from_wire(msgspec.to_builtins(reply.error) if reply.error else {})
-            return reply.result
+            return result
 
-    def _reply(self, line: _Line, request_id: int) -> protocol.Response:
+    def _reply(self, line: _Line, request_id: int) -> tuple[protocol.Response, Any]:
+        """The response to `request_id` and its result (joined from its parts, if any)."""
+        pieces = protocol.Reassembly()
         while True:
             frame = line.receive()
-            if isinstance(frame, protocol.Response) and frame.id == request_id:
-                return frame
-            if isinstance(frame, protocol.ErrorFrame):
+            if isinstance(frame, protocol.Part) and frame.id == request_id:
+                pieces.add(frame)
+            elif isinstance(frame, protocol.Response) and frame.id == request_id:
+                return frame, pieces.result(frame) if frame.parts else frame.result
+            elif isinstance(frame, protocol.ErrorFrame):
                 raise from_wire(msgspec.to_builtins(frame.error))
 
     def _direct(self, op: str, params: dict[str, Any]) -> Any:

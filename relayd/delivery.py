@@ -30,7 +30,7 @@ import msgspec
 
 from . import layout, owed
 from .errors import NotFound, StoreError, UsageError
-from .inbox import append_messages, holds_since
+from .inbox import append_messages, arrival, holds_since
 from .records import Message, check_agent_name
 from .registry import operation
 from .store import Store
@@ -134,7 +134,12 @@ def _move(store: Store, src: str, dst: str, name: str, mtime: float) -> None:
 
 
 class RedeliverParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    pass
+    announce: bool = True  # also announce inbox lines that have no event (relayd.announce)
+
+
+class Announced(msgspec.Struct, kw_only=True):
+    id: str
+    to: str
 
 
 class Redelivered(msgspec.Struct, kw_only=True):
@@ -157,12 +162,21 @@ class SweepResult(msgspec.Struct, kw_only=True):
     messages: list[Message]  # every line appended: redeliveries and escalations (for notifying)
     owed: int  # still owed after the sweep
     next_due: str | None  # when the next owed message is due
+    announced: list[Announced] = msgspec.field(default_factory=list)  # lines found without their event, announced now
 
 
 @operation("redeliver", RedeliverParams)
 def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
-    """Redeliver owed messages whose ack-wait has passed; dead-letter those out of attempts."""
+    """Redeliver owed messages whose ack-wait has passed (dead letters when out of attempts); announce lines stored without their event.
+
+    A line without its event is what a sender killed between its two appends leaves (relayd.announce)."""
     result = SweepResult(redelivered=[], dead_lettered=[], messages=[], owed=0, next_due=None)
+    if p.announce:
+        from .announce import announce_missing
+
+        found = announce_missing(store)
+        result.announced = [Announced(id=m.id, to=m.to) for m in found]
+        result.messages.extend(found)
     events = []
     now = store.clock()
     names, upcoming = owed.due_names(store, now)
@@ -177,7 +191,7 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     message = _redeliver_one(store, record, now)
                     result.redelivered.append(Redelivered(id=message.id, to=message.to, attempt=record.attempt, of=record.last_attempt))
                     result.messages.append(message)
-                    events.append(_arrival(store, message))
+                    events.append(arrival(store, message))
                     if upcoming is None or record.due < upcoming:
                         upcoming = record.due
                 else:
@@ -186,16 +200,11 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     result.dead_lettered.append(DeadLettered(id=m.id, to=m.to, attempts=record.attempt, told=record.told))
                     result.messages.extend(escalations)
                     events.append(store.event("inbox", action="dead_letter", agent=m.to, message_id=m.id))
-                    events.extend(_arrival(store, e) for e in escalations)
+                    events.extend(arrival(store, e) for e in escalations)
     result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name))
     store.emit(*events)
     result.next_due = _iso(upcoming) if upcoming is not None else None
     return result
-
-
-def _arrival(store: Store, m: Message):
-    """The event every appended line gets, as a send's would: it wakes followers and triggers."""
-    return store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
 
 
 def _redeliver_one(store: Store, record: owed.Record, now: float) -> Message:
@@ -387,7 +396,7 @@ def dlq_retry(store: Store, p: DlqParams) -> DlqRetryResult:
         with store.agent_dir(m.to) as agent:
             agent.unlink(layout.PENDING, missing_ok=True)
         append_messages(store, m.to, [message])
-    store.emit(_arrival(store, message))
+    store.emit(arrival(store, message))
     return DlqRetryResult(messages=[message], of=record.last_attempt)
 
 

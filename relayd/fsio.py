@@ -28,6 +28,7 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
 _TAIL_CHUNK = 64 * 1024
+_LINES_CHUNK = 256 * 1024  # complete_lines reads this much at a time
 _RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
 
@@ -385,3 +386,27 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
         os.ftruncate(fd, size)
         raise StoreError(f"{what}: {why} ({written} of {len(payload)} bytes written, rolled back)")
     return size
+
+
+def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each complete line of `fd` from `start` (up to `end`).
+    A torn or unfinished tail is not a line yet."""
+    offset = start
+    want = _LINES_CHUNK
+    while end is None or offset < end:
+        size = want if end is None else min(want, end - offset)
+        data = os.pread(fd, size, offset)
+        if not data:
+            return
+        last = data.rfind(b"\n")
+        if last < 0:
+            if len(data) < size:
+                return
+            want *= 2  # one line longer than the chunk
+            continue
+        want = _LINES_CHUNK
+        position = offset
+        for line in data[:last].split(b"\n"):
+            position += len(line) + 1
+            yield position, line
+        offset += last + 1

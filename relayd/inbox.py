@@ -25,6 +25,7 @@ from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
     Cursor,
+    Event,
     Message,
     check_agent_name,
     cursor_decoder,
@@ -380,10 +381,7 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                 outcomes[index] = outcomes[first]
         done = [index for index, outcome in enumerate(outcomes) if outcome is None]
         fresh = [(index, m) for index in done for m in planned[index] if (index, m.to) not in originals]
-        events = [
-            store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
-            for _, m in fresh
-        ]
+        events = [arrival(store, m) for _, m in fresh]
         try:
             store.emit(*events)
         except RelayError as exc:
@@ -403,6 +401,11 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         messages = [originals.get((index, m.to), m) for m in planned[index]]
         outcomes[index] = SendResult(messages=messages, duplicates=[m.to for m in planned[index] if (index, m.to) in originals])
     return outcomes  # type: ignore[return-value]  (no None is left)
+
+
+def arrival(store: Store, m: Message) -> Event:
+    """The event that announces an appended line: it wakes followers and triggers notifications."""
+    return store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
 
 
 def _cancel_owed(store: Store, messages: list[Message]) -> None:

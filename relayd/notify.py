@@ -2,7 +2,9 @@
 
 `notify_new_messages(store, recipients)` is called by the daemon for every inbox event and,
 with no daemon, by the client that sent the message. It returns one outcome per recipient:
-`{"agent", "method", "ok", "skipped"?, "error"?, "retry"?}`, and never raises.
+`{"agent", "method", "ok", "skipped"?, "error"?, "retry"?}`, and never raises. The
+outcomes go to the delivery log, and mail whose announcement failed is bounced to its
+senders once (relayd.receipts).
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
@@ -60,6 +62,9 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
             outcomes.append(_notify_one(store, name, trigger, timeout))
         except Exception as exc:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+    from .receipts import announced
+
+    announced(store, [o for o in outcomes if not o.get("retry")])  # (a held trigger is recorded when it goes out)
     return outcomes
 
 

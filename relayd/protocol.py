@@ -50,11 +50,13 @@ class Hello(Frame, tag="hello"):
 
 
 class Request(Frame, tag="request"):
-    """Run operation `op` (a name from `relayd.ops.table()`) with `params`."""
+    """Run operation `op` (a name from `relayd.ops.table()`) with `params`. `parts`: the
+    client takes a result longer than one line as `part` frames (see `Part`)."""
 
     id: RequestId
     op: str
     params: dict[str, Any] = msgspec.field(default_factory=dict)
+    parts: bool = False
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
@@ -64,10 +66,21 @@ class ErrorBody(msgspec.Struct, omit_defaults=True):
 
 
 class Response(Frame, tag="response"):
+    """`parts` > 0: the result came before it in that many `part` frames."""
+
     id: RequestId
     ok: bool
     result: Any = None
     error: ErrorBody | None = None
+    parts: int = 0
+
+
+class Part(Frame, tag="part"):
+    """A piece of a result too long for one line: the JSON text of the result, cut into
+    pieces in order; the `response` with the same id and `parts` follows the last one."""
+
+    id: RequestId
+    data: str
 
 
 class Subscribe(Frame, tag="subscribe"):
@@ -109,7 +122,7 @@ EventFrame = msgspec.defstruct(
     module=__name__,
 )
 
-AnyFrame = Union[Hello, Request, Response, Subscribe, Subscribed, ErrorFrame, EventFrame]  # type: ignore[valid-type]
+AnyFrame = Union[Hello, Request, Response, Part, Subscribe, Subscribed, ErrorFrame, EventFrame]  # type: ignore[valid-type]
 
 _decoder = msgspec.json.Decoder(AnyFrame)
 _encoder = msgspec.json.Encoder()
@@ -171,6 +184,54 @@ class LineFramer:
     def pending(self) -> int:
         """Bytes of an incomplete line held back."""
         return len(self._buffer)
+
+
+PART_BYTES = 256 * 1024  # JSON text per part: escaped, at most twice that, well inside a line
+
+
+def encode_result(result: Any) -> bytes:
+    return _encoder.encode(result)
+
+
+def reply_lines(request_id: RequestId, result_json: bytes, parts: bool) -> bytes | None:
+    """The wire lines of a successful response whose encoded result is `result_json`:
+    one line when it fits, else (when the client takes them) `part` frames and a closing
+    response. None: too long for one line and the client did not ask for parts."""
+    head = b'{"type":"response","id":' + _encoder.encode(request_id) + b',"ok":true,"result":'
+    if len(head) + len(result_json) + 2 <= MAX_LINE:
+        return head + result_json + b"}\n"
+    if not parts:
+        return None
+    out = []
+    start = 0
+    while start < len(result_json):
+        end = min(start + PART_BYTES, len(result_json))
+        while end < len(result_json) and result_json[end] & 0xC0 == 0x80:
+            end -= 1  # never cut a UTF-8 character in two
+        out.append(encode(Part(id=request_id, data=result_json[start:end].decode())))
+        start = end
+    out.append(encode(Response(id=request_id, ok=True, parts=len(out))))
+    return b"".join(out)
+
+
+class Reassembly:
+    """A client's collector of `part` frames for the request it waits on."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def add(self, frame: Part) -> None:
+        self.pieces.append(frame.data)
+
+    def result(self, response: Response) -> Any:
+        if response.parts != len(self.pieces):
+            raise ProtocolError(f"relayd announced {response.parts} parts of a result and sent {len(self.pieces)}")
+        try:
+            return msgspec.json.decode("".join(self.pieces))
+        except msgspec.DecodeError as exc:
+            raise ProtocolError(f"the parts of a result do not join into JSON: {exc}") from None
 
 
 def encode(frame: Frame) -> bytes:

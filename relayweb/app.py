@@ -174,6 +174,13 @@ def create_app(
         failed = [n for n in result.get("notifications", []) if not n.get("ok", True)]
         return JSONResponse({"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]], "notify_failed": failed})
 
+    async def track_route(request: Request) -> Response:
+        """GET /api/track?id=ID: each recipient's way of one message (relayctl track)."""
+        try:
+            return JSONResponse(await run_in_threadpool(call, "track", {"id": request.query_params.get("id") or ""}))
+        except RelayError as exc:
+            return _error(exc)
+
     async def dead_letter_route(request: Request) -> Response:
         """POST /api/dlq/retry or /api/dlq/drop with {"id": ..., "to": ...}."""
         action = request.url.path.rsplit("/", 1)[1]  # "retry" or "drop": one route each
@@ -203,6 +210,7 @@ def create_app(
         Route("/api/events", Events(), methods=["GET"]),
         Route("/api/search", search_route),
         Route("/api/send", send_route, methods=["POST"]),
+        Route("/api/track", track_route),
         Route("/api/dlq/retry", dead_letter_route, methods=["POST"]),
         Route("/api/dlq/drop", dead_letter_route, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

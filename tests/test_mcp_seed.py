@@ -89,6 +89,32 @@ async def test_send_message_says_when_the_recipient_could_not_be_notified(team: 
     assert [m["body"] for m in delivered] == ["take the auth module", "standup"]  # stored all the same
 
 
+@pytest.mark.anyio
+async def test_send_message_says_how_each_recipient_is_announced_with_relayd_up(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    from relayd_proc import Daemon
+
+    relayctl("register", "inferno", "--notify", "cmd:false")  # an announcement that fails
+    daemon = Daemon(relay_env).start()
+    try:
+        async with mcp_client(relay_env, "strategist", "legacy") as strategist:
+            sent = await strategist.call_tool("send_message", {"to": "inferno", "subject": "auth", "body": "take the auth module"})
+            await check_against_schema(strategist, "send_message", sent)
+            [told] = structured(sent)["announced"]
+            # relayd announces after the reply: done already, or still pending; never a plain "sent"
+            assert told["to"] == "inferno" and told["how"] == "cmd" and (told.get("pending") or told["ok"] is False)
+            message_id = structured(sent)["sent"][0]["id"]
+            [way] = json.loads(relayctl("--json", "track", message_id).stdout)["recipients"]
+            assert way["mechanism"] == "cmd"
+            deadline = __import__("time").monotonic() + 30
+            while not [m for m in json.loads(relayctl("--json", "read", "--last", "0", agent="strategist").stdout) if "bounce" in m["tags"]]:
+                assert __import__("time").monotonic() < deadline, "no bounce came back"
+                await __import__("anyio").sleep(0.05)
+            inbox = structured(await strategist.call_tool("check_inbox", {}))
+            assert any(message_id in m["body"] and m["from"] == "relay" for m in inbox["messages"])
+    finally:
+        daemon.kill()
+
+
 # -- the prompt as instructions (seed 004 §5.3, seed 002 §5) ---------------------------------
 
 

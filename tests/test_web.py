@@ -203,6 +203,21 @@ def test_search_and_thread_view(web: WebView, page, relayctl) -> None:
     page.wait_for_selector("#messages li:has-text('Review done')", timeout=2_000)
 
 
+def test_a_message_shows_its_way_to_each_recipient(web: WebView, page, relayctl) -> None:
+    relayctl("register", "agent-bd-43", "--notify", "cmd:false")  # its announcement fails
+    message_id = json.loads(relayctl("--json", "send", "agent-bd-42,agent-bd-43", "Merge window opens", "--ack", agent="athena").stdout)[0]["id"]
+    relayctl("read", "--unread", "--mark-read", agent="agent-bd-42")
+    open_view(page, web)
+    page.wait_for_selector("#messages li[data-id]:has-text('Merge window opens')")
+    page.click(f"#messages li[data-id='{message_id}'] .badge.way")  # (the bounce to athena quotes the subject too)
+    page.wait_for_selector(f"#messages li[data-id='{message_id}'] ul.way li >> nth=1")
+    ways = page.locator(f"#messages li[data-id='{message_id}'] ul.way li").all_text_contents()
+    assert len(ways) == 2
+    read, failed = sorted(ways)
+    assert read.startswith("agent-bd-42: stored ") and ", read, not acknowledged" in read
+    assert failed.startswith("agent-bd-43: ") and "announcing by cmd failed" in failed and "bounced to the sender" in failed and "unread" in failed
+
+
 def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path: Path) -> None:
     """The quickstart's three agents at work; saved as a test artifact."""
     repo = "/home/dev/oathkeeper"

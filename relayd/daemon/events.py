@@ -20,12 +20,12 @@ from anyio.streams.memory import MemoryObjectSendStream
 from inotify_simple import INotify, flags
 
 from relayd import layout, protocol
+from relayd.fsio import complete_lines
 from relayd.records import Event, event_decoder
 
 log = structlog.get_logger()
 
 QUEUE_EVENTS = 4096  # per subscriber; a reader this far behind is dropped
-_CHUNK = 256 * 1024
 
 
 class _IdOnly(msgspec.Struct):
@@ -108,30 +108,6 @@ class Hub:
 
     def remove(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
-
-
-def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(end offset, line) for each complete line of `fd` from `start` (up to `end`).
-    A torn or unfinished tail is not a line yet."""
-    offset = start
-    want = _CHUNK
-    while end is None or offset < end:
-        size = want if end is None else min(want, end - offset)
-        data = os.pread(fd, size, offset)
-        if not data:
-            return
-        last = data.rfind(b"\n")
-        if last < 0:
-            if len(data) < size:
-                return
-            want *= 2  # one line longer than the chunk
-            continue
-        want = _CHUNK
-        position = offset
-        for line in data[:last].split(b"\n"):
-            position += len(line) + 1
-            yield position, line
-        offset += last + 1
 
 
 class EventLog:

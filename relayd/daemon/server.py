@@ -277,10 +277,12 @@ class Server:
 
 
 def _reply(request: Request, result: Any) -> bytes:
-    payload = protocol.encode(Response(id=request.id, ok=True, result=result))
-    if len(payload) > protocol.MAX_LINE:
+    result_json = protocol.encode_result(result)
+    payload = protocol.reply_lines(request.id, result_json, request.parts)
+    if payload is None:
         raise RelayError(
-            f"the result of {request.op} is {len(payload)} bytes, more than one line may hold ({protocol.MAX_LINE}); ask for less (e.g. a smaller last)",
+            f"the result of {request.op} is {len(result_json)} bytes, more than one line may hold ({protocol.MAX_LINE}); "
+            'send the request with "parts": true to receive it in pieces (docs/protocol.md, section 2)',
         )
     return payload
 

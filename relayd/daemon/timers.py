@@ -34,14 +34,21 @@ async def collect_garbage(store: Store, every: float) -> None:
 
 
 async def redeliver_owed(store: Store, every: float) -> None:
-    """The redelivery sweep (relayd.delivery) every `every` seconds; cheap when nothing is due."""
+    """The redelivery sweep (relayd.delivery) every `every` seconds; cheap when nothing is due.
+    The first one also announces what writers killed while relayd was away left unannounced
+    (relayd.announce); later, relayd's own sends write both, and clients fall back to direct
+    mode only while relayd is away."""
+    announce = True
     while True:
         await anyio.sleep(every)
         try:
-            result = ops.call(store, "redeliver", {})
+            result = ops.call(store, "redeliver", {"announce": announce})
         except RelayError as exc:
             log.warning("redelivery sweep failed", error=exc.message)
             continue
+        announce = False
+        for item in result["announced"]:
+            log.warning("announced a message stored without its event", id=item["id"], to=item["to"])
         for item in result["redelivered"]:
             log.info("redelivered", id=item["id"], to=item["to"], attempt=item["attempt"], of=item["of"])
         for item in result["dead_lettered"]:

@@ -130,10 +130,40 @@ function messageItem(m) {
     ...badges,
     el("span", { class: "subject", text: m.subject }),
     el("span", { class: "muted", title: m.ts + "  " + m.id, text: today ? when.toLocaleTimeString() : when.toLocaleString() }));
+  head.append(el("span", { class: "badge way", title: "stored, announced, read, acknowledged: per recipient", text: "way", onclick: () => showWay(item, m.id) }));
   const item = el("li", { "data-id": m.id }, head);
   if (m.body && m.body !== m.subject) item.append(el("pre", { class: "body", text: m.body }));
   if (m.clipped) item.append(el("div", { class: "muted", text: `(clipped: ${m.clipped} characters; relayctl read shows it whole)` }));
+  if (shownWays.has(m.id)) item.append(wayList(shownWays.get(m.id)));
   return item;
+}
+
+function wayText(w) {
+  const steps = ["stored " + w.stored];
+  const told = w.announced;
+  if (!told) steps.push(`not announced yet (${w.mechanism})`);
+  else if (told.ok) steps.push(`announced by ${told.how} ${told.at}` + (told.note ? ` (${told.note})` : ""));
+  else steps.push(`announcing by ${told.how} failed ${told.at}: ${told.error}`);
+  if (w.bounced) steps.push("bounced to the sender");
+  steps.push(w.read ? "read" : "unread");
+  if (w.ack) steps.push({ acked: "acknowledged " + (w.acked_at || ""), owed: "not acknowledged", dead_letter: "dead letter" }[w.ack]);
+  return `${w.to}: ${steps.join(", ")}`;
+}
+
+const shownWays = new Map(); // message id -> the lines of its way, kept across re-renders
+
+function wayList(lines) {
+  return el("ul", { class: "way" }, ...lines.map((text) => el("li", { text })));
+}
+
+async function showWay(item, id) {
+  const response = await fetch("/api/track?" + new URLSearchParams({ id }), { headers: { "X-Relay-Token": TOKEN } });
+  const answer = await response.json();
+  shownWays.set(id, response.ok ? answer.recipients.map(wayText) : [answer.error]);
+  const shown = document.querySelector(`#messages li[data-id="${CSS.escape(id)}"]`) || item;
+  const old = shown.querySelector("ul.way");
+  if (old) old.remove();
+  shown.append(wayList(shownWays.get(id)));
 }
 
 function renderMessages(list, title, chronological) {

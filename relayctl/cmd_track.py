@@ -1,0 +1,90 @@
+"""track: what happened to a message on its way to each recipient; and the waiting
+behind `send --wait read|ack` (relayd.receipts says where each step comes from)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from .context import Settings, clip, settings
+
+STEPS = ("read", "ack")
+
+
+@click.command()
+@click.argument("message_id", metavar="ID")
+def track(message_id: str) -> None:
+    """Show each recipient's way of message ID: when it was stored, how the recipient was
+    announced (tmux, zellij, cmd, channel, hook; ok or the error), whether it was read
+    (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
+
+    \b
+    Examples:
+      relayctl track 01JMHF3XYZ0000000000000000
+      relayctl --json track 01JMHF3XYZ0000000000000000 | jq '.recipients[] | select(.read | not)'
+      relayctl send bob "deploy?" --wait read --timeout 10m   # wait for it instead
+    """
+    s = settings()
+    s.out(s.call("track", {"id": message_id.strip()}), describe)
+
+
+def describe(result: dict[str, Any]) -> str:
+    lines = [f"{result['id']} from {result['from']}: {clip(result['subject'], 60)}"]
+    for way in result["recipients"]:
+        lines.append(f"  {way['to']:<16} {step_text(way)}")
+    return "\n".join(lines)
+
+
+def step_text(way: dict[str, Any]) -> str:
+    parts = [f"stored {way['stored']}" + (f" ({way['deliveries']} deliveries)" if way["deliveries"] > 1 else "")]
+    told = way.get("announced")
+    if told is None:
+        parts.append("not announced")
+    elif told["ok"]:
+        parts.append(f"announced by {told['how']} {told['at']}" + (f" ({told['note']})" if told.get("note") else ""))
+    else:
+        parts.append(f"announcing by {told['how']} failed {told['at']}: {told.get('error')}")
+    if way.get("bounced"):
+        parts.append("bounced to the sender")
+    parts.append("read" if way["read"] else "unread")
+    if way.get("ack"):
+        parts.append({"acked": f"acknowledged {way.get('acked_at') or ''}".strip(), "owed": "not acknowledged", "dead_letter": "dead letter"}[way["ack"]])
+    return ", ".join(parts)
+
+
+def missing(result: dict[str, Any], step: str) -> list[dict[str, Any]]:
+    """The recipients that have not reached `step` yet."""
+    if step == "read":
+        return [w for w in result["recipients"] if not w["read"]]
+    return [w for w in result["recipients"] if w.get("ack") != "acked"]
+
+
+def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
+    """Exit 0 once every recipient of the message reached `step`, 1 at the timeout with
+    what is missing. Woken by changes to the recipients' files (their read cursors; acked/),
+    which relayd and direct-mode readers alike write: no polling."""
+    from relayd import layout, watch
+
+    deadline = time.monotonic() + timeout
+    result = s.call("track", {"id": message_id})
+    folders = [os.path.join(s.dir, layout.AGENTS, w["to"]) for w in result["recipients"]]
+    if step == "ack":
+        folders.append(os.path.join(s.dir, layout.ACKED))
+    with watch.Watch(s.dir, watch.directories(folders), s.socket, client="relayctl") as changes:
+        while True:
+            late = missing(result, step)
+            if not late:
+                sys.exit(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                what = "read" if step == "read" else "acknowledged"
+                click.echo(f"not {what} after {timeout:g}s by {len(late)} of {len(result['recipients'])}:", err=True)
+                for way in late:
+                    click.echo(f"  {way['to']:<16} {step_text(way)}", err=True)
+                sys.exit(1)
+            changes.wait(left)
+            result = s.call("track", {"id": message_id})

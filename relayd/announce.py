@@ -1,0 +1,191 @@
+"""No message without its announcement: inbox lines whose event never reached events.jsonl.
+
+A send appends the inbox line and then, still holding the inbox lock, the event that
+announces it (relayd publishes it; notifications and followers act on it). A writer killed
+between the two appends leaves a line that nobody would ever be told about.
+`announce_missing` finds such lines and writes their events; relayd runs it when it starts,
+and the redelivery sweep (`relayctl redeliver`) runs it in direct mode.
+
+It reads only what is new. `announced.json` holds marks: how far the event log and each
+inbox were checked (inode and offset). The log's mark is taken before any inbox is looked
+at, and an inbox is checked holding its lock, when no writer is between its two appends;
+a line past an inbox's mark therefore has its event in the log past the log's mark, or
+never will have one. Without marks (a store from before, a new agent, a file rotated twice
+since) the lines are checked back to the oldest event the log still holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Iterator
+
+import msgspec
+
+from . import layout
+from .errors import StoreError
+from .fsio import Dir, complete_lines
+from .records import Message
+from .store import Store
+from .timefmt import now_iso
+
+SLACK = 60.0  # seconds a line's time may precede the moment its append began (stamped, then the lock awaited)
+_NOTHING = "\uffff"  # a horizon no line reaches: check nothing back in time
+
+
+class Mark(msgspec.Struct, array_like=True):
+    ino: int
+    offset: int
+
+
+class Marks(msgspec.Struct, kw_only=True):
+    checked_at: str = ""  # when the event log's mark was taken
+    events: Mark | None = None
+    inboxes: dict[str, Mark] = msgspec.field(default_factory=dict)
+
+
+class _LogLine(msgspec.Struct):
+    ts: str = ""
+    action: str | None = None
+    agent: str | None = None
+    message_id: str | None = None
+
+
+_marks_decoder = msgspec.json.Decoder(Marks)
+_line_decoder = msgspec.json.Decoder(_LogLine)
+
+
+def announce_missing(store: Store) -> list[Message]:
+    """Write the events of inbox lines that have none; returns those lines' messages."""
+    root = store.root_dir()
+    with root.locked(layout.ANNOUNCE_LOCK):  # two checks at once would announce a line twice
+        return _announce_missing(store, root)
+
+
+def _announce_missing(store: Store, root: Dir) -> list[Message]:
+    from .inbox import arrival
+
+    raw = root.read_bytes(layout.ANNOUNCED)
+    try:
+        marks = _marks_decoder.decode(raw) if raw else Marks()
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        marks = Marks()  # damaged: check back as far as the log goes
+    checked_at = now_iso()
+    announced, horizon, events_mark = _announced_since(root, marks)
+    found: list[Message] = []
+    inboxes: dict[str, Mark] = {}
+    for name in store.known_agents():
+        with store.agent_dir(name) as agent, agent.locked(layout.INBOX_LOCK):
+            missing, inboxes[name] = _unannounced(agent, marks.inboxes.get(name), horizon, announced.get(name) or Counter())
+            if missing:
+                store.emit(*(arrival(store, m) for m in missing))
+                found.extend(missing)
+    new = Marks(checked_at=checked_at, events=events_mark, inboxes=inboxes)
+    if (new.events, new.inboxes) != (marks.events, marks.inboxes):
+        # No fsync: a mark lost in a crash only means checking a stretch again.
+        root.replace(layout.ANNOUNCED, msgspec.json.encode(new), None)
+    return found
+
+
+def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], str, Mark | None]:
+    """Per agent, how many message events each id has in the log past its mark; how far
+    back an inbox without a valid mark is checked; the log's new mark."""
+    from datetime import timedelta
+
+    from .timefmt import parse_iso, to_iso
+
+    mark = marks.events
+    announced: dict[str, Counter[str]] = {}
+    current, current_ino = _open(root, layout.EVENTS)
+    rotated, rotated_ino = _open(root, layout.EVENTS_ROTATED)
+    try:
+        continued = mark is not None and mark.ino in (current_ino, rotated_ino)
+        if mark is not None and mark.ino == current_ino:
+            ranges = [(current, mark.offset)]
+        elif mark is not None and mark.ino == rotated_ino:
+            ranges = [(rotated, mark.offset), (current, 0)]
+        else:
+            ranges = [(rotated, 0), (current, 0)]
+        oldest = None
+        end = 0
+        for fd, start in ranges:
+            end = start
+            if fd < 0:
+                continue
+            for end, line in complete_lines(fd, start):
+                try:
+                    event = _line_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                oldest = oldest or event.ts
+                if event.action == "message" and event.agent and event.message_id:
+                    announced.setdefault(event.agent, Counter())[event.message_id] += 1
+        if continued and marks.checked_at:
+            horizon = to_iso(parse_iso(marks.checked_at) - timedelta(seconds=SLACK))  # an inbox new since the last check
+        else:
+            horizon = oldest or _NOTHING  # older lines' events may have been rotated away: not judged
+        return announced, horizon, Mark(current_ino, end) if current >= 0 else None
+    finally:
+        for fd in (current, rotated):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter[str]) -> tuple[list[Message], Mark]:
+    """Under the inbox lock: the lines past `mark` (without a valid one, back to `horizon`)
+    that have no event among `announced`, oldest first, and the inbox's new mark."""
+    from .inbox import _backward, _complete_end, _forward
+
+    bad: list[object] = []  # corrupt lines are reported by reads, not here
+    current, current_ino = _open(agent, layout.INBOX)
+    rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+    try:
+        def forward(fd: int, start: int) -> Iterator[Message]:
+            if fd >= 0:
+                yield from (m for _, m in _forward(fd, start, False, bad, ""))  # type: ignore[arg-type]
+
+        def newest_first(fd: int) -> Iterator[Message]:
+            if fd >= 0:
+                yield from (m for _, m in _backward(fd, False, bad, ""))  # type: ignore[arg-type]
+
+        lines: Iterator[Message]
+        if mark is not None and mark.ino == current_ino:
+            lines = forward(current, mark.offset)
+        elif mark is not None and mark.ino == rotated_ino:
+            lines = _chain(forward(rotated, mark.offset), forward(current, 0))
+        else:
+            lines = _until(_chain(newest_first(current), newest_first(rotated)), horizon)
+        missing = []
+        for message in lines:
+            if announced[message.id] > 0:
+                announced[message.id] -= 1
+            else:
+                missing.append(message)
+        missing.sort(key=lambda m: m.ts)
+        return missing, Mark(current_ino, _complete_end(current) if current >= 0 else 0)
+    finally:
+        for fd in (current, rotated):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _chain(*parts: Iterator[Message]) -> Iterator[Message]:
+    for part in parts:
+        yield from part
+
+
+def _until(newest_first: Iterator[Message], horizon: str) -> Iterator[Message]:
+    for message in newest_first:
+        if message.ts < horizon:
+            return
+        yield message
+
+
+def _open(folder: Dir, name: str) -> tuple[int, int]:
+    try:
+        fd = folder.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1, -1
+    except OSError as exc:
+        raise StoreError(f"{folder.path}/{name}: {exc.strerror or exc}") from exc
+    return fd, os.fstat(fd).st_ino

@@ -1,0 +1,325 @@
+"""What happened to a message on its way to each recipient, for its sender (DESIGN §4).
+
+Per recipient, four steps:
+* stored: the line in the recipient's inbox (its time, how many deliveries);
+* announced: the arrival mechanism that told the recipient (tmux, zellij, cmd, channel,
+  hook, ...), when, and whether it worked -- from the delivery log below;
+* read: the recipient's cursor has passed the line (`read --mark-read`, `check_inbox`, a hook);
+* acknowledged: for `send --ack`, the delivery record is in acked/ (or still owed, or a
+  dead letter).
+
+Only the announcements need writing down: the other steps are read off the store when
+asked. They go to `delivery.jsonl`, the append-only delivery log, one line per announcement
+(per recipient and moment, not per message: one trigger tells a recipient about all of its
+unread mail), without an fsync -- a lost receipt loses a report, never a message.
+
+An announcement that fails comes back to the senders of the mail it was for, once, as a
+message from `relay` (a bounce); the log remembers which messages were bounced.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, Literal
+
+import msgspec
+
+from . import layout
+from .errors import NotFound, RelayError
+from .fsio import append_lines, regions_backward
+from .records import Message, json_encoder
+from .registry import operation
+from .store import Store
+from .timefmt import now_iso
+
+SYSTEM_SENDER = "relay"
+_CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
+_CHUNK = 64 * 1024
+
+
+class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of the delivery log."""
+
+    ts: str
+    step: Literal["announced", "bounced"]
+    to: str  # the recipient
+    how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
+    ok: bool = True
+    error: str | None = None
+    note: str | None = None  # e.g. why a trigger was not sent this time
+    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced
+
+
+_receipt_decoder = msgspec.json.Decoder(Receipt)
+
+
+def write(store: Store, receipts: list[Receipt]) -> None:
+    """Append receipts to the delivery log in one write."""
+    if not receipts:
+        return
+    payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
+    root = store.root_dir()
+    with root.locked(layout.DELIVERY_LOG_LOCK):
+        fd = root.open(layout.DELIVERY_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
+        finally:
+            os.close(fd)
+
+
+def newest_first(store: Store, since: str) -> Iterator[Receipt]:
+    """Receipts from the newest back to the first older than `since` (ISO time)."""
+    try:
+        fd = store.root_dir().open(layout.DELIVERY_LOG, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
+            for line in reversed(region.split(b"\n")):
+                if not line:
+                    continue
+                try:
+                    receipt = _receipt_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue  # a torn tail or a damaged line: not a receipt
+                if receipt.ts < since:
+                    return
+                yield receipt
+    finally:
+        os.close(fd)
+
+
+# -- recording announcements and bouncing failed ones -------------------------------------------
+
+
+def announced(store: Store, outcomes: list[dict]) -> None:
+    """Record notify_new_messages' outcomes; bounce the mail whose announcement failed.
+    Never raises: a report must not fail the send it reports on."""
+    try:
+        now = now_iso()
+        receipts = [
+            Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
+            for o in outcomes
+            if o.get("method") in TRIGGERED
+        ]
+        write(store, receipts)
+        for receipt in receipts:
+            if not receipt.ok:
+                _bounce(store, receipt)
+    except (RelayError, OSError):
+        pass
+
+
+TRIGGERED = frozenset({"tmux", "zellij", "cmd", "unknown"})  # channel and hook announce elsewhere
+
+
+def _bounce(store: Store, failed: Receipt) -> None:
+    """Tell the senders of the recipient's unread mail, once per message, that it was not announced."""
+    from .inbox import ReadParams, append_messages, arrival, read
+    from .ulid import new_ulid
+
+    unread = read(store, ReadParams(agent=failed.to, unread=True, last=0)).messages
+    unread = [m for m in unread if m.from_ != SYSTEM_SENDER]
+    if not unread:
+        return
+    oldest = min(m.ts for m in unread)
+    done = {i for r in newest_first(store, oldest) if r.step == "bounced" for i in r.ids}
+    by_sender: dict[str, list[Message]] = {}
+    for m in unread:
+        if m.id not in done:
+            by_sender.setdefault(m.from_, []).append(m)
+    for sender, messages in by_sender.items():
+        if not store.is_agent(sender):
+            continue
+        ids = list(dict.fromkeys(m.id for m in messages))
+        listed = "\n".join(f"  {m.id}  {m.subject}" for m in messages)
+        bounce = Message(
+            id=new_ulid(),
+            ts=now_iso(),
+            from_=SYSTEM_SENDER,
+            to=sender,
+            subject=f"not announced to {failed.to}: {len(ids)} message{'s' if len(ids) != 1 else ''}",
+            body=(
+                f"Your mail to {failed.to} is stored in its inbox, but telling {failed.to} failed "
+                f"({failed.how}: {failed.error}). {failed.to} sees it when it next checks its inbox; "
+                f"relay keeps retrying the announcement.\n{listed}\n'relayctl track ID' shows each message's way."
+            ),
+            priority="high",
+            tags=["bounce"],
+        )
+        write(store, [Receipt(ts=bounce.ts, step="bounced", to=failed.to, how=failed.how, ok=False, error=failed.error, ids=ids)])
+        append_messages(store, sender, [bounce])
+        store.emit(arrival(store, bounce))
+
+
+# -- the announced op: relay-mcp's channel push and hooks report here ----------------------------
+
+
+class AnnouncedParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str  # the recipient that was told
+    how: Literal["channel", "hook", "wake", "bridge"]
+    ok: bool = True
+    error: str | None = None
+
+
+class AnnouncedResult(msgspec.Struct, kw_only=True):
+    recorded: bool
+
+
+@operation("announced", AnnouncedParams)
+def record_announced(store: Store, p: AnnouncedParams) -> AnnouncedResult:
+    """Record that an agent was told of its mail (relay-mcp's channel push, a hook)."""
+    from .records import check_agent_name
+
+    check_agent_name(p.agent)
+    if not store.is_agent(p.agent):
+        raise store.unknown_agent(p.agent)
+    write(store, [Receipt(ts=now_iso(), step="announced", to=p.agent, how=p.how, ok=p.ok, error=p.error)])
+    return AnnouncedResult(recorded=True)
+
+
+# -- track ----------------------------------------------------------------------------------------
+
+
+class TrackParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    id: str
+
+
+class Announcement(msgspec.Struct, kw_only=True, omit_defaults=True):
+    how: str | None
+    at: str
+    ok: bool
+    error: str | None = None
+    note: str | None = None
+
+
+class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One recipient's steps."""
+
+    to: str
+    stored: str  # when the (first) copy was appended
+    deliveries: int  # copies in the inbox (redeliveries of a --ack message add some)
+    read: bool  # the recipient's read cursor has passed its (latest) copy
+    mechanism: str  # the recipient's arrival mechanism now (register --notify; channel when unset)
+    announced: Announcement | None = None
+    ack: Literal["owed", "acked", "dead_letter"] | None = None  # only for --ack messages
+    acked_at: str | None = None
+    bounced: bool = False
+
+
+class TrackResult(msgspec.Struct, kw_only=True):
+    id: str
+    from_: str = msgspec.field(name="from")
+    subject: str
+    recipients: list[Way]
+
+
+@operation("track", TrackParams, mutates=False)
+def track(store: Store, p: TrackParams) -> TrackResult:
+    """Each recipient's way of one message: stored, announced (how), read, acknowledged."""
+    from .dedup import check_id, ms_to_iso
+    from .ulid import ulid_time_ms
+
+    message_id = check_id(p.id)
+    since = ms_to_iso(ulid_time_ms(message_id) - _CLOCK_SLACK_MS)
+    ways: list[Way] = []
+    first: Message | None = None
+    for name in store.known_agents():
+        found = _copies(store, name, message_id, since)
+        if found is None:
+            continue
+        message, deliveries, read, mechanism = found
+        first = first or message
+        ways.append(Way(to=name, stored=message.ts, deliveries=deliveries, read=read, mechanism=mechanism))
+    if first is None:
+        raise NotFound(f"no message {message_id} in any inbox (tracked back to {since[:19]}Z)", id=message_id)
+    oldest = min(w.stored for w in ways)
+    for receipt in newest_first(store, oldest):
+        for way in ways:
+            if receipt.to != way.to or receipt.ts < way.stored:
+                continue
+            if receipt.step == "bounced" and message_id in receipt.ids:
+                way.bounced = True
+            elif receipt.step == "announced" and (way.announced is None or receipt.ok or not way.announced.ok):
+                # Going back in time: the earliest success after the store wins, else the earliest failure.
+                way.announced = Announcement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
+    if first.ack:
+        for way in ways:
+            way.ack, way.acked_at = _ack_state(store, way.to, message_id)
+    return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
+
+
+def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str] | None:
+    """(the first copy, how many copies, whether the cursor passed the last one, the arrival
+    mechanism) of the id in an inbox, looking back to `since`; None when it holds none.
+
+    Reads the files newest first in large regions and decodes only lines holding the id, so
+    it costs about what a byte search of the part newer than the message costs; it stops at
+    the first delivery (attempt 1, or a message without --ack, which an inbox holds once)."""
+    from .agents import read_meta
+    from .inbox import Position, _complete_end, _snapshot
+    from .records import message_decoder
+
+    needle = message_id.encode()
+    with store.agent_dir(name) as agent:
+        snap = _snapshot(agent)
+        try:
+            copies: list[tuple[Position, Message]] = []
+            finished = False
+            for fd, rotated in ((snap.current, False), (snap.rotated, True)):
+                if fd < 0 or finished:
+                    continue
+                for offset, region in regions_backward(fd, _complete_end(fd), _SCAN_CHUNK):
+                    if needle in region:
+                        line_end = offset + len(region)
+                        for line in reversed(region[:-1].split(b"\n")):
+                            if needle in line and not finished:
+                                try:
+                                    message = message_decoder.decode(line)
+                                except (msgspec.DecodeError, msgspec.ValidationError):
+                                    message = None
+                                if message is not None and message.id == message_id:
+                                    copies.append((Position(rotated, line_end), message))
+                                    finished = message.attempt in (None, 1)
+                            line_end -= len(line) + 1
+                    if finished or _line_ts(region) < since:
+                        finished = True
+                        break
+            if not copies:
+                return None
+            newest = copies[0][0]
+            cursor = (0 if snap.cursor.rotated else 1, snap.cursor.offset)
+            meta = read_meta(agent)
+            mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
+            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism
+        finally:
+            snap.close()
+
+
+_SCAN_CHUNK = 1 << 20
+_TS = b'"ts":"'
+
+
+def _line_ts(region: bytes) -> str:
+    """The time of a region's first line; one that has none does not stop a scan early."""
+    at = region.find(_TS, 0, region.find(b"\n"))
+    if at < 0:
+        return "\uffff"
+    at += len(_TS)
+    return region[at : region.find(b'"', at)].decode(errors="replace")
+
+
+def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
+    from . import owed
+    from .timefmt import to_iso
+    from datetime import datetime, timezone
+
+    name = owed.record_name(to, message_id)
+    for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
+        try:
+            st = os.stat(name, dir_fd=store.top(folder).fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        at = to_iso(datetime.fromtimestamp(st.st_mtime, timezone.utc)) if state == "acked" else None
+        return state, at  # type: ignore[return-value]
+    return None, None

@@ -1,0 +1,149 @@
+"""Receipts (relayd.receipts): per recipient, stored / announced how / read / acknowledged,
+shown by `relayctl track`, waited on by `send --wait`, and a failed announcement bounced to
+the sender once. Real relayctl processes and a real relayd; `cmd:false` is an arrival
+mechanism that always fails, `cmd:true` one that always works.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd.notify import notify_new_messages
+from relayd.store import Store
+from relayd_proc import Daemon
+
+
+@pytest.fixture
+def team(relayctl):
+    relayctl("init")
+    relayctl("register", "alice")
+    relayctl("register", "bob", "--notify", "cmd:false")
+    relayctl("register", "carol", "--notify", "cmd:true")
+    return relayctl
+
+
+def sent_id(proc) -> str:
+    out = json.loads(proc.stdout)
+    return (out[0] if isinstance(out, list) else out)["id"]
+
+
+def bounces(relayctl, agent: str = "alice") -> list[dict]:
+    return [m for m in json.loads(relayctl("--json", "read", "--last", "0", agent=agent).stdout) if m["from"] == "relay"]
+
+
+def until(what: str, check, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return found
+
+
+def test_track_shows_who_was_announced_how_and_a_failure_bounces_once(team, store_dir: Path) -> None:
+    first = sent_id(team("--json", "send", "bob,carol", "deploy at 14:00", agent="alice"))
+    tracked = json.loads(team("--json", "track", first).stdout)
+    assert tracked["from"] == "alice" and tracked["subject"] == "deploy at 14:00"
+    ways = {w["to"]: w for w in tracked["recipients"]}
+    assert set(ways) == {"bob", "carol"}
+    assert ways["bob"]["announced"]["how"] == "cmd" and ways["bob"]["announced"]["ok"] is False
+    assert "false exited 1" in ways["bob"]["announced"]["error"] and ways["bob"]["bounced"] is True
+    assert ways["carol"]["announced"]["how"] == "cmd" and ways["carol"]["announced"]["ok"] is True and "bounced" not in ways["carol"]
+    assert not ways["bob"]["read"] and not ways["carol"]["read"]
+
+    [bounce] = bounces(team)
+    assert first in bounce["body"] and "bob" in bounce["subject"] and "bounce" in bounce["tags"]
+    with Store(str(store_dir)) as store:  # the failing announcement is tried again (relayd retries it): no second bounce
+        assert notify_new_messages(store, ["bob"])[0]["ok"] is False
+    second = sent_id(team("--json", "send", "bob", "and again", agent="alice"))
+    assert [b["body"].count(first) + 2 * b["body"].count(second) for b in bounces(team)] == [1, 2]  # each message bounced once
+
+    human = team("track", first).stdout
+    assert "announcing by cmd failed" in human and "bounced to the sender" in human and "announced by cmd" in human
+
+
+def test_track_shows_read_and_acknowledged(team) -> None:
+    message_id = sent_id(team("--json", "send", "carol", "owed one", "--ack", agent="alice"))
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert (way["read"], way["ack"]) == (False, "owed")
+    team("read", "--unread", "--mark-read", agent="carol")
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert (way["read"], way["ack"]) == (True, "owed")
+    team("ack", message_id, agent="carol")
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert way["ack"] == "acked" and way["acked_at"]
+
+
+def test_track_of_an_unknown_id_is_one_line(team) -> None:
+    proc = team("track", "01ARZ3NDEKTSV4RRFFQ69G5FAV", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: no message 01ARZ3NDEKTSV4RRFFQ69G5FAV") and proc.stderr.count("\n") == 1
+    proc = team("track", "nope", check=False)
+    assert proc.returncode != 0 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("with_relayd", [False, True])
+def test_send_wait_read_returns_when_every_recipient_read_it(team, relay_env: dict[str, str], with_relayd: bool) -> None:
+    daemon = Daemon(relay_env).start() if with_relayd else None
+    try:
+        late = team("send", "carol,bob", "nobody reads this", "--wait", "read", "--timeout", "1s", agent="alice", check=False)
+        assert late.returncode == 1
+        assert "not read after 1s by 2 of 2" in late.stderr and "carol" in late.stderr and "bob" in late.stderr
+
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "relayctl", "--agent", "alice", "send", "carol", "read me", "--wait", "read", "--timeout", "60s"],
+            env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        until("the message", lambda: "read me" in team("read", "--last", "0", agent="carol").stdout)
+        assert waiting.poll() is None  # still waiting: carol has not read it
+        team("read", "--unread", "--mark-read", agent="carol")
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err
+    finally:
+        if daemon is not None:
+            daemon.kill()
+
+
+def test_send_wait_ack_needs_ack_and_returns_on_the_ack(team, relay_env: dict[str, str]) -> None:
+    refused = team("send", "carol", "hi", "--wait", "ack", agent="alice", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == "error: --wait ack needs --ack (only a message sent with --ack is acknowledged)"
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "relayctl", "--agent", "alice", "--json", "send", "carol", "ack me", "--ack", "--wait", "ack", "--timeout", "60s"],
+        env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    message = until("the message", lambda: [m for m in json.loads(team("--json", "read", "--last", "0", agent="carol").stdout) if m["body"] == "ack me"])[0]
+    team("read", "--unread", "--mark-read", agent="carol")
+    assert waiting.poll() is None  # read, not yet acknowledged
+    team("ack", message["id"], agent="carol")
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+
+
+def test_relayd_bounces_a_failed_announcement_to_the_sender(team, relay_env: dict[str, str]) -> None:
+    daemon = Daemon(relay_env).start()
+    try:
+        message_id = sent_id(team("--json", "send", "bob", "through relayd", agent="alice"))
+        [bounce] = until("the bounce", lambda: bounces(team))
+        assert message_id in bounce["body"]
+        [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+        assert way["announced"]["ok"] is False and way["bounced"] is True
+    finally:
+        daemon.kill()
+
+
+def test_a_hook_handing_mail_to_the_model_is_its_announcement(team, relay_env: dict[str, str]) -> None:
+    team("register", "dave", "--notify", "hook")
+    message_id = sent_id(team("--json", "send", "dave", "review bd-7", agent="alice"))
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert way["mechanism"] == "hook" and "announced" not in way and not way["read"]
+    hook = subprocess.run(
+        [sys.executable, "-m", "relayctl", "--agent", "dave", "hook", "claude"],
+        input=json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s"}), env=relay_env, capture_output=True, text=True, timeout=60,
+    )
+    assert hook.returncode == 0 and "review bd-7" in hook.stdout, hook.stderr
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert way["announced"]["how"] == "hook" and way["announced"]["ok"] is True and way["read"]
