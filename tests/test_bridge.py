@@ -1,7 +1,8 @@
 """Two hosts bridged over a real nats-server: two stores, two relayd, one JetStream.
 
-Each "host" is a store with its own socket and its own relayd started with
-`--bridge nats://127.0.0.1:PORT --host-name NAME`, as on two machines.
+The server runs with the authorization `relayctl bridge setup` writes, and each "host" is
+a store with its own socket and its own relayd started with
+`--bridge nats://127.0.0.1:PORT --bridge-creds NAME.creds`, as on two machines.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not 
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[test]' brings it)")
 
 REPO = "/srv/shared-repo"
+TEAM = ("alpha", "beta", "gamma", "ghost")  # ghost has credentials and never runs a relayd
 
 
 def wait_for(what: str, predicate, timeout: float = 20.0, every: float = 0.05):
@@ -52,8 +54,12 @@ class Host:
         self.nats = nats
         self.daemon: Daemon | None = None
 
+    @property
+    def creds(self) -> str:
+        return self.nats.creds(self.name)
+
     def start(self) -> "Host":
-        self.daemon = Daemon(self.env, "--bridge", self.nats.url, "--host-name", self.name, log_path=str(self.dir / "relayd.log")).start()
+        self.daemon = Daemon(self.env, "--bridge", self.nats.url, "--bridge-creds", self.creds, log_path=str(self.dir / "relayd.log")).start()
         return self
 
     def status(self) -> dict:
@@ -76,9 +82,18 @@ class Host:
         return RawClient(self.daemon.socket_path)
 
 
+def team_server(workdir: Path, env: dict[str, str]) -> NatsServer:
+    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup."""
+    auth = workdir / "nats-auth"
+    RelayCtl(env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
+    server = NatsServer(str(workdir), config=str(auth / "auth.conf"))
+    server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
+    return server.start()
+
+
 @pytest.fixture
-def nats(short_tmp):
-    server = NatsServer(str(short_tmp)).start()
+def nats(short_tmp, relay_env):
+    server = team_server(short_tmp, relay_env)
     yield server
     server.resume() if server.proc and server.proc.poll() is None else None
     server.kill()
@@ -96,6 +111,17 @@ def hosts(short_tmp, nats, relay_env):
     for host in made:
         if host.daemon is not None:
             host.daemon.kill()
+
+
+async def connect_as(server: NatsServer, host: str):
+    """A NATS client holding `host`'s credentials, as any program with that file could."""
+    import json
+
+    import nats as nats_py
+
+    with open(server.creds(host)) as fh:
+        seed = json.load(fh)["seed"]
+    return await nats_py.connect(server.url, nkeys_seed_str=seed, inbox_prefix=f"_INBOX.{host}", allow_reconnect=False)
 
 
 def connected(host: Host) -> bool:
@@ -282,13 +308,14 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
     import asyncio
 
     import msgspec
-    import nats as nats_py
 
     from relayd.inbox import append_messages
     from relayd.records import Message
 
     alpha, beta = hosts
+    alpha.ctl("register", "alice")
     beta.ctl("register", "bob")
+    wait_for("beta to list alice", lambda: beta.sees("alice", "alpha"))
     assert beta.daemon.stop() == 0
 
     def message(n: int) -> Message:
@@ -301,11 +328,11 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
     wait_for("beta to connect", lambda: connected(beta))
 
     async def publish() -> None:
-        nc = await nats_py.connect(beta.nats.url)
+        nc = await connect_as(beta.nats, "alpha")
         js = nc.jetstream()
         # Distinct Nats-Msg-Id values: JetStream keeps them all, only relayd can refuse them.
         for n, tag in ((1, "a"), (2, "a"), (2, "b"), (3, "a")):
-            await js.publish("relay.mail.beta", msgspec.json.encode(message(n)), headers={"Nats-Msg-Id": f"{message(n).id}-{tag}"})
+            await js.publish("relay.mail.beta.alpha", msgspec.json.encode(message(n)), headers={"Nats-Msg-Id": f"{message(n).id}-{tag}"})
         await nc.close()
 
     asyncio.run(publish())
@@ -327,11 +354,11 @@ def test_bridge_settings_can_live_in_config_json(short_tmp, nats, relay_env):
     host = Host(short_tmp, "gamma", nats, relay_env)
     host.ctl("init")
     config = Path(host.env["RELAY_DIR"]) / "config.json"
-    config.write_text(json.dumps({"bridge": {"url": nats.url, "host": "from-config"}}))
+    config.write_text(json.dumps({"bridge": {"url": nats.url, "creds": nats.creds("gamma")}}))
     host.daemon = Daemon(host.env, log_path=str(host.dir / "relayd.log")).start()
     try:
         state = wait_for("the bridge to connect", lambda: connected(host) and host.bridge())
-        assert state["host"] == "from-config" and state["url"] == nats.url
+        assert state["host"] == "gamma" and state["url"] == nats.url
     finally:
         host.daemon.kill()
 
