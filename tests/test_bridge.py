@@ -520,8 +520,12 @@ def test_a_client_without_credentials_cannot_connect(hosts, nats):
     import nats as nats_py
 
     async def attempt():
-        with pytest.raises(Exception) as refused:
-            await nats_py.connect(nats.url, allow_reconnect=False, connect_timeout=2)
+        client = nats_py.NATS()
+        try:
+            with pytest.raises(Exception) as refused:
+                await client.connect(nats.url, allow_reconnect=False, connect_timeout=2)
+        finally:
+            await client.close()  # nats-py leaves the refused connection's socket open otherwise
         return refused.value
 
     refused = run(attempt())
