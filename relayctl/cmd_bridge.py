@@ -9,7 +9,13 @@ from .context import settings
 
 @click.group()
 def bridge() -> None:
-    """The NATS bridge between the relayd of several hosts (docs/bridge.md)."""
+    """The NATS bridge between the relayd of several hosts (docs/bridge.md).
+
+    \b
+    Examples:
+      relayctl bridge setup --hosts laptop,gpu-box --out ~/team-nats
+      relayd --bridge nats://10.0.0.5:4222 --bridge-creds ~/gpu-box.creds
+    """
 
 
 @bridge.command()

@@ -25,7 +25,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from relayd.agents import agent_states
 from relayd.errors import Conflict, RelayError
@@ -34,7 +34,7 @@ from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
 from .link import finish
-from .subjects import name_key, presence_key
+from .subjects import AGENTS_BUCKET, kv_stream, name_key, presence_key
 
 log = structlog.get_logger()
 
@@ -85,6 +85,7 @@ class Directory:
         self.claiming: set[str] = set()  # claimed, the local register not yet run: not stale
         self.ready = anyio.Event()  # the watcher has delivered the bucket's contents
         self.on_change: Callable[[], None] = lambda: None
+        self.js = None  # the session's JetStream context (fresh reads of the claims)
         self._dirty = anyio.Event()
 
     # -- asked by the store operations (no I/O) ----------------------------------------
@@ -177,19 +178,25 @@ class Directory:
         self.presence[(host, name)] = entry
 
     async def fresh_claims(self, kv, name: str) -> dict[str, int]:
-        """Every host's claim on `name`, read from the bucket now (the watched copy may lag)."""
+        """Every host's claim on `name`, read from the bucket's stream now (the watched copy
+        may lag): message by message in sequence order, so none written before the read
+        began is missed (a watcher's "caught up" marker can come before its entries)."""
+        prefix = f"$KV.{AGENTS_BUCKET}."
+        pattern = prefix + name_key("*", name)
         found: dict[str, int] = {}
-        watcher = await kv.watch(f"*.name.{name}")
-        try:
-            async for update in watcher:
-                if update is None:
-                    break
-                parsed = parse_key(update.key)
-                if parsed is not None and update.operation not in ("DEL", "PURGE"):
-                    found[parsed[0]] = update.revision
-        finally:
-            await finish(watcher.stop)
-        return found
+        seq = 1
+        while True:
+            try:
+                msg = await self.js.get_msg(kv_stream(AGENTS_BUCKET), seq=seq, subject=pattern, next=True)
+            except NotFoundError:
+                return found
+            parsed = parse_key(msg.subject.removeprefix(prefix))
+            if parsed is not None:
+                if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                    found.pop(parsed[0], None)
+                else:
+                    found[parsed[0]] = msg.seq
+            seq = msg.seq + 1
 
     async def fresh_owner(self, kv, name: str) -> str | None:
         claims = await self.fresh_claims(kv, name)

@@ -50,11 +50,12 @@ def shown_url(url: str) -> str:
 
 
 class Bridge:
-    def __init__(self, store: Store, url: str, host: str, committer, hub, seed: str | None = None) -> None:
+    def __init__(self, store: Store, url: str, host: str, committer, hub, seed: str | None = None, creds_path: str | None = None) -> None:
         self.store = store
         self.url = url
         self.host = check_agent_name(host, "host name")
         self.seed = seed  # the host's nkey seed (relayd --bridge-creds), or None: the URL's own auth
+        self.creds_path = creds_path
         self.committer = committer
         self.directory = Directory(store, self.host)
         self.directory.on_change = self._directory_changed
@@ -70,7 +71,7 @@ class Bridge:
         self._buckets = None
         self._lost: anyio.Event | None = None
         self.team_ops = {"register": self.register, "reserve": self.reservations.reserve, "release": self.reservations.release}
-        remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url)))
+        remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url), creds=creds_path))
 
     # -- relayd.remote.Remote ------------------------------------------------------------
     def host_of(self, name: str) -> str | None:
@@ -109,7 +110,7 @@ class Bridge:
     def _directory_changed(self) -> None:
         agents = {name: self.directory.host_of(name) or "" for name in self.directory.remote_names()}
         try:
-            remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents))
+            remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents, creds=self.creds_path))
         except RelayError as exc:
             log.warning("could not write the bridge state file", error=exc.message)
 
@@ -240,6 +241,7 @@ class Bridge:
         agents = await link.bucket(js, link.AGENTS_BUCKET)
         reservations = await link.bucket(js, link.RESERVATIONS_BUCKET)
         locks = await link.bucket(js, link.LOCKS_BUCKET)
+        self.directory.js = js
         async with anyio.create_task_group() as session:
             session.start_soon(self.lease.keep, hosts)
             self.directory.ready = anyio.Event()

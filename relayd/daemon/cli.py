@@ -102,7 +102,7 @@ def daemon(
         if not os.path.isdir(ignite_queue):
             raise UsageError(f"--ignite-queue {ignite_queue}: not a directory (the IGNITE queue, e.g. workspace/queue)")
 
-    bridge_url, host_name, bridge_seed = _bridge_settings(root, bridge_url, host_name, bridge_creds)
+    bridge_url, host_name, bridge_seed, bridge_creds = _bridge_settings(root, bridge_url, host_name, bridge_creds)
 
     from .main import Config, run
 
@@ -121,6 +121,7 @@ def daemon(
             bridge_url=bridge_url,
             host_name=host_name,
             bridge_seed=bridge_seed,
+            bridge_creds=bridge_creds,
             ignite_queue=ignite_queue,
             ignite_timeout=ignite_timeout,
         )
@@ -128,9 +129,9 @@ def daemon(
     ctx.exit(status)
 
 
-def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: str | None) -> tuple[str | None, str | None, str | None]:
+def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: str | None) -> tuple[str | None, str | None, str | None, str | None]:
     """--bridge / --bridge-creds / --host-name, else config.json's bridge section; checked
-    before starting. Returns (url, host name, nkey seed or None)."""
+    before starting. Returns (url, host name, nkey seed or None, creds path or None)."""
     from relayd.errors import UsageError
     from relayd.names import check_agent_name
 
@@ -148,14 +149,15 @@ def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: s
     if not url:
         if creds_path:
             raise UsageError("--bridge-creds goes with --bridge URL (the team's NATS server)")
-        return None, None, None
+        return None, None, None, None
     if not url.startswith(("nats://", "tls://")):
         raise UsageError(f"--bridge must be a nats:// (or tls://) URL, e.g. nats://127.0.0.1:4222, not {url!r}")
     seed = None
     if creds_path:
         from relayd.bridge.setup import load_credentials
 
-        creds = load_credentials(os.path.expanduser(creds_path))
+        creds_path = os.path.abspath(os.path.expanduser(creds_path))
+        creds = load_credentials(creds_path)
         if host and host != creds.host:
             raise UsageError(f"--host-name {host} does not match the credentials in {creds_path}, which are host {creds.host}'s")
         host, seed = creds.host, creds.seed
@@ -172,7 +174,7 @@ def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: s
             import nkeys  # noqa: F401
     except ImportError as exc:
         raise UsageError(f"--bridge needs {exc.name}: pip install 'relay[bridge]'") from None
-    return url, host, seed
+    return url, host, seed, creds_path
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,6 +50,7 @@ class Config:
     bridge_url: str | None = None  # nats://HOST:PORT: join other hosts' relayd (relayd.bridge)
     host_name: str | None = None
     bridge_seed: str | None = None  # the host's nkey seed, from --bridge-creds
+    bridge_creds: str | None = None  # that file's path (shown in hints)
     max_connections: int | None = None  # None: from the descriptor limit
     idle_timeout: float = 600.0
 
@@ -194,7 +195,7 @@ def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hu
         return None
     from relayd.bridge.service import Bridge
 
-    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub, seed=config.bridge_seed)
+    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub, seed=config.bridge_seed, creds_path=config.bridge_creds)
     store.remote = bridge
     return bridge
 
