@@ -493,6 +493,15 @@ class Intruder:
     def refused(self, subject: str) -> bool:
         return any("permissions violation" in v.lower() and subject.lower() in v.lower() for v in self.violations)
 
+    async def await_refusal(self, subject: str) -> None:
+        """The server's -ERR for a plain publish arrives after the flush that sent it."""
+        import asyncio
+
+        for _ in range(100):
+            if self.refused(subject):
+                return
+            await asyncio.sleep(0.02)
+
     async def fails(self, call) -> Exception:
         """`call` must not succeed (NATS answers a refused request with nothing: a timeout)."""
         try:
@@ -784,6 +793,7 @@ def test_forged_events_do_not_reach_team_subscribers(hosts, nats):
             # A reply aimed at the events subject carries no host's authority either.
             await gamma.nc.publish("$JS.API.INFO", b"", reply="relay.events.beta")
             await gamma.nc.flush()
+            await gamma.await_refusal("relay.events.beta")
             return gamma
 
     gamma = run(forge())
