@@ -25,7 +25,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError
 
 from relayd.agents import agent_states
 from relayd.errors import Conflict, RelayError
@@ -33,8 +33,8 @@ from relayd.names import AGENT_NAME_RE
 from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
-from .link import finish
-from .subjects import AGENTS_BUCKET, kv_stream, name_key, presence_key
+from .link import finish, read_bucket
+from .subjects import AGENTS_BUCKET, name_key, presence_key
 
 log = structlog.get_logger()
 
@@ -177,29 +177,17 @@ class Directory:
             return
         self.presence[(host, name)] = entry
 
-    async def fresh_claims(self, kv, name: str) -> dict[str, int]:
-        """Every host's claim on `name`, read from the bucket's stream now (the watched copy
-        may lag): message by message in sequence order, so none written before the read
-        began is missed (a watcher's "caught up" marker can come before its entries)."""
-        prefix = f"$KV.{AGENTS_BUCKET}."
-        pattern = prefix + name_key("*", name)
+    async def fresh_claims(self, name: str) -> dict[str, int]:
+        """Every host's claim on `name`, read from the bucket now (the watched copy may lag)."""
         found: dict[str, int] = {}
-        seq = 1
-        while True:
-            try:
-                msg = await self.js.get_msg(kv_stream(AGENTS_BUCKET), seq=seq, subject=pattern, next=True)
-            except NotFoundError:
-                return found
-            parsed = parse_key(msg.subject.removeprefix(prefix))
+        for key, revision, _ in await read_bucket(self.js, AGENTS_BUCKET, name_key("*", name)):
+            parsed = parse_key(key)
             if parsed is not None:
-                if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
-                    found.pop(parsed[0], None)
-                else:
-                    found[parsed[0]] = msg.seq
-            seq = msg.seq + 1
+                found[parsed[0]] = revision
+        return found
 
     async def fresh_owner(self, kv, name: str) -> str | None:
-        claims = await self.fresh_claims(kv, name)
+        claims = await self.fresh_claims(name)
         if claims:
             self.claims[name] = {**self.claims.get(name, {}), **claims}
         return oldest(claims)
@@ -229,7 +217,7 @@ class Directory:
             revision = await kv.create(key, CLAIM)
         except KeyWrongLastSequenceError:
             revision = (await kv.get(key)).revision  # claimed before (an earlier run): keep its place
-        claims = await self.fresh_claims(kv, name)
+        claims = await self.fresh_claims(name)
         claims[self.host] = revision
         self.claims[name] = claims
         return oldest(claims) or self.host

@@ -16,6 +16,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from relayd.errors import Unavailable
 
+from .subjects import kv_stream
 from .subjects import (  # noqa: F401  (the bridge's modules import the names from here)
     AGENTS_BUCKET,
     EVENTS_SUBJECTS,
@@ -77,6 +78,28 @@ async def bucket(js, name: str, ttl: float | None = None):
     except BucketNotFoundError:
         pass
     return await js.create_key_value(bucket=name, history=1, ttl=ttl, storage=api.StorageType.FILE)
+
+
+async def read_bucket(js, bucket: str, keys: str = ">") -> list[tuple[str, int, bytes]]:
+    """(key, revision, value) of every live entry of `bucket` whose key matches `keys`, read
+    from its stream now, message by message in sequence order. A KV watcher (and nats-py's
+    `keys()`, built on one) can signal "caught up" before entries already stored, so a
+    decision taken on its answer could miss a claim or a reservation written just before."""
+    prefix = f"$KV.{bucket}."
+    live: dict[str, tuple[int, bytes]] = {}
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(kv_stream(bucket), seq=seq, subject=prefix + keys, next=True)
+        except NotFoundError:
+            break
+        key = (msg.subject or "").removeprefix(prefix)
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            live.pop(key, None)
+        else:
+            live[key] = (msg.seq or 0, msg.data or b"")
+        seq = (msg.seq or seq) + 1
+    return [(key, revision, value) for key, (revision, value) in live.items()]
 
 
 async def mail_consumer(js, host: str):

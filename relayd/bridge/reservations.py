@@ -28,7 +28,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from relayd import protocol
 from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
@@ -39,8 +39,8 @@ from relayd.reservations import check_repo, describe, find_conflicts, is_expired
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
-from .link import finish
-from .subjects import LOCK_KEY
+from .link import finish, read_bucket
+from .subjects import LOCK_KEY, RESERVATIONS_BUCKET
 from .subjects import reservation_key as team_key
 
 log = structlog.get_logger()
@@ -78,6 +78,7 @@ class TeamReservations:
         self.connected = connected  # the buckets (reservations, locks), or None while NATS is away
         self.remote: dict[str, TeamEntry] = {}  # other hosts' entries by key, as last read
         self.reconcile_every = RECONCILE_SECONDS
+        self.js = None  # the session's JetStream context (fresh reads of the bucket)
 
     def _key(self, r: Reservation) -> str:
         return team_key(self.host, digest(reservation_key(r.repo, r.pattern, None if r.exclusive else r.agent)))
@@ -203,7 +204,7 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        self.remote = {key: value for key, _, value in await _bucket(kv) if value.host != self.host}
+        self.remote = {key: value for key, _, value in await _bucket(self.js) if value.host != self.host}
         return list(self.remote.values())
 
     async def watch(self, kv) -> None:
@@ -234,29 +235,21 @@ class TeamReservations:
         """Make the bucket show exactly this host's live reservations, each freshly written
         (the bucket's max age removes entries nobody rewrites)."""
         local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
-        for key, revision, value in await _bucket(kv):
+        for key, revision, value in await _bucket(self.js):
             if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
 
 
-async def _bucket(kv) -> list[tuple[str, int, TeamEntry]]:
-    """(key, revision, entry) of every readable entry, fresh from the bucket; keys deleted
-    meanwhile and damaged values are left out."""
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return []
+async def _bucket(js) -> list[tuple[str, int, TeamEntry]]:
+    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values
+    and entries naming another host than their key are left out."""
     found = []
-    for key in keys:
-        try:
-            entry = await kv.get(key)
-        except KeyNotFoundError:
-            continue
-        value = _genuine(key, entry.value)
+    for key, revision, raw in await read_bucket(js, RESERVATIONS_BUCKET):
+        value = _genuine(key, raw)
         if value is not None:
-            found.append((key, entry.revision, value))
+            found.append((key, revision, value))
     return found
 
 

@@ -148,8 +148,8 @@ class Bridge:
         """The host that owns agent `name`: from the watched directory, or fresh from the
         bucket when the watcher has not shown the name yet (mail can outrun it)."""
         owner = self.directory.owner(name)
-        if owner is None and self._agents_kv is not None:
-            owner = await self.directory.fresh_owner(self._agents_kv, name)
+        if owner is None and self.directory.js is not None:
+            owner = await self.directory.fresh_owner(name)
         return owner
 
     # -- durability, as the group commit provides it ---------------------------------------
@@ -241,7 +241,7 @@ class Bridge:
         agents = await link.bucket(js, link.AGENTS_BUCKET)
         reservations = await link.bucket(js, link.RESERVATIONS_BUCKET)
         locks = await link.bucket(js, link.LOCKS_BUCKET)
-        self.directory.js = js
+        self.directory.js = self.reservations.js = js
         async with anyio.create_task_group() as session:
             session.start_soon(self.lease.keep, hosts)
             self.directory.ready = anyio.Event()
