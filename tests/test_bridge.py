@@ -58,8 +58,8 @@ class Host:
     def creds(self) -> str:
         return self.nats.creds(self.name)
 
-    def start(self) -> "Host":
-        self.daemon = Daemon(self.env, "--bridge", self.nats.url, "--bridge-creds", self.creds, log_path=str(self.dir / "relayd.log")).start()
+    def start(self, url: str | None = None) -> "Host":
+        self.daemon = Daemon(self.env, "--bridge", url or self.nats.url, "--bridge-creds", self.creds, log_path=str(self.dir / "relayd.log")).start()
         return self
 
     def status(self) -> dict:
@@ -853,3 +853,45 @@ def _probe(port: int) -> bytes:
             return conn.recv(4)
     except OSError:
         return b""
+
+
+def test_tls_with_a_private_ca_given_by_ssl_cert_file(short_tmp, relay_env):
+    """tls:// with the server's certificate signed by the team's own CA: relayd trusts it
+    only when SSL_CERT_FILE points at that CA."""
+    pki = short_tmp / "pki"
+    pki.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=pki, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2", "-subj", "/CN=team CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server-key.pem", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (pki / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    auth = short_tmp / "nats-auth"
+    RelayCtl(relay_env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
+    conf = short_tmp / "tls.conf"
+    conf.write_text(f'tls {{ cert_file: "{pki / "server.pem"}", key_file: "{pki / "server-key.pem"}" }}\ninclude nats-auth/auth.conf\n')
+    server = NatsServer(str(short_tmp), config=str(conf))
+    server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
+    server.start()
+    url = f"tls://127.0.0.1:{server.port}"
+    trusting = Host(short_tmp, "alpha", server, {**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})
+    wary = Host(short_tmp, "beta", server, relay_env)
+    try:
+        for host in (trusting, wary):
+            host.ctl("init")
+            host.start(url)
+        state = wait_for("alpha connected over TLS", lambda: connected(trusting) and trusting.bridge())
+        assert state["url"] == url
+        refused = wait_for("beta's refusal of an unknown CA", lambda: beta_error(wary))
+        assert "CERTIFICATE_VERIFY_FAILED" in refused and wary.bridge()["state"] != "connected"
+    finally:
+        for host in (trusting, wary):
+            if host.daemon is not None:
+                host.daemon.kill()
+        server.kill()
+
+
+def beta_error(host: Host) -> str | None:
+    return host.bridge().get("last_error")
