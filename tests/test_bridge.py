@@ -363,9 +363,22 @@ def test_bridge_settings_can_live_in_config_json(short_tmp, nats, relay_env):
         host.daemon.kill()
 
 
-def test_bad_bridge_settings_are_one_line_errors(relay_env, relayctl):
+def test_bad_bridge_settings_are_one_line_errors(relay_env, relayctl, short_tmp):
     relayctl("init")
-    for args, words in ((["--bridge", "http://x:1"], "nats://"), (["--bridge", "nats://127.0.0.1:1", "--host-name", "Bad Name"], "invalid host name")):
+    relayctl("bridge", "setup", "--hosts", "alpha", "--out", str(short_tmp / "auth"))
+    readable = short_tmp / "auth" / "alpha.creds"
+    readable.chmod(0o644)
+    damaged = short_tmp / "damaged.creds"
+    damaged.write_text('{"host": "alpha"}')
+    damaged.chmod(0o600)
+    for args, words in (
+        (["--bridge", "http://x:1"], "nats://"),
+        (["--bridge", "nats://127.0.0.1:1", "--host-name", "Bad Name"], "invalid host name"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(readable)], "readable by other users; chmod 600"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(damaged)], "not a relay credentials file"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(short_tmp / "missing.creds")], "No such file"),
+        (["--bridge-creds", str(damaged)], "--bridge-creds goes with --bridge URL"),
+    ):
         proc = subprocess.run([sys.executable, "-m", "relayd.daemon", *args], env=relay_env, capture_output=True, text=True, timeout=30)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr
 

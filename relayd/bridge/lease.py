@@ -26,7 +26,7 @@ from relayd.errors import Conflict
 from relayd.store import Store
 from relayd.timefmt import now_iso
 
-from .link import finish
+from .link import LEASE_TTL, finish
 
 log = structlog.get_logger()
 
@@ -64,7 +64,7 @@ class Lease:
     def _taken(self, holder: Holder | None) -> NameTaken:
         who = f"relayd pid {holder.pid} of another store, holding it since {holder.since}" if holder else "another relayd"
         return NameTaken(
-            f"host name {self.host!r} is in use by {who}; give this relayd its own --host-name (and credentials: relayctl bridge setup --hosts ...), or stop the other one (its lease ends {LEASE_HINT} after it stops)",
+            f"host name {self.host!r} is in use by {who}; give this relayd its own --host-name (and credentials: relayctl bridge setup --hosts ...), or stop the other one (its lease ends within {LEASE_TTL:.0f} s after it stops)",
             host=self.host,
         )
 
@@ -93,7 +93,7 @@ class Lease:
 
     async def keep(self, kv) -> None:
         """Rewrite the lease until cancelled; NameTaken if another store took it."""
-        max_age = (await kv.status()).ttl or 20.0
+        max_age = (await kv.status()).ttl or LEASE_TTL
         while True:
             await anyio.sleep(max_age / 4)
             try:
@@ -108,8 +108,6 @@ class Lease:
             revision, self.revision = self.revision, 0
             await finish(lambda: kv.delete(self.host, last=revision))
 
-
-LEASE_HINT = "within 20 s"
 
 
 def _holder(raw: bytes | None) -> Holder | None:
