@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "mime": "relayctl.cmd_mime:mime_group",
     "ignite": "relayctl.cmd_ignite:ignite",
     "web": "relayctl.cmd_web:web",
+    "bridge": "relayctl.cmd_bridge:bridge",
 }
 
 

@@ -71,6 +71,7 @@ class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class BridgeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     url: str  # nats://HOST:PORT of the team's NATS server (relayd --bridge)
     host: str | None = None  # this host's name in the team (relayd --host-name)
+    creds: str | None = None  # this host's credentials file (relayd --bridge-creds)
 
 
 class DedupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -118,16 +118,13 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
     priority = normalize_priority(p.priority)
     if not p.body.strip() and not (p.subject or "").strip():
         raise UsageError("empty message: give a body or a subject")
-    if len(p.body.encode()) > MAX_BODY:
-        raise UsageError(f"message body is too large ({len(p.body.encode())} bytes, at most {MAX_BODY})")
     subject = p.subject if p.subject is not None else default_subject(p.body)
-    if len(subject) > MAX_SUBJECT:
-        raise UsageError(f"subject is too long ({len(subject)} characters, at most {MAX_SUBJECT})")
-    if len(p.tags) > MAX_TAGS or any(not tag or len(tag) > 128 for tag in p.tags):
-        raise UsageError(f"tags: at most {MAX_TAGS}, each 1-128 characters")
-    if p.thread is not None and (not p.thread or len(p.thread) > 256):
-        raise UsageError("thread: 1-256 characters")
+    check_content(p.body, subject, p.tags, p.thread)
     chosen = check_id(p.id) if p.id is not None else None
+    recipients = _recipients(store, p, sender)
+    if store.remote is not None and not store.is_agent(sender) and any(_is_remote(store, r) for r in recipients):
+        # The receiving host stores mail only from a name the directory gives to this host.
+        raise UsageError(f"{sender} is not an agent of this host, and mail to other hosts must come from one: relayctl register {sender}")
     stamp = now_iso()
     messages = [
         Message(
@@ -144,13 +141,42 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
             ack=p.ack,
             attempt=1 if p.ack else None,
         )
-        for recipient in _recipients(store, p, sender)
+        for recipient in recipients
     ]
     size = len(json_encoder.encode(messages[0])) + 1
     if size * len(messages) > MAX_RESULT:
         copies = f"{len(messages)} copies of this {size}-byte message" if len(messages) > 1 else f"this message, {size} bytes stored,"
         raise UsageError(f"{copies} would be more than one send may carry ({MAX_RESULT} bytes); send a shorter text, or write it to a file and send the path")
     return messages
+
+
+def check_content(body: str, subject: str, tags: list[str], thread: str | None) -> None:
+    """The limits every message keeps, sent here or received from another host."""
+    if len(body.encode()) > MAX_BODY:
+        raise UsageError(f"message body is too large ({len(body.encode())} bytes, at most {MAX_BODY})")
+    if len(subject) > MAX_SUBJECT:
+        raise UsageError(f"subject is too long ({len(subject)} characters, at most {MAX_SUBJECT})")
+    if len(tags) > MAX_TAGS or any(not tag or len(tag) > 128 for tag in tags):
+        raise UsageError(f"tags: at most {MAX_TAGS}, each 1-128 characters")
+    if thread is not None and (not thread or len(thread) > 256):
+        raise UsageError("thread: 1-256 characters")
+
+
+def check_message(m: Message) -> None:
+    """A whole message, as a local send would have made it (mail from another host is
+    stored only if it passes): names, id, time, priority, sizes, tags."""
+    check_agent_name(m.from_, "sender")
+    check_agent_name(m.to, "recipient")
+    check_id(m.id)
+    if m.id != m.id.upper():
+        raise UsageError(f"id {m.id!r} is not in upper case, as relay writes ids")
+    parse_iso(m.ts)
+    normalize_priority(m.priority)
+    if not m.body.strip() and not m.subject.strip():
+        raise UsageError("empty message: no body and no subject")
+    check_content(m.body, m.subject, m.tags, m.thread)
+    if m.ack or m.attempt is not None:
+        raise UsageError("--ack works within one host: a message from another host cannot be owed")
 
 
 def append_messages(store: Store, recipient: str, messages: list[Message]) -> None:

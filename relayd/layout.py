@@ -50,7 +50,8 @@ OUTBOX_LOCK = "outbox.lock"
 BRIDGE_STATE = "state.json"  # this store is bridged: host name, NATS URL, last directory
 RECEIVED = "received.jsonl"  # ids of messages that came in over the bridge (no duplicates)
 RECEIVED_ROTATED = "received.jsonl.1"
-UNDELIVERABLE = "undeliverable.jsonl"  # bridge mail for an agent this host does not have
+UNDELIVERABLE = "undeliverable.jsonl"  # bridge mail refused here, each line with its reason
+STORE_ID = "store-id"  # a random id of this store: whose lease on the host name (relayd.bridge.lease)
 
 WAKE_TRIGGER = "trigger"
 WAKE_LAST_MESSAGE = "last-message"

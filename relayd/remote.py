@@ -52,6 +52,11 @@ class BridgeState(msgspec.Struct, kw_only=True):
     host: str
     url: str
     agents: dict[str, str] = msgspec.field(default_factory=dict)  # remote agent -> its host, last seen
+    creds: str | None = None  # the credentials file relayd was started with (--bridge-creds)
+
+    def start_command(self) -> str:
+        how = f"--bridge-creds {self.creds}" if self.creds else f"--host-name {self.host}"
+        return f"relayd --bridge {self.url} {how}"
 
 
 outbox_entry_decoder = msgspec.json.Decoder(OutboxEntry)
@@ -98,7 +103,7 @@ def recipient_host(store: Store, name: str, ack: bool = False) -> str | None:
     if state is not None and name in state.agents:
         raise Unavailable(
             f"{name} is an agent on host {state.agents[name]}; messages to other hosts go through relayd's bridge, "
-            f"and relayd is not running for {store.root} (start it: relayd --bridge {state.url} --host-name {state.host})",
+            f"and relayd is not running for {store.root} (start it: {state.start_command()})",
             agent=name,
             host=state.agents[name],
         )
@@ -133,7 +138,7 @@ def refuse_unbridged(store: Store, what: str) -> None:
     if state is not None:
         raise Unavailable(
             f"{what} is decided team-wide through relayd's bridge, and relayd is not running for {store.root} "
-            f"(start it: relayd --bridge {state.url} --host-name {state.host})"
+            f"(start it: {state.start_command()})"
         )
 
 

@@ -1,4 +1,8 @@
-"""A real nats-server with JetStream on 127.0.0.1, started, killed and paused by tests."""
+"""A real nats-server with JetStream on 127.0.0.1, started, killed and paused by tests.
+
+With `config`, the server also reads that file (the authorization `relayctl bridge setup`
+writes); the command line's address, port and store directory win over the file's.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ def free_port() -> int:
 
 
 class NatsServer:
-    def __init__(self, workdir: str, port: int | None = None) -> None:
+    def __init__(self, workdir: str, port: int | None = None, config: str | None = None) -> None:
         assert NATS_SERVER is not None
+        self.config = config
         self.port = port or free_port()
         self.store_dir = os.path.join(workdir, "jetstream")
         self.log_path = os.path.join(workdir, "nats-server.log")
@@ -33,7 +38,7 @@ class NatsServer:
     def start(self) -> "NatsServer":
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store_dir],
+                [NATS_SERVER, *(["-c", self.config] if self.config else []), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store_dir],
                 stdout=log,
                 stderr=log,
             )

@@ -1,7 +1,8 @@
 """Two hosts bridged over a real nats-server: two stores, two relayd, one JetStream.
 
-Each "host" is a store with its own socket and its own relayd started with
-`--bridge nats://127.0.0.1:PORT --host-name NAME`, as on two machines.
+The server runs with the authorization `relayctl bridge setup` writes, and each "host" is
+a store with its own socket and its own relayd started with
+`--bridge nats://127.0.0.1:PORT --bridge-creds NAME.creds`, as on two machines.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not 
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[test]' brings it)")
 
 REPO = "/srv/shared-repo"
+TEAM = ("alpha", "beta", "gamma", "ghost")  # ghost has credentials and never runs a relayd
 
 
 def wait_for(what: str, predicate, timeout: float = 20.0, every: float = 0.05):
@@ -52,8 +54,12 @@ class Host:
         self.nats = nats
         self.daemon: Daemon | None = None
 
-    def start(self) -> "Host":
-        self.daemon = Daemon(self.env, "--bridge", self.nats.url, "--host-name", self.name, log_path=str(self.dir / "relayd.log")).start()
+    @property
+    def creds(self) -> str:
+        return self.nats.creds(self.name)
+
+    def start(self, url: str | None = None) -> "Host":
+        self.daemon = Daemon(self.env, "--bridge", url or self.nats.url, "--bridge-creds", self.creds, log_path=str(self.dir / "relayd.log")).start()
         return self
 
     def status(self) -> dict:
@@ -76,9 +82,18 @@ class Host:
         return RawClient(self.daemon.socket_path)
 
 
+def team_server(workdir: Path, env: dict[str, str]) -> NatsServer:
+    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup."""
+    auth = workdir / "nats-auth"
+    RelayCtl(env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
+    server = NatsServer(str(workdir), config=str(auth / "auth.conf"))
+    server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
+    return server.start()
+
+
 @pytest.fixture
-def nats(short_tmp):
-    server = NatsServer(str(short_tmp)).start()
+def nats(short_tmp, relay_env):
+    server = team_server(short_tmp, relay_env)
     yield server
     server.resume() if server.proc and server.proc.poll() is None else None
     server.kill()
@@ -96,6 +111,17 @@ def hosts(short_tmp, nats, relay_env):
     for host in made:
         if host.daemon is not None:
             host.daemon.kill()
+
+
+async def connect_as(server: NatsServer, host: str):
+    """A NATS client holding `host`'s credentials, as any program with that file could."""
+    import json
+
+    import nats as nats_py
+
+    with open(server.creds(host)) as fh:
+        seed = json.load(fh)["seed"]
+    return await nats_py.connect(server.url, nkeys_seed_str=seed, inbox_prefix=f"_INBOX.{host}", allow_reconnect=False)
 
 
 def connected(host: Host) -> bool:
@@ -282,13 +308,14 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
     import asyncio
 
     import msgspec
-    import nats as nats_py
 
     from relayd.inbox import append_messages
     from relayd.records import Message
 
     alpha, beta = hosts
+    alpha.ctl("register", "alice")
     beta.ctl("register", "bob")
+    wait_for("beta to list alice", lambda: beta.sees("alice", "alpha"))
     assert beta.daemon.stop() == 0
 
     def message(n: int) -> Message:
@@ -301,11 +328,11 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
     wait_for("beta to connect", lambda: connected(beta))
 
     async def publish() -> None:
-        nc = await nats_py.connect(beta.nats.url)
+        nc = await connect_as(beta.nats, "alpha")
         js = nc.jetstream()
         # Distinct Nats-Msg-Id values: JetStream keeps them all, only relayd can refuse them.
         for n, tag in ((1, "a"), (2, "a"), (2, "b"), (3, "a")):
-            await js.publish("relay.mail.beta", msgspec.json.encode(message(n)), headers={"Nats-Msg-Id": f"{message(n).id}-{tag}"})
+            await js.publish("relay.mail.beta.alpha", msgspec.json.encode(message(n)), headers={"Nats-Msg-Id": f"{message(n).id}-{tag}"})
         await nc.close()
 
     asyncio.run(publish())
@@ -327,18 +354,31 @@ def test_bridge_settings_can_live_in_config_json(short_tmp, nats, relay_env):
     host = Host(short_tmp, "gamma", nats, relay_env)
     host.ctl("init")
     config = Path(host.env["RELAY_DIR"]) / "config.json"
-    config.write_text(json.dumps({"bridge": {"url": nats.url, "host": "from-config"}}))
+    config.write_text(json.dumps({"bridge": {"url": nats.url, "creds": nats.creds("gamma")}}))
     host.daemon = Daemon(host.env, log_path=str(host.dir / "relayd.log")).start()
     try:
         state = wait_for("the bridge to connect", lambda: connected(host) and host.bridge())
-        assert state["host"] == "from-config" and state["url"] == nats.url
+        assert state["host"] == "gamma" and state["url"] == nats.url
     finally:
         host.daemon.kill()
 
 
-def test_bad_bridge_settings_are_one_line_errors(relay_env, relayctl):
+def test_bad_bridge_settings_are_one_line_errors(relay_env, relayctl, short_tmp):
     relayctl("init")
-    for args, words in ((["--bridge", "http://x:1"], "nats://"), (["--bridge", "nats://127.0.0.1:1", "--host-name", "Bad Name"], "invalid host name")):
+    relayctl("bridge", "setup", "--hosts", "alpha", "--out", str(short_tmp / "auth"))
+    readable = short_tmp / "auth" / "alpha.creds"
+    readable.chmod(0o644)
+    damaged = short_tmp / "damaged.creds"
+    damaged.write_text('{"host": "alpha"}')
+    damaged.chmod(0o600)
+    for args, words in (
+        (["--bridge", "http://x:1"], "nats://"),
+        (["--bridge", "nats://127.0.0.1:1", "--host-name", "Bad Name"], "invalid host name"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(readable)], "readable by other users; chmod 600"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(damaged)], "not a relay credentials file"),
+        (["--bridge", "nats://127.0.0.1:1", "--bridge-creds", str(short_tmp / "missing.creds")], "No such file"),
+        (["--bridge-creds", str(damaged)], "--bridge-creds goes with --bridge URL"),
+    ):
         proc = subprocess.run([sys.executable, "-m", "relayd.daemon", *args], env=relay_env, capture_output=True, text=True, timeout=30)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr
 
@@ -423,3 +463,448 @@ def test_faults_every_acknowledged_send_arrives_exactly_once(hosts, nats):
     wait_for("every acknowledged send on beta", lambda: len({m.id for m in beta.inbox("bob")} & set(sender.acked)) == len(sender.acked), timeout=60)
     time.sleep(2.0)  # let any redelivery that is still coming arrive, so a duplicate would show
     check_exactly_once(beta, sender.acked)
+
+
+# -- a hostile neighbour on the same NATS server ----------------------------------------------
+#
+# Each attack runs with real credentials from `relayctl bridge setup`: what a client with none
+# can do, and what a host's credentials (gamma's, or ghost's, which runs no relayd) can do to
+# alpha and beta.
+
+
+class Intruder:
+    """A NATS client with one host's credentials (or none), and the refusals NATS sent it."""
+
+    def __init__(self, server: NatsServer, host: str | None) -> None:
+        self.server = server
+        self.host = host
+        self.violations: list[str] = []
+        self.nc = None
+
+    async def __aenter__(self) -> "Intruder":
+        import json
+
+        import nats as nats_py
+
+        async def noted(exc: Exception) -> None:
+            self.violations.append(str(exc))
+
+        options: dict = {"error_cb": noted, "allow_reconnect": False, "connect_timeout": 2}
+        if self.host is not None:
+            with open(self.server.creds(self.host)) as fh:
+                options["nkeys_seed_str"] = json.load(fh)["seed"]
+            options["inbox_prefix"] = f"_INBOX.{self.host}"
+        self.nc = await nats_py.connect(self.server.url, **options)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.nc.close()
+
+    def js(self):
+        return self.nc.jetstream(timeout=2.0)
+
+    def refused(self, subject: str) -> bool:
+        return any("permissions violation" in v.lower() and subject.lower() in v.lower() for v in self.violations)
+
+    async def await_refusal(self, subject: str) -> None:
+        """The server's -ERR for a plain publish arrives after the flush that sent it."""
+        import asyncio
+
+        for _ in range(100):
+            if self.refused(subject):
+                return
+            await asyncio.sleep(0.02)
+
+    async def fails(self, call) -> Exception:
+        """`call` must not succeed (NATS answers a refused request with nothing: a timeout)."""
+        try:
+            await call
+        except Exception as exc:
+            return exc
+        raise AssertionError("the server allowed it")
+
+
+def run(coro):
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def registered_pair(hosts) -> tuple[Host, Host]:
+    alpha, beta = hosts
+    alpha.ctl("register", "athena")
+    beta.ctl("register", "trainer")
+    wait_for("both directories", lambda: alpha.sees("trainer", "beta") and beta.sees("athena", "alpha"))
+    return alpha, beta
+
+
+def test_a_client_without_credentials_cannot_connect(hosts, nats):
+    import nats as nats_py
+
+    async def attempt():
+        client = nats_py.NATS()
+        try:
+            with pytest.raises(Exception) as refused:
+                await client.connect(nats.url, allow_reconnect=False, connect_timeout=2)
+        finally:
+            await client.close()  # nats-py leaves the refused connection's socket open otherwise
+        return refused.value
+
+    refused = run(attempt())
+    assert "authorization violation" in str(refused).lower()
+    assert "authentication error" in nats.log()
+
+
+def test_a_host_cannot_read_another_hosts_mail(hosts, nats):
+    alpha, beta = registered_pair(hosts)
+    assert beta.daemon.stop() == 0  # mail for trainer waits in JetStream
+    alpha.ctl("send", "trainer", "the launch code is 0000", agent="athena")
+    wait_for("the send to leave alpha's outbox", lambda: alpha.bridge()["backlog"] == 0)
+
+    async def snoop() -> Intruder:
+        async with Intruder(nats, "gamma") as gamma:
+            got = []
+
+            async def seen(msg) -> None:
+                got.append(msg)
+
+            sub = await gamma.nc.subscribe("relay.mail.>", cb=seen)
+            await gamma.nc.flush()
+            js = gamma.js()
+            await gamma.fails(js.get_msg("RELAY_MAIL", seq=1))
+            await gamma.fails(js.add_consumer("RELAY_MAIL", durable_name="peek", filter_subject="relay.mail.beta.*"))
+            await gamma.fails(js.add_consumer("RELAY_MAIL", name="mail-gamma", durable_name="mail-gamma", filter_subject="relay.mail.beta.*"))
+            await gamma.fails(js.consumer_info("RELAY_MAIL", "mail-beta"))
+            await sub.unsubscribe()
+            assert got == []
+            return gamma
+
+    gamma = run(snoop())
+    assert gamma.refused("relay.mail.>")
+    assert gamma.refused("$JS.API.STREAM.MSG.GET.RELAY_MAIL")
+    assert gamma.refused("$JS.API.CONSUMER.DURABLE.CREATE.RELAY_MAIL.peek")
+    assert gamma.refused("$JS.API.CONSUMER.CREATE.RELAY_MAIL.mail-gamma.relay.mail.beta.*")
+    beta.start()
+    got = wait_for("trainer's mail after beta is back", lambda: beta.inbox("trainer"))
+    assert [m.body for m in got] == ["the launch code is 0000"]
+
+
+def test_injected_mail_is_checked_like_a_local_send(hosts, nats):
+    import json
+
+    alpha, beta = registered_pair(hosts)
+    good = {"id": "01M8ZZZZZZZZZZZZZZZZZZZZ01", "ts": "2026-11-23T09:00:00.000Z", "from": "athena", "to": "trainer", "subject": "s", "body": "b"}
+    attacks = {
+        "forged sender": {**good, "from": "athena"},  # athena lives on alpha, gamma sends it
+        "not a ULID": {**good, "id": "not-a-ulid-at-all"},
+        "invalid sender": {**good, "from": "\x1b]52;c;cm0gLXJmIH4K\x07athena"},
+        "too large": {**good, "body": "x" * 900_000},
+        "tags: at most": {**good, "tags": ["t" * 5000] * 200},
+        "not an agent of this host": {**good, "from": "gbot", "to": "nobody"},
+    }
+
+    async def inject() -> Intruder:
+        async with Intruder(nats, "gamma") as gamma:
+            js = gamma.js()
+            # gamma may name agents of its own: it claims gbot (no relayd needed for that).
+            await (await js.key_value("relay-agents")).put("gamma.name.gbot", b"{}")
+            for n, message in enumerate(attacks.values()):
+                await js.publish("relay.mail.beta.gamma", json.dumps(message).encode(), headers={"Nats-Msg-Id": f"attack-{n}"})
+            # In another host's name, NATS refuses it outright.
+            await gamma.fails(js.publish("relay.mail.beta.alpha", json.dumps(good).encode()))
+            return gamma
+
+    gamma = run(inject())
+    assert gamma.refused("relay.mail.beta.alpha")
+    undeliverable = Path(beta.env["RELAY_DIR"]) / "bridge" / "undeliverable.jsonl"
+    lines = wait_for("every attack refused", lambda: undeliverable.exists() and len(undeliverable.read_text().splitlines()) >= len(attacks) and undeliverable.read_text().splitlines())
+    refused = [json.loads(line) for line in lines]
+    assert len(refused) == len(attacks)
+    for (words, _), line in zip(attacks.items(), refused):
+        assert words in line["reason"] and line["host"] == "gamma", (words, line["reason"])
+    assert "forged sender: host gamma sent mail from athena, which is an agent of host alpha" in refused[0]["reason"]
+    assert all(len(line["data"]) <= 4096 for line in refused)
+    # Genuine mail still arrives -- from alpha, and from gamma in its own agent's name --
+    # and nothing else did.
+    alpha.ctl("send", "trainer", "genuine", agent="athena")
+    wait_for("the genuine message", lambda: beta.inbox("trainer"))
+
+    async def own_name() -> None:
+        async with Intruder(nats, "gamma") as gamma:
+            await gamma.js().publish("relay.mail.beta.gamma", json.dumps({**good, "id": "01M8ZZZZZZZZZZZZZZZZZZZZ02", "from": "gbot", "body": "from gamma"}).encode())
+
+    run(own_name())
+    got = wait_for("gbot's message", lambda: len(beta.inbox("trainer")) == 2 and beta.inbox("trainer"))
+    assert [(m.from_, m.body) for m in got] == [("athena", "genuine"), ("gbot", "from gamma")]
+    assert len(undeliverable.read_text().splitlines()) == len(attacks)
+
+
+def test_a_host_cannot_take_over_another_hosts_agent_name(hosts, nats):
+    import json
+
+    alpha, beta = registered_pair(hosts)
+    evil = json.dumps({"name": "trainer", "host": "gamma"}).encode()
+
+    async def poison() -> Intruder:
+        async with Intruder(nats, "gamma") as gamma:
+            kv = await gamma.js().key_value("relay-agents")
+            for key in ("trainer", "beta.name.trainer", "beta.agent.trainer"):
+                await gamma.fails(kv.put(key, evil))
+                await gamma.fails(kv.delete(key))
+            # Its own claim on the name is newer than beta's: it loses.
+            await kv.put("gamma.name.trainer", b"{}")
+            await kv.put("gamma.agent.trainer", evil)
+            return gamma
+
+    gamma = run(poison())
+    assert gamma.refused("$KV.relay-agents.trainer") and gamma.refused("$KV.relay-agents.beta.name.trainer")
+    time.sleep(1.0)  # the watchers have seen gamma's claim
+    assert alpha.sees("trainer", "beta") and not alpha.sees("trainer", "gamma")
+    alpha.ctl("send", "trainer", "still yours", agent="athena")
+    wait_for("trainer's mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["still yours"])
+    # It stays so past the owner's refresh and its restart.
+    beta.daemon.kill()
+    beta.start()
+    wait_for("beta back", lambda: connected(beta))
+    alpha.ctl("send", "trainer", "after the restart", agent="athena")
+    wait_for("the second one on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["still yours", "after the restart"])
+    assert alpha.sees("trainer", "beta")
+
+
+def test_a_host_cannot_delete_another_hosts_reservation(hosts, nats):
+    alpha, beta = registered_pair(hosts)
+    assert alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})["ok"]
+    wait_for("beta to see it", lambda: beta.bridge()["reservations"])
+
+    async def delete_all() -> tuple[Intruder, list[str]]:
+        async with Intruder(nats, "gamma") as gamma:
+            kv = await gamma.js().key_value("relay-reservations")
+            keys = await kv.keys()
+            for key in keys:
+                await gamma.fails(kv.delete(key))
+                await gamma.fails(kv.purge(key))
+            return gamma, keys
+
+    gamma, keys = run(delete_all())
+    assert keys and all(key.startswith("alpha.") for key in keys)
+    assert gamma.refused(f"$KV.relay-reservations.{keys[0]}")
+    taken = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/auth/login.py", "repo": REPO})
+    assert not taken["ok"] and taken["error"]["code"] == "conflict" and "on host alpha" in taken["error"]["message"]
+
+
+def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay_env):
+    """A reservation entry naming a host other than its key's holds nothing; one of a host
+    that runs no relayd (ghost) leaves with the bucket's max age, while live hosts' stay."""
+    import asyncio
+    import json
+
+    from nats.js import api
+
+    server = team_server(short_tmp, relay_env)
+    try:
+        forever = {"id": "x", "agent": "phantom", "pattern": "**", "repo": REPO, "exclusive": True, "created_at": "2026-11-23T09:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z"}
+
+        async def bucket() -> None:
+            async with Intruder(server, "ghost") as ghost:
+                # The operator made the bucket with a short max age (relayd keeps what it finds).
+                await ghost.js().create_key_value(bucket="relay-reservations", history=1, ttl=8, storage=api.StorageType.FILE)
+
+        async def plant() -> None:
+            async with Intruder(server, "ghost") as ghost:
+                kv = await ghost.js().key_value("relay-reservations")
+                await kv.put("ghost.aaaa", json.dumps({**forever, "host": "ghost"}).encode())
+                await kv.put("ghost.bbbb", json.dumps({**forever, "agent": "nobody", "host": "nowhere"}).encode())
+
+        asyncio.run(bucket())
+        made = [Host(short_tmp, "alpha", server, relay_env), Host(short_tmp, "beta", server, relay_env)]
+        for host in made:
+            host.ctl("init")
+            host.start()
+        try:
+            alpha, beta = registered_pair(made)
+            asyncio.run(plant())
+            blocked = alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})
+            assert not blocked["ok"] and "phantom holds **" in blocked["error"]["message"] and "on host ghost" in blocked["error"]["message"]
+            assert "nobody" not in blocked["error"]["message"]  # the entry naming another host holds nothing
+            granted = wait_for("ghost's entry to expire", lambda: alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})["ok"], timeout=30, every=0.5)
+            assert granted
+            time.sleep(10)  # longer than the max age: alpha rewrites its own entry meanwhile
+            refused = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/a.py", "repo": REPO})
+            assert not refused["ok"] and "athena holds src/**" in refused["error"]["message"]
+        finally:
+            for host in made:
+                host.daemon.kill()
+    finally:
+        server.kill()
+
+
+def test_a_host_cannot_delete_or_steal_another_hosts_mail_consumer(hosts, nats):
+    alpha, beta = registered_pair(hosts)
+
+    async def sabotage() -> Intruder:
+        from nats.js import api
+
+        async with Intruder(nats, "gamma") as gamma:
+            js = gamma.js()
+            await gamma.fails(js.delete_consumer("RELAY_MAIL", "mail-beta"))
+            for config in (
+                api.ConsumerConfig(name="thief", durable_name="thief", filter_subject="relay.mail.beta.*", ack_policy=api.AckPolicy.EXPLICIT),
+                api.ConsumerConfig(name="mail-beta", durable_name="mail-beta", filter_subject="relay.mail.beta.*", ack_policy=api.AckPolicy.EXPLICIT),
+                api.ConsumerConfig(filter_subject="relay.mail.beta.*", ack_policy=api.AckPolicy.EXPLICIT),
+            ):
+                await gamma.fails(js.add_consumer("RELAY_MAIL", config))
+            await gamma.fails(gamma.nc.request("$JS.ACK.RELAY_MAIL.mail-beta.1.1.1.1.1.0", b"+ACK", timeout=1))
+            return gamma
+
+    gamma = run(sabotage())
+    assert gamma.refused("$JS.API.CONSUMER.DELETE.RELAY_MAIL.mail-beta")
+    assert gamma.refused("$JS.API.CONSUMER.CREATE.RELAY_MAIL.thief.relay.mail.beta.*")
+    assert gamma.refused("$JS.API.CONSUMER.CREATE.RELAY_MAIL")
+    for n in range(20):
+        alpha.ctl("send", "trainer", f"m{n}", agent="athena")
+    wait_for("all 20 on beta", lambda: [m.body for m in beta.inbox("trainer")] == [f"m{n}" for n in range(20)])
+    assert beta.bridge()["state"] == "connected"
+
+
+def test_a_second_relayd_with_a_taken_host_name_refuses_to_start(hosts, nats, relay_env, short_tmp):
+    alpha, beta = registered_pair(hosts)
+    twin = Host(short_tmp, "twin", nats, relay_env)
+    twin.ctl("init")
+    twin.ctl("register", "trainer")
+    started = subprocess.run(
+        [sys.executable, "-m", "relayd.daemon", "--bridge", nats.url, "--bridge-creds", beta.creds],
+        env=twin.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 1, started.stderr[-2000:]
+    last = started.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: host name 'beta' is in use by relayd pid") and "Traceback" not in started.stderr
+    # beta has all of trainer's mail; the twin took none.
+    for n in range(30):
+        alpha.ctl("send", "trainer", f"m{n}", agent="athena")
+    wait_for("all 30 on beta", lambda: len(beta.inbox("trainer")) == 30)
+    assert twin.inbox("trainer") == []
+    assert not (Path(twin.env["RELAY_DIR"]) / "bridge" / "undeliverable.jsonl").exists()
+    # Credentials and --host-name must agree.
+    mismatch = subprocess.run([sys.executable, "-m", "relayd.daemon", "--bridge", nats.url, "--bridge-creds", beta.creds, "--host-name", "alpha"], env=twin.env, capture_output=True, text=True, timeout=60)
+    assert mismatch.returncode == 2 and "does not match the credentials" in mismatch.stderr
+
+
+def test_forged_events_do_not_reach_team_subscribers(hosts, nats):
+    import json
+
+    alpha, beta = registered_pair(hosts)
+    team = alpha.raw()
+    team.subscribe(["inbox"], scope="team")
+    forged = {"id": "01M8ZZZZZZZZZZZZZZZZZZZZ99", "ts": "2026-11-23T09:00:00.000Z", "topic": "inbox", "action": "message", "agent": "trainer", "from": "athena", "subject": "FORGED"}
+
+    async def forge() -> Intruder:
+        async with Intruder(nats, "gamma") as gamma:
+            await gamma.nc.publish("relay.events.beta", json.dumps(forged).encode())
+            # A reply aimed at the events subject carries no host's authority either.
+            await gamma.nc.publish("$JS.API.INFO", b"", reply="relay.events.beta")
+            await gamma.nc.flush()
+            await gamma.await_refusal("relay.events.beta")
+            return gamma
+
+    gamma = run(forge())
+    assert gamma.refused("relay.events.beta")
+    beta.ctl("send", "trainer", "genuine", agent="trainer")
+    event = team.line()
+    assert event["host"] == "beta" and event["subject"] == "genuine"
+    team.sock.settimeout(1.0)
+    with pytest.raises(OSError):
+        team.line()  # nothing else arrived: no forged event, no API reply
+
+
+def test_bridge_setup_writes_a_config_nats_server_starts(short_tmp, relay_env):
+    import json
+    import stat
+
+    from nats_proc import free_port
+
+    port = free_port()
+    out = short_tmp / "team"
+    shown = RelayCtl(relay_env)("bridge", "setup", "--hosts", "laptop,gpu-box", "--out", str(out), "--listen", f"127.0.0.1:{port}").stdout
+    assert "laptop" in shown and "gpu-box" in shown and "--bridge-creds" in shown
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    for name in ("laptop.creds", "gpu-box.creds", "auth.conf", "nats-server.conf"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    seed = json.loads((out / "laptop.creds").read_text())["seed"]
+    assert seed.startswith("SU") and seed not in (out / "auth.conf").read_text()
+    # Again with one more host: the keys already made stay.
+    again = json.loads(RelayCtl(relay_env)("--json", "bridge", "setup", "--hosts", "laptop,gpu-box,ci", "--out", str(out)).stdout)
+    assert again["created"] == ["ci"] and again["kept"] == ["laptop", "gpu-box"]
+    assert json.loads((out / "laptop.creds").read_text())["seed"] == seed
+    proc = subprocess.Popen([NATS_SERVER, "-c", str(out / "nats-server.conf")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("nats-server ready", lambda: b"INFO" in _probe(port))
+
+        async def as_laptop():
+            import nats as nats_py
+
+            nc = await nats_py.connect(f"nats://127.0.0.1:{port}", nkeys_seed_str=seed, inbox_prefix="_INBOX.laptop")
+            info = await nc.jetstream().account_info()
+            await nc.close()
+            return info
+
+        assert run(as_laptop()) is not None
+    finally:
+        proc.kill()
+        proc.wait()
+    bad = RelayCtl(relay_env)("bridge", "setup", "--hosts", "ok,Not Ok", "--out", str(short_tmp / "x"), check=False)
+    assert bad.returncode == 1 and "invalid host name 'Not Ok'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _probe(port: int) -> bytes:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            return conn.recv(4)
+    except OSError:
+        return b""
+
+
+def test_tls_with_a_private_ca_given_by_ssl_cert_file(short_tmp, relay_env):
+    """tls:// with the server's certificate signed by the team's own CA: relayd trusts it
+    only when SSL_CERT_FILE points at that CA."""
+    pki = short_tmp / "pki"
+    pki.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=pki, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2", "-subj", "/CN=team CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server-key.pem", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (pki / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    auth = short_tmp / "nats-auth"
+    RelayCtl(relay_env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
+    conf = short_tmp / "tls.conf"
+    conf.write_text(f'tls {{ cert_file: "{pki / "server.pem"}", key_file: "{pki / "server-key.pem"}" }}\ninclude nats-auth/auth.conf\n')
+    server = NatsServer(str(short_tmp), config=str(conf))
+    server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
+    server.start()
+    url = f"tls://127.0.0.1:{server.port}"
+    trusting = Host(short_tmp, "alpha", server, {**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})
+    wary = Host(short_tmp, "beta", server, relay_env)
+    try:
+        for host in (trusting, wary):
+            host.ctl("init")
+            host.start(url)
+        state = wait_for("alpha connected over TLS", lambda: connected(trusting) and trusting.bridge())
+        assert state["url"] == url
+        refused = wait_for("beta's refusal of an unknown CA", lambda: beta_error(wary))
+        assert "CERTIFICATE_VERIFY_FAILED" in refused and wary.bridge()["state"] != "connected"
+    finally:
+        for host in (trusting, wary):
+            if host.daemon is not None:
+                host.daemon.kill()
+        server.kill()
+
+
+def beta_error(host: Host) -> str | None:
+    return host.bridge().get("last_error")

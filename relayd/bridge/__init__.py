@@ -1,19 +1,22 @@
 """The NATS bridge: several relayd instances, one per host, joined over NATS JetStream.
 
-Only a relayd started with `--bridge nats://HOST:PORT --host-name NAME` imports this
-package (and nats-py, the optional extra `relay-bus[bridge]`). Each host keeps its own store
-and relayd; the bridge carries only what crosses hosts:
+Only a relayd started with `--bridge nats://HOST:PORT` imports this package (and nats-py,
+the optional extra `relay-bus[bridge]`). Each host keeps its own store and relayd; the bridge
+carries only what crosses hosts. Trust is NATS's: each host connects with its own nkey
+(`setup.py`, `relayctl bridge setup`), whose permissions let it write only subjects that
+carry its name (`subjects.py`), and holds a lease on that name (`lease.py`).
 
-* directory (`directory.py`): every relayd puts its agents (name, host, presence) into
-  the key-value bucket `relay-agents` and watches it. A name is claimed with a
-  create-only write, so it belongs to one host team-wide; the cache in memory is what a
-  send asks (`relayd.remote.Remote.host_of`).
+* directory (`directory.py`): every relayd puts its agents (claims on names, presence)
+  into the key-value bucket `relay-agents` under its own name and watches it. A name
+  belongs to the host with the oldest claim; the cache in memory is what a send asks
+  (`relayd.remote.Remote.host_of`).
 * mail out (`forwarder.py`): a send to a remote agent is appended to the local outbox
   (`bridge/outbox.jsonl`, durable before the client's answer, see `relayd.remote`). The
   forwarder publishes it, in order, to the stream `RELAY_MAIL` on the subject
-  `relay.mail.<host>` with `<recipient>/<relay id>` as `Nats-Msg-Id` (JetStream drops a repeat
+  `relay.mail.<to host>.<this host>` with `<recipient>/<relay id>` as `Nats-Msg-Id` (JetStream drops a repeat
   inside its de-duplication window) and moves its cursor only past what JetStream acked.
-* mail in (`receiver.py`): a durable pull consumer per host; each message is appended to
+* mail in (`receiver.py`): a durable pull consumer per host; each message that passes
+  the checks of a local send, from an agent of the host that published it, is appended to
   the local inbox with its id, and acknowledged to JetStream only once that append is
   fsynced. A `<recipient>/<id>` this host already holds (`bridge/received.jsonl`) is acked, not appended.
 * reservations (`reservations.py`): exclusive reservations are decided team-wide under a

@@ -1,13 +1,21 @@
 """The team directory: which agent lives on which host, and how it is doing.
 
-The bucket `relay-agents` holds one key per agent name; its value is a `DirectoryEntry`
-written by the host that owns the name. Names are claimed with a create-only write (the
-key must not exist), so two hosts registering the same new name cannot both win; after
-that the owner updates its entries with compare-and-set on the revision it last saw, so
-a host never overwrites another host's entry.
+The bucket `relay-agents` holds two kinds of keys, both under the writing host's name
+(NATS lets a host write only its own, `subjects`):
 
-Each relayd keeps the whole bucket in memory (`entries`), fed by a watcher: a send asks
-`host_of` without a network round trip.
+* `<host>.name.<agent>` -- the host's claim on a name, written once when the name is
+  registered and never rewritten while the host keeps the agent. JetStream numbers
+  every write, so claims are ordered: **a name belongs to the host with the oldest
+  claim**. A host that claims a name another already holds gets a later number and loses;
+  it cannot rewrite or delete the older claim. Of two hosts registering the same new name
+  at the same moment, each reads every claim after writing its own, both see the same
+  order, and the later one withdraws.
+* `<host>.agent.<agent>` -- the agent's presence (program, task, status, heartbeat),
+  rewritten as it changes and every 30 s. An entry whose value names another host or
+  agent than its key is ignored.
+
+Each relayd keeps the whole bucket in memory, fed by a watcher: a send asks `host_of`
+without a network round trip.
 """
 
 from __future__ import annotations
@@ -17,19 +25,22 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError
 
 from relayd.agents import agent_states
 from relayd.errors import Conflict, RelayError
+from relayd.names import AGENT_NAME_RE
 from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
-from .link import finish
+from .link import finish, read_bucket
+from .subjects import AGENTS_BUCKET, name_key, presence_key
 
 log = structlog.get_logger()
 
 REFRESH_SECONDS = 30.0  # every entry is rewritten this often, so heartbeat ages stay fresh
 COALESCE_SECONDS = 0.05
+CLAIM = b"{}"
 
 
 class DirectoryEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -48,32 +59,52 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(DirectoryEntry).decode
 
 
+def parse_key(key: str) -> tuple[str, str, str] | None:
+    """(host, kind, agent) of a directory key, or None for anything else."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[1] not in ("name", "agent"):
+        return None
+    host, kind, agent = parts
+    if not AGENT_NAME_RE.fullmatch(host) or not AGENT_NAME_RE.fullmatch(agent):
+        return None
+    return host, kind, agent
+
+
+def oldest(claims: dict[str, int]) -> str | None:
+    return min(claims, key=lambda host: claims[host]) if claims else None
+
+
 class Directory:
     def __init__(self, store: Store, host: str) -> None:
         self.store = store
         self.host = host
-        self.entries: dict[str, DirectoryEntry] = {}
-        self.revisions: dict[str, int] = {}
+        self.claims: dict[str, dict[str, int]] = {}  # agent -> {host: revision of its claim}
+        self.presence: dict[tuple[str, str], DirectoryEntry] = {}  # (host, agent) -> entry
         self.published: dict[str, bytes] = {}  # what this host last wrote per name
         self.conflicts: dict[str, str] = {}  # local agent -> the other host that owns the name
         self.claiming: set[str] = set()  # claimed, the local register not yet run: not stale
         self.ready = anyio.Event()  # the watcher has delivered the bucket's contents
         self.on_change: Callable[[], None] = lambda: None
+        self.js = None  # the session's JetStream context (fresh reads of the claims)
         self._dirty = anyio.Event()
 
     # -- asked by the store operations (no I/O) ----------------------------------------
+    def owner(self, name: str) -> str | None:
+        return oldest(self.claims.get(name, {}))
+
     def host_of(self, name: str) -> str | None:
-        entry = self.entries.get(name)
-        return entry.host if entry is not None and entry.host != self.host else None
+        owner = self.owner(name)
+        return owner if owner != self.host else None
 
     def remote_names(self) -> list[str]:
-        return sorted(name for name, entry in self.entries.items() if entry.host != self.host)
+        return sorted(name for name in self.claims if self.host_of(name) is not None)
 
     def remote_states(self, stale_seconds: float = 300.0) -> list[dict]:
         reference = now()
         out = []
         for name in self.remote_names():
-            entry = self.entries[name]
+            host = self.owner(name) or ""
+            entry = self.presence.get((host, name)) or DirectoryEntry(name=name, host=host)
             age = None
             if entry.last_heartbeat:
                 try:
@@ -83,7 +114,7 @@ class Directory:
             out.append(
                 {
                     "name": name,
-                    "host": entry.host,
+                    "host": host,
                     "alive": age is not None and age <= stale_seconds and not entry.archived,
                     "last_heartbeat": entry.last_heartbeat,
                     "age_seconds": round(age, 3) if age is not None else None,
@@ -117,46 +148,79 @@ class Directory:
             await finish(watcher.stop)
 
     def _apply(self, update) -> None:
-        name = update.key
-        if update.operation in ("DEL", "PURGE") or not update.value:
-            self.entries.pop(name, None)
-            self.revisions.pop(name, None)
+        parsed = parse_key(update.key)
+        if parsed is None:
+            return
+        host, kind, name = parsed
+        gone = update.operation in ("DEL", "PURGE") or not update.value
+        if kind == "name":
+            held = self.claims.setdefault(name, {})
+            if gone:
+                held.pop(host, None)
+                if not held:
+                    self.claims.pop(name, None)
+            else:
+                held[host] = update.revision
+            if self.owner(name) == self.host:
+                self.conflicts.pop(name, None)
+            return
+        if gone:
+            self.presence.pop((host, name), None)
             return
         try:
             entry = _decode(update.value)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("skipped a damaged directory entry", agent=name)
+            log.warning("skipped a damaged directory entry", key=update.key)
             return
-        self.entries[name] = entry
-        self.revisions[name] = update.revision
-        if entry.host == self.host:
-            self.conflicts.pop(name, None)
+        if entry.host != host or entry.name != name:
+            log.warning("skipped a directory entry that names another host or agent than its key", key=update.key, host=entry.host, agent=entry.name)
+            return
+        self.presence[(host, name)] = entry
+
+    async def fresh_claims(self, name: str) -> dict[str, int]:
+        """Every host's claim on `name`, read from the bucket now (the watched copy may lag)."""
+        found: dict[str, int] = {}
+        for key, revision, _ in await read_bucket(self.js, AGENTS_BUCKET, name_key("*", name)):
+            parsed = parse_key(key)
+            if parsed is not None:
+                found[parsed[0]] = revision
+        return found
+
+    async def fresh_owner(self, kv, name: str) -> str | None:
+        claims = await self.fresh_claims(name)
+        if claims:
+            self.claims[name] = {**self.claims.get(name, {}), **claims}
+        return oldest(claims)
 
     # -- claiming a name (register) ------------------------------------------------------
     async def claim(self, kv, name: str) -> None:
         """Make `name` this host's, or raise Conflict naming the host that has it."""
-        entry = self.entries.get(name)
-        if entry is not None and entry.host != self.host:
-            raise taken(name, entry.host)
-        if entry is not None:
+        owner = self.owner(name)
+        if owner is not None and owner != self.host:
+            raise taken(name, owner)
+        if owner == self.host:
             return
         self.claiming.add(name)  # the caller discards it once the local register has run
-        value = _encode(DirectoryEntry(name=name, host=self.host))
-        try:
-            revision = await kv.create(name, value)
-        except KeyWrongLastSequenceError:
+        winner = await self._claim(kv, name)
+        if winner != self.host:
             try:
-                found = await kv.get(name)
-            except KeyNotFoundError:
-                raise Conflict(f"agent name {name!r} is being registered by another host; try again") from None
-            self._apply(found)
-            owner = self.entries.get(name)
-            if owner is not None and owner.host != self.host:
-                raise taken(name, owner.host) from None
-            return
-        self.entries[name] = DirectoryEntry(name=name, host=self.host)
-        self.revisions[name] = revision
-        self.published[name] = value
+                await kv.delete(name_key(self.host, name))  # withdrawn: the older claim stands
+            except Exception as exc:  # the next publish round deletes it (no local agent)
+                log.warning("could not withdraw a losing name claim", agent=name, error=str(exc))
+            self.claims.get(name, {}).pop(self.host, None)
+            raise taken(name, winner)
+
+    async def _claim(self, kv, name: str) -> str:
+        """Write this host's claim (once) and return the owner: the host of the oldest claim."""
+        key = name_key(self.host, name)
+        try:
+            revision = await kv.create(key, CLAIM)
+        except KeyWrongLastSequenceError:
+            revision = (await kv.get(key)).revision  # claimed before (an earlier run): keep its place
+        claims = await self.fresh_claims(name)
+        claims[self.host] = revision
+        self.claims[name] = claims
+        return oldest(claims) or self.host
 
     # -- publishing this host's agents ---------------------------------------------------
     async def publish_forever(self, kv) -> None:
@@ -174,6 +238,14 @@ class Directory:
     async def publish(self, kv) -> None:
         local = {state.name: state for state in agent_states(self.store)}
         for name, state in local.items():
+            if self.host not in self.claims.get(name, {}):
+                await self._claim(kv, name)  # an agent the store had before it joined the team
+            owner = self.owner(name)
+            if owner != self.host:
+                if self.conflicts.get(name) != owner:
+                    log.error("agent name owned by another host; not published", agent=name, owner=owner)
+                self.conflicts[name] = owner or ""
+                continue
             entry = DirectoryEntry(
                 name=name,
                 host=self.host,
@@ -188,36 +260,18 @@ class Directory:
             value = _encode(entry)
             if self.published.get(name) == value:
                 continue
-            known = self.entries.get(name)
-            if known is not None and known.host != self.host:
-                if self.conflicts.get(name) != known.host:
-                    log.error("agent name owned by another host; not published", agent=name, owner=known.host)
-                self.conflicts[name] = known.host
-                continue
-            try:
-                if known is None:
-                    revision = await kv.create(name, value)
-                else:
-                    revision = await kv.update(name, value, last=self.revisions.get(name, 0))
-            except KeyWrongLastSequenceError:
-                # Someone else wrote it since we looked: learn what is there, decide next round.
-                try:
-                    self._apply(await kv.get(name))
-                except KeyNotFoundError:
-                    self.entries.pop(name, None)
-                self._dirty.set()
-                continue
-            self.entries[name] = entry
-            self.revisions[name] = revision
+            # Only this host can write its keys (and its lease keeps a second relayd of
+            # the same name away), so a plain put cannot overwrite anyone.
+            await kv.put(presence_key(self.host, name), value)
+            self.presence[(self.host, name)] = entry
             self.published[name] = value
         # Agents this host no longer has leave the directory.
-        for name, entry in list(self.entries.items()):
-            if entry.host == self.host and name not in local and name not in self.claiming:
-                try:
-                    await kv.delete(name, last=self.revisions.get(name))
-                except KeyWrongLastSequenceError:
-                    continue
-                self.entries.pop(name, None)
+        for name, held in list(self.claims.items()):
+            if self.host in held and name not in local and name not in self.claiming:
+                await kv.delete(presence_key(self.host, name))
+                await kv.delete(name_key(self.host, name))
+                held.pop(self.host, None)
+                self.presence.pop((self.host, name), None)
                 self.published.pop(name, None)
 
 

@@ -3,7 +3,9 @@
 Plain NATS publish/subscribe, not a stream: events are live news for subscribers that
 asked for `scope: team` (what happened is in each host's own `events.jsonl`, and a
 subscriber resumes there with `after`). While NATS is down, events of this host are not
-queued for the others; an event frame from another host carries `"host": NAME`.
+queued for the others; an event frame from another host carries `"host": NAME`. That name
+comes from the subject, which each host's NATS permissions let only that host publish on
+(`subjects`), so another client cannot put events in a host's name.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ class TeamEvents:
     async def run(self, nc, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async def arrived(msg) -> None:
             host = msg.subject.rsplit(".", 1)[-1]
-            if host == self.host or not msg.data.startswith(b"{"):
+            # NATS lets only host H publish on relay.events.H; what comes with a reply
+            # subject or headers was not published by a relayd but delivered there by
+            # JetStream or as an API reply (another client can choose where those go).
+            if host == self.host or msg.reply or msg.headers or not msg.data.startswith(b"{"):
                 return
             try:
                 event = event_decoder.decode(msg.data)

@@ -2,7 +2,7 @@
 
 The outbox (`relayd.remote`) holds what sends accepted for other hosts. The forwarder
 reads the lines past its cursor once they are durable here, publishes each to
-`relay.mail.<host>` with `Nats-Msg-Id` = `<recipient>/<relay id>`, and moves the cursor past a line
+`relay.mail.<host>.<this host>` with `Nats-Msg-Id` = `<recipient>/<relay id>`, and moves the cursor past a line
 only after JetStream's publish ack. Publishes are pipelined (many in flight) but the
 cursor moves only over a prefix of acked ones, so a failure mid-way resumes at the first
 message JetStream did not confirm; repeats it already had are dropped by its
@@ -30,8 +30,9 @@ IDLE_CHECK = 1.0
 
 
 class Forwarder:
-    def __init__(self, store: Store, durable: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]]) -> None:
         self.store = store
+        self.host = host
         self.durable = durable
         self.forwarded = 0
         self.skipped = 0
@@ -62,7 +63,7 @@ class Forwarder:
         for _, entry in entries:
             futures.append(
                 await js.publish_async(
-                    link.mail_subject(entry.host),
+                    link.mail_subject(entry.host, self.host),
                     json_encoder.encode(entry.message),
                     stream=link.MAIL_STREAM,
                     # A message id is unique per inbox (a broadcast's copies share it), so the

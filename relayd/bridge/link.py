@@ -1,7 +1,8 @@
-"""Names on the NATS side, and setting them up: the stream, the buckets, the subjects.
+"""Setting up the NATS side: the stream, the buckets, this host's mail consumer.
 
-One NATS account (or server) per team: the names are fixed, so two teams on one server
-would share a directory.
+The names and subjects, and what each host may do with them, are in `subjects`. One NATS
+account (or server) per team: the names are fixed, so two teams on one server would share
+a directory.
 """
 
 from __future__ import annotations
@@ -13,25 +14,30 @@ import anyio
 from nats.js import api
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
-MAIL_STREAM = "RELAY_MAIL"
-MAIL_SUBJECTS = "relay.mail.*"
-AGENTS_BUCKET = "relay-agents"
-RESERVATIONS_BUCKET = "relay-reservations"
-LOCKS_BUCKET = "relay-locks"
-EVENTS_SUBJECTS = "relay.events.*"
+from relayd.errors import Unavailable
+
+from .subjects import kv_stream
+from .subjects import (  # noqa: F401  (the bridge's modules import the names from here)
+    AGENTS_BUCKET,
+    EVENTS_SUBJECTS,
+    HOSTS_BUCKET,
+    LOCKS_BUCKET,
+    MAIL_STREAM,
+    MAIL_SUBJECTS,
+    RESERVATIONS_BUCKET,
+    consumer_name,
+    events_subject,
+    mail_filter,
+    mail_subject,
+)
+
 DUPLICATE_WINDOW = 120.0  # seconds JetStream remembers a Nats-Msg-Id
-
-
-def mail_subject(host: str) -> str:
-    return f"relay.mail.{host}"
-
-
-def events_subject(host: str) -> str:
-    return f"relay.events.{host}"
-
-
-def consumer_name(host: str) -> str:
-    return f"mail-{host}"
+# Entries a host no longer rewrites leave these buckets: a reservation of a host that is
+# gone (or one forged for a host that never ran) after RESERVATION_TTL, a host's lease on
+# its name after LEASE_TTL. Each live host rewrites its own well before that.
+RESERVATION_TTL = 600.0
+LEASE_TTL = 20.0
+TTLS = {RESERVATIONS_BUCKET: RESERVATION_TTL, HOSTS_BUCKET: LEASE_TTL}
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 5.0, rng: random.Random | None = None) -> float:
@@ -42,10 +48,16 @@ def backoff(attempt: int, base: float = 0.2, cap: float = 5.0, rng: random.Rando
 
 async def ensure_stream(js) -> None:
     try:
-        await js.stream_info(MAIL_STREAM)
-        return
+        info = await js.stream_info(MAIL_STREAM)
     except NotFoundError:
         pass
+    else:
+        if list(info.config.subjects or []) != [MAIL_SUBJECTS] or info.config.retention != api.RetentionPolicy.WORK_QUEUE:
+            # Made by an older relay, or by someone else: mail would not reach its host.
+            raise Unavailable(
+                f"the NATS stream {MAIL_STREAM} has subjects {info.config.subjects} and retention {info.config.retention}, not [{MAIL_SUBJECTS!r}] and workqueue; the server's operator must delete it (nats stream rm {MAIL_STREAM}) so relayd can make it again"
+            )
+        return
     # Work-queue retention: a message leaves the stream once its host acked it; each host's
     # consumer filters its own subject, so they never compete for one message.
     config = api.StreamConfig(
@@ -58,12 +70,36 @@ async def ensure_stream(js) -> None:
     await js.add_stream(config)
 
 
-async def bucket(js, name: str, history: int = 1):
+async def bucket(js, name: str, ttl: float | None = None):
+    """The bucket `name`, made if missing; `ttl` (seconds) overrides TTLS (tests shorten it)."""
+    ttl = TTLS.get(name) if ttl is None else ttl
     try:
         return await js.key_value(name)
     except BucketNotFoundError:
         pass
-    return await js.create_key_value(bucket=name, history=history, storage=api.StorageType.FILE)
+    return await js.create_key_value(bucket=name, history=1, ttl=ttl, storage=api.StorageType.FILE)
+
+
+async def read_bucket(js, bucket: str, keys: str = ">") -> list[tuple[str, int, bytes]]:
+    """(key, revision, value) of every live entry of `bucket` whose key matches `keys`, read
+    from its stream now, message by message in sequence order. A KV watcher (and nats-py's
+    `keys()`, built on one) can signal "caught up" before entries already stored, so a
+    decision taken on its answer could miss a claim or a reservation written just before."""
+    prefix = f"$KV.{bucket}."
+    live: dict[str, tuple[int, bytes]] = {}
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(kv_stream(bucket), seq=seq, subject=prefix + keys, next=True)
+        except NotFoundError:
+            break
+        key = (msg.subject or "").removeprefix(prefix)
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            live.pop(key, None)
+        else:
+            live[key] = (msg.seq or 0, msg.data or b"")
+        seq = (msg.seq or seq) + 1
+    return [(key, revision, value) for key, (revision, value) in live.items()]
 
 
 async def mail_consumer(js, host: str):
@@ -79,14 +115,18 @@ async def mail_consumer(js, host: str):
     except NotFoundError:
         pass
     config = api.ConsumerConfig(
+        # With a name, nats-py asks nats-server (>= 2.9) on a subject that carries the
+        # name and the filter, which is what the host's permissions allow (`subjects`).
+        name=consumer_name(host),
         durable_name=consumer_name(host),
         ack_policy=api.AckPolicy.EXPLICIT,
-        filter_subject=mail_subject(host),
+        filter_subject=mail_filter(host),
         deliver_policy=api.DeliverPolicy.ALL,
         ack_wait=5.0,  # a host killed mid-batch gets its mail again this soon
         max_ack_pending=4096,
     )
-    return await js.pull_subscribe(mail_subject(host), durable=consumer_name(host), stream=MAIL_STREAM, config=config)
+    await js.add_consumer(MAIL_STREAM, config)
+    return await js.pull_subscribe_bind(consumer_name(host), MAIL_STREAM)
 
 
 async def finish(step) -> None:

@@ -9,8 +9,14 @@ What it holds: the ids in `bridge/received.jsonl` (and its rotated `.1`) plus, r
 start, the ids in the last 256 KiB of each inbox (what a kill between the two appends
 leaves only there).
 
-Mail for a name this host does not have (the directory was out of date) goes to
-`bridge/undeliverable.jsonl` rather than being redelivered forever.
+Nothing is stored unchecked. The sending host is the last token of the subject
+(`relay.mail.<this host>.<sender host>`), which NATS let only that host publish on; a
+message is stored only if its `from` is an agent the directory gives to that host and it
+passes the checks of a local send (`relayd.inbox.check_message`: names, ULID id, sizes,
+tags). Anything else -- a forged sender, a bad id, a 900 KB body, mail for a name this
+host does not have -- goes to `bridge/undeliverable.jsonl`, one line each with the
+reason, the sending host and the first 4 KiB of what came, and is acknowledged rather
+than redelivered forever.
 """
 
 from __future__ import annotations
@@ -25,17 +31,28 @@ import structlog
 from relayd import layout
 from relayd.errors import RelayError
 from relayd.fsio import append_lines
-from relayd.inbox import append_messages
+from relayd.inbox import append_messages, check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
 
 from . import link
+from .subjects import sender_of
 
 log = structlog.get_logger()
 
 FETCH_BATCH = 256
 RECEIVED_ROTATE_BYTES = 1 << 20  # two files of ids: ~70,000 of the latest messages
 INBOX_TAIL_BYTES = 256 * 1024  # read from each inbox at start (see _load)
+KEPT_BYTES = 4096  # of a refused message, in undeliverable.jsonl
+
+
+class Refused(msgspec.Struct, kw_only=True):
+    """A line of `bridge/undeliverable.jsonl`."""
+
+    reason: str
+    host: str  # the sending host, as NATS vouches for it
+    size: int
+    data: str  # the first KEPT_BYTES of what came, as text
 
 
 class _Id(msgspec.Struct):
@@ -53,10 +70,12 @@ _line_decoder = msgspec.json.Decoder(_Line)
 
 
 class Receiver:
-    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]], sender_host: Callable[[str], Awaitable[str | None]]) -> None:
         self.store = store
         self.host = host
         self.durable = durable  # returns once the writes made so far are fsynced (raises if not)
+        self.sender_host = sender_host  # the host owning an agent name (the directory)
+        self.refused = 0
         self.older: set[str] = set()
         self.recent: set[str] = set()
         self.delivered = 0
@@ -118,10 +137,15 @@ class Receiver:
         in_batch: set[str] = set()
         undeliverable: list[bytes] = []
         for msg in batch:
+            sender = sender_of(msg.subject)
             try:
                 message = message_decoder.decode(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                undeliverable.append(bytes(msg.data))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                undeliverable.append(_refused(f"not a relay message: {exc}", sender, msg.data))
+                continue
+            reason = await self._refusal(message, sender)
+            if reason is not None:
+                undeliverable.append(_refused(reason, sender, msg.data))
                 continue
             key = _key(message)  # ids are unique per inbox: a broadcast's copies share one
             if self.holds(key) or key in in_batch:
@@ -130,20 +154,15 @@ class Receiver:
             in_batch.add(key)
             fresh.append(message)
         by_inbox: dict[str, list[Message]] = {}
-        remote = self.store.remote
         for message in fresh:
-            # A name the directory gives to another host (a clash from before the bridge)
-            # is not delivered here: appending would route it on to that host.
-            if self.store.is_agent(message.to) and (remote is None or remote.host_of(message.to) is None):
-                by_inbox.setdefault(message.to, []).append(message)
-            else:
-                undeliverable.append(json_encoder.encode(message))
+            by_inbox.setdefault(message.to, []).append(message)
         try:
             for recipient, messages in by_inbox.items():
                 append_messages(self.store, recipient, messages)
             if undeliverable:
                 self._append(layout.UNDELIVERABLE, undeliverable)
-                log.warning("bridge mail for agents this host does not have", count=len(undeliverable), file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
+                self.refused += len(undeliverable)
+                log.warning("bridge mail refused", count=len(undeliverable), file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
             delivered = [m for messages in by_inbox.values() for m in messages]
             if fresh:
                 self._remember([_key(m) for m in fresh])
@@ -189,6 +208,29 @@ class Receiver:
             self.store.sync.file(fd)
         finally:
             os.close(fd)
+
+
+    async def _refusal(self, message: Message, sender: str) -> str | None:
+        """Why `message`, published by host `sender`, is not stored here (None: it is)."""
+        try:
+            check_message(message)
+        except RelayError as exc:
+            return exc.message
+        owner = await self.sender_host(message.from_)
+        if owner != sender:
+            held = f"an agent of host {owner}" if owner else "no agent in the team directory"
+            return f"forged sender: host {sender} sent mail from {message.from_}, which is {held}"
+        remote = self.store.remote
+        # A name the directory gives to another host (a clash from before the bridge) is
+        # not delivered here: appending would route it on to that host.
+        if not self.store.is_agent(message.to) or (remote is not None and remote.host_of(message.to) is not None):
+            return f"{message.to} is not an agent of this host"
+        return None
+
+
+def _refused(reason: str, host: str, data: bytes) -> bytes:
+    kept = bytes(data[:KEPT_BYTES]).decode("utf-8", errors="replace")
+    return json_encoder.encode(Refused(reason=reason, host=host, size=len(data), data=kept))
 
 
 def _key(message: Message) -> str:

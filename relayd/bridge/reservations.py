@@ -8,9 +8,13 @@ revision seen) and given back with a delete conditioned on our own revision. Und
 lock the host reads every reservation of the other hosts from `relay-reservations`,
 checks overlap exactly as one host does (`relayd.reservations.find_conflicts`), runs
 the local reserve (which checks this host's own under its flock), and publishes the
-result, then lets go. Each host writes only its own entries; release deletes them; a
-reconcile on every (re)connection puts back what is missing and removes entries whose
-local file is gone (released or collected while NATS was down).
+result, then lets go. Each host writes only its own entries, under keys that begin with
+its name (`<host>.<sha256(repo:pattern)>`; its NATS permissions allow no other); an entry
+whose value names another host than its key is ignored. Release deletes them; a
+reconcile on every (re)connection, and every quarter of the bucket's max age, rewrites
+the live ones and removes those whose local file is gone (released or collected while
+NATS was down). The bucket has a max age (`link.RESERVATION_TTL`): the entries of a host
+that stopped rewriting them -- gone, or never run, as a forged one -- leave with it.
 
 While NATS is unreachable a reserve is refused (a local-only "exclusive" reservation
 would be a promise nobody else can see); `--check` and release keep working.
@@ -24,7 +28,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from relayd import protocol
 from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
@@ -35,14 +39,15 @@ from relayd.reservations import check_repo, describe, find_conflicts, is_expired
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
-from .link import finish
+from .link import finish, read_bucket
+from .subjects import LOCK_KEY, RESERVATIONS_BUCKET
+from .subjects import reservation_key as team_key
 
 log = structlog.get_logger()
 
-LOCK_KEY = "reservations"
 LEASE_SECONDS = 10.0  # a lock older than this was left by a host that died holding it
 LOCK_WAIT = 5.0
-RECONCILE_SECONDS = 60.0  # expired and directly released reservations leave the bucket this often
+RECONCILE_SECONDS = 60.0  # at most this long between reconciles (and a quarter of the bucket's max age)
 
 
 class TeamEntry(Reservation, kw_only=True):
@@ -58,8 +63,12 @@ _entry_decoder = msgspec.json.Decoder(TeamEntry)
 _lock_decoder = msgspec.json.Decoder(_Lock)
 
 
-def _key(file_name: str) -> str:
+def digest(file_name: str) -> str:
     return file_name.removesuffix(".json")
+
+
+def owner_of(key: str) -> str:
+    return key.split(".", 1)[0]
 
 
 class TeamReservations:
@@ -68,6 +77,11 @@ class TeamReservations:
         self.host = host
         self.connected = connected  # the buckets (reservations, locks), or None while NATS is away
         self.remote: dict[str, TeamEntry] = {}  # other hosts' entries by key, as last read
+        self.reconcile_every = RECONCILE_SECONDS
+        self.js = None  # the session's JetStream context (fresh reads of the bucket)
+
+    def _key(self, r: Reservation) -> str:
+        return team_key(self.host, digest(reservation_key(r.repo, r.pattern, None if r.exclusive else r.agent)))
 
     # -- the operations ------------------------------------------------------------------
     async def reserve(self, request: Request, execute):
@@ -113,7 +127,7 @@ class TeamReservations:
                     await batch.wait()  # published only once it is durable here
                 held = msgspec.convert(reply.result["reservation"], Reservation)
                 try:
-                    await kv.put(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)), _encode(held, self.host))
+                    await kv.put(self._key(held), _encode(held, self.host))
                 except Exception as exc:
                     # Not published means not held team-wide: take the local one back.
                     if not reply.result.get("renewed"):
@@ -132,7 +146,7 @@ class TeamReservations:
             for r in reply.result.get("released", []):
                 held = msgspec.convert(r, Reservation)
                 try:
-                    await kv.delete(_key(reservation_key(held.repo, held.pattern, None if held.exclusive else held.agent)))
+                    await kv.delete(self._key(held))
                 except Exception as exc:  # the reconcile removes it later
                     log.warning("could not remove a released reservation from the team bucket", pattern=held.pattern, error=str(exc))
         return batch, payload
@@ -190,7 +204,7 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        self.remote = {key: value for key, _, value in await _bucket(kv) if value.host != self.host}
+        self.remote = {key: value for key, _, value in await _bucket(self.js) if value.host != self.host}
         return list(self.remote.values())
 
     async def watch(self, kv) -> None:
@@ -203,47 +217,53 @@ class TeamReservations:
                 if update.operation in ("DEL", "PURGE") or not update.value:
                     self.remote.pop(update.key, None)
                     continue
-                try:
-                    value = _entry_decoder.decode(update.value)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                if value.host != self.host:
+                value = _genuine(update.key, update.value)
+                if value is not None and value.host != self.host:
                     self.remote[update.key] = value
         finally:
             await finish(watcher.stop)
 
     async def reconcile_forever(self, kv) -> None:
+        max_age = (await kv.status()).ttl
+        if max_age:
+            self.reconcile_every = min(RECONCILE_SECONDS, max_age / 4)
         while True:
-            await anyio.sleep(RECONCILE_SECONDS)
+            await anyio.sleep(self.reconcile_every)
             await self.reconcile(kv)
 
     async def reconcile(self, kv) -> None:
-        """Make the bucket show exactly this host's live reservations."""
-        local = {_key(name): r for name, r in load_all(self.store) if not is_expired(r)}
-        for key, revision, value in await _bucket(kv):
-            if value.host == self.host and (key not in local or is_expired(value)):
+        """Make the bucket show exactly this host's live reservations, each freshly written
+        (the bucket's max age removes entries nobody rewrites)."""
+        local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
+        for key, revision, value in await _bucket(self.js):
+            if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)
-            elif value.host == self.host and local[key].id == value.id and local[key].expires_at == value.expires_at:
-                local.pop(key)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
 
 
-async def _bucket(kv) -> list[tuple[str, int, TeamEntry]]:
-    """(key, revision, entry) of every readable entry, fresh from the bucket; keys deleted
-    meanwhile and damaged values are left out."""
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return []
+async def _bucket(js) -> list[tuple[str, int, TeamEntry]]:
+    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values
+    and entries naming another host than their key are left out."""
     found = []
-    for key in keys:
-        try:
-            entry = await kv.get(key)
-            found.append((key, entry.revision, _entry_decoder.decode(entry.value)))
-        except (KeyNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
-            continue
+    for key, revision, raw in await read_bucket(js, RESERVATIONS_BUCKET):
+        value = _genuine(key, raw)
+        if value is not None:
+            found.append((key, revision, value))
     return found
+
+
+def _genuine(key: str, raw: bytes | None) -> TeamEntry | None:
+    """The entry under `key`, unless it is damaged or names another host than the key
+    (which NATS let only that host write): such an entry holds nothing."""
+    try:
+        value = _entry_decoder.decode(raw or b"")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if value.host != owner_of(key):
+        log.warning("ignored a reservation entry that names another host than its key", key=key, host=value.host)
+        return None
+    return value
 
 
 def _candidate(params) -> Reservation:

@@ -27,10 +27,11 @@ from relayd.protocol import Request, Response
 from relayd.records import Event, Message, check_agent_name
 from relayd.store import Store
 
-from . import link
+from . import link, subjects
 from .directory import Directory, taken
 from .events import TeamEvents
 from .forwarder import Forwarder
+from .lease import Lease, NameTaken
 from .receiver import Receiver
 from .reservations import TeamReservations
 
@@ -49,15 +50,18 @@ def shown_url(url: str) -> str:
 
 
 class Bridge:
-    def __init__(self, store: Store, url: str, host: str, committer, hub) -> None:
+    def __init__(self, store: Store, url: str, host: str, committer, hub, seed: str | None = None, creds_path: str | None = None) -> None:
         self.store = store
         self.url = url
         self.host = check_agent_name(host, "host name")
+        self.seed = seed  # the host's nkey seed (relayd --bridge-creds), or None: the URL's own auth
+        self.creds_path = creds_path
         self.committer = committer
         self.directory = Directory(store, self.host)
         self.directory.on_change = self._directory_changed
-        self.forwarder = Forwarder(store, self._all_durable)
-        self.receiver = Receiver(store, self.host, self._durable)
+        self.lease = Lease(store, self.host)
+        self.forwarder = Forwarder(store, self.host, self._all_durable)
+        self.receiver = Receiver(store, self.host, self._durable, self._sender_host)
         self.events = TeamEvents(self.host, hub)
         self.reservations = TeamReservations(store, self.host, lambda: self._buckets)
         self.state = "connecting"
@@ -67,7 +71,7 @@ class Bridge:
         self._buckets = None
         self._lost: anyio.Event | None = None
         self.team_ops = {"register": self.register, "reserve": self.reservations.reserve, "release": self.reservations.release}
-        remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url)))
+        remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url), creds=creds_path))
 
     # -- relayd.remote.Remote ------------------------------------------------------------
     def host_of(self, name: str) -> str | None:
@@ -104,9 +108,9 @@ class Bridge:
         self.events.on_event(event)
 
     def _directory_changed(self) -> None:
-        agents = {name: self.directory.entries[name].host for name in self.directory.remote_names()}
+        agents = {name: self.directory.host_of(name) or "" for name in self.directory.remote_names()}
         try:
-            remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents))
+            remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents, creds=self.creds_path))
         except RelayError as exc:
             log.warning("could not write the bridge state file", error=exc.message)
 
@@ -140,6 +144,14 @@ class Bridge:
             self.directory.claiming.discard(name)
             self.directory.changed()
 
+    async def _sender_host(self, name: str) -> str | None:
+        """The host that owns agent `name`: from the watched directory, or fresh from the
+        bucket when the watcher has not shown the name yet (mail can outrun it)."""
+        owner = self.directory.owner(name)
+        if owner is None and self.directory.js is not None:
+            owner = await self.directory.fresh_owner(name)
+        return owner
+
     # -- durability, as the group commit provides it ---------------------------------------
     async def _durable(self) -> None:
         if self.committer is None:
@@ -161,6 +173,10 @@ class Bridge:
                     self.url,
                     name=f"relayd {self.host}",
                     connect_timeout=2,
+                    # Replies to this host's requests (JetStream acks, its fetched mail) come
+                    # under a prefix only its credentials may subscribe to.
+                    inbox_prefix=subjects.inbox_prefix(self.host),
+                    nkeys_seed_str=self.seed,
                     # Reconnecting is this loop's job, with a new client each time: the
                     # client's own reconnect would send what it had buffered for the lost
                     # connection on the new one, after a message the old one lost, and
@@ -195,6 +211,11 @@ class Bridge:
             try:
                 await self._session(nc, js, lost)
             except Exception as exc:  # anything a part raised ends this session; the next one starts clean
+                fatal = _name_taken(exc)
+                if fatal is not None:
+                    self.state = "stopped"
+                    self.last_error = fatal.message
+                    raise fatal from None
                 self._note("error", exc, True)
                 await anyio.sleep(link.backoff(attempt))
                 attempt = min(attempt + 1, 8)
@@ -208,11 +229,21 @@ class Bridge:
                     self.state = "reconnecting"
 
     async def _session(self, nc, js, lost: anyio.Event) -> None:
+        hosts = await link.bucket(js, link.HOSTS_BUCKET)
+        await self.lease.take(hosts)  # before anything that acts as this host
+        try:
+            await self._serve_session(nc, js, lost, hosts)
+        finally:
+            await self.lease.release(hosts)
+
+    async def _serve_session(self, nc, js, lost: anyio.Event, hosts) -> None:
         await link.ensure_stream(js)
         agents = await link.bucket(js, link.AGENTS_BUCKET)
         reservations = await link.bucket(js, link.RESERVATIONS_BUCKET)
         locks = await link.bucket(js, link.LOCKS_BUCKET)
+        self.directory.js = self.reservations.js = js
         async with anyio.create_task_group() as session:
+            session.start_soon(self.lease.keep, hosts)
             self.directory.ready = anyio.Event()
             session.start_soon(self.directory.watch, agents)
             session.start_soon(self.reservations.watch, reservations)
@@ -247,6 +278,17 @@ class Bridge:
         if loud or text != self.last_error:
             log.warning("bridge not connected; retrying", url=shown_url(self.url), state=state, error=text)
         self.last_error = text
+
+
+def _name_taken(exc: BaseException) -> NameTaken | None:
+    if isinstance(exc, NameTaken):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _name_taken(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _describe(exc: BaseException) -> str:

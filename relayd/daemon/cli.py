@@ -28,7 +28,8 @@ Examples:
   relayctl daemon --socket $XDG_RUNTIME_DIR/relay/relayd.sock
   relayd --ignite-queue ~/ignite/workspace/queue --ignite-timeout 10m
   RELAY_DIR=/tmp/t relayd & relayctl status
-  relayd --bridge nats://10.0.0.5:4222 --host-name gpu-box     # join other hosts (docs/bridge.md)
+  relayd --bridge nats://10.0.0.5:4222 --bridge-creds ~/.relay-gpu-box.creds   # join other hosts (docs/bridge.md)
+  relayd --bridge tls://nats.example:4222 --bridge-creds gpu-box.creds          # TLS; a private CA via SSL_CERT_FILE
 """
 
 
@@ -59,7 +60,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--idle-timeout", default="10m", show_default=True, metavar="DURATION", callback=_duration, help="Close a request connection silent this long (clients reconnect on their next request; subscribers are kept).")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--bridge", "bridge_url", metavar="URL", help="Join the relayd of other hosts through NATS JetStream at URL (nats://HOST:PORT; needs the extra relay-bus[bridge]). [default: config.json bridge.url, else host-local only]")
-@click.option("--host-name", metavar="NAME", help="This host's name in the bridged team (a-z, 0-9, '_', '-'). [default: config.json bridge.host, else the machine's hostname]")
+@click.option("--bridge-creds", "bridge_creds", metavar="FILE", help="This host's credentials for the bridge, made by `relayctl bridge setup` (mode 0600; they name the host). [default: config.json bridge.creds, else none: the URL's own user/password or token]")
+@click.option("--host-name", metavar="NAME", help="This host's name in the bridged team (a-z, 0-9, '_', '-'). [default: the name in --bridge-creds, else config.json bridge.host, else the machine's hostname]")
 @click.pass_context
 def daemon(
     ctx: click.Context,
@@ -76,6 +78,7 @@ def daemon(
     idle_timeout: float,
     log_level: str,
     bridge_url: str | None,
+    bridge_creds: str | None,
     host_name: str | None,
 ) -> None:
     from relayd import layout
@@ -99,7 +102,7 @@ def daemon(
         if not os.path.isdir(ignite_queue):
             raise UsageError(f"--ignite-queue {ignite_queue}: not a directory (the IGNITE queue, e.g. workspace/queue)")
 
-    bridge_url, host_name = _bridge_settings(root, bridge_url, host_name)
+    bridge_url, host_name, bridge_seed, bridge_creds = _bridge_settings(root, bridge_url, host_name, bridge_creds)
 
     from .main import Config, run
 
@@ -117,6 +120,8 @@ def daemon(
             log_level=log_level.lower(),
             bridge_url=bridge_url,
             host_name=host_name,
+            bridge_seed=bridge_seed,
+            bridge_creds=bridge_creds,
             ignite_queue=ignite_queue,
             ignite_timeout=ignite_timeout,
         )
@@ -124,12 +129,13 @@ def daemon(
     ctx.exit(status)
 
 
-def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str | None, str | None]:
-    """--bridge / --host-name, else config.json's bridge section; checked before starting."""
+def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """--bridge / --bridge-creds / --host-name, else config.json's bridge section; checked
+    before starting. Returns (url, host name, nkey seed or None, creds path or None)."""
     from relayd.errors import UsageError, missing_extra
     from relayd.names import check_agent_name
 
-    if url is None or host is None:
+    if url is None or host is None or creds_path is None:
         from relayd.config import load_config
         from relayd.store import Store
 
@@ -139,10 +145,22 @@ def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str 
             if configured is not None:
                 url = url or configured.url
                 host = host or configured.host
+                creds_path = creds_path or configured.creds
     if not url:
-        return None, None
+        if creds_path:
+            raise UsageError("--bridge-creds goes with --bridge URL (the team's NATS server)")
+        return None, None, None, None
     if not url.startswith(("nats://", "tls://")):
         raise UsageError(f"--bridge must be a nats:// (or tls://) URL, e.g. nats://127.0.0.1:4222, not {url!r}")
+    seed = None
+    if creds_path:
+        from relayd.bridge.setup import load_credentials
+
+        creds_path = os.path.abspath(os.path.expanduser(creds_path))
+        creds = load_credentials(creds_path)
+        if host and host != creds.host:
+            raise UsageError(f"--host-name {host} does not match the credentials in {creds_path}, which are host {creds.host}'s")
+        host, seed = creds.host, creds.seed
     if not host:
         import re
         import socket
@@ -151,9 +169,12 @@ def _bridge_settings(root: str, url: str | None, host: str | None) -> tuple[str 
     check_agent_name(host, "host name")
     try:
         import nats  # noqa: F401  (only to say clearly what is missing)
-    except ImportError:
-        raise missing_extra("relayd --bridge", "bridge", "nats-py") from None
-    return url, host
+
+        if seed is not None:
+            import nkeys  # noqa: F401
+    except ImportError as exc:
+        raise missing_extra("relayd --bridge", "bridge", "nats-py, nkeys") from None
+    return url, host, seed, creds_path
 
 
 def main(argv: list[str] | None = None) -> None:

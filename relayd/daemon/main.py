@@ -49,6 +49,8 @@ class Config:
     ignite_timeout: float = 300.0
     bridge_url: str | None = None  # nats://HOST:PORT: join other hosts' relayd (relayd.bridge)
     host_name: str | None = None
+    bridge_seed: str | None = None  # the host's nkey seed, from --bridge-creds
+    bridge_creds: str | None = None  # that file's path (shown in hints)
     max_connections: int | None = None  # None: from the descriptor limit
     idle_timeout: float = 600.0
 
@@ -70,6 +72,8 @@ def run(config: Config) -> int:
             file_id = None if activated else socket_file_id(config.socket_path)
             try:
                 return anyio.run(_serve, config, store, sock, activated)
+            except RelayError:
+                raise  # a refusal with a sentence (the host name is taken): `error: ...`, exit 1
             except Exception:  # a bug: one structured log record, not a bare traceback
                 log.exception("relayd crashed")
                 return 70
@@ -108,6 +112,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     stale = StaleWatch(store, config.stale_after)
     stale.start()
     stop = anyio.Event()
+    refused: list[RelayError] = []  # why relayd must not go on (the bridge's host name is taken)
     async with anyio.create_task_group() as tasks:
         if committer is not None:
             tasks.start_soon(committer.run)
@@ -119,7 +124,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.start_soon(stale.run)
         tasks.start_soon(_signals, stop)
         if bridge is not None:
-            tasks.start_soon(bridge.run)
+            tasks.start_soon(_run_bridge, bridge, stop, refused)
         if systemd.watchdog_seconds:
             tasks.start_soon(_watchdog, systemd)
         await tasks.start(server.serve, await SocketListener.from_socket(sock))
@@ -143,7 +148,18 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.cancel_scope.cancel()
     rounds = {"fsync_rounds": committer.batches, "fsynced_files": committer.fsynced_fds} if committer is not None else {}
     log.info("stopped", requests=server.requests, events=events.events, subscribers_dropped=hub.dropped, **rounds)
+    if refused:
+        raise refused[0]
     return 0
+
+
+async def _run_bridge(bridge, stop: anyio.Event, refused: list[RelayError]) -> None:
+    try:
+        await bridge.run()
+    except RelayError as exc:  # not a crash: this relayd must not run under that name
+        log.error("bridge refused; stopping", error=exc.message)
+        refused.append(exc)
+        stop.set()
 
 
 def _seed_recent_ids(store: Store, recent: RecentIds) -> None:
@@ -180,7 +196,7 @@ def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hu
         return None
     from relayd.bridge.service import Bridge
 
-    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub)
+    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub, seed=config.bridge_seed, creds_path=config.bridge_creds)
     store.remote = bridge
     return bridge
 
