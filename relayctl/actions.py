@@ -78,6 +78,8 @@ def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, br
     for failure in result.get("notifications", []):
         if not failure.get("ok", True):
             s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
+        elif failure.get("retry"):
+            s.warn(f"trigger for {failure.get('agent')} held back ({failure.get('skipped')}); relayd retries it, or run 'relayctl redeliver'")
     already = set(result.get("duplicates", []))
     if s.json:
         s.out(messages if broadcast or len(messages) != 1 else messages[0])

@@ -6,7 +6,8 @@ with no daemon, by the client that sent the message. It returns one outcome per 
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
-                         separate key; not while the pane is in copy mode (retried later).
+                         separate key; not while the pane is in copy mode, nor while its input
+                         line holds someone's unsent text (relayd.paneinput): retried later.
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
                          zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
@@ -50,11 +51,12 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
 
         config = load_config(store)
         trigger, timeout = config.notify.trigger, parse_duration(config.notify.timeout).total_seconds()
+        prompt = config.notify.prompt
     except Exception as exc:  # a broken config must not fail the send
         return [{"agent": name, "method": "unknown", "ok": False, "error": str(exc)} for name in recipients]
     for name in dict.fromkeys(recipients):
         try:
-            outcomes.append(_notify_one(store, name, trigger, timeout))
+            outcomes.append(_notify_one(store, name, trigger, timeout, prompt))
         except Exception as exc:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     return outcomes
@@ -81,7 +83,7 @@ def agents_awaiting_trigger(store) -> list[str]:
     return waiting
 
 
-def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
+def _notify_one(store, name: str, trigger: str, timeout: float, prompt: str) -> dict:
     from .agents import read_meta
 
     with store.agent_dir(name) as agent:
@@ -97,7 +99,7 @@ def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
             return outcome
         try:
             if kind == "tmux":
-                _tmux(target, trigger, timeout)
+                _tmux(target, trigger, timeout, prompt)
             elif kind == "zellij":
                 _zellij(target, trigger, timeout)
             else:
@@ -144,11 +146,20 @@ def tmux_target(target: str) -> tuple[list[str], str]:
     return ["tmux"], target
 
 
-def _tmux(target: str, trigger: str, timeout: float) -> None:
+def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
+    from .paneinput import holds_draft
+
     tmux, pane = tmux_target(target)
-    in_mode = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode}"], timeout).strip()
+    shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode} #{cursor_x} #{cursor_y}"], timeout).split()
+    if len(shown) != 3 or not all(part.isdigit() for part in shown):
+        raise _Failed(f"tmux pane {pane}: unexpected answer {' '.join(shown)!r}")
+    in_mode, cursor_x, cursor_y = shown
     if in_mode == "1":
-        raise _Skip(f"tmux pane {pane} is in copy mode; retry later")
+        raise _Skip(f"tmux pane {pane} is in copy mode")
+    # Look right before typing: a trigger typed after someone's unsent text would be sent with it.
+    row = _run(tmux + ["capture-pane", "-p", "-e", "-t", pane, "-S", cursor_y, "-E", cursor_y], timeout)
+    if holds_draft(row, int(cursor_x), prompt):
+        raise _Skip(f"tmux pane {pane} has unsent text in its input line")
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
     # Enter goes separately: sent with the text, a busy TUI can swallow it as part of a paste.
     _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
