@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "mime": "relayctl.cmd_mime:mime_group",
     "ignite": "relayctl.cmd_ignite:ignite",
     "web": "relayctl.cmd_web:web",
+    "guard": "relayctl.cmd_guard:guard",
 }
 
 
