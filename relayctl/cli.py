@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "wake": "relayctl.cmd_wake:wake",
     "gc": "relayctl.cmd_wake:gc",
     "hook": "relayctl.cmd_hook:hook",
+    "hooks": "relayctl.cmd_hooks:hooks",
     "daemon": "relayd.daemon.cli:daemon",
     "subscribe": "relayctl.cmd_events:subscribe",
     "mcp-config": "relayctl.cmd_mcp:mcp_config",

@@ -1,75 +1,132 @@
-"""hook claude: hand unread mail to Claude Code through its hooks.
+"""hook claude|codex|gemini: hand unread mail to an agent program through its own hooks.
 
-Claude Code runs the hook with one JSON event on stdin. For SessionStart,
-UserPromptSubmit and PostToolUse the answer is `hookSpecificOutput.additionalContext`;
-for Stop (and SubagentStop) it is `{"decision": "block", "reason": ...}`, which keeps the
-agent going with the mail as its next instruction. Messages handed over are marked read,
-so the same mail is never shown twice; with nothing unread the hook prints nothing.
+The program runs the hook with one JSON event on stdin (`hook_event_name` names it).
+For a context event (session start, before the prompt, after a tool) the answer is
+`hookSpecificOutput.additionalContext`; for the stop event it is
+`{"decision": "block", "reason": ...}`, which keeps the agent going with the mail as its
+next instruction. All three programs take these same shapes (Claude Code 2.1.330; Codex
+CLI 0.169.0, whose JSON Schemas in the binary accept exactly them; Gemini CLI 0.61.0,
+which appends the context to the prompt or tool result and sends a blocked AfterAgent's
+reason as the next prompt). Only the event names differ: `PROGRAMS` below.
+
+Messages handed over are marked read, so the same mail is never shown twice. A stop that
+follows a stop we already continued (`stop_hook_active`) hands nothing over: the session
+is kept going once, never in a loop; that mail comes with the next prompt or tool call.
+With nothing unread the hook prints nothing. Events of the program that cannot carry
+context (PreToolUse, SessionEnd, ...) are a no-op that leaves mail unread; a name the
+program does not have (wrong `hook` subcommand, misspelt event) is an error.
 
 Exit status: 0, or 1 with one line on stderr for anything wrong (1 is a non-blocking
-error for Claude Code; 2 would block the user's prompt, so it is never used).
+error for all three programs; 2 would block the user's prompt, so it is never used).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import NamedTuple
 
 import click
 
 from .context import settings
 
-CONTEXT_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
-STOP_EVENTS = ("Stop", "SubagentStop")
 BUDGET = 8000  # characters of context per hook call; Claude Code caps hook context at about 10k
 BODY_MAX = 3000
 PREVIEW = 50
 
 
+class Program(NamedTuple):
+    title: str
+    context: tuple[str, ...]  # events whose answer is additionalContext, in the order installed
+    stop: str  # the turn's end: a block decision keeps the session going
+    other: tuple[str, ...]  # the program's events that cannot carry mail (a no-op)
+    matcher: dict[str, str]  # events whose hook entries take a tool matcher
+
+
+PROGRAMS: dict[str, Program] = {
+    "claude": Program(
+        "Claude Code",
+        ("SessionStart", "UserPromptSubmit", "PostToolUse"),
+        "Stop",
+        ("SubagentStop", "PreToolUse", "PostToolUseFailure", "PostToolBatch", "Notification", "UserPromptExpansion",
+         "SessionEnd", "StopFailure", "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
+         "PermissionRequest", "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted", "Elicitation",
+         "ElicitationResult", "ConfigChange", "WorktreeCreate", "WorktreeRemove", "InstructionsLoaded", "CwdChanged",
+         "FileChanged", "DirectoryAdded", "MessageDisplay"),
+        {"PostToolUse": "*"},
+    ),
+    "codex": Program(
+        "Codex CLI",
+        ("SessionStart", "UserPromptSubmit", "PostToolUse"),
+        "Stop",
+        ("SubagentStop", "PreToolUse", "PermissionRequest", "PreCompact", "PostCompact", "SessionEnd", "SubagentStart", "Interrupt"),
+        {"PostToolUse": "*"},
+    ),
+    "gemini": Program(
+        "Gemini CLI",
+        ("SessionStart", "BeforeAgent", "AfterTool"),
+        "AfterAgent",
+        ("BeforeTool", "Notification", "SessionEnd", "PreCompress", "BeforeModel", "AfterModel", "BeforeToolSelection"),
+        {"AfterTool": "*"},
+    ),
+}
+# SubagentStop (both programs) is a no-op: blocking it would hand the agent's mail to a
+# subagent, whose result the agent itself may only see summarised.
+
+
 @click.group(invoke_without_command=True)
 @click.pass_context
 def hook(ctx: click.Context) -> None:
-    """Integrations that run as hooks of an agent program.
+    """Run as a hook of an agent program: unread mail becomes context for its model.
+
+    `relayctl hooks install --for PROGRAM --agent NAME` writes the hook entries into a
+    project's settings; these subcommands are what those entries run.
 
     \b
     Examples:
       relayctl --agent inferno hook claude < event.json
+      echo '{"hook_event_name":"BeforeAgent","prompt":"hi"}' | relayctl --agent inferno hook gemini
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
 
-@hook.command()
-def claude() -> None:
-    """Claude Code hook: unread messages become additional context, then count as read.
+def _command(program: str, events: str) -> click.Command:
+    title = PROGRAMS[program].title
 
-    Reads the hook event JSON on stdin (SessionStart, UserPromptSubmit, PostToolUse,
-    Stop). Your agent name comes from --agent, RELAY_AGENT or OVLD_ROLE. In
-    .claude/settings.json:
+    def run() -> None:
+        from relayd.errors import RelayError
 
-    \b
-      {"hooks": {
-        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "relayctl --agent inferno hook claude"}]}],
-        "PostToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": "relayctl --agent inferno hook claude"}]}],
-        "Stop": [{"hooks": [{"type": "command", "command": "relayctl --agent inferno hook claude"}]}]
-      }}
+        try:
+            answer = answer_event(program, sys.stdin.read())
+        except RelayError as exc:
+            _give_up(exc.message)
+        except ValueError as exc:
+            _give_up(str(exc))
+        except Exception as exc:  # never a traceback into the agent's transcript
+            _give_up(f"internal error: {type(exc).__name__}: {exc}")
+        if answer is not None:
+            click.echo(json.dumps(answer, ensure_ascii=False))
+
+    run.__doc__ = f"""{title} hook: unread messages become additional context, then count as read.
+
+    Reads the hook event JSON on stdin ({events}). Your agent name comes from
+    --agent, RELAY_AGENT or OVLD_ROLE. `relayctl hooks install --for {program} --agent NAME`
+    adds the entries to the project's settings.
 
     \b
     Examples:
-      echo '{"hook_event_name":"UserPromptSubmit","prompt":"hi"}' | relayctl --agent inferno hook claude
+      echo '{{"hook_event_name":"{PROGRAMS[program].context[1]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
     """
-    from relayd.errors import RelayError
+    return click.command(program)(run)
 
-    try:
-        answer = _answer(sys.stdin.read())
-    except RelayError as exc:
-        _give_up(exc.message)
-    except ValueError as exc:
-        _give_up(str(exc))
-    except Exception as exc:  # never a traceback into the agent's transcript
-        _give_up(f"internal error: {type(exc).__name__}: {exc}")
-    if answer is not None:
-        click.echo(json.dumps(answer, ensure_ascii=False))
+
+for _name, _events in (
+    ("claude", "SessionStart, UserPromptSubmit, PostToolUse, Stop"),
+    ("codex", "SessionStart, UserPromptSubmit, PostToolUse, Stop"),
+    ("gemini", "SessionStart, BeforeAgent, AfterTool, AfterAgent"),
+):
+    hook.add_command(_command(_name, _events))
 
 
 def _give_up(message: str) -> None:
@@ -77,24 +134,39 @@ def _give_up(message: str) -> None:
     sys.exit(1)
 
 
-def _answer(raw: str) -> dict | None:
+def answer_event(program: str, raw: str) -> dict | None:
+    """What `program` should be told for the hook event `raw` (None: print nothing)."""
     try:
         event = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"stdin is not a hook event (bad JSON: {exc})") from None
     if not isinstance(event, dict):
         raise ValueError("stdin is not a hook event (expected a JSON object)")
+    spec = PROGRAMS[program]
     name = event.get("hook_event_name")
-    if name not in CONTEXT_EVENTS + STOP_EVENTS:
+    if name in spec.other:
         return None  # an event we cannot add context to: leave the mail unread
+    if name not in spec.context and name != spec.stop:
+        raise ValueError(_unknown_event(program, name))
+    if name == spec.stop and event.get("stop_hook_active") is True:
+        return None  # this turn is already the continuation we asked for: stop now, mail waits
     s = settings()
-    agent = s.require_agent("hook claude")
+    agent = s.require_agent(f"hook {program}")
     text = take_unread(s, agent)
     if text is None:
         return None
-    if name in STOP_EVENTS:
+    if name == spec.stop:
         return {"decision": "block", "reason": text}
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
+
+
+def _unknown_event(program: str, name: object) -> str:
+    if not isinstance(name, str):
+        return "stdin is not a hook event (no hook_event_name)"
+    owners = [p for p, spec in PROGRAMS.items() if p != program and (name in spec.context or name == spec.stop or name in spec.other)]
+    if owners:
+        return f"{name} is a {PROGRAMS[owners[0]].title} hook event, not a {PROGRAMS[program].title} one: run `relayctl hook {owners[0]}` for it"
+    return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
 def take_unread(s, agent: str) -> str | None:

@@ -114,6 +114,16 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+def installed_command(script: str, module: str) -> list[str]:
+    """How another program (an agent program's MCP server list, its hooks) runs one of
+    relay's commands: the `script` installed next to this Python (never a version-manager
+    shim, which would cost every start tens of milliseconds), else `python -m module`."""
+    path = os.path.join(os.path.dirname(sys.executable), script)
+    if os.access(path, os.X_OK):
+        return [path]
+    return [sys.executable, "-m", module]
+
+
 def fail(message: str, status: int) -> None:
     """The one-line `error:` report every refusal ends in; the caller exits with `status`."""
     line = " ".join(str(message).split())

@@ -1,4 +1,6 @@
-"""`relayctl hook claude` fed with Claude Code hook events as Claude Code sends them."""
+"""`relayctl hook claude|codex|gemini` fed with hook events as each program sends them
+(Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0; the real programs run the
+hooks in test_claude_hooks.py, test_codex_hooks.py and test_gemini_hooks.py)."""
 
 from __future__ import annotations
 
@@ -25,15 +27,38 @@ EVENTS = {
     },
     "Stop": {**_COMMON, "hook_event_name": "Stop", "stop_hook_active": False},
     "PreToolUse": {**_COMMON, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}},
+    "SubagentStop": {**_COMMON, "hook_event_name": "SubagentStop", "stop_hook_active": False, "agent_id": "a1", "agent_type": "Explore"},
 }
+_CODEX = {"session_id": "01a20ae4-fdaa-7a91-ba4d-48568d14bb2f", "turn_id": "01a20ae4-fdd5-7b03-90d2-d9874ce5c508",
+          "transcript_path": None, "cwd": "/home/dev/oathkeeper", "model": "gpt-5.5", "permission_mode": "default"}
+CODEX_EVENTS = {
+    "SessionStart": {**_CODEX, "hook_event_name": "SessionStart", "source": "startup"},
+    "UserPromptSubmit": {**_CODEX, "hook_event_name": "UserPromptSubmit", "prompt": "carry on"},
+    "PostToolUse": {**_CODEX, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {"command": "go test ./..."},
+                    "tool_response": "ok", "tool_use_id": "call_000001"},
+    "Stop": {**_CODEX, "hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": "done"},
+}
+_GEMINI = {"session_id": "7c1f0d5e-2b1a-4e5c-8d3f-5a6b7c8d9e0f", "transcript_path": "/home/dev/.gemini/tmp/chats/session.json",
+           "cwd": "/home/dev/oathkeeper", "timestamp": "2026-11-24T00:14:10.689Z"}
+GEMINI_EVENTS = {
+    "SessionStart": {**_GEMINI, "hook_event_name": "SessionStart", "source": "startup"},
+    "BeforeAgent": {**_GEMINI, "hook_event_name": "BeforeAgent", "prompt": "carry on"},
+    "AfterTool": {**_GEMINI, "hook_event_name": "AfterTool", "tool_name": "read_file", "tool_input": {"file_path": "a.go"},
+                  "tool_response": {"llmContent": "package a", "returnDisplay": ""}},
+    "AfterAgent": {**_GEMINI, "hook_event_name": "AfterAgent", "prompt": "carry on", "prompt_response": "done", "stop_hook_active": False},
+    "BeforeTool": {**_GEMINI, "hook_event_name": "BeforeTool", "tool_name": "read_file", "tool_input": {"file_path": "a.go"}},
+}
+BY_PROGRAM = {"claude": EVENTS, "codex": CODEX_EVENTS, "gemini": GEMINI_EVENTS}
 
 
 @pytest.fixture
 def hook(relayctl):
     relayctl("init", "--preset", "overlord")
 
-    def run(event: str, agent: str = "inferno", raw: str | None = None):
-        return relayctl("hook", "claude", agent=agent, input=raw if raw is not None else json.dumps(EVENTS[event]), check=False)
+    def run(event: str, agent: str = "inferno", raw: str | None = None, program: str = "claude", **fields):
+        if raw is None:
+            raw = json.dumps({**BY_PROGRAM[program][event], **fields})
+        return relayctl("hook", program, agent=agent, input=raw, check=False)
 
     return run
 
@@ -67,13 +92,6 @@ def test_stop_hands_mail_over_as_the_reason_to_continue(relayctl, hook) -> None:
     assert hook("Stop").stdout == ""
 
 
-def test_other_events_leave_mail_unread(relayctl, hook) -> None:
-    relayctl("send", "inferno", "still here", agent="overlord")
-    proc = hook("PreToolUse")
-    assert proc.returncode == 0 and proc.stdout == ""
-    assert len(json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)) == 1
-
-
 def test_long_mail_is_cut_to_the_budget_and_the_rest_follows(relayctl, hook) -> None:
     for n in range(6):
         relayctl("send", "inferno", f"message {n} " + "x" * 2500, agent="overlord")
@@ -98,3 +116,50 @@ def test_bad_input_is_one_line_and_non_blocking(hook) -> None:
 def test_missing_identity_is_non_blocking(relayctl) -> None:
     proc = relayctl("hook", "claude", input=json.dumps(EVENTS["Stop"]), check=False)
     assert proc.returncode == 1 and "agent name" in proc.stderr and proc.stdout == ""
+
+
+def _unread(relayctl) -> list[str]:
+    return [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)]
+
+
+@pytest.mark.parametrize(("program", "event"), [
+    ("codex", "SessionStart"), ("codex", "UserPromptSubmit"), ("codex", "PostToolUse"),
+    ("gemini", "SessionStart"), ("gemini", "BeforeAgent"), ("gemini", "AfterTool"),
+])
+def test_codex_and_gemini_events_get_the_mail_as_context(relayctl, hook, program: str, event: str) -> None:
+    relayctl("send", "inferno", "Review auth.go please", agent="strategist")
+    answer = json.loads(hook(event, program=program).stdout)
+    assert answer == {"hookSpecificOutput": {"hookEventName": event, "additionalContext": answer["hookSpecificOutput"]["additionalContext"]}}
+    assert "Review auth.go please" in answer["hookSpecificOutput"]["additionalContext"]
+    assert _unread(relayctl) == []
+
+
+@pytest.mark.parametrize(("program", "event"), [("claude", "Stop"), ("codex", "Stop"), ("gemini", "AfterAgent")])
+def test_the_stop_continues_once_and_never_again_in_the_continuation(relayctl, hook, program: str, event: str) -> None:
+    relayctl("send", "inferno", "Next: API endpoints", agent="overlord")
+    answer = json.loads(hook(event, program=program).stdout)
+    assert answer["decision"] == "block" and "Next: API endpoints" in answer["reason"]
+    # Mail that comes while the continued turn runs is not a reason to continue again:
+    # the program says so with stop_hook_active, and the mail waits for the next prompt.
+    relayctl("send", "inferno", "And the docs", agent="overlord")
+    again = hook(event, program=program, stop_hook_active=True)
+    assert again.returncode == 0 and again.stdout == ""
+    assert _unread(relayctl) == ["And the docs"]
+
+
+@pytest.mark.parametrize(("program", "event"), [("claude", "PreToolUse"), ("claude", "SubagentStop"), ("gemini", "BeforeTool")])
+def test_events_that_cannot_carry_mail_leave_it_unread(relayctl, hook, program: str, event: str) -> None:
+    relayctl("send", "inferno", "still here", agent="overlord")
+    proc = hook(event, program=program)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert _unread(relayctl) == ["still here"]
+
+
+def test_another_programs_event_is_a_one_line_error_naming_the_right_hook(relayctl, hook) -> None:
+    relayctl("send", "inferno", "still here", agent="overlord")
+    proc = hook("BeforeAgent", raw=json.dumps(GEMINI_EVENTS["BeforeAgent"]), program="claude")
+    assert proc.returncode == 1 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert "relayctl hook gemini" in proc.stderr
+    unknown = hook("Stop", raw=json.dumps({**EVENTS["Stop"], "hook_event_name": "Stopp"}), program="codex")
+    assert unknown.returncode == 1 and "Stopp" in unknown.stderr and unknown.stderr.count("\n") == 1
+    assert _unread(relayctl) == ["still here"]

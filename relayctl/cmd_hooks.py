@@ -1,0 +1,116 @@
+"""hooks install|uninstall: put relay's hook entries into an agent program's project settings.
+
+The work is done by relayctl.hook_settings; this module is its command line and the
+notes a person needs next (each program's own trust step).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from relayd import layout
+
+from . import hook_settings
+from .context import settings
+
+PROGRAMS = tuple(hook_settings.SETTINGS_FILE)
+
+# What each program still asks of a person before project hooks run (measured with
+# Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0).
+NEXT_STEP = {
+    "claude": "Claude Code runs them from the next session in {project} (interactive sessions ask once to trust the folder)",
+    "codex": "Codex CLI runs them once {project} is a trusted project and you trust the hooks: start `codex` there and accept both "
+             "prompts (or review them with /hooks); `codex exec` needs both done before, or --trust --dangerously-bypass-hook-trust",
+    "gemini": "Gemini CLI runs project hooks only in a trusted folder: trust {project} when Gemini asks (or with /permissions; "
+              "~/.gemini/trustedFolders.json keeps the choice); headless runs in an untrusted folder stop with an error",
+}
+
+
+@click.group()
+def hooks() -> None:
+    """Install relay's hooks into an agent program's project settings, or remove them.
+
+    The hooks run `relayctl --agent NAME hook PROGRAM`, which hands the agent's unread
+    mail to the model: at session start, before each prompt, after each tool call, and
+    once at the end of a turn when mail waits (see `relayctl hook --help`).
+
+    \b
+    Examples:
+      relayctl hooks install --for claude --agent inferno
+      relayctl hooks install --for codex --agent glacier --project ~/oathkeeper
+      relayctl hooks uninstall --for gemini
+    """
+
+
+@hooks.command()
+@click.option("--for", "program", type=click.Choice(PROGRAMS), required=True, help="The agent program.")
+@click.option("--agent", "agent", metavar="NAME", help="The agent whose mail the hooks deliver (default: the global --agent / RELAY_AGENT / OVLD_ROLE).")
+@click.option("--project", default=".", show_default=True, type=click.Path(file_okay=False), help="The project directory whose settings get the hooks.")
+def install(program: str, agent: str | None, project: str) -> None:
+    """Merge relay's hook entries into the project's settings for PROGRAM.
+
+    \b
+      claude  .claude/settings.json: SessionStart, UserPromptSubmit, PostToolUse, Stop
+      codex   .codex/hooks.json:     SessionStart, UserPromptSubmit, PostToolUse, Stop
+      gemini  .gemini/settings.json: SessionStart, BeforeAgent, AfterTool, AfterAgent
+
+    Other hooks and keys in the file stay as they are; a relay entry already there is
+    replaced in place, so running it twice changes nothing. The command names this
+    relayctl by its path, and the store (and socket) when they are not the default.
+    A file that is not valid JSON is refused and left untouched.
+
+    Register the agent with `--notify hook` so that no other mechanism announces the
+    same mail.
+
+    \b
+    Examples:
+      relayctl hooks install --for claude --agent inferno
+      relayctl --dir /srv/team hooks install --for gemini --agent storm --project ~/oathkeeper
+    """
+    s = settings()
+    name = agent or s.agent
+    if not name:
+        raise click.UsageError("whose mail? pass --agent NAME")
+    change = hook_settings.install(program, name, project, *_store_and_socket(s))
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
+    if change.changed:
+        s.note(f"installed relay's hooks for {name} in {change.path} ({', '.join(change.events)})")
+    else:
+        s.note(f"relay's hooks for {name} were already in {change.path}; nothing changed")
+    s.note(NEXT_STEP[program].format(project=os.path.abspath(project)))
+
+
+@hooks.command()
+@click.option("--for", "program", type=click.Choice(PROGRAMS), required=True, help="The agent program.")
+@click.option("--project", default=".", show_default=True, type=click.Path(file_okay=False), help="The project directory whose settings hold the hooks.")
+def uninstall(program: str, project: str) -> None:
+    """Remove relay's hook entries from the project's settings for PROGRAM.
+
+    Only commands that run `relayctl ... hook PROGRAM` go; every other hook and key stays.
+
+    \b
+    Examples:
+      relayctl hooks uninstall --for claude
+      relayctl hooks uninstall --for codex --project ~/oathkeeper
+    """
+    s = settings()
+    change = hook_settings.uninstall(program, project)
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
+    if change.changed:
+        s.note(f"removed relay's hooks from {change.path} ({', '.join(change.events)})")
+    else:
+        s.note(f"no relay hooks in {change.path}; nothing changed")
+
+
+def _store_and_socket(s) -> tuple[str | None, str | None]:
+    """The store and socket to spell out in the command: only what differs from what a
+    relayctl started with no options and an empty environment would use."""
+    store = s.dir
+    try:
+        default = layout.default_store_dir({"HOME": os.environ.get("HOME", "")})
+    except layout.NoHome:
+        default = None
+    socket = os.path.abspath(s.socket) if s.socket else None
+    return (None if store == default else store), socket

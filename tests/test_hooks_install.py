@@ -1,0 +1,143 @@
+"""`relayctl hooks install|uninstall`: relay's entries merged into each program's project
+settings, and only relay's taken out again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FILES = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json", "gemini": ".gemini/settings.json"}
+EVENTS = {
+    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
+    "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
+    "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"],
+}
+THEIRS = {"type": "command", "command": "notify-send 'turn done'"}
+
+
+@pytest.fixture
+def project(short_tmp: Path) -> Path:
+    path = short_tmp / "project"
+    path.mkdir()
+    return path
+
+
+def _settings(project: Path, program: str) -> dict:
+    return json.loads((project / FILES[program]).read_text())
+
+
+def _relay_commands(settings: dict) -> dict[str, list[str]]:
+    return {event: [h["command"] for g in groups for h in g["hooks"] if " hook " in h["command"]] for event, groups in settings["hooks"].items()}
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_install_merges_beside_other_hooks_and_keys_and_runs_twice_unchanged(relayctl, project: Path, program: str) -> None:
+    path = project / FILES[program]
+    path.parent.mkdir()
+    stop = EVENTS[program][-1]
+    path.write_text(json.dumps({"model": "keep-me", "hooks": {stop: [{"hooks": [THEIRS]}], "PreToolUse": [{"matcher": "Bash", "hooks": [THEIRS]}]}}))
+    proc = relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
+    assert "installed relay's hooks for inferno" in proc.stdout
+    settings = _settings(project, program)
+    assert settings["model"] == "keep-me"
+    assert settings["hooks"]["PreToolUse"] == [{"matcher": "Bash", "hooks": [THEIRS]}]
+    assert settings["hooks"][stop][0] == {"hooks": [THEIRS]}  # theirs first, as it was
+    commands = _relay_commands(settings)
+    assert sorted(e for e, c in commands.items() if c) == sorted(EVENTS[program])
+    assert all(len(c) == 1 and c[0].endswith(f"--agent inferno --dir {relayctl.env['RELAY_DIR']} --socket {relayctl.env['RELAY_SOCKET']} hook {program}")
+               for e, c in commands.items() if e in EVENTS[program])
+    tool_event = EVENTS[program][2]
+    assert settings["hooks"][tool_event][0]["matcher"] == "*"
+    before = path.read_bytes()
+    again = relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
+    assert "nothing changed" in again.stdout and path.read_bytes() == before
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_uninstall_takes_out_only_relays_entries(relayctl, project: Path, program: str) -> None:
+    path = project / FILES[program]
+    path.parent.mkdir()
+    stop = EVENTS[program][-1]
+    path.write_text(json.dumps({"hooks": {stop: [{"hooks": [THEIRS]}]}, "theme": "dark"}))
+    relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
+    proc = relayctl("hooks", "uninstall", "--for", program, "--project", str(project))
+    assert "removed relay's hooks" in proc.stdout
+    assert _settings(project, program) == {"hooks": {stop: [{"hooks": [THEIRS]}]}, "theme": "dark"}
+    again = relayctl("hooks", "uninstall", "--for", program, "--project", str(project))
+    assert "nothing changed" in again.stdout
+
+
+def test_a_hand_written_entry_is_replaced_not_doubled(relayctl, project: Path) -> None:
+    (project / ".claude").mkdir()
+    pasted = {"type": "command", "command": "relayctl --agent inferno hook claude"}
+    (project / FILES["claude"]).write_text(json.dumps({"hooks": {"Stop": [{"hooks": [THEIRS, pasted]}]}}))
+    relayctl("hooks", "install", "--for", "claude", "--agent", "glacier", "--project", str(project))
+    stop = _settings(project, "claude")["hooks"]["Stop"]
+    assert len(stop) == 1 and stop[0]["hooks"][0] == THEIRS
+    assert stop[0]["hooks"][1]["command"].endswith("--agent glacier --dir " + relayctl.env["RELAY_DIR"] + " --socket " + relayctl.env["RELAY_SOCKET"] + " hook claude")
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_the_installed_command_delivers_mail_when_run_by_a_shell(relayctl, project: Path, program: str) -> None:
+    """Agent programs run the command through `sh -c` with their own environment: it
+    must name this relayctl and this store itself."""
+    relayctl("init", "--preset", "overlord")
+    relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
+    relayctl("send", "inferno", "Deploy window moved to 15:00", agent="overlord")
+    before_prompt = EVENTS[program][1]
+    command = _relay_commands(_settings(project, program))[before_prompt][0]
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(project)}  # no RELAY_* and no venv on PATH
+    proc = subprocess.run(["sh", "-c", command], input=json.dumps({"hook_event_name": before_prompt, "prompt": "go"}),
+                          env=bare, cwd=project, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Deploy window moved to 15:00" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_gemini_entries_carry_a_name_for_its_hooks_commands(relayctl, project: Path) -> None:
+    relayctl("hooks", "install", "--for", "gemini", "--agent", "inferno", "--project", str(project))
+    entries = [h for groups in _settings(project, "gemini")["hooks"].values() for g in groups for h in g["hooks"]]
+    assert {h["name"] for h in entries} == {"relay"}
+
+
+@pytest.mark.parametrize("content", ["{\"hooks\": {", "[1, 2]", "{\"hooks\": []}", "{\"hooks\": {\"Stop\": {}}}"])
+def test_a_settings_file_relay_cannot_read_is_refused_and_left_as_it_is(relayctl, project: Path, content: str) -> None:
+    (project / ".claude").mkdir()
+    path = project / FILES["claude"]
+    path.write_text(content)
+    proc = relayctl("hooks", "install", "--for", "claude", "--agent", "inferno", "--project", str(project), check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    assert "Traceback" not in proc.stderr and str(path) in proc.stderr
+    assert path.read_text() == content
+    assert sorted(os.listdir(path.parent)) == ["settings.json"]  # no temp file left behind
+
+
+def test_a_symlinked_settings_file_stays_a_link(relayctl, project: Path, short_tmp: Path) -> None:
+    shared = short_tmp / "dotfiles-settings.json"
+    shared.write_text(json.dumps({"theme": "dark"}))
+    (project / ".gemini").mkdir()
+    (project / FILES["gemini"]).symlink_to(shared)
+    relayctl("hooks", "install", "--for", "gemini", "--agent", "inferno", "--project", str(project))
+    assert (project / FILES["gemini"]).is_symlink()
+    assert json.loads(shared.read_text())["theme"] == "dark" and "AfterAgent" in json.loads(shared.read_text())["hooks"]
+
+
+def test_install_needs_an_agent_name(relayctl, project: Path) -> None:
+    proc = relayctl("hooks", "install", "--for", "codex", "--project", str(project), check=False)
+    assert proc.returncode == 2 and "--agent" in proc.stderr
+    bad = relayctl("hooks", "install", "--for", "codex", "--agent", "Bad Name", "--project", str(project), check=False)
+    assert bad.returncode == 1 and "invalid agent name" in bad.stderr
+    assert not (project / ".codex").exists()
+
+
+def test_install_and_uninstall_are_python_functions_too(relayctl, project: Path) -> None:
+    from relayctl import hook_settings
+
+    first = hook_settings.install("codex", "inferno", str(project))
+    assert first.changed and first.path == str(project / FILES["codex"])
+    assert hook_settings.install("codex", "inferno", str(project)).changed is False
+    assert hook_settings.uninstall("codex", str(project)).events == tuple(EVENTS["codex"])
+    assert _settings(project, "codex") == {}
