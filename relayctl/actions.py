@@ -159,6 +159,21 @@ def heartbeat(s: Settings, task: str | None) -> None:
     s.out(result, lambda r: f"heartbeat {r['agent']} at {r['heartbeat']}")
 
 
+def _pane_states(agents: list[dict]) -> None:
+    """`pane: {"id", "state"}` for agents whose notify target is a tmux pane: is their
+    program running there (live), exited (dead), or the pane gone?"""
+    targets = {a["name"]: a["notify"][len("tmux:"):] for a in agents if str(a.get("notify") or "").startswith("tmux:")}
+    if not targets:
+        return
+    from relayd.notify import tmux_pane_states, tmux_target
+
+    states = tmux_pane_states(list(targets.values()))
+    for a in agents:
+        if a["name"] in targets:
+            target = targets[a["name"]]
+            a["pane"] = {"id": tmux_target(target)[1], "state": states[target]}
+
+
 def _agent_line(a: dict) -> str:
     from relayd.timefmt import short_span
 
@@ -168,7 +183,8 @@ def _agent_line(a: dict) -> str:
     else:
         beat = f"{short_span(a['age_seconds'] or 0)} ago"
     status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
-    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}"
+    pane = f"   pane {a['pane']['id']} {a['pane']['state']}" if a.get("pane") else ""
+    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{pane}"
 
 
 def _bridge_line(b: dict) -> str:
@@ -255,6 +271,7 @@ def render_status(r: dict, sections: set[str]) -> str:
 
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
+    _pane_states(result.get("agents", []))
     result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
     chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on}
     s.out(result, lambda r: render_status(r, chosen or {"agents", "reservations", "commands"}))

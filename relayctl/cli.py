@@ -48,6 +48,8 @@ COMMANDS: dict[str, str] = {
     "ignite": "relayctl.cmd_ignite:ignite",
     "web": "relayctl.cmd_web:web",
     "guard": "relayctl.cmd_guard:guard",
+    "up": "relayctl.cmd_team:up",
+    "down": "relayctl.cmd_team:down",
 }
 
 

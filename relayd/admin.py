@@ -50,7 +50,7 @@ def preset_agents(preset: str, workers: int | None) -> list[str]:
     return names
 
 
-def _set_escalation_agent(store: Store, agent: str) -> str:
+def set_escalation_agent(store: Store, agent: str) -> str:
     """`delivery.escalate_to` in config.json, unless the person already chose one there.
 
     Other keys of the file are kept as they are; the file is replaced atomically."""
@@ -89,7 +89,7 @@ def init(store: Store, p: InitParams) -> InitResult:
         if name not in existing:
             register(store, RegisterParams(name=name))
             created.append(name)
-    escalate_to = _set_escalation_agent(store, ESCALATION_AGENT[p.preset]) if p.preset in ESCALATION_AGENT else None
+    escalate_to = set_escalation_agent(store, ESCALATION_AGENT[p.preset]) if p.preset in ESCALATION_AGENT else None
     return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created, escalate_to=escalate_to)
 
 

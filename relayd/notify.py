@@ -146,6 +146,28 @@ def tmux_target(target: str) -> tuple[list[str], str]:
     return ["tmux"], target
 
 
+def tmux_pane_states(targets: list[str], timeout: float = 5.0) -> dict[str, str]:
+    """For `tmux:` notify targets (without the prefix): "live", "dead" (its program exited,
+    the pane kept) or "gone" (no such pane, or no tmux server there). One tmux call per server."""
+    by_server: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for target in targets:
+        tmux, pane = tmux_target(target)
+        by_server.setdefault(tuple(tmux), []).append((target, pane))
+    states = {}
+    for tmux, wanted in by_server.items():
+        try:
+            listing = _run([*tmux, "list-panes", "-a", "-F", "#{pane_id} #{pane_dead} #{session_name}:#{window_index}.#{pane_index}"], timeout)
+        except _Failed:
+            listing = ""
+        panes: dict[str, str] = {}
+        for line in listing.splitlines():
+            pane_id, dead, where = (line.split(" ") + ["", ""])[:3]
+            panes[pane_id] = panes[where] = "dead" if dead == "1" else "live"
+        for target, pane in wanted:
+            states[target] = panes.get(pane, "gone")
+    return states
+
+
 def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
     from .paneinput import holds_draft
 
