@@ -6,7 +6,7 @@ with no daemon, by the client that sent the message. It returns one outcome per 
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
-                         separate key; not while the pane is in copy mode, nor while its input
+                         separate key once the pane shows the line; not while the pane is in copy mode, nor while its input
                          line holds someone's unsent text (relayd.paneinput): retried later.
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
@@ -32,6 +32,7 @@ from . import layout
 from .timefmt import now_iso, parse_duration
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
+ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
 _zellij_version: tuple[int, ...] | None = None
 
 
@@ -183,8 +184,23 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
     if holds_draft(row, int(cursor_x), prompt):
         raise _Skip(f"tmux pane {pane} has unsent text in its input line")
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
-    # Enter goes separately: sent with the text, a busy TUI can swallow it as part of a paste.
+    # Enter goes separately, once the program shows the text: arriving with it (or before a
+    # busy TUI has taken it in), Enter becomes a newline inside a paste, not a submit.
+    _wait_shown(tmux, pane, trigger, min(timeout, ECHO_WAIT))
     _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
+
+
+def _wait_shown(tmux: list[str], pane: str, text: str, wait: float) -> None:
+    """Until the pane shows `text` (blanks ignored: a program may wrap it), at most `wait`
+    seconds; a program that does not echo what it is typed gets its Enter after that."""
+    import time
+
+    wanted = "".join(text.split())
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if wanted in "".join(_run(tmux + ["capture-pane", "-p", "-t", pane], wait).split()):
+            return
+        time.sleep(0.02)
 
 
 # -- zellij -----------------------------------------------------------------------------------

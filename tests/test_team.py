@@ -216,3 +216,42 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
         assert json.loads(log.read_text().splitlines()[-1]) == ["kill-session", "zteam"]
     finally:
         relayctl("down", str(team_file), check=False)
+
+
+def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
+    """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
+    the scratch HOME is what a signed-in user's would be, channels switch included."""
+    from agent_programs import program
+    from model_anthropic import messages_responder, text
+    from scripted_model import ScriptedModel
+
+    claude = program("claude")
+    home = team.root / "home"
+    home.mkdir()
+    api_key = "sk-ant-relay-tests-0123456789abcdef"
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True,
+        "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []},
+        "projects": {str(team.repo.resolve()): {"hasTrustDialogAccepted": True}},
+        "cachedGrowthBookFeatures": {"tengu_harbor": True},
+    }))
+    text_of_file = team.file.read_text().replace(f'name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "claude"\nargs = ["--allowedTools", "mcp__relay__check_inbox"]\n# was: "', 1)
+    team.file.write_text(text_of_file)
+    with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
+        team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
+                        PATH=f"{claude.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        started = relayctl("up", str(team.file))
+        assert "still shows" not in started.stdout, started.stdout  # the development-channel question was answered
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for(lambda: "❯" in screen() and "I am using this for local development" not in screen(), "Claude Code's prompt", timeout=60)
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        try:
+            wait_for(lambda: any("SUBJECT-FOR-ALPHA" in r.text for r in model.requests), "the mail at Claude Code's model", timeout=90)
+        except AssertionError:
+            log = (store_dir / layout.TEAMS / "crew" / "relayd.log").read_text()[-2000:]
+            raise AssertionError(f"the mail never reached the model; the pane shows:\n{screen()}\nrelayd's log:\n{log}") from None
+    relayctl("down", str(team.file))
+    wait_for(lambda: not _processes_of(store_dir), "every process of the team to end", timeout=20)
