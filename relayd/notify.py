@@ -191,15 +191,23 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
 
 
 def _wait_shown(tmux: list[str], pane: str, text: str, wait: float) -> None:
-    """Until the pane shows `text` (blanks ignored: a program may wrap it), at most `wait`
-    seconds; a program that does not echo what it is typed gets its Enter after that."""
+    """Until the text left of the pane's cursor ends with `text` (blanks ignored: a program
+    may wrap it over rows), at most `wait` seconds; a program that does not show what it is
+    typed gets its Enter after that. Only the rows the text needs are read, so an earlier
+    trigger still on the screen does not count."""
     import time
 
     wanted = "".join(text.split())
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        if wanted in "".join(_run(tmux + ["capture-pane", "-p", "-t", pane], wait).split()):
-            return
+        shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x} #{cursor_y} #{pane_width}"], wait).split()
+        if len(shown) == 3 and all(part.isdigit() for part in shown):
+            x, y, width = map(int, shown)
+            first = max(0, y - (len(text) + 4) // max(width, 1))
+            rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], wait).split("\n")
+            rows[y - first] = rows[y - first][:x] if y - first < len(rows) else ""
+            if "".join("".join(rows[: y - first + 1]).split()).endswith(wanted):
+                return
         time.sleep(0.02)
 
 
