@@ -3,7 +3,7 @@
 `relayctl guard install` writes `.git/hooks/pre-commit` (wherever `git rev-parse
 --git-path hooks` points, so `core.hooksPath` and worktrees are honoured). The hook runs a
 pre-commit hook that was there before (moved aside to `pre-commit.relay-chained`, restored
-by `guard uninstall`), then `python -I -m relayd.guard`, which:
+by `guard uninstall`), then `hook()` below, in the Python that installed it (`-IS`), which:
 
   1. asks git for the repository's top level and the staged paths (`git diff --cached
      --name-only --no-renames`: added, changed and deleted, both sides of a rename);
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import shlex
-import subprocess
 import sys
 
 from . import layout
@@ -35,16 +33,17 @@ CHAINED = "pre-commit.relay-chained"
 MARK = "# relay guard:"
 SHOWN_PATHS = 3  # per reservation in a refusal; the rest are counted
 
-HOOK_SCRIPT = """#!/bin/sh
+# A Python script run by the Python that installed it, without site (-S: with an editable
+# install or many .pth files, site alone costs more than the whole check) and isolated (-I:
+# nothing from the repository's directory or the environment shadows relay's modules).
+HOOK_SCRIPT = """#!{interpreter} -IS
 {mark} refuses a commit that touches another agent's exclusive file reservation.
 # Installed by 'relayctl guard install'; 'relayctl guard uninstall' removes it and puts back
 # the hook it chained. Bypass it for one commit: git commit --no-verify
-chained="$(dirname "$0")/{chained}"
-if [ -x "$chained" ]; then
-    "$chained" "$@" || exit $?
-fi
-store={store}
-RELAY_DIR="${{RELAY_DIR:-${{OVLD_RELAY_DIR:-$store}}}}" exec {python} -I -m relayd.guard
+import sys
+sys.path.insert(0, {package_root!r})
+from relayd.guard import hook
+hook(store={store!r})
 """
 
 
@@ -52,19 +51,44 @@ RELAY_DIR="${{RELAY_DIR:-${{OVLD_RELAY_DIR:-$store}}}}" exec {python} -I -m rela
 
 
 def _git(args: list[str], cwd: str | None = None) -> bytes:
+    """git's output; UsageError with what it said when it fails. Spawned with
+    os.posix_spawnp, not subprocess: that module's imports (re, enum, locale, threading)
+    cost the hook more than its whole check."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    argv = ["git", *(["-C", cwd] if cwd else []), *args]
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60)
+        pid = os.posix_spawnp("git", argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ])
     except FileNotFoundError:
         raise UsageError("git is not installed (not on PATH)") from None
-    if done.returncode != 0:
-        said = " ".join(done.stderr.decode(errors="replace").split())[:300]
-        raise UsageError(f"git {' '.join(args[:2])} failed: {said or f'exit {done.returncode}'}")
-    return done.stdout
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    out, err = _read_all(out_r), _read_all(err_r)  # git says little on stderr: no deadlock
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if status != 0:
+        said = " ".join(err.decode(errors="replace").split())[:300]
+        raise UsageError(f"git {' '.join(args[:2])} failed: {said or f'exit {status}'}")
+    return out
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def repository(path: str | None = None) -> str:
     """The top level of the git work tree at `path` (or the current directory), real path."""
-    top = _git(["rev-parse", "--show-toplevel"], cwd=path).decode(errors="surrogateescape").strip()
+    top = _git(["rev-parse", "--show-toplevel"], cwd=path and os.path.abspath(path)).decode(errors="surrogateescape").strip()
     if not top:
         raise UsageError(f"{path or os.getcwd()} is not inside a git work tree")
     return os.path.realpath(top)
@@ -177,16 +201,27 @@ def check(top: str, store_dir: str, committer: str | None) -> str | None:
     return refusal(found, committer) if found else None
 
 
-def main() -> None:
-    """The hook's entry point: exit 0 to let the commit go ahead, 1 to refuse it."""
+def hook(store: str) -> None:
+    """The pre-commit hook: the chained hook first, then the check; exit 0 to let the commit
+    go ahead, non-zero to refuse it. The store is RELAY_DIR / OVLD_RELAY_DIR when set, else
+    the one `guard install` used."""
     from .errors import RelayError
 
+    chained = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), CHAINED)
+    if os.access(chained, os.X_OK):
+        import subprocess
+
+        status = subprocess.run([chained, *sys.argv[1:]]).returncode
+        if status:
+            sys.exit(status)
     try:
         committer = os.environ.get("RELAY_AGENT") or os.environ.get("OVLD_ROLE") or None
+        chosen = os.environ.get("RELAY_DIR") or os.environ.get("OVLD_RELAY_DIR")
+        store_dir = os.path.abspath(os.path.expanduser(chosen)) if chosen else store
         # git runs a pre-commit hook at the work tree's top level: no need to ask it where that is.
         top = os.path.realpath(os.getcwd()) if os.environ.get("GIT_INDEX_FILE") else repository()
-        refused = check(top, layout.default_store_dir(), committer)
-    except (RelayError, layout.NoHome, OSError) as exc:
+        refused = check(top, store_dir, committer)
+    except (RelayError, OSError) as exc:
         text = exc.message if isinstance(exc, RelayError) else str(exc)
         print(f"relay guard: cannot check reservations: {text} (to commit anyway: git commit --no-verify)", file=sys.stderr)
         sys.exit(1)
@@ -225,7 +260,9 @@ def install(repo: str | None, store_dir: str, python: str = sys.executable) -> d
         os.rename(hook, chained)
         moved = True
     os.makedirs(hooks, exist_ok=True)
-    text = HOOK_SCRIPT.format(mark=MARK, chained=CHAINED, store=shlex.quote(store_dir), python=shlex.quote(python))
+    interpreter = python if not any(ch.isspace() for ch in python) else f'/usr/bin/env -S "{python}"'
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = HOOK_SCRIPT.format(interpreter=interpreter, mark=MARK, package_root=package_root, store=os.path.abspath(store_dir))
     temp = hook + ".relay-tmp"
     with open(temp, "w") as fh:
         fh.write(text)
@@ -252,6 +289,3 @@ def uninstall(repo: str | None) -> dict:
         restored = hook
     return {"repo": top, "removed": hook, "restored": restored}
 
-
-if __name__ == "__main__":
-    main()
