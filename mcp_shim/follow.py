@@ -92,22 +92,25 @@ class Follower(threading.Thread):
         self.agent = agent
         self.agent_dir = os.path.join(store_dir, layout.AGENTS, agent)
         self.emit = emit
-        self.tail = InboxTail(self.agent_dir)
+        self.tail: InboxTail | None = None
+        # Here, not in the thread: what arrives once the client has been told push is on is
+        # announced message by message, not counted as waiting from before.
+        self.waiting = self._start_tail()
         self.pending = Batch()
         self.emit_at = 0.0
         self.last_emit = 0.0
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not `_stop`: Thread.join calls a method of that name
         self.mode = "starting"  # "daemon" or "inotify", for logs and tests
         self.channel_configured = True
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def run(self) -> None:
         try:
             self._announce_waiting()
             with watch.Watch(self.store_dir, watch.inbox(self.store_dir, self.agent), self.socket_path, client="relay-mcp") as wakeups:
-                while not self._stop.is_set():
+                while not self._stopping.is_set():
                     self._step(wakeups)
         except Exception:  # the session must go on without push delivery rather than die
             import traceback
@@ -115,16 +118,8 @@ class Follower(threading.Thread):
             logs.info(f"inbox follower stopped:\n{traceback.format_exc()}")
 
     def _announce_waiting(self) -> None:
-        """Mail that arrived before this session started is announced once, as a count."""
-        from relayd.client import Client
-        from relayd.errors import RelayError
-
-        try:
-            with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
-                waiting = client.call("unread", {"agent": self.agent})["unread"]
-        except RelayError as exc:
-            logs.debug(f"no unread count at start: {exc}")
-            return
+        """Mail that arrived before push started is announced once, as a count."""
+        waiting = self.waiting
         if waiting > 0 and self._arrival_is_channel():
             self.last_emit = time.monotonic()
             self.emit(
@@ -133,6 +128,25 @@ class Follower(threading.Thread):
                     "meta": {"count": str(waiting)},
                 }
             )
+
+    def _start_tail(self) -> int:
+        """Position the tail at the inbox's end and count the unread mail before it, as one
+        step: under the inbox's shared lock, which every append holds exclusively, so each
+        message is either counted here or passed on by the tail, never both and never
+        neither. The count is read from the files, as the tail reads them, with or without relayd."""
+        from relayd import ops
+        from relayd.errors import RelayError
+        from relayd.store import Store
+
+        try:
+            with Store(self.store_dir) as store, store.agent_dir(self.agent) as agent, agent.locked(layout.INBOX_LOCK, shared=True):
+                self.tail = InboxTail(self.agent_dir)
+                return int(ops.call(store, "unread", {"agent": self.agent})["unread"])
+        except (RelayError, OSError) as exc:  # no such agent yet: its inbox is followed from its creation
+            logs.debug(f"no unread count at start: {exc}")
+            if self.tail is None:
+                self.tail = InboxTail(self.agent_dir)
+            return 0
 
     def _step(self, wakeups: watch.Watch) -> None:
         now = time.monotonic()
@@ -149,6 +163,7 @@ class Follower(threading.Thread):
                 logs.info(f"following {self.agent}'s inbox with inotify (relayd is not running)")
             self.mode = wakeups.mode
         was_empty = not self.pending
+        assert self.tail is not None  # positioned by _start_tail
         self.tail.drain(self.pending.add)
         if was_empty and self.pending:
             # After a quiet spell the first message goes out at once; during a burst the rest wait.

@@ -2,7 +2,8 @@
 
 The role: the `--role` argument, else `OVLD_ROLE` (seed 000), `RELAY_AGENT`, or
 `BBS_AGENT_ROLE` (seed 002); `RELAY_DIR` or `OVLD_RELAY_DIR`, else `~/.relay`;
-`OVLD_SESSION` optionally names the terminal session the role runs in.
+`OVLD_SESSION` (else zellij's own `ZELLIJ_SESSION_NAME`) optionally names the terminal
+session the role runs in.
 """
 
 from __future__ import annotations
@@ -47,4 +48,4 @@ def from_env(env: dict[str, str] | os._Environ[str] | None = None, role: str | N
         store_dir = layout.default_store_dir(env)
     except layout.NoHome:
         raise IdentityError("no store directory: HOME is not set; set RELAY_DIR (or OVLD_RELAY_DIR)") from None
-    return Identity(role=role, store_dir=store_dir, socket_path=layout.default_socket_path(store_dir, env), session=env.get("OVLD_SESSION") or None)
+    return Identity(role=role, store_dir=store_dir, socket_path=layout.default_socket_path(store_dir, env), session=env.get("OVLD_SESSION") or env.get("ZELLIJ_SESSION_NAME") or None)

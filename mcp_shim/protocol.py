@@ -7,6 +7,13 @@ Two protocol eras are served side by side, decided per request:
 A request whose `_meta` names a protocol version is served in the modern era; anything
 else is served in the version `initialize` negotiated.
 
+Which era a client ends up in is decided at its `server/discover` probe, per client: push
+must work where the client runs it. Claude Code keeps channel events only on a connection
+made with `initialize` (on a 2026-07-28 one it logs "Channel notifications skipped:
+connection negotiated a modern protocol revision with no unsolicited notification path"),
+so while push is wanted, its probe is answered with the handshake revisions alone and it
+falls back to `initialize`; every other client is offered 2026-07-28.
+
 Tool failures are results with `isError: true` (the model reads them); only faults of the
 protocol itself (bad JSON, unknown method, unknown tool) are JSON-RPC errors.
 """
@@ -64,12 +71,17 @@ def takes_channel_events(capabilities: Any, client_info: Any) -> bool:
         experimental = capabilities.get("experimental")
         if isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental:
             return True
+    return is_claude_code(client_info)
+
+
+def is_claude_code(client_info: Any) -> bool:
     return isinstance(client_info, dict) and client_info.get("name") == CLAUDE_CODE_CLIENT
 
 
 class ToolOutcome:
-    """A tool's result: the structured answer and its text, then (each as a text block of
-    its own) a `warning` about this call and the `notice` of unread mail."""
+    """A tool's result: the structured answer (holding the `notice` of unread mail too) and
+    its text, then (each as a text block of its own) a `warning` about this call and the
+    `notice`."""
 
     __slots__ = ("structured", "text", "is_error", "notice", "warning")
 
@@ -100,6 +112,7 @@ class Session:
         call_tool: Callable[[str, Any], ToolOutcome],
         on_channel_support: Callable[[], None] = lambda: None,
         on_start: Callable[[], None] = lambda: None,
+        push: bool = True,
     ) -> None:
         self.server_info = server_info
         self.instructions = instructions
@@ -107,6 +120,7 @@ class Session:
         self.call_tool = call_tool
         self.on_channel_support = on_channel_support
         self.on_start = on_start
+        self.push = push  # False: channel events are switched off (RELAY_MCP_CHANNEL=off)
         self._started = False
         self.version: str | None = None  # negotiated by initialize; None until then
         self.channel = False
@@ -142,6 +156,12 @@ class Session:
         if not isinstance(params, dict):
             return error_response(request_id, INVALID_PARAMS, "params must be an object")
         try:
+            if method == "server/discover" and self._steer_to_handshake(params):
+                # Only the handshake revisions, so the client finds no 2026-07-28 in common and
+                # falls back to `initialize` (which is where this session starts).
+                result = self._discover_result(HANDSHAKE_VERSIONS)
+                result["resultType"] = "complete"
+                return {"jsonrpc": "2.0", "id": request_id, "result": result}
             modern = self._era(method, params)
             handler = self._handlers.get(method)
             if handler is None:
@@ -173,6 +193,13 @@ class Session:
         self._start()
         self._ready()
         return True
+
+    def _steer_to_handshake(self, params: dict[str, Any]) -> bool:
+        """Whether this probe comes from a client whose channel events need the `initialize`
+        handshake while push is wanted: Claude Code (2.1.330 gates its channel handler on the
+        connection's era, and declares nothing that would tell a later version apart)."""
+        meta = params.get("_meta")
+        return self.push and isinstance(meta, dict) and is_claude_code(meta.get(META_CLIENT_INFO))
 
     def _note_client(self, capabilities: Any, client_info: Any) -> None:
         if takes_channel_events(capabilities, client_info):
@@ -211,8 +238,11 @@ class Session:
         }
 
     def _discover(self, params: dict[str, Any], modern: bool) -> dict[str, Any]:
+        return self._discover_result(MODERN_VERSIONS)
+
+    def _discover_result(self, versions: tuple[str, ...]) -> dict[str, Any]:
         return {
-            "supportedVersions": list(MODERN_VERSIONS),
+            "supportedVersions": list(versions),
             "capabilities": self.capabilities(),
             "instructions": self.instructions,
             "ttlMs": 0,

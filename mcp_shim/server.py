@@ -21,7 +21,9 @@ from relayd import __version__
 from . import logs, protocol
 from .identity import Identity, IdentityError, from_env
 from .protocol import ToolOutcome
-from .tools import BY_NAME, TOOLS, Context, ToolFailed, check_arguments, delivery_warning
+from .tools import BY_NAME, NOTICE, TOOLS, Context, ToolFailed, check_arguments, delivery_warning
+
+PUSH_OFF = ("off", "0", "no")  # RELAY_MCP_CHANNEL values that switch push off
 
 CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attributes say from, message_id, priority and thread, and its text is only a preview."""
 
@@ -75,6 +77,7 @@ class Shim:
             call_tool=self.call_tool,
             on_channel_support=self.start_push,
             on_start=self.arrive,
+            push=self.push not in PUSH_OFF,
         )
         # `on`: treat the client as channel-capable even if it does not say so (push still
         # starts only once the client is initialized).
@@ -111,8 +114,8 @@ class Shim:
         try:
             self.call("touch", {"agent": self.identity.role})
         except UnknownAgent:
-            params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code"}
-            if self.follower is not None or (self.session.channel and self.push not in ("off", "0", "no")):
+            params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code", "join": True}
+            if self.follower is not None or (self.session.channel and self.push not in PUSH_OFF):
                 params["notify"] = "channel"  # this session is how the new agent gets its mail
             if self.identity.session:
                 params["session"] = self.identity.session
@@ -145,12 +148,16 @@ class Shim:
             logs.info(f"tool {name} failed:\n{traceback.format_exc()}")
             return ToolOutcome(None, f"error: internal error in {name}: {type(exc).__name__}: {exc}", is_error=True)
         text = encode(structured).decode()
+        if notice:
+            # Claude Code hands the model only structuredContent when a result has it, so the
+            # notice goes in there too; clients that show the text get it as a block of its own.
+            structured = {**structured, NOTICE: notice}
         return ToolOutcome(structured, text, notice=notice, warning=delivery_warning(structured))
 
     # -- push delivery ---------------------------------------------------------------
     def start_push(self) -> None:
         """The client takes channel events: follow the inbox and announce new mail."""
-        if self.push in ("off", "0", "no") or self.follower is not None:
+        if self.push in PUSH_OFF or self.follower is not None:
             return
         from .follow import Follower
 

@@ -3,7 +3,8 @@ and the store operations each one runs.
 
 Descriptions and schemas are what a model pays for in context on every turn, so they are
 kept to a few words each; `model_visible_chars()` measures them (DESIGN §6: <= 600 tokens
-at 4 characters a token, for all tools together).
+at 4 characters a token, for all tools together). Output schemas are not counted: Claude
+Code sends its model only each tool's name, description and input schema.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class Context:
         self.call = call
 
 
+NOTICE = "notice"  # the unread-mail notice inside structuredContent, which is all Claude Code shows a model
+
+
 class Tool:
     __slots__ = ("name", "description", "input_schema", "output_schema", "run")
 
@@ -104,7 +108,7 @@ class Tool:
         self.name = name
         self.description = description
         self.input_schema = input_schema
-        self.output_schema = output_schema
+        self.output_schema = {**output_schema, "properties": {**output_schema["properties"], NOTICE: _STR}}
         self.run = run
 
     def listing(self, structured: bool) -> dict[str, Any]:
@@ -269,8 +273,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "check_inbox",
-        "Get your unread messages; they are then marked read. Ids listed in owed: pass them in ack once handled.",
-        _obj({"ack": {"type": "array", "items": _STR, "description": "message ids to acknowledge"}}),
+        "Unread messages, then marked read. Ack ids listed in owed once handled.",
+        _obj({"ack": {"type": "array", "items": _STR, "description": "ids to acknowledge"}}),
         _obj(
             {
                 "messages": {"type": "array", "items": _MESSAGE},
@@ -284,8 +288,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_status",
-        "Status, task, last seen and liveness of one agent or all.",
-        _obj({"role": {"type": "string", "description": "agent name or all", "default": "all"}}),
+        "Status, task and liveness of one agent or all.",
+        _obj({"role": {"type": "string", "description": "agent name or all (default)"}}),
         _obj({"agents": {"type": "array", "items": _AGENT}}, ["agents"]),
         _get_status,
     ),
@@ -319,7 +323,7 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "reserve_files",
-        "Reserve a path glob (e.g. src/auth/**) before editing; fails naming the holder if taken.",
+        "Reserve a glob (e.g. src/auth/**) before editing; names any holder.",
         _obj(
             {
                 "pattern": _STR,
@@ -393,5 +397,7 @@ def model_visible(tools: tuple[Tool, ...] = TOOLS) -> list[dict[str, Any]]:
 
 
 def model_visible_chars(tools: tuple[Tool, ...] = TOOLS) -> int:
-    """Characters of the compact JSON of `model_visible()`; a token is about four."""
-    return len(json.dumps(model_visible(tools), ensure_ascii=False, separators=(",", ":")))
+    """The one measure of the tool list's cost: characters of `model_visible()` as JSON with
+    the usual separators (", " and ": ", so a little more than compact JSON) and non-ASCII
+    kept; a token is about four characters."""
+    return len(json.dumps(model_visible(tools), ensure_ascii=False))

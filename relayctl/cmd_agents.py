@@ -15,7 +15,7 @@ from .context import settings
 @click.option("--task", metavar="TEXT", help="Current task.")
 @click.option("--bead", metavar="ID", help="Associated bead / ticket id.")
 @click.option("--notify", metavar="HOW", help="How new mail reaches the agent: tmux:TARGET, zellij:PANE_ID, cmd:ARGV..., channel, hook or none.")
-@click.option("--session", metavar="NAME", help="Session name for slash commands, e.g. agent:main:main.")
+@click.option("--session", metavar="NAME", help="Session name for slash commands, e.g. agent:main:main; with --notify zellij:..., the zellij session (default: $OVLD_SESSION, then $ZELLIJ_SESSION_NAME).")
 def register(name: str, program, model, task, bead, notify, session) -> None:
     """Register agent NAME (or update it): creates its inbox, meta.json and heartbeat.
 
@@ -25,7 +25,13 @@ def register(name: str, program, model, task, bead, notify, session) -> None:
     Examples:
       relayctl register agent-bd-42 --program claude-code --model opus --task "Auth refactor" --bead bd-42
       relayctl register inferno --notify tmux:%3
+      relayctl register storm --notify zellij:3        # run in the pane: records its zellij session
     """
+    import os
+
+    if session is None and notify and notify.startswith("zellij:"):
+        # relayd types into the pane from outside zellij: it must name the session
+        session = os.environ.get("OVLD_SESSION") or os.environ.get("ZELLIJ_SESSION_NAME") or None
     s = settings()
     params = {"name": name, "program": program, "model": model, "task": task, "bead": bead, "notify": notify, "session": session}
     result = s.call("register", params)

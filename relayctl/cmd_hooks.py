@@ -20,7 +20,8 @@ PROGRAMS = tuple(hook_settings.SETTINGS_FILE)
 # What each program still asks of a person before project hooks run (measured with
 # Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0).
 NEXT_STEP = {
-    "claude": "Claude Code runs them from the next session in {project} (interactive sessions ask once to trust the folder)",
+    "claude": "Claude Code runs them from the next session in {project}; an interactive `claude` first asks whether you trust "
+              "the folder: answer \"Yes, I trust this folder\"",
     "codex": "Codex CLI runs them once {project} is a trusted project and you trust the hooks: start `codex` there and accept both "
              "prompts (or review them with /hooks); `codex exec` needs both done before, or --trust --dangerously-bypass-hook-trust",
     "gemini": "Gemini CLI runs project hooks only in a trusted folder: trust {project} when Gemini asks (or with /permissions; "

@@ -67,7 +67,7 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
             os.close(held)
             monitor.close()
         data = {key: value for key, value in vars(outcome).items()}
-        s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, written from relay {len(d['mirrored'])}")
+        s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, still being written {len(d['waiting'])}, written from relay {len(d['mirrored'])}")
         return
     import signal
     import threading

@@ -132,13 +132,13 @@ def parse(file: str) -> None:
 @mime_group.command("extract-body")
 @click.argument("file")
 def extract_body(file: str) -> None:
-    """Print only the body (the YAML), exactly as stored.
+    """Print only the body (the YAML), as IGNITE's tool prints it (line ends as LF).
 
     \b
     Example:
       relayctl mime extract-body message.mime | grep task_id
     """
-    sys.stdout.write(mime.read_file(file).body)
+    sys.stdout.write(mime.read_file(file).text_body())
 
 
 @mime_group.command("update-status", cls=greedy("--extra"))

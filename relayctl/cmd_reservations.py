@@ -56,6 +56,7 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
       relayctl reserve "src/auth/**" --repo ~/oathkeeper --force
     """
     s = settings()
+    _warn_if_top_level_only(s, pattern, repo_path(repo))
     params = {
         "agent": s.require_agent("reserve"),
         "pattern": pattern,
@@ -80,6 +81,32 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")
     s.out(result, _render_reserved)
+
+
+MAX_LOOKED_AT = 20000  # directory entries looked at for a deeper match before giving up
+
+
+def _warn_if_top_level_only(s, pattern: str, repo: str) -> None:
+    """`*.go` takes only the repo's top directory; say so when deeper files it would
+    seem to mean exist (src/main.go), and give the pattern that takes them too."""
+    from relayd.globs import compile_glob, everywhere
+
+    wider = everywhere(pattern)
+    if wider is None:
+        return
+    glob = compile_glob(pattern)
+    looked = 0
+    for directory, dirs, names in os.walk(repo):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")  # .git, vendored packages
+        if directory != repo:
+            for name in sorted(names):
+                if glob.matches(name):
+                    deeper = os.path.relpath(os.path.join(directory, name), repo)
+                    s.warn(f"{pattern} covers only the top directory of {repo} (a * never crosses '/'), not {deeper}; for every such file use {wider!r}")
+                    return
+        looked += len(names) + len(dirs)
+        if looked > MAX_LOOKED_AT:
+            return
 
 
 def _render_check(r: dict, pattern: str, repo: str) -> str:

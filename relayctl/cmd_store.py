@@ -10,24 +10,32 @@ from .context import settings
 @click.command()
 @click.option("--preset", type=click.Choice(["overlord", "ignite"]), help="Also register a team: overlord = overlord, strategist, inferno, glacier, shadow, storm; ignite = leader, strategist, architect, evaluator, coordinator, innovator and the workers ignitian_1..N, with leader as the escalation agent.")
 @click.option("--workers", type=click.IntRange(0, 64), metavar="N", help="With --preset ignite: how many workers (ignitian_1..N).  [default: 3]")
-def init(preset: str | None, workers: int | None) -> None:
+@click.option("--allow-new-agents/--fixed-team", default=None, help="With --preset: may an agent program (relay-mcp with OVLD_ROLE) register a name the team does not have? A fixed team refuses it, naming the known ones, so a typo'd role is caught.  [default: --fixed-team; config.json \"team\"]")
+def init(preset: str | None, workers: int | None, allow_new_agents: bool | None) -> None:
     """Create the store (directories 0700, files 0600) and optionally a team of agents.
+
+    A preset's team is fixed: relay-mcp started with a role the team does not have
+    (OVLD_ROLE=infern) is refused with the list of known agents. `relayctl register NAME`
+    still adds an agent on purpose; --allow-new-agents lets agent programs add themselves.
 
     \b
     Examples:
       relayctl init
       relayctl init --preset overlord
       relayctl --dir /tmp/team init --preset ignite
-      relayctl init --preset ignite --workers 8
+      relayctl init --preset ignite --workers 8 --allow-new-agents
     """
     s = settings()
     params: dict = {"preset": preset}
     if workers is not None:
         params["workers"] = workers
+    if allow_new_agents is not None:
+        params["allow_new_agents"] = allow_new_agents
     result = s.call("init", params)
     created = f", registered {', '.join(result['created'])}" if result["created"] else ""
     escalation = f"; dead letters escalate to {result['escalate_to']}" if result.get("escalate_to") else ""
-    s.out(result, lambda r: f"store ready at {r['dir']} (format {r['format']}){created}{escalation}")
+    fixed = "; the team is fixed (relayctl register adds an agent)" if not result.get("allow_new_agents", True) else ""
+    s.out(result, lambda r: f"store ready at {r['dir']} (format {r['format']}){created}{escalation}{fixed}")
 
 
 @click.command()

@@ -29,6 +29,7 @@ ESCALATION_AGENT = {"ignite": "leader"}
 class InitParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     preset: str | None = None
     workers: int | None = None  # ignite preset: how many ignitian_N agents (default 3)
+    allow_new_agents: bool | None = None  # with a preset: may agent programs add names? (default: no)
 
 
 class InitResult(msgspec.Struct, kw_only=True):
@@ -37,6 +38,7 @@ class InitResult(msgspec.Struct, kw_only=True):
     agents: list[str]
     created: list[str]
     escalate_to: str | None = None  # the store's escalation agent, when a preset set one
+    allow_new_agents: bool = True  # false: a fixed team (config.json "team"), see relayd.config
 
 
 def preset_agents(preset: str, workers: int | None) -> list[str]:
@@ -50,26 +52,58 @@ def preset_agents(preset: str, workers: int | None) -> list[str]:
     return names
 
 
-def set_escalation_agent(store: Store, agent: str) -> str:
-    """`delivery.escalate_to` in config.json, unless the person already chose one there.
-
-    Other keys of the file are kept as they are; the file is replaced atomically."""
+def _configure(store: Store, p: InitParams) -> tuple[str | None, bool]:
+    """What a preset writes into config.json: `delivery.escalate_to` (unless the person
+    already chose one there) and `team` (fixed unless `allow_new_agents`; an existing
+    choice is kept unless the option is given). Other keys are kept as they are; the file
+    is replaced atomically. Returns (escalation agent, whether new agents are allowed)."""
     import json
 
-    root = store.root_dir()
-    raw = root.read_bytes(layout.CONFIG_FILE)
+    config = _config_json(store)
+    before = json.dumps(config)
+    escalate_to = None
+    if p.preset in ESCALATION_AGENT:
+        delivery = config.setdefault("delivery", {})
+        delivery.setdefault("escalate_to", ESCALATION_AGENT[p.preset])
+        escalate_to = str(delivery["escalate_to"])
+    team = config.setdefault("team", {})
+    if p.preset is not None:
+        team["preset"] = p.preset
+        if p.allow_new_agents is not None or "allow_new" not in team:
+            team["allow_new"] = bool(p.allow_new_agents)
+    elif p.allow_new_agents is not None:
+        team["allow_new"] = p.allow_new_agents
+    if not team:
+        del config["team"]
+    if json.dumps(config) != before:
+        store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+    return escalate_to, team.get("allow_new", True) is not False
+
+
+def _config_json(store: Store) -> dict:
+    import json
+
+    raw = store.root_dir().read_bytes(layout.CONFIG_FILE)
     try:
         config = json.loads(raw) if raw and raw.strip() else {}
     except ValueError:
         config = None
-    if not isinstance(config, dict) or not isinstance(config.get("delivery", {}), dict):
-        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not a JSON object with a 'delivery' object; fix it, then run init again")
+    if not isinstance(config, dict) or not all(isinstance(config.get(key, {}), dict) for key in ("delivery", "team")):
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not a JSON object with 'delivery' and 'team' objects; fix it, then run init again")
+    return config
+
+
+def set_escalation_agent(store: Store, agent: str) -> str:
+    """`delivery.escalate_to` in config.json unless the person already chose one there
+    (`relayctl up` makes a team's lead the escalation agent); returns the one in force."""
+    import json
+
+    config = _config_json(store)
     delivery = config.setdefault("delivery", {})
-    if delivery.get("escalate_to"):
-        return str(delivery["escalate_to"])
-    delivery["escalate_to"] = agent
-    root.replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
-    return agent
+    if not delivery.get("escalate_to"):
+        delivery["escalate_to"] = agent
+        store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+    return str(delivery["escalate_to"])
 
 
 @operation("init", InitParams)
@@ -89,8 +123,8 @@ def init(store: Store, p: InitParams) -> InitResult:
         if name not in existing:
             register(store, RegisterParams(name=name))
             created.append(name)
-    escalate_to = set_escalation_agent(store, ESCALATION_AGENT[p.preset]) if p.preset in ESCALATION_AGENT else None
-    return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created, escalate_to=escalate_to)
+    escalate_to, allow_new = _configure(store, p)
+    return InitResult(dir=store.root, format=STORE_FORMAT, agents=store.known_agents(), created=created, escalate_to=escalate_to, allow_new_agents=allow_new)
 
 
 class ResetParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

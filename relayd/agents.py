@@ -7,7 +7,7 @@ import os
 import msgspec
 
 from . import layout, remote
-from .errors import StoreError, UsageError
+from .errors import StoreError, UnknownAgent, UsageError
 from .fsio import Dir
 from .presence import last_heartbeat, touch_heartbeat
 from .registry import operation
@@ -62,6 +62,7 @@ class RegisterParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     status: str | None = None
     notify: str | None = None
     session: str | None = None
+    join: bool = False  # an agent program naming itself (relay-mcp's role): refused in a fixed team
 
 
 @operation("register", RegisterParams)
@@ -69,6 +70,8 @@ def register(store: Store, p: RegisterParams) -> AgentMeta:
     """Create or update an agent: its directory, empty inbox, meta.json and heartbeat."""
     check_agent_name(p.name)
     if not store.is_agent(p.name):
+        if p.join:
+            _refuse_outside_fixed_team(store, p.name)
         remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")
     notify = _check_notify(p.notify)
     for field in ("program", "model", "task", "bead", "status", "session"):
@@ -97,6 +100,23 @@ def register(store: Store, p: RegisterParams) -> AgentMeta:
         touch_heartbeat(agent)
     store.emit(store.event("agent", action="updated" if old else "registered", agent=p.name))
     return meta
+
+
+def _refuse_outside_fixed_team(store: Store, name: str) -> None:
+    """In a store made with a preset, a name the team does not have is most likely a typo
+    of one it does (seed 000: unknown roles are refused)."""
+    from .config import load_config
+
+    team = load_config(store).team
+    if team.allow_new:
+        return
+    known = store.known_agents()
+    raise UnknownAgent(
+        f"unknown agent {name!r}: this store's team is fixed (preset {team.preset or 'none'}); known agents: {', '.join(known)}. "
+        f"Use one of those names, or add this one on purpose with 'relayctl register {name}'",
+        agent=name,
+        known=known,
+    )
 
 
 # -- heartbeat and status --------------------------------------------------------------
@@ -227,6 +247,10 @@ class TouchParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 @operation("touch", TouchParams)
 def touch(store: Store, p: TouchParams) -> HeartbeatResult:
     """Refresh last-seen without an event (every MCP tool call does this)."""
+    if not os.path.isdir(store.root):
+        # No store yet, so no such agent: relay-mcp then registers its role, which creates
+        # the store as `relayctl init` would (a fresh machine needs no set-up step).
+        raise UnknownAgent(f"unknown agent {p.agent!r}: there is no relay store at {store.root} yet", agent=p.agent, known=[])
     with store.agent_dir(p.agent) as agent:
         if not agent.exists(layout.META):
             raise store.unknown_agent(p.agent)

@@ -11,8 +11,13 @@ how long read mail is kept.
                    "escalate_to": "leader", "keep_acked": "7d"},
       "gc":     {"keep": "30d"},
       "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"},
-      "dedup":  {"window": "10m"}
+      "dedup":  {"window": "10m"},
+      "team":   {"preset": "overlord", "allow_new": false}
     }
+
+`team`: written by `relayctl init --preset`. With `allow_new` false the preset's team is
+fixed: an agent program that names itself (relay-mcp's role) is refused unless the name
+is registered; `relayctl register NAME` still adds an agent on purpose.
 
 `dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
 an id seen within it (a retry after a crash) returns the original message instead of
@@ -79,6 +84,11 @@ class DedupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     window: str = "10m"  # how long a message id is remembered per inbox (idempotent sends)
 
 
+class TeamConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    preset: str | None = None  # the preset the store was made with (init --preset)
+    allow_new: bool = True  # may an agent program register a name of its own choosing?
+
+
 class Config(msgspec.Struct, kw_only=True):
     wake: WakeConfig = msgspec.field(default_factory=WakeConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
@@ -86,6 +96,7 @@ class Config(msgspec.Struct, kw_only=True):
     gc: GcConfig = msgspec.field(default_factory=GcConfig)
     bridge: BridgeConfig | None = None
     dedup: DedupConfig = msgspec.field(default_factory=DedupConfig)
+    team: TeamConfig = msgspec.field(default_factory=TeamConfig)
 
 
 _decoder = msgspec.json.Decoder(Config)

@@ -105,6 +105,19 @@ def normalize(pattern: str) -> str:
     return _parse(pattern)[0]
 
 
+def everywhere(pattern: str) -> str | None:
+    """For a root-anchored one-segment pattern with `*` (`*.go`), the pattern that also
+    reaches every directory below (`**/*.go`); None for any other pattern.
+
+    `*.go` matching only the top directory is right (a `*` never crosses `/`), but whoever
+    reserves it has almost always meant every Go file (seed 004 US-012's `*.go` vs
+    `src/main.go`), so the CLI warns and suggests this form."""
+    _, segments = _parse(pattern)
+    if len(segments) == 1 and segments[0] != GLOBSTAR and STAR in segments[0]:
+        return f"{GLOBSTAR}/{normalize(pattern)}"
+    return None
+
+
 def _parse(pattern: str) -> tuple[str, tuple[Segment, ...]]:
     if not isinstance(pattern, str) or not pattern.strip():
         raise PatternError("empty pattern: give a path or glob, e.g. 'src/auth/**'")

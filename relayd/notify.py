@@ -11,7 +11,10 @@ Each agent's `meta.notify` says how:
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
                          zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
-                         focus, then type (seed 001's method).
+                         focus, then type (seed 001's method). Every action names the
+                         agent's recorded session (`meta.session`, taken from OVLD_SESSION or
+                         ZELLIJ_SESSION_NAME at register) with `--session`: relayd runs
+                         outside zellij, where zellij would have to guess.
   cmd:ARGV...            run ARGV (shlex-split, no shell) with RELAY_NOTIFY_AGENT and
                          RELAY_TRIGGER in its environment.
   channel | hook | none  nothing to do here (relay-mcp, Claude Code hooks, or nobody).
@@ -102,7 +105,7 @@ def _notify_one(store, name: str, trigger: str, timeout: float, prompt: str) -> 
             if kind == "tmux":
                 _tmux(target, trigger, timeout, prompt)
             elif kind == "zellij":
-                _zellij(target, trigger, timeout)
+                _zellij(target, trigger, timeout, meta.session if meta else None)
             else:
                 _command(target, name, trigger, timeout)
         except _Skip as why:
@@ -224,12 +227,13 @@ def zellij_version(timeout: float) -> tuple[int, ...]:
     return _zellij_version
 
 
-def _zellij(target: str, trigger: str, timeout: float) -> None:
+def _zellij(target: str, trigger: str, timeout: float, session: str | None = None) -> None:
     pane, _, route = target.partition("@")
     version = zellij_version(timeout)
+    action = ["zellij", "--session", session, "action"] if session else ["zellij", "action"]
     if version >= ZELLIJ_PANE_ID_SINCE:
-        _run(["zellij", "action", "write-chars", "--pane-id", pane, trigger], timeout)
-        _run(["zellij", "action", "write-chars", "--pane-id", pane, "\r"], timeout)
+        _run(action + ["write-chars", "--pane-id", pane, trigger], timeout)
+        _run(action + ["write-chars", "--pane-id", pane, "\r"], timeout)
         return
     if not route:
         shown = ".".join(map(str, version))
@@ -238,11 +242,11 @@ def _zellij(target: str, trigger: str, timeout: float) -> None:
             f"register the route instead: --notify zellij:{pane}@TAB/DIRECTION..., e.g. zellij:{pane}@2/right"
         )
     tab, *moves = route.split("/")
-    _run(["zellij", "action", "go-to-tab", tab] if tab.isdigit() else ["zellij", "action", "go-to-tab-name", tab], timeout)
+    _run(action + (["go-to-tab", tab] if tab.isdigit() else ["go-to-tab-name", tab]), timeout)
     for direction in moves:
-        _run(["zellij", "action", "move-focus", direction], timeout)
-    _run(["zellij", "action", "write-chars", trigger], timeout)
-    _run(["zellij", "action", "write-chars", "\r"], timeout)
+        _run(action + ["move-focus", direction], timeout)
+    _run(action + ["write-chars", trigger], timeout)
+    _run(action + ["write-chars", "\r"], timeout)
 
 
 # -- cmd ----------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Claude Code sends POST /v1/messages (streaming, server-sent events) for the session's
 turns and for side requests (titles, summaries); `messages_responder(turn)` answers every
 one with the content blocks `turn(request_json)` returns: text, or a tool call that Claude
-Code then runs and answers in its next request.
+Code then runs and answers in its next request. `conversation`, `texts` and `tool_result`
+read a request the way a test asserts on it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,36 @@ def text(value: str) -> dict[str, Any]:
 
 def tool_use(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"type": "tool_use", "id": f"toolu_{next(_ids):06d}", "name": name, "input": arguments}
+
+
+def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The user and assistant turns of a request. Claude Code (2.1.330) also puts `system`
+    entries among the messages (reminders, a channel event that came while it worked)."""
+    return [m for m in body.get("messages", []) if m.get("role") != "system"]
+
+
+def texts(part: Any) -> list[str]:
+    """Every text in a request or a part of one (system prompt, messages, tool results), in order."""
+    if isinstance(part, str):
+        return [part]
+    if isinstance(part, list):
+        return [t for item in part for t in texts(item)]
+    if not isinstance(part, dict):
+        return []
+    found = [part["text"]] if part.get("type") == "text" and isinstance(part.get("text"), str) else []
+    for key in ("system", "messages", "content"):
+        if key in part:
+            found += texts(part[key])
+    return found
+
+
+def tool_result(body: dict[str, Any], tool_use_id: str) -> dict[str, Any] | None:
+    """The `tool_result` block a request carries for one tool call, if any."""
+    for message in body.get("messages", []):
+        for block in message.get("content") if isinstance(message.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
+                return block
+    return None
 
 
 def _stream(model: str, blocks: list[dict[str, Any]]) -> Reply:

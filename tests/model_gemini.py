@@ -11,7 +11,6 @@ CLI runs and answers in its next request as a `functionResponse` part.
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Any, Callable
 
 from scripted_model import Recorded, Reply

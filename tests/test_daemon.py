@@ -372,6 +372,31 @@ def test_sigterm_drains_and_exits_zero_and_a_new_daemon_can_start(daemon, relay_
         again.kill()
 
 
+def test_sigterm_the_moment_relayd_accepts_a_connection_is_a_clean_stop(relay_env):
+    # The socket listens before the event loop runs: a SIGTERM in that window must still
+    # drain and exit 0 (it used to kill the process: status -15).
+    for _ in range(5):
+        proc = Daemon(relay_env).start(wait=False)
+        assert proc.proc is not None
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.proc.poll() is None, proc.log()
+            assert time.monotonic() < deadline, "relayd never accepted a connection"
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(proc.socket_path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+                time.sleep(0.001)
+        proc.proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.proc.wait(timeout=30) == 0, proc.log()
+        finally:
+            sock.close()
+        assert not os.path.exists(proc.socket_path)
+
+
 def test_a_socket_in_use_by_another_store_s_daemon_is_left_alone(daemon, relay_env, short_tmp):
     other = Daemon(dict(relay_env, RELAY_DIR=str(short_tmp / "second")))
     other.start(wait=False)

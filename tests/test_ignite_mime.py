@@ -29,12 +29,14 @@ def test_golden_files_parse_to_the_json_ignite_tooling_reads(relayctl, name: str
     assert list(json.loads(out)) == list(expected)  # same key order as IGNITE's parse
 
 
-def test_extract_body_is_byte_for_byte(relay_env: dict[str, str]) -> None:
+def test_extract_body_gives_the_body_with_ignite_s_line_ends(relay_env: dict[str, str]) -> None:
+    # IGNITE's tool reads files in Python's text mode: a CRLF body comes out with LF
     for name, sep in ((SEED_FILE, b"\n\n"), (CRLF_FILE, b"\r\n\r\n")):
         raw = (GOLDEN / f"{name}.mime").read_bytes()
         proc = subprocess.run([sys.executable, "-m", "relayctl", "mime", "extract-body", str(GOLDEN / f"{name}.mime")], env=relay_env, capture_output=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout == raw.split(sep, 1)[1]
+        assert proc.stdout == raw.split(sep, 1)[1].replace(b"\r\n", b"\n")
+    assert b"\r" in (GOLDEN / f"{CRLF_FILE}.mime").read_bytes().split(b"\r\n\r\n", 1)[1]  # the case is really tested
 
 
 BUILD_ORDER = [
@@ -226,7 +228,7 @@ def test_round_trip_relay_to_mime_to_relay_keeps_every_field(relayctl, team, sho
     # what IGNITE's tooling reads from it
     fields = json.loads(relayctl("mime", "parse", str(path)).stdout)
     assert (fields["from"], fields["to"], fields["type"], fields["priority"], fields["thread_id"]) == ("coordinator", ["ignitian_2"], "task_assignment", "critical", "bd-42")
-    assert (fields["repository"], fields["issue"], fields["body"]) == ("owner/repo", "42", body)
+    assert (fields["repository"], fields["issue"], fields["body"]) == ("owner/repo", "42", body.replace("\r\n", "\n"))  # as IGNITE's tool reads it
     assert fields["message_id"] == f"<{original['id']}@ignite.local>"
     again = json.loads(relayctl("--json", "send", "--mime", str(path)).stdout)[0]
     for key in ("from", "to", "subject", "body", "thread", "priority", "tags", "type", "ack"):

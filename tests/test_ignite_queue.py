@@ -390,3 +390,112 @@ def test_temp_files_of_dead_writers_are_swept_and_live_ones_kept(relayctl, team,
     writing.write_text("half")
     make_monitor(relay_env, queue, Clock()).run_once()
     assert not litter.exists() and writing.exists()
+
+
+# -- files written in place ------------------------------------------------------------------
+
+WRITER = Path(__file__).resolve().parent / "ignite_writer.py"
+
+
+def write_in_place(queue: Path, agent: str, name: str, *, after_create: float = 0.0, mid: float = 0.0, task: str = "task_001") -> subprocess.Popen:
+    """IGNITE's way: `ignite_mime.py build ... -o queue/AGENT/NAME`, the file created, then written."""
+    argv = [sys.executable, str(WRITER), "build", "--from", "coordinator", "--to", agent, "--type", os.path.basename(name).rsplit("_", 1)[0], "--priority", "high"]
+    argv += ["--body", f'task_id: "{task}"\n', "-o", str(queue / agent / name), "--pause-after-create", str(after_create), "--pause-mid", str(mid)]
+    return subprocess.Popen(argv)
+
+
+def test_a_file_still_being_written_is_left_until_its_writer_closes_it(relayctl, team, queue: Path, relay_env) -> None:
+    path = queue / "ignitian_1" / "task_assignment_1770263544123456.mime"
+    clock = Clock()
+    monitor = make_monitor(relay_env, queue, clock)
+    text = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignment", priority="high", body='task_id: "task_001"\n').to_text()
+    with open(path, "w") as writer:  # created: empty, then half written, as a paused writer leaves it
+        out = monitor.run_once()
+        assert not (out.taken or out.malformed) and path.read_text() == "" and out.waiting == [str(path)]
+        writer.write(text[: len(text) // 2])
+        writer.flush()
+        out = monitor.run_once()
+        assert not (out.taken or out.malformed) and path.exists()
+        writer.write(text[len(text) // 2 :])
+    out = monitor.run_once()  # closed: taken whole
+    done = queue / "ignitian_1" / "processed" / path.name
+    assert out.delivered == [str(done)] and not (queue / "ignitian_1" / "malformed").exists()
+    assert headers(done)["body"] == 'task_id: "task_001"\n'
+
+
+def test_a_closed_file_that_is_no_message_yet_is_set_aside_only_once_it_stays_so(relayctl, team, queue: Path, relay_env) -> None:
+    from relayd.ignite.queue import SETTLE
+
+    empty = queue / "ignitian_1" / "task_assignment_1770263544000001.mime"
+    empty.touch()  # a writer that creates, closes, and writes later (shell `>` then `>>`)
+    clock = Clock()
+    monitor = make_monitor(relay_env, queue, clock)
+    changed = os.stat(empty).st_mtime
+    clock.now = changed + 1
+    out = monitor.run_once()
+    assert not out.malformed and empty.exists() and out.next_due == changed + SETTLE
+    # it becomes a message later: delivered, not lost
+    text = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignment", priority="high", body="x: 1\n").to_text()
+    with open(empty, "a") as late:
+        late.write(text)
+    clock.now = os.stat(empty).st_mtime + 1
+    assert monitor.run_once().delivered == [str(queue / "ignitian_1" / "processed" / empty.name)]
+    # one that stays junk is set aside once it has been unchanged for SETTLE seconds
+    junk = queue / "ignitian_1" / "task_assignment_1770263544000002.mime"
+    junk.write_text("half a hea")
+    changed = os.stat(junk).st_mtime
+    clock.now = changed + SETTLE - 0.5
+    assert not monitor.run_once().malformed and junk.exists()
+    clock.now = changed + SETTLE
+    assert monitor.run_once().malformed == [str(queue / "ignitian_1" / "malformed" / junk.name)]
+
+
+@pytest.mark.parametrize("runner", ["relayd", "relayctl"])
+def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Path, relay_env, short_tmp: Path, runner: str) -> None:
+    if runner == "relayd":
+        stop = Daemon(relay_env, "--ignite-queue", str(queue)).start().proc
+    else:
+        with open(short_tmp / "watch.log", "wb") as log:
+            stop = subprocess.Popen([sys.executable, "-m", "relayctl", "ignite", "watch", str(queue)], env=relay_env, stdout=log, stderr=log)
+        wait_for(lambda: b"serving" in (short_tmp / "watch.log").read_bytes(), what="relayctl ignite watch to start")
+    names = [f"task_assignment_{1770263544000000 + n:016d}.mime" for n in range(12)]
+    try:
+        # straight writers, writers that pause after creating the file, writers that pause mid-file
+        writers = [write_in_place(queue, "ignitian_1", name, after_create=(0.3 if n % 3 == 1 else 0.0), mid=(0.3 if n % 3 == 2 else 0.0), task=name) for n, name in enumerate(names)]
+        # and IGNITE's own example: a user_goal written straight into leader/processed/
+        goal = "user_goal_1770263544999999.mime"
+        writers.append(write_in_place(queue, "leader", f"processed/{goal}", mid=0.3, task="goal"))
+        assert all(w.wait(timeout=60) == 0 for w in writers)
+        processed = queue / "ignitian_1" / "processed"
+        wait_for(lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60, what="every file delivered")
+        wait_for(lambda: status_of(queue / "leader" / "processed" / goal) == "delivered", timeout=60, what="the user_goal delivered")
+    finally:
+        stop.send_signal(signal.SIGTERM)
+        assert stop.wait(timeout=20) == 0
+    assert not (queue / "ignitian_1" / "malformed").exists() and not (queue / "leader" / "malformed").exists()
+    assert sorted(n["tags"][0] for n in inbox(relay_env, "ignitian_1")) == sorted(f"ignite:{name}#0" for name in names)
+    assert [n["tags"][0] for n in inbox(relay_env, "leader")] == [f"ignite:{goal}#0"]
+    for name in names:
+        assert headers(processed / name)["body"] == f'task_id: "{name}"\n'
+
+
+def test_unknown_types_and_missing_required_headers_are_logged_and_set_aside(relayctl, team, queue: Path, relay_env) -> None:
+    # seed 003, error handling: a missing required header or an unknown type is logged and skipped
+    good = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignment", priority="high", body="x: 1\n")
+    unknown = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignmnet", priority="high", body="x: 1\n")
+    (queue / "ignitian_1" / "task_assignmnet_1770263544000001.mime").write_text(unknown.to_text())
+    for n, header in enumerate(("Message-ID", "Date", "MIME-Version", "X-IGNITE-Priority", "Content-Type"), start=2):
+        partial = mime.MimeMessage(headers=[h for h in good.headers if h[0] != header], body=good.body)
+        (queue / "ignitian_1" / f"task_assignment_177026354400000{n}.mime").write_text(partial.to_text())
+    straight = mime.MimeMessage(headers=[h for h in good.headers if h[0] != "Date"], body=good.body)
+    (queue / "leader" / "processed" / "user_goal_1770263544000009.mime").write_text(straight.to_text())
+    logged: list[tuple[str, dict]] = []
+    monitor = make_monitor(relay_env, queue, Clock())
+    monitor.log = lambda event, **fields: logged.append((event, fields))
+    out = monitor.run_once()
+    assert not out.delivered and not inbox(relay_env, "ignitian_1") and not inbox(relay_env, "leader")
+    assert sorted(os.path.basename(p) for p in out.malformed) == sorted([f"task_assignment_177026354400000{n}.mime" for n in range(2, 7)] + ["task_assignmnet_1770263544000001.mime", "user_goal_1770263544000009.mime"])
+    errors = {os.path.basename(f["file"]): f["error"] for event, f in logged if event == "queue_malformed"}
+    assert "unknown X-IGNITE-Type 'task_assignmnet'" in errors["task_assignmnet_1770263544000001.mime"]
+    assert errors["task_assignment_1770263544000002.mime"].endswith("no Message-ID header")
+    assert errors["task_assignment_1770263544000005.mime"].endswith("no X-IGNITE-Priority header")

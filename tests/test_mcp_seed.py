@@ -34,6 +34,7 @@ def _agents(relayctl: Any) -> dict[str, dict[str, Any]]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_connected_role_is_present_before_any_tool_call(mode: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers (reviewer)
     relayctl("gc", "--stale", "0s")  # every agent archived: shown as not alive
     assert not _agents(relayctl)["shadow"]["alive"]
     async with mcp_client(relay_env, "shadow", mode) as shadow, mcp_client(relay_env, "reviewer", mode):
@@ -47,6 +48,7 @@ async def test_a_connected_role_is_present_before_any_tool_call(mode: str, team:
 
 @pytest.mark.anyio
 async def test_seed_002_role_variable_and_role_argument(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers (scout)
     env = {"RELAY_DIR": relay_env["RELAY_DIR"], "RELAY_SOCKET": relay_env["RELAY_SOCKET"], "BBS_AGENT_ROLE": "glacier"}
     async with Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_shim"], env=env), mode="legacy") as glacier:
         hub = structured(await glacier.call_tool("check_hub_status", {}))

@@ -247,6 +247,26 @@ def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> No
     assert "notifying glacier failed" in sent.stderr and "0.44.1" in sent.stderr
 
 
+def test_zellij_triggers_name_the_session_recorded_at_register(relayctl, configured, zellij_env, relay_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.44.1"
+    inside = dict(env, ZELLIJ_SESSION_NAME="team-a", ZELLIJ_PANE_ID="3")  # register runs in the pane
+    relayctl.env = inside
+    relayctl("register", "storm", "--notify", "zellij:3")
+    relayctl("register", "glacier", "--notify", "zellij:4@2/right", "--session", "team-b")
+    relayctl.env = {k: v for k, v in env.items() if not k.startswith("ZELLIJ_SESSION")} | {"ZELLIJ_STUB_VERSION": "0.44.1"}
+    store = Path(relay_env["RELAY_DIR"])
+    assert [json.loads((store / "agents" / name / "meta.json").read_text())["session"] for name in ("storm", "glacier")] == ["team-a", "team-b"]
+    relayctl("send", "storm", "body text", agent="sender")  # sent from outside zellij (as relayd runs)
+    relayctl("send", "glacier", "body text", agent="sender")
+    assert _calls(log) == [
+        ["--session", "team-a", "action", "write-chars", "--pane-id", "3", TRIGGER],
+        ["--session", "team-a", "action", "write-chars", "--pane-id", "3", "\r"],
+        ["--session", "team-b", "action", "write-chars", "--pane-id", "4", TRIGGER],
+        ["--session", "team-b", "action", "write-chars", "--pane-id", "4", "\r"],
+    ]
+
+
 def test_cmd_notification_runs_argv_without_a_shell(relayctl, configured, short_tmp: Path) -> None:
     record = short_tmp / "cmd.json"
     script = short_tmp / "notify me.py"

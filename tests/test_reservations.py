@@ -95,6 +95,23 @@ def test_check_reports_without_reserving(relayctl, team, repo) -> None:
     assert len(json.loads(relayctl("--json", "reservations").stdout)) == 1
 
 
+def test_a_top_level_star_pattern_warns_when_deeper_files_exist(relayctl, team, repo) -> None:
+    # seed 004 US-012: `*.go` vs `src/main.go` is free (a * never crosses '/'), but the
+    # person who reserved `*.go` almost certainly meant every Go file
+    (Path(repo) / "main.go").write_text("package main\n")
+    quiet = relayctl("reserve", "*.go", "--repo", repo, "--check", agent="inferno")
+    assert quiet.stderr == ""  # only top-level Go files: it means what it says
+    (Path(repo) / "src").mkdir()
+    (Path(repo) / "src" / "main.go").write_text("package main\n")
+    for extra in (["--check"], []):
+        proc = relayctl("reserve", "*.go", "--repo", repo, *extra, agent="inferno")
+        [line] = proc.stderr.strip().splitlines()
+        assert line.startswith("warning: *.go covers only the top directory") and "src/main.go" in line and "'**/*.go'" in line
+    assert relayctl("reserve", "src/main.go", "--repo", repo, "--check", agent="glacier").returncode == 0  # still free, as the glob says
+    for precise in ("**/*.go", "src/*.go", "main.go"):
+        assert relayctl("reserve", precise, "--repo", repo, "--check", agent="glacier", check=False).stderr.startswith("warning") is False
+
+
 def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
     relayctl("reserve", "README.md", "--ttl", "1s", "--repo", repo, agent="inferno")
     time.sleep(1.1)

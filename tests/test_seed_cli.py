@@ -119,3 +119,75 @@ def test_mcp_md_inspector_example_passes_the_store_and_names_the_old_revisions()
     inspector = [line for line in mcp_md.splitlines() if "inspector --cli" in line]
     assert inspector and all("-e RELAY_DIR=" in line for line in inspector)
     assert "2025-03-26" in mcp_md.split("## Protocol", 1)[1].split("outputSchema", 1)[0]
+
+
+# -- seed 004 §5.1: the runner script, as docs/cli.md shows it ---------------------------------
+
+
+def test_the_runner_snippet_in_cli_md_runs_as_written(relayctl: Any, relay_env: dict[str, str], short_tmp: Path) -> None:
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    text = (DOCS / "cli.md").read_text()
+    section = text.split("## In a runner script (seed 004 §5.1)", 1)[1]
+    snippet = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert "export RELAY_AGENT=" in snippet and snippet.count("relayctl ") == 6
+    relayctl("register", "athena")
+    repo = short_tmp / "repo"
+    repo.mkdir()
+    variables = {
+        "SESSION_NAME": "agent-bd-42", "AGENT_TYPE": "claude", "MODEL": "opus", "PROMPT_TRUNCATED": "fix the auth flow",
+        "BEAD_ID": "bd-42", "REPO_PATH": str(repo), "WATCH_TIMEOUT_SECONDS": "3600", "FILES_FROM_PROMPT": "src/auth/**",
+    }  # fmt: skip
+    env = {key: value for key, value in relay_env.items() if key not in ("RELAY_AGENT", "OVLD_ROLE")}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"  # the installed relayctl
+    # the runner's own variables are shell variables, not exported: the snippet must not rely on them being in the environment
+    script = "set -e\n" + "".join(f"{key}={shlex.quote(value)}\n" for key, value in variables.items()) + snippet
+    log = short_tmp / "runner.log"
+    with open(log, "wb") as output:  # a file, not a pipe: the heartbeat loop keeps it open
+        proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=output, stderr=output, start_new_session=True)
+    try:
+        proc.wait(timeout=60)
+        err = log.read_text()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # the heartbeat loop
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0 and "error" not in err, err
+    agents = {a["name"]: a for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
+    me = agents["agent-bd-42"]
+    assert (me["program"], me["model"], me["task"], me["bead"], me["alive"]) == ("claude", "opus", "fix the auth flow", "bd-42", True)
+    assert json.loads(relayctl("--json", "reservations", "--repo", str(repo)).stdout) == []  # reserved, then released
+    [done] = json.loads(relayctl("--json", "read", agent="athena").stdout)
+    assert (done["from"], done["body"], done["thread"], done["priority"]) == ("agent-bd-42", "Bead bd-42 complete", "bd-42", "high")
+    events = [json.loads(line) for line in (Path(relay_env["RELAY_DIR"]) / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("topic") == "reservation" and e.get("action") == "created" for e in events)
+    assert (Path(relay_env["RELAY_DIR"]) / "wake" / "trigger").exists()
+
+
+# -- seed 000: unknown roles are refused in a preset's team ----------------------------------
+
+
+def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
+    from relayd.client import Client
+    from relayd.errors import UnknownAgent
+
+    made = relayctl("init", "--preset", "overlord").stdout
+    assert "the team is fixed" in made
+    assert json.loads((store_dir / "config.json").read_text())["team"] == {"preset": "overlord", "allow_new": False}
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
+        with pytest.raises(UnknownAgent) as refused:
+            client.call("register", {"name": "infern", "join": True})  # what relay-mcp sends for its role
+        assert "known agents: glacier, inferno, overlord, shadow, storm, strategist" in refused.value.message
+        assert client.call("register", {"name": "inferno", "join": True})["name"] == "inferno"  # a member: fine
+    assert not (store_dir / "agents" / "infern").exists()
+    relayctl("register", "reviewer")  # a person adding an agent on purpose
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
+        assert client.call("register", {"name": "newcomer", "join": True})["name"] == "newcomer"
+    names = {a["name"] for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
+    assert {"reviewer", "newcomer"} <= names and "infern" not in names

@@ -54,6 +54,7 @@ class Config:
 
 
 def run(config: Config) -> int:
+    _hold_signals()  # before the socket listens: a stop request from then on is a clean stop
     configure_logging(config.log_level)
     store = Store(config.store_dir)
     try:
@@ -194,8 +195,21 @@ def _with_bridge(notify, bridge):
     return call
 
 
+_held: list[int] = []  # SIGTERM/SIGINT that came before the event loop listened for them
+
+
+def _hold_signals() -> None:
+    """Until `_signals` runs, a stop signal is only written down (the default action would
+    kill relayd with a socket already accepting connections, and no drain)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: _held.append(number))
+
+
 async def _signals(stop: anyio.Event) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        if _held:  # received now by the loop; what came before is handled as if it came now
+            log.info("stopping", signal=signal.Signals(_held[0]).name, before_ready=True)
+            stop.set()
         async for signum in received:
             if not stop.is_set():
                 log.info("stopping", signal=signal.Signals(signum).name)

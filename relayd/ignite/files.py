@@ -2,14 +2,17 @@
 
 No relay concepts here, only the filesystem rules the queue monitor relies on: a move
 never replaces a file (link + unlink), directories are fsynced after a change, symlinks
-and dot files are never taken for messages.
+and dot files are never taken for messages, and a file still open for writing is not
+taken (IGNITE's tools create a message file in place, then write it).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
+import signal
 import stat
 
 from relayd.errors import RelayError
@@ -46,6 +49,33 @@ def mime_files(folder: str) -> list[str]:
     except OSError as exc:
         raise RelayError(f"cannot read {folder}: {exc.strerror or exc}") from None
     return [name for name in names if name.endswith(".mime") and not name.startswith(".") and stat.S_ISREG(lstat_mode(os.path.join(folder, name)))]
+
+
+def being_written(path: str) -> bool | None:
+    """Whether some process has `path` open for writing: True, False, or None when this
+    filesystem cannot tell (then the caller waits for the file to be quiet instead).
+
+    The kernel refuses a read lease on a file open for writing anywhere (EAGAIN), which
+    is exactly "its writer is not done". The lease is released at once; a writer that
+    opens the file in that instant waits microseconds, and its lease-break signal is
+    SIGURG, which is ignored (the default, SIGIO, would kill this process).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as exc:
+        return True if exc.errno == errno.EAGAIN else None  # EACCES (not ours), EINVAL (no leases here)
+    else:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
 
 
 def mkdir(path: str) -> None:

@@ -80,13 +80,18 @@ class MimeMessage:
             "issue": self.get(PREFIX + "Issue", ""),
             "status": self.get(PREFIX + "Status", ""),
             "content_type": self.get("Content-Type", ""),
-            "body": self.body,
+            "body": self.text_body(),
         }
         for key, value in self.headers:
             upper = key.upper()
             if upper.startswith(PREFIX) and upper[len(PREFIX) :] not in _MAPPED:
                 out[key[len(PREFIX) :].lower().replace("-", "_")] = unfold(value)
         return out
+
+    def text_body(self) -> str:
+        """The body as IGNITE's tool reads it (Python text mode: CRLF and CR become LF);
+        `body` itself keeps the file's bytes for writing it back."""
+        return self.body.replace("\r\n", "\n").replace("\r", "\n")
 
     # -- editing -------------------------------------------------------------------
     def set(self, name: str, value: str) -> None:

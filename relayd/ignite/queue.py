@@ -24,10 +24,17 @@ next begins and a restart picks up where a crash left off:
                                       file written to DIR/<escalation agent>/, then
                                       X-IGNITE-Escalated-At on the dead letter.
 
+A new file is taken only once its writer is done: IGNITE's tools create the file in the
+queue and then write it, so a file still open for writing is left until it is closed
+(the close is an inotify event that wakes the monitor); where the filesystem cannot say
+whether a file is open, it must have been unchanged for `QUIET` seconds. A closed file
+that is not (yet) a valid message is moved to `malformed/` only after it has been
+unchanged for `SETTLE` seconds, so a writer that closes and reopens loses nothing.
+
 A file found `processing` after a restart is looked for in the agent's inbox by its tag
 before it is sent again, so a crash between the send and the `delivered` mark does not
-deliver it twice. Waiting uses `relayd.watch` (inotify on DIR and each agent directory);
-the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
+deliver it twice. Waiting uses `relayd.watch` (inotify on DIR, each agent directory and its
+processed/); the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from relayd.errors import RelayError
-from relayd.names import AGENT_NAME_RE
+from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
 from . import files, mime
@@ -53,7 +60,11 @@ from .mirror import TAG, Mirror
 
 MONITOR = "queue_monitor"  # the sender IGNITE's own monitor uses for what it writes
 DEFAULT_TIMEOUT = 300.0  # IGNITE's task_timeout: how long an agent may take before a retry
+QUIET = 2.0  # unchanged this long = written, where open-for-writing cannot be told
+SETTLE = 10.0  # a closed file that is no valid message yet is set aside after this long unchanged
 H = mime.PREFIX
+# Seed 003's required headers: a file without one is logged and set aside, never delivered.
+REQUIRED = ("MIME-Version", "Message-ID", "From", "To", "Date", H + "Type", H + "Priority", "Content-Type", "Content-Transfer-Encoding")
 STATUS, PROCESSED_AT, RETRY_COUNT = H + "Status", H + "Processed-At", H + "Retry-Count"
 NEXT_RETRY_AT, ERROR_REASON = H + "Next-Retry-At", H + "Error-Reason"
 ESCALATION, ESCALATED_AT = H + "Escalation", H + "Escalated-At"
@@ -92,6 +103,7 @@ class Outcome:
     dead_lettered: list[str] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # left for their writers (still being written)
     mirrored: list[str] = field(default_factory=list)  # relay messages written out as files
     next_due: float | None = None  # the wall-clock time the next timer runs out
 
@@ -135,6 +147,7 @@ class QueueMonitor:
         self._first_pass = True
         self._handled: set[str] = set()  # processed/ files this run has sent (or tried to)
         self._told: set[str] = set()  # agents already reported as unknown
+        self._waiting: set[str] = set()  # files reported as not written yet (logged once each)
         self._cache: dict[str, tuple[tuple[int, int, int], mime.MimeMessage]] = {}
 
     # -- the pass ------------------------------------------------------------------
@@ -181,7 +194,11 @@ class QueueMonitor:
         folder = os.path.join(self.root, agent)
         processed = os.path.join(folder, PROCESSED)
         files.mkdir(processed)
-        for name in files.mime_files(folder):
+        new = files.mime_files(folder)
+        # Forget waiting files that are gone (taken, renamed away): a long run must not grow.
+        present = {os.path.join(folder, name) for name in new} | {os.path.join(processed, name) for name in files.mime_files(processed)}
+        self._waiting = {p for p in self._waiting if not p.startswith(folder + os.sep) or p in present}
+        for name in new:
             try:
                 self._take(agent, name, out)
             except RelayError as exc:
@@ -201,6 +218,10 @@ class QueueMonitor:
                 if message is None:
                     continue
                 status = (message.get(STATUS) or "").lower()
+                if status in ("", "queued"):  # written here by an IGNITE tool, perhaps still being written
+                    if self._unfinished(agent, path, out):
+                        continue
+                    self._check_message(message, path)
                 if status == "processing" and path not in self._handled and not self._timed_out(message):
                     if recovering is None:
                         recovering = self._tags_in_inbox(agent)
@@ -208,7 +229,8 @@ class QueueMonitor:
                 else:
                     self._advance(agent, path, message, status, out)
             except mime.NotAMessage as exc:
-                self._set_aside(agent, path, exc.message, out)
+                if not self._unfinished(agent, path, out, invalid=exc.message):
+                    self._set_aside(agent, path, exc.message, out)
             except RelayError as exc:
                 self.log("queue_file_failed", file=path, error=exc.message)
 
@@ -216,11 +238,14 @@ class QueueMonitor:
     def _take(self, agent: str, name: str, out: Outcome) -> None:
         folder = os.path.join(self.root, agent)
         source = os.path.join(folder, name)
+        if self._unfinished(agent, source, out):
+            return
         try:
             message = mime.read_file(source, follow=False)
             self._check_message(message, source)
         except mime.NotAMessage as exc:
-            self._set_aside(agent, source, exc.message, out)
+            if not self._unfinished(agent, source, out, invalid=exc.message):
+                self._set_aside(agent, source, exc.message, out)
             return
         except RelayError:
             if not os.path.lexists(source):
@@ -233,10 +258,33 @@ class QueueMonitor:
         self._deliver(agent, target, mime.read_file(target, follow=False), out)
 
     def _check_message(self, message: mime.MimeMessage, path: str) -> None:
-        """IGNITE's rule: a message without these headers is logged and skipped."""
-        for header in ("From", "To", H + "Type"):
-            if not message.get(header):
-                raise mime.NotAMessage(f"{path}: no {header} header")
+        """Seed 003's error handling: a file missing a required header, or of a type IGNITE
+        does not define, is logged and skipped (here: set aside in malformed/, kept)."""
+        missing = [header for header in REQUIRED if not message.get(header)]
+        if missing:
+            raise mime.NotAMessage(f"{path}: no {', '.join(missing)} header{'s' if len(missing) > 1 else ''}")
+        kind = message.get(H + "Type") or ""
+        if kind not in MESSAGE_TYPES:
+            raise mime.NotAMessage(f"{path}: unknown {H}Type {kind!r} (IGNITE's types: {', '.join(MESSAGE_TYPES)})")
+
+    def _unfinished(self, agent: str, path: str, out: Outcome, invalid: str | None = None) -> bool:
+        """True while the file's writer may not be done: it is open for writing (its close
+        wakes the monitor), or it changed less than QUIET seconds ago where that cannot be
+        told, or (`invalid`: why it is no message yet) less than SETTLE seconds ago."""
+        busy = files.being_written(path)
+        due = None
+        if not busy:
+            changed = _mtime(path)
+            if (busy is False and not invalid) or changed is None or self.clock() >= changed + (SETTLE if invalid else QUIET):
+                self._waiting.discard(path)
+                return False
+            due = changed + (SETTLE if invalid else QUIET)
+            out.next_due = _min(out.next_due, due)
+        out.waiting.append(path)
+        if path not in self._waiting:
+            self._waiting.add(path)
+            self.log("queue_waiting", file=path, agent=agent, reason="open for writing" if busy else invalid or "changed just now", until=None if due is None else mime.iso_seconds(due))
+        return True
 
     def _deliver(self, agent: str, path: str, message: mime.MimeMessage, out: Outcome) -> None:
         """processing -> relay send -> delivered (each written before the next step)."""
@@ -480,10 +528,12 @@ class QueueMonitor:
         files.sweep_temp_files(folders)
 
     def watched(self) -> list[str]:
-        """The directories whose changes can mean work: the root, each agent's queue and,
-        when mirroring, each queue agent's inbox directory in the store."""
+        """The directories whose changes can mean work: the root, each agent's queue and its
+        processed/ (IGNITE's tools write some files straight there) and, when mirroring,
+        each queue agent's inbox directory in the store."""
         agents = self.agents()
         found = [self.root] + [os.path.join(self.root, agent) for agent in agents]
+        found += [path for path in (os.path.join(self.root, agent, PROCESSED) for agent in agents) if os.path.isdir(path)]
         if self.mirror is not None:
             found += self.mirror.directories(agents)
         return found
@@ -594,6 +644,13 @@ def _int(text: str | None) -> int:
         return max(0, int((text or "0").strip()))
     except ValueError:
         return 0
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _min(a: float | None, b: float) -> float:
