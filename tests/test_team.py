@@ -203,7 +203,7 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
     stub.chmod(0o755)
     relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
     team_file = short_tmp / "team.toml"
-    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sh -c \'echo hi\'"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\n')
+    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sh -c \'echo hi\'"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
     try:
         relayctl("up", str(team_file))
         calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -212,6 +212,7 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
         kdl = Path(layout_path).read_text()
         assert kdl.count("pane name=") == 2 and "register alpha --notify zellij:$ZELLIJ_PANE_ID" in kdl
         assert "RELAY_AGENT=beta" in kdl and "--dangerously-load-development-channels server:relay --model opus" in kdl
+        assert "register beta --notify channel" in kdl
         relayctl("down", str(team_file))
         assert json.loads(log.read_text().splitlines()[-1]) == ["kill-session", "zteam"]
     finally:
@@ -235,7 +236,8 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
         "projects": {str(team.repo.resolve()): {"hasTrustDialogAccepted": True}},
         "cachedGrowthBookFeatures": {"tengu_harbor": True},
     }))
-    text_of_file = team.file.read_text().replace(f'name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "claude"\nargs = ["--allowedTools", "mcp__relay__check_inbox"]\n# was: "', 1)
+    debug_log = team.root / "claude-debug.log"
+    text_of_file = team.file.read_text().replace('name = "alpha"\nprogram = "', f'name = "alpha"\nprogram = "claude"\nnotify = "channel"\nargs = ["--debug-file", "{debug_log}"]\n# was: "', 1)
     team.file.write_text(text_of_file)
     with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
         team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
@@ -245,6 +247,8 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
         pane = team.panes()["alpha"][0]
         screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
         wait_for(lambda: "❯" in screen() and "I am using this for local development" not in screen(), "Claude Code's prompt", timeout=60)
+        wait_for(lambda: debug_log.exists() and 'MCP server "relay": Channel notifications registered' in debug_log.read_text(), "relay's channel in Claude Code", timeout=60)
+        assert team.agents()["alpha"]["notify"] == "channel"
 
         relayctl("register", "boss")
         relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")

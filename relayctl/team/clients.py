@@ -3,9 +3,9 @@
 `launch(agent, team, store_dir, socket, state_dir)` writes what the program needs to hear
 from relay and returns the argv its pane runs:
 
-  claude   an MCP config file (`relayctl mcp-config` shape) given with --mcp-config, the
-           development-channels flag that lets relay push mail into the session, and
-           relay's hooks in the repository's .claude/settings.json
+  claude   an MCP config file (`relayctl mcp-config` shape) given with --mcp-config, relay's
+           hooks in the repository's .claude/settings.json, and with notify = "channel" the
+           development-channels flag that lets relay-mcp push mail into the session
   codex    relay-mcp given with `-c mcp_servers.relay=...` (no file to share), and relay's
            hooks in .codex/hooks.json
   gemini   relay's hooks in .gemini/settings.json (its MCP servers live in one project-wide
@@ -15,8 +15,8 @@ from relay and returns the argv its pane runs:
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
 they deliver, so the agents of one repository share one settings file.
 
-`STARTUP_PROMPTS` lists the questions relay's own configuration makes a program ask at
-start, with the key that answers each (up.py watches the panes for them).
+`startup_prompts(agent)` lists the questions relay's own configuration makes a program ask
+at start, with the keys that answer each (up.py watches the panes for them).
 """
 
 from __future__ import annotations
@@ -32,12 +32,15 @@ from .teamfile import Agent, Team
 
 DEV_CHANNELS = ["--dangerously-load-development-channels", f"server:{SERVER_NAME}"]
 
-# program -> [(text on the screen, keys that answer it)]. Claude Code asks at every start
-# whether the development channel is for local development; Enter takes the preselected
-# "I am using this for local development". (No setting skips it in 2.1.330.)
-STARTUP_PROMPTS: dict[str, list[tuple[str, list[str]]]] = {
-    "claude": [("I am using this for local development", ["Enter"])],
-}
+# (text on the screen, keys that answer it). With the development-channels flag Claude Code
+# asks at every start whether the channel is for local development; Enter takes the
+# preselected "I am using this for local development". (No setting skips it in 2.1.330.)
+CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
+
+
+def startup_prompts(agent: Agent) -> list[tuple[str, list[str]]]:
+    """The questions relay's configuration makes this agent's program ask at start."""
+    return [CHANNEL_QUESTION] if agent.notify == "channel" else []
 
 
 def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_dir: str) -> list[str]:
@@ -48,7 +51,8 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         config = os.path.join(state_dir, f"{agent.name}.mcp.json")
         _write(config, json.dumps(server_config(agent.name, store_dir, socket, team.name), indent=2) + "\n")
         hook_settings.install("claude", None, team.repo, store_arg, socket)
-        return ["claude", "--mcp-config", config, *DEV_CHANNELS, *model, *agent.args]
+        channels = DEV_CHANNELS if agent.notify == "channel" else []
+        return ["claude", "--mcp-config", config, *channels, *model, *agent.args]
     if agent.kind == "codex":
         command, args, env = _launch(agent.name, store_dir, socket, team.name)
         table = (

@@ -12,6 +12,8 @@
     args = ["--permission-mode", "plan"]  # optional: more arguments for the program
     env = { EDITOR = "vim" }            # optional: more environment for the pane
     lead = true                         # at most one: dead letters escalate to it
+    notify = "pane"                     # "pane" (default): a trigger typed into the agent's pane;
+                                        # "channel" (claude only): pushed into the session by relay-mcp
 
 Unknown keys are refused, so a misspelt one is a clear error rather than silently ignored.
 """
@@ -33,7 +35,8 @@ MULTIPLEXERS = ("tmux", "zellij")
 KNOWN_PROGRAMS = ("claude", "codex", "gemini")
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
 _TOP_KEYS = {"team", "multiplexer", "repo", "agents"}
-_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead"}
+_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
+NOTIFY = ("pane", "channel")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Agent:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lead: bool = False
+    notify: str = "pane"
 
     @property
     def kind(self) -> str:
@@ -132,7 +136,12 @@ def _agent(raw: object, where: str, n: int) -> Agent:
     lead = raw.get("lead", False)
     if not isinstance(lead, bool):
         raise UsageError(f"{where}: agent {name}: lead must be true or false")
-    return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead)
+    notify = raw.get("notify", "pane")
+    if notify not in NOTIFY:
+        raise UsageError(f"{where}: agent {name}: notify must be one of {', '.join(NOTIFY)}, not {notify!r}")
+    if notify == "channel" and program.strip() != "claude":
+        raise UsageError(f"{where}: agent {name}: notify = \"channel\" needs program = \"claude\" (Claude Code's channels)")
+    return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead, notify=notify)
 
 
 def _no_unknown(table: dict, known: set[str], where: str) -> None:

@@ -65,7 +65,7 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
     session = TmuxTeam(team.name)
     existing = session.panes()
     outcome: dict[str, str] = {}
-    fresh: list[tuple[str, str]] = []  # (agent kind, pane id) of panes whose program just started
+    fresh: list[tuple[object, str]] = []  # (agent, pane id) of panes whose program just started
     for agent in team.agents:
         argv = clients.launch(agent, team, store_dir, socket, state)
         env = clients.pane_env(agent, team, store_dir, socket)
@@ -77,12 +77,13 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
             session.respawn(pane, argv, env, team.repo)
             outcome[agent.name] = "restarted"
             pane_id = pane.pane_id
-            fresh.append((agent.kind, pane_id))
+            fresh.append((agent, pane_id))
         else:
             pane_id = session.start(agent.name, argv, env, team.repo)
             outcome[agent.name] = "started"
-            fresh.append((agent.kind, pane_id))
-        target = f"tmux:{session.socket_path()}:{pane_id}"
+            fresh.append((agent, pane_id))
+        # One arrival mechanism per agent: relay-mcp's push, or a trigger typed into the pane.
+        target = "channel" if agent.notify == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
     for pane_id, question in _answer_startup_questions(session, fresh, prompt_wait):
@@ -205,10 +206,10 @@ def _guard(team: Team, store_dir: str) -> str | None:
 # -- start-up questions --------------------------------------------------------------------------
 
 
-def _answer_startup_questions(session, fresh: list[tuple[str, str]], wait: float) -> list[tuple[str, str]]:
+def _answer_startup_questions(session, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
     """Watch new panes for the questions relay's configuration makes their program ask
-    (clients.STARTUP_PROMPTS) and answer each once; the ones never seen are returned."""
-    waiting = {(pane, text): keys for kind, pane in fresh for text, keys in clients.STARTUP_PROMPTS.get(kind, [])}
+    (clients.startup_prompts) and answer each once; the ones never seen are returned."""
+    waiting = {(pane, text): keys for agent, pane in fresh for text, keys in clients.startup_prompts(agent)}
     deadline = time.monotonic() + wait
     while waiting and time.monotonic() < deadline:
         for (pane, text), keys in list(waiting.items()):

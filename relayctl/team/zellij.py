@@ -41,8 +41,9 @@ def layout(team: Team, store_dir: str, socket: str | None, state: str) -> str:
     for agent in team.agents:
         argv = clients.launch(agent, team, store_dir, socket, state)
         env = clients.pane_env(agent, team, store_dir, socket)
+        notify = "channel" if agent.notify == "channel" else "zellij:$ZELLIJ_PANE_ID"
         script = (
-            f"{relayctl} -q register {shlex.quote(agent.name)} --notify zellij:$ZELLIJ_PANE_ID; "
+            f"{relayctl} -q register {shlex.quote(agent.name)} --notify {notify}; "
             f"exec env {shlex.join(f'{k}={v}' for k, v in env.items())} {shlex.join(argv)}"
         )
         lines += [
