@@ -6,8 +6,9 @@ with no daemon, by the client that sent the message. It returns one outcome per 
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
-                         separate key once the pane shows the line; not while the pane is in copy mode, nor while its input
-                         line holds someone's unsent text (relayd.paneinput): retried later.
+                         separate key once the pane shows the line; not while the pane is
+                         in copy mode, nor while its input line holds someone's unsent
+                         text (relayd.paneinput): retried later.
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
                          zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
