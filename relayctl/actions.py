@@ -100,6 +100,8 @@ def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, b
     for failure in result.get("notifications", []):
         if not failure.get("ok", True):
             s.warn(f"notifying {failure.get('agent')} failed: {failure.get('error')}")
+        elif failure.get("retry"):
+            s.warn(f"trigger for {failure.get('agent')} held back ({failure.get('skipped')}); relayd retries it, or run 'relayctl redeliver'")
     already = set(result.get("duplicates", []))
     if s.json:
         s.out(messages if broadcast or len(messages) != 1 else messages[0])
@@ -180,6 +182,21 @@ def heartbeat(s: Settings, task: str | None) -> None:
     s.out(result, lambda r: f"heartbeat {r['agent']} at {r['heartbeat']}")
 
 
+def _pane_states(agents: list[dict]) -> None:
+    """`pane: {"id", "state"}` for agents whose notify target is a tmux pane: is their
+    program running there (live), exited (dead), or the pane gone?"""
+    targets = {a["name"]: a["notify"][len("tmux:"):] for a in agents if str(a.get("notify") or "").startswith("tmux:")}
+    if not targets:
+        return
+    from relayd.notify import tmux_pane_states, tmux_target
+
+    states = tmux_pane_states(list(targets.values()))
+    for a in agents:
+        if a["name"] in targets:
+            target = targets[a["name"]]
+            a["pane"] = {"id": tmux_target(target)[1], "state": states[target]}
+
+
 def _agent_line(a: dict) -> str:
     from relayd.timefmt import short_span
 
@@ -189,7 +206,8 @@ def _agent_line(a: dict) -> str:
     else:
         beat = f"{short_span(a['age_seconds'] or 0)} ago"
     status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
-    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}"
+    pane = f"   pane {a['pane']['id']} {a['pane']['state']}" if a.get("pane") else ""
+    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{pane}"
 
 
 def _bridge_line(b: dict) -> str:
@@ -277,6 +295,7 @@ def render_status(r: dict, sections: set[str]) -> str:
 
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
+    _pane_states(result.get("agents", []))
     result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
     chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on} or {"agents", "reservations", "commands"}
     for name in {"agents", "reservations", "commands"} - chosen:  # --json shows what the text shows

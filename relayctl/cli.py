@@ -51,6 +51,9 @@ COMMANDS: dict[str, str] = {
     "ignite": "relayctl.cmd_ignite:ignite",
     "web": "relayctl.cmd_web:web",
     "bridge": "relayctl.cmd_bridge:bridge",
+    "guard": "relayctl.cmd_guard:guard",
+    "up": "relayctl.cmd_team:up",
+    "down": "relayctl.cmd_team:down",
 }
 
 

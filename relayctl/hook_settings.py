@@ -46,11 +46,15 @@ class Change(NamedTuple):
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
 
 
-def hook_command(program: str, agent: str, store_dir: str | None = None, socket: str | None = None) -> str:
+def hook_command(program: str, agent: str | None, store_dir: str | None = None, socket: str | None = None) -> str:
     """The shell command a hook entry runs: this installation's relayctl, with the agent
     (and a store or socket other than the default) spelled out, since an agent program
-    starts its hooks with its own environment."""
-    words = [*installed_command("relayctl", "relayctl"), "--agent", check_agent_name(agent)]
+    starts its hooks with its own environment. With agent None the hook speaks for the
+    RELAY_AGENT of the program's environment: several agents of a team (`relayctl up`)
+    share one project's settings, each pane with its own RELAY_AGENT."""
+    words = [*installed_command("relayctl", "relayctl")]
+    if agent is not None:
+        words += ["--agent", check_agent_name(agent)]
     if store_dir:
         words += ["--dir", store_dir]
     if socket:
@@ -67,7 +71,7 @@ def settings_path(program: str, project: str) -> str:
     return os.path.join(os.path.abspath(project), SETTINGS_FILE[program])
 
 
-def install(program: str, agent: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
+def install(program: str, agent: str | None, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
     """Merge relay's hook entries for `agent` into `program`'s settings in `project`."""
     path = settings_path(program, project)
     command = hook_command(program, agent, store_dir, socket)

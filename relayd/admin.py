@@ -59,14 +59,7 @@ def _configure(store: Store, p: InitParams) -> tuple[str | None, bool]:
     is replaced atomically. Returns (escalation agent, whether new agents are allowed)."""
     import json
 
-    root = store.root_dir()
-    raw = root.read_bytes(layout.CONFIG_FILE)
-    try:
-        config = json.loads(raw) if raw and raw.strip() else {}
-    except ValueError:
-        config = None
-    if not isinstance(config, dict) or not all(isinstance(config.get(key, {}), dict) for key in ("delivery", "team")):
-        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not a JSON object with 'delivery' and 'team' objects; fix it, then run init again")
+    config = _config_json(store)
     before = json.dumps(config)
     escalate_to = None
     if p.preset in ESCALATION_AGENT:
@@ -83,8 +76,34 @@ def _configure(store: Store, p: InitParams) -> tuple[str | None, bool]:
     if not team:
         del config["team"]
     if json.dumps(config) != before:
-        root.replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+        store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
     return escalate_to, team.get("allow_new", True) is not False
+
+
+def _config_json(store: Store) -> dict:
+    import json
+
+    raw = store.root_dir().read_bytes(layout.CONFIG_FILE)
+    try:
+        config = json.loads(raw) if raw and raw.strip() else {}
+    except ValueError:
+        config = None
+    if not isinstance(config, dict) or not all(isinstance(config.get(key, {}), dict) for key in ("delivery", "team")):
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE} is not a JSON object with 'delivery' and 'team' objects; fix it, then run init again")
+    return config
+
+
+def set_escalation_agent(store: Store, agent: str) -> str:
+    """`delivery.escalate_to` in config.json unless the person already chose one there
+    (`relayctl up` makes a team's lead the escalation agent); returns the one in force."""
+    import json
+
+    config = _config_json(store)
+    delivery = config.setdefault("delivery", {})
+    if not delivery.get("escalate_to"):
+        delivery["escalate_to"] = agent
+        store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+    return str(delivery["escalate_to"])
 
 
 @operation("init", InitParams)

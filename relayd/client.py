@@ -224,12 +224,16 @@ class Client:
 
         self.mode = "direct"
         result = ops.call(self.store(), op, params)
-        if op in APPENDING_OPS and isinstance(result, dict) and result.get("messages"):
-            # With no daemon to react to the inbox events, whoever appended notifies.
-            from .notify import notify_new_messages
+        if op in APPENDING_OPS and isinstance(result, dict) and (result.get("messages") or op == "redeliver"):
+            # With no daemon to react to the inbox events, whoever appended notifies; and
+            # `redeliver` (run from cron without relayd) also retries triggers held back.
+            from .notify import agents_awaiting_trigger, notify_new_messages
 
             recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
-            result["notifications"] = notify_new_messages(self.store(), recipients)
+            if op == "redeliver":
+                recipients = list(dict.fromkeys(recipients + agents_awaiting_trigger(self.store())))
+            if recipients:
+                result["notifications"] = notify_new_messages(self.store(), recipients)
         return result
 
     # -- events ----------------------------------------------------------------------

@@ -5,7 +5,8 @@ how long read mail is kept.
       "wake":   {"gateway_command": ["/home/me/athena/scripts/wake-gateway.sh"],
                  "gateway_socket": "/run/user/1000/openclaw/gateway.sock",
                  "timeout": "5s", "retries": 2},
-      "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s"},
+      "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s",
+                 "prompt": "(?:[>❯›»]+|\\S*[$#%])"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
                    "escalate_to": "leader", "keep_acked": "7d"},
       "gc":     {"keep": "30d"},
@@ -30,10 +31,13 @@ limit (gc drops no messages).
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from . import layout
 from .errors import RelayError, StoreError
+from .paneinput import DEFAULT_PROMPT
 from .store import Store
 from .timefmt import parse_duration
 
@@ -52,6 +56,9 @@ class WakeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     trigger: str = DEFAULT_TRIGGER  # the line typed into a pane: short, fixed, never a message body
     timeout: str = "5s"  # per tmux / zellij / cmd invocation
+    # What an empty input line of the pane's program looks like left of the cursor (a
+    # regex, matched whole after borders and blanks are dropped): relayd.paneinput.
+    prompt: str = DEFAULT_PROMPT
 
 
 class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -108,6 +115,10 @@ def load_config(store: Store) -> Config:
     if not trigger or len(trigger) > MAX_TRIGGER:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: notify.trigger must be 1-{MAX_TRIGGER} characters on one line")
     config.notify.trigger = trigger
+    try:
+        re.compile(config.notify.prompt)
+    except re.error as exc:
+        raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: notify.prompt is not a valid regular expression: {exc}") from None
     try:
         window = parse_duration(config.dedup.window).total_seconds()
     except RelayError as exc:

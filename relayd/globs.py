@@ -19,7 +19,6 @@ segments, so the product also tracks "at a segment start" and refuses `/` there.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .errors import UsageError
@@ -210,17 +209,25 @@ def _parse_class(part: str, i: int, pattern: str) -> tuple[Charset, int]:
 # -- automata -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Glob:
-    """A compiled pattern: an epsilon-free NFA plus the literal ends used as a quick filter."""
+    """A compiled pattern: an epsilon-free NFA plus the literal ends used as a quick filter.
 
-    text: str
-    literal: bool  # no wildcard at all: the pattern is one path
-    path: str  # that path, when literal
-    start: int
-    moves: tuple[tuple[tuple[Charset, int], ...], ...]  # per state: (label, target)
-    accepting: frozenset[int]
-    steps: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # memo of `after`
+    A plain class, not a dataclass: `dataclasses` imports `inspect`, several milliseconds
+    of the start-up of every process that checks a path (the pre-commit guard)."""
+
+    __slots__ = ("text", "literal", "path", "start", "moves", "accepting", "steps")
+
+    def __init__(self, *, text: str, literal: bool, path: str, start: int, moves: tuple[tuple[tuple[Charset, int], ...], ...], accepting: frozenset[int]) -> None:
+        self.text = text
+        self.literal = literal  # no wildcard at all: the pattern is one path
+        self.path = path  # that path, when literal
+        self.start = start
+        self.moves = moves  # per state: (label, target)
+        self.accepting = accepting
+        self.steps: dict = {}  # memo of `after`
+
+    def __repr__(self) -> str:
+        return f"Glob({self.text!r})"
 
     def matches(self, path: str) -> bool:
         """Does this concrete path match? (Used for literal-vs-glob checks.)"""
@@ -399,6 +406,28 @@ def _ends(text: str) -> tuple[bool, str, str]:
         return True, text, text
     last = max(text.rfind(ch) for ch in "*?]\\")
     return False, text[:first].rstrip("/"), text[last + 1 :].lstrip("/")
+
+
+def fixed_ends(pattern: str) -> tuple[str, str]:
+    """(prefix, suffix) that every path a normalized pattern matches starts and ends with."""
+    return _ends(pattern)[1:]
+
+
+def matches_path(pattern: str, path: str) -> bool:
+    """Does one concrete path (a file in a commit) match a normalized pattern? The same
+    answer as `normalized_overlap` with the path as a literal pattern, without building
+    an automaton for the path, and for most patterns only for their wildcard tail:
+    `pkg/p1/*.go` and `pkg/p2/*.go` share the one for `*.go`."""
+    literal, prefix, _ = _ends(pattern)
+    if literal:
+        return path == pattern
+    if _is_directory(pattern):
+        return path == pattern[:-3] or path.startswith(pattern[:-2])
+    cut = pattern.rfind("/", 0, len(prefix) + 1) + 1  # the literal directories before the first wildcard
+    if not cut:
+        return compile_glob(pattern).matches(path)
+    # Only `L/**` (above) also matches L itself: any other match lies below those directories.
+    return len(path) > cut and path.startswith(pattern[:cut]) and compile_glob(pattern[cut:]).matches(path[cut:])
 
 
 def patterns_overlap(a: str, b: str) -> bool:

@@ -15,6 +15,7 @@ DEAD_LETTER = "dead_letter"  # exhausted owed messages (<to>.<id>.json) and rota
 OWED = "owed"  # <to>.<id>.json: messages waiting for their recipient's acknowledgement
 ACKED = "acked"  # <to>.<id>.json: acknowledged, kept a while so a repeated ack is answered
 TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED)
+TEAMS = "teams"  # teams/<team>/: what `relayctl up` wrote (MCP configs, relayd.pid, relayd.log)
 BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
 
 EVENTS = "events.jsonl"

@@ -8,7 +8,9 @@ senders once (relayd.receipts).
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
-                         separate key; not while the pane is in copy mode (retried later).
+                         separate key once the pane shows the line; not while the pane is
+                         in copy mode, nor while its input line holds someone's unsent
+                         text (relayd.paneinput): retried later.
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
                          zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
@@ -36,6 +38,7 @@ from . import layout
 from .timefmt import now_iso, parse_duration
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
+ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
 _zellij_version: tuple[int, ...] | None = None
 
 
@@ -55,11 +58,12 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
 
         config = load_config(store)
         trigger, timeout = config.notify.trigger, parse_duration(config.notify.timeout).total_seconds()
+        prompt = config.notify.prompt
     except Exception as exc:  # a broken config must not fail the send
         return [{"agent": name, "method": "unknown", "ok": False, "error": str(exc)} for name in recipients]
     for name in dict.fromkeys(recipients):
         try:
-            outcomes.append(_notify_one(store, name, trigger, timeout))
+            outcomes.append(_notify_one(store, name, trigger, timeout, prompt))
         except Exception as exc:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     from .receipts import announced
@@ -89,7 +93,7 @@ def agents_awaiting_trigger(store) -> list[str]:
     return waiting
 
 
-def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
+def _notify_one(store, name: str, trigger: str, timeout: float, prompt: str) -> dict:
     from .agents import read_meta
 
     with store.agent_dir(name) as agent:
@@ -105,7 +109,7 @@ def _notify_one(store, name: str, trigger: str, timeout: float) -> dict:
             return outcome
         try:
             if kind == "tmux":
-                _tmux(target, trigger, timeout)
+                _tmux(target, trigger, timeout, prompt)
             elif kind == "zellij":
                 _zellij(target, trigger, timeout, meta.session if meta else None)
             else:
@@ -152,14 +156,68 @@ def tmux_target(target: str) -> tuple[list[str], str]:
     return ["tmux"], target
 
 
-def _tmux(target: str, trigger: str, timeout: float) -> None:
+def tmux_pane_states(targets: list[str], timeout: float = 5.0) -> dict[str, str]:
+    """For `tmux:` notify targets (without the prefix): "live", "dead" (its program exited,
+    the pane kept) or "gone" (no such pane, or no tmux server there). One tmux call per server."""
+    by_server: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for target in targets:
+        tmux, pane = tmux_target(target)
+        by_server.setdefault(tuple(tmux), []).append((target, pane))
+    states = {}
+    for tmux, wanted in by_server.items():
+        try:
+            listing = _run([*tmux, "list-panes", "-a", "-F", "#{pane_id} #{pane_dead} #{session_name}:#{window_index}.#{pane_index}"], timeout)
+        except _Failed:
+            listing = ""
+        panes: dict[str, str] = {}
+        for line in listing.splitlines():
+            pane_id, dead, where = (line.split(" ") + ["", ""])[:3]
+            panes[pane_id] = panes[where] = "dead" if dead == "1" else "live"
+        for target, pane in wanted:
+            states[target] = panes.get(pane, "gone")
+    return states
+
+
+def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
+    from .paneinput import holds_draft
+
     tmux, pane = tmux_target(target)
-    in_mode = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode}"], timeout).strip()
+    shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode} #{cursor_x} #{cursor_y}"], timeout).split()
+    if len(shown) != 3 or not all(part.isdigit() for part in shown):
+        raise _Failed(f"tmux pane {pane}: unexpected answer {' '.join(shown)!r}")
+    in_mode, cursor_x, cursor_y = shown
     if in_mode == "1":
-        raise _Skip(f"tmux pane {pane} is in copy mode; retry later")
+        raise _Skip(f"tmux pane {pane} is in copy mode")
+    # Look right before typing: a trigger typed after someone's unsent text would be sent with it.
+    row = _run(tmux + ["capture-pane", "-p", "-e", "-t", pane, "-S", cursor_y, "-E", cursor_y], timeout)
+    if holds_draft(row, int(cursor_x), prompt):
+        raise _Skip(f"tmux pane {pane} has unsent text in its input line")
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
-    # Enter goes separately: sent with the text, a busy TUI can swallow it as part of a paste.
+    # Enter goes separately, once the program shows the text: arriving with it (or before a
+    # busy TUI has taken it in), Enter becomes a newline inside a paste, not a submit.
+    _wait_shown(tmux, pane, trigger, min(timeout, ECHO_WAIT))
     _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
+
+
+def _wait_shown(tmux: list[str], pane: str, text: str, wait: float) -> None:
+    """Until the text left of the pane's cursor ends with `text` (blanks ignored: a program
+    may wrap it over rows), at most `wait` seconds; a program that does not show what it is
+    typed gets its Enter after that. Only the rows the text needs are read, so an earlier
+    trigger still on the screen does not count."""
+    import time
+
+    wanted = "".join(text.split())
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x} #{cursor_y} #{pane_width}"], wait).split()
+        if len(shown) == 3 and all(part.isdigit() for part in shown):
+            x, y, width = map(int, shown)
+            first = max(0, y - (len(text) + 4) // max(width, 1))
+            rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], wait).split("\n")
+            rows[y - first] = rows[y - first][:x] if y - first < len(rows) else ""
+            if "".join("".join(rows[: y - first + 1]).split()).endswith(wanted):
+                return
+        time.sleep(0.02)
 
 
 # -- zellij -----------------------------------------------------------------------------------

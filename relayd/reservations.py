@@ -24,7 +24,7 @@ from .globs import PatternError, normalize, normalized_overlap
 from .registry import operation
 from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
 from .store import Store
-from .timefmt import now, parse_duration, parse_iso, short_span, to_iso
+from .timefmt import now, parse_duration, parse_iso, passed_test, short_span, to_iso
 from .ulid import new_ulid
 
 SUFFIX = ".json"
@@ -65,18 +65,14 @@ def pattern_in_repo(pattern: str, repo: str) -> str:
     return normalize(pattern)
 
 
-_ISO_LEN = len("2026-02-16T06:08:00.000Z")
-
-
 def is_expired(r: Reservation, reference=None) -> bool:
-    moment = reference or now()
-    stamp = r.expires_at
-    if len(stamp) == _ISO_LEN and stamp.endswith("Z"):
-        return stamp <= to_iso(moment)  # relay's own fixed-width format sorts as text
-    try:
-        return parse_iso(stamp) <= moment
-    except UsageError:
-        return True  # an unreadable expiry cannot hold anything
+    return passed_test(reference)(r.expires_at)
+
+
+def expiry_test(reference=None):
+    """`is_expired` for many reservations against one moment."""
+    passed = passed_test(reference)
+    return lambda r: passed(r.expires_at)
 
 
 def load_all(store: Store) -> list[tuple[str, Reservation]]:
@@ -94,13 +90,12 @@ def _read(folder, name: str) -> Reservation | None:
 
 def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[Reservation]:
     """The reservations that keep `candidate` from being taken (cheapest tests first)."""
-    reference = now()
-    stamp = to_iso(reference)
+    expired = expiry_test()
     found = []
     for other in existing:
         if other.repo != candidate.repo or other.agent == candidate.agent or not (candidate.exclusive or other.exclusive):
             continue
-        if other.expires_at <= stamp if len(other.expires_at) == _ISO_LEN else is_expired(other, reference):
+        if expired(other):
             continue
         try:
             if normalized_overlap(candidate.pattern, other.pattern):

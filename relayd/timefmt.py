@@ -101,3 +101,24 @@ def ago(moment: datetime, reference: datetime | None = None) -> str:
 
 def until(moment: datetime, reference: datetime | None = None) -> str:
     return f"in {short_span((moment - (reference or now())).total_seconds())}"
+
+
+_ISO_LEN = len("2026-02-16T06:08:00.000Z")
+
+
+def passed_test(reference: datetime | None = None):
+    """A test for many stamps against one moment (default now): has this stamp passed?
+    relay's own fixed-width stamps compare as text against the moment formatted once; an
+    unreadable stamp counts as passed (an expiry nobody can read holds nothing)."""
+    moment = reference or now()
+    text = to_iso(moment)
+
+    def passed(stamp: str) -> bool:
+        if len(stamp) == _ISO_LEN and stamp.endswith("Z"):
+            return stamp <= text
+        try:
+            return parse_iso(stamp) <= moment
+        except UsageError:
+            return True
+
+    return passed

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relayd.globs import PatternError, compile_glob, normalize, overlaps, patterns_overlap, witness
+from relayd.globs import PatternError, compile_glob, matches_path, normalize, overlaps, patterns_overlap, witness
 
 OVERLAP_TABLE = [
     # (a, b, overlap?)
@@ -170,3 +170,19 @@ def test_no_overlap_means_no_path_in_a_whole_small_universe(a: str, b: str) -> N
         return
     both = [path for path in SMALL_UNIVERSE if ref_match(a, path) and ref_match(b, path)]
     assert both == [], (a, b, both[:3])
+
+
+_git_path = _path.filter(lambda p: all(s not in (".", "..") for s in p.split("/")))  # as git names files
+_literal_pattern = st.lists(st.sampled_from(["a", "b", "ab", "a.b", "src"]), min_size=1, max_size=3).map("/".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_pattern, _literal_pattern, _literal_pattern.map(lambda p: p + "/**")), st.lists(_git_path, min_size=1, max_size=20))
+def test_a_path_in_a_commit_is_matched_as_reserve_decides_overlap(pattern: str, paths: list[str]) -> None:
+    """The pre-commit guard's `matches_path` (a concrete path against a reservation, by the
+    pattern's wildcard tail) agrees with the reference matcher and with the overlap of the
+    path, spelled as a literal pattern, with the reservation."""
+    text = normalize(pattern)
+    for path in paths:
+        literal = re.sub(r"([*?\[\\])", r"\\\1", path)
+        assert matches_path(text, path) is ref_match(text, path) is patterns_overlap(literal, text), (text, path)

@@ -17,15 +17,35 @@ from relayd.store import Store
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 
-class Tmux:
-    """A private tmux server (-L) whose one pane appends every line it receives to a file."""
+# A prompt program: shows "> ", reads a line from the terminal (the terminal's own line
+# editing: typed text stays on the line until Enter), appends it to the file in argv[1].
+PROMPT_PROGRAM = """
+import sys
+with open(sys.argv[1], "a", buffering=1) as received:
+    while True:
+        try:
+            received.write(input("> ") + "\\n")
+        except EOFError:
+            break
+"""
 
-    def __init__(self, base: Path) -> None:
+
+class Tmux:
+    """A private tmux server (-L) whose one pane appends every line it receives to a file:
+    `cat` by default, or with prompt=True a program that shows a prompt and reads lines."""
+
+    def __init__(self, base: Path, prompt: bool = False) -> None:
         self.name = f"relay-test-{uuid.uuid4().hex[:10]}"
         self.received = base / "pane.txt"
         self.received.touch()
         self.seen = 0  # lines already returned by lines_after_sentinel
-        self("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "160", "-y", "40", f"exec cat >> {self.received}")
+        if prompt:
+            program = base / "prompt.py"
+            program.write_text(PROMPT_PROGRAM)
+            command = f"exec {sys.executable} {program} {self.received}"
+        else:
+            command = f"exec cat >> {self.received}"
+        self("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "160", "-y", "40", command)
         self.socket = self("display-message", "-p", "#{socket_path}").strip()
         self.pane = self("display-message", "-p", "-t", "t", "#{pane_id}").strip()
 
@@ -53,6 +73,11 @@ class Tmux:
     def capture(self) -> str:
         return self("capture-pane", "-p", "-t", self.pane)
 
+    def input_row(self) -> str:
+        """The text of the row the cursor is on (tmux drops trailing blanks)."""
+        row = self("display-message", "-p", "-t", self.pane, "#{cursor_y}").strip()
+        return self("capture-pane", "-p", "-t", self.pane, "-S", row, "-E", row).rstrip("\n")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True, timeout=30)
 
@@ -61,6 +86,16 @@ class Tmux:
 def tmux(short_tmp: Path):
     server = Tmux(short_tmp)
     try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def prompt_pane(short_tmp: Path):
+    server = Tmux(short_tmp, prompt=True)
+    try:
+        _wait_for(lambda: server.input_row() == ">", "the prompt program's prompt")
         yield server
     finally:
         server.close()
@@ -268,3 +303,55 @@ def test_a_skipped_trigger_is_found_again_for_retry(relayctl, configured, tmux: 
         assert [o["ok"] for o in notify_new_messages(store, agents_awaiting_trigger(store))] == [True]
         assert tmux.lines_after_sentinel() == [TRIGGER]
         assert agents_awaiting_trigger(store) == []  # triggered: pending until read
+
+
+# -- someone's unsent text in the pane --------------------------------------------------------
+
+DRAFT = "my half-typed draft"
+
+
+def _type_a_draft(pane: Tmux) -> None:
+    """A person types into the prompt and does not press Enter."""
+    pane("send-keys", "-t", pane.pane, "-l", DRAFT)
+    _wait_for(lambda: pane.input_row() == f"> {DRAFT}", "the draft on the pane's input line")
+
+
+def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, configured, prompt_pane: Tmux, relay_env, store_dir: Path) -> None:
+    from relayd_proc import Daemon
+
+    relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
+    _type_a_draft(prompt_pane)
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        for n in range(3):  # a burst of mail while the person is typing
+            relayctl("send", "inferno", f"SECRET-BODY-{n}", agent="sender")
+        _wait_for(lambda: "unsent text" in daemon.log(), "the daemon to hold the trigger back")
+        time.sleep(2.5)  # more retry rounds while the draft is still there
+        assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
+        assert prompt_pane.received.read_text() == ""  # and not submitted
+        assert not (store_dir / "agents" / "inferno" / "pending").exists()
+
+        prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
+        _wait_for(lambda: TRIGGER in prompt_pane.received.read_text(), "the trigger after the draft was sent")
+        time.sleep(2.5)  # more retry rounds: the pending flag keeps the burst to one trigger
+        assert prompt_pane.lines_after_sentinel() == [DRAFT, TRIGGER]
+        assert "held trigger delivered" in daemon.log()
+    finally:
+        daemon.kill()
+
+
+def test_without_relayd_the_sender_is_told_and_redeliver_retries_once_the_line_is_empty(relayctl, configured, prompt_pane: Tmux, store_dir: Path) -> None:
+    relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
+    _type_a_draft(prompt_pane)
+    sent = relayctl("send", "inferno", "SECRET-BODY", agent="sender")
+    assert sent.returncode == 0 and "trigger for inferno held back" in sent.stderr and "unsent text" in sent.stderr
+    assert "relayctl redeliver" in sent.stderr
+    relayctl("redeliver")  # still typing: held again
+    assert prompt_pane.input_row() == f"> {DRAFT}"
+
+    prompt_pane("send-keys", "-t", prompt_pane.pane, "C-u")  # the person clears the line instead
+    _wait_for(lambda: prompt_pane.input_row() == ">", "the cleared input line")
+    relayctl("redeliver")
+    relayctl("redeliver")  # pending: no second trigger
+    assert prompt_pane.lines_after_sentinel() == [TRIGGER]
+    assert DRAFT not in prompt_pane.received.read_text()

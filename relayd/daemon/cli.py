@@ -15,7 +15,8 @@ from relayd.errors import RelayError
 
 HELP = """Run relayd in the foreground: serve the store on a Unix socket, push events to
 subscribers, batch fsyncs (group commit), run GC and stale-agent detection, redeliver
-unacknowledged messages sent with --ack, and retry pane triggers held back by copy mode.
+unacknowledged messages sent with --ack, and retry pane triggers held back by copy mode or by
+unsent text in the pane's input line.
 
 One daemon per store (a flock on <store>/relayd.lock). Logs are JSON lines on stderr
 (readable text on a terminal). SIGTERM/SIGINT drain and exit 0; a second signal exits
@@ -51,7 +52,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--socket", "socket_path", envvar="RELAY_SOCKET", metavar="PATH", help="Socket to listen on. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--gc-interval", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="How often to run garbage collection.")
 @click.option("--stale", "stale_after", default="5m", show_default=True, metavar="DURATION", callback=_duration, help="Heartbeat age after which an agent counts as stale (one presence event each).")
-@click.option("--retry-interval", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="How often to retry pane/cmd triggers that were held back (copy mode) or failed.")
+@click.option("--retry-interval", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="How often to retry pane/cmd triggers that were held back (copy mode, unsent text in the input line) or failed.")
 @click.option("--redeliver-interval", default="1s", show_default=True, metavar="DURATION", callback=_duration, help="How often to look for owed messages (send --ack) whose ack-wait has passed.")
 @click.option("--drain-timeout", default="5s", show_default=True, metavar="DURATION", callback=_duration, help="On SIGTERM/SIGINT, how long to wait for in-flight requests.")
 @click.option("--ignite-queue", metavar="DIR", type=click.Path(file_okay=False), help="Also serve this IGNITE queue directory (DIR/<agent>/*.mime; see relayctl ignite watch).")

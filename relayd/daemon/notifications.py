@@ -5,7 +5,8 @@ thread with their own Store handle (a Store is used by one thread only, so one r
 runs at a time). Agents whose mail arrives while a round is running are handled together
 in the next round.
 
-A trigger can be held back: the pane was in copy mode, or the command failed. Nothing
+A trigger can be held back: the pane was in copy mode, its input line held someone's
+unsent text (relayd.paneinput), or the command failed. Nothing
 new may arrive for that agent, so every `retry_interval` a round also sweeps the store
 for agents with unread mail and no pending flag (`agents_awaiting_trigger`) and tries
 them again. The pending flag keeps a retried trigger to one.

@@ -1,0 +1,80 @@
+"""up and down: start and stop a whole team from its team file (relayctl.team)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from .context import settings
+
+_FILE = click.argument("file", required=False, metavar="[FILE]")
+
+
+@click.command()
+@_FILE
+@click.option("--preset", type=click.Choice(["overlord", "ignite"]), help="Only write a team file for a preset team (six Claude Code panes for overlord; the IGNITE leaders and workers for ignite), to edit and then start.")
+@click.option("--team", "team_name", metavar="NAME", help="With --preset: the team's name (the tmux session). [default: the preset's name]")
+@click.option("--workers", type=click.IntRange(0, 64), metavar="N", help="With --preset ignite: how many workers (ignitian_1..N). [default: 3]")
+@click.option("--force", is_flag=True, help="With --preset: overwrite an existing team file.")
+def up(file: str | None, preset: str | None, team_name: str | None, workers: int | None, force: bool) -> None:
+    """Start the team of FILE (default: ./relay-team.toml): one pane per agent.
+
+    In order: creates the store if needed; registers each agent (program, model, task;
+    the lead gets dead-letter escalations); starts relayd unless one serves the store;
+    installs the pre-commit guard when the repository is a git work tree; writes each
+    agent's client configuration (Claude Code: an MCP config with relay's channel and
+    relay's hooks; Codex CLI: relay-mcp and hooks; Gemini CLI: hooks); opens a tmux
+    session named after the team with one pane per agent, RELAY_AGENT set in each, and
+    registers every pane as its agent's notify target; then answers the start-up question
+    relay's channel makes Claude Code ask.
+
+    Running it again starts what is missing and restarts only panes whose program
+    exited. The schema of the team file is in docs/team.md.
+
+    \b
+    Examples:
+      relayctl up --preset overlord          # writes relay-team.toml; edit it, then:
+      relayctl up
+      tmux attach -t overlord
+      relayctl up ~/teams/oathkeeper.toml
+      relayctl down
+    """
+    from .team import teamfile
+
+    s = settings()
+    path = file or teamfile.DEFAULT_FILE
+    if preset:
+        if os.path.exists(path) and not force:
+            raise click.UsageError(f"{path} exists; start it with `relayctl up {path}`, or pass --force to overwrite it")
+        if team_name is not None:
+            teamfile.check_team_name(team_name, "--team")
+        with open(path, "w") as fh:
+            fh.write(teamfile.preset_text(preset, team_name, workers))
+        s.note(f"wrote {path}: the {preset} team; edit it, then start it with: relayctl up" + (f" {path}" if file else ""))
+        return
+    if team_name or workers is not None or force:
+        raise click.UsageError("--team, --workers and --force go with --preset")
+    from .team.up import bring_up
+
+    team = teamfile.load(path)
+    s.out(bring_up(s, team, s.note), None)
+
+
+@click.command()
+@_FILE
+def down(file: str | None) -> None:
+    """Stop the team of FILE (default: ./relay-team.toml): its panes, their programs, the
+    session, and the relayd that `relayctl up` started. The store keeps everything.
+
+    \b
+    Examples:
+      relayctl down
+      relayctl down ~/teams/oathkeeper.toml
+    """
+    from .team import teamfile
+    from .team.up import take_down
+
+    s = settings()
+    team = teamfile.load(file or teamfile.DEFAULT_FILE)
+    s.out(take_down(s, team, s.note), None)

@@ -1,0 +1,220 @@
+"""`relayctl up` and `relayctl down`: the steps, in order, for a loaded Team.
+
+up:   store (init) -> agents registered (program, model, task; the lead gets escalations)
+      -> relayd started unless one serves the store -> the pre-commit guard in the team's
+      repository (when it is a git work tree) -> one pane per agent (client configuration
+      written, identity in the environment), registered as the agent's notify target ->
+      the start-up questions relay's configuration causes, answered.
+      Run again, it starts only what is missing and restarts panes whose program exited.
+down: the session's panes and the session stopped, their processes gone; the relayd that
+      `up` started stopped; notify targets cleared (nobody types into a pane that is gone).
+      The store keeps everything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Callable
+
+from relayd import layout
+from relayd.errors import UsageError
+
+from . import clients
+from .teamfile import Team
+
+PROMPT_WAIT = 40.0  # seconds to watch new panes for start-up questions
+
+
+def state_dir(store_dir: str, team: Team) -> str:
+    return os.path.join(store_dir, layout.TEAMS, team.name)
+
+
+def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT) -> dict:
+    store_dir = s.dir
+    socket = os.path.abspath(s.socket) if s.socket else None
+    s.call("init", {})
+    for agent in team.agents:
+        program = agent.program if agent.kind != "command" else os.path.basename(agent.program.split()[0])
+        s.call("register", {"name": agent.name, "program": program, "model": agent.model, "task": agent.task})
+    if team.lead:
+        from relayd.admin import set_escalation_agent
+        from relayd.store import Store
+
+        with Store(store_dir) as store:
+            chosen = set_escalation_agent(store, team.lead.name)
+        if chosen != team.lead.name:
+            say(f"dead letters keep escalating to {chosen} (delivery.escalate_to in config.json), not the lead {team.lead.name}")
+    state = state_dir(store_dir, team)
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    daemon = _ensure_relayd(s, state)
+    say(f"relayd: {daemon}")
+    guard = _guard(team, store_dir)
+    if guard:
+        say(guard)
+
+    if team.multiplexer == "zellij":
+        from .zellij import bring_up as zellij_up
+
+        return zellij_up(team, store_dir, socket, state, say) | {"relayd": daemon}
+
+    from .tmux import TmuxTeam
+
+    session = TmuxTeam(team.name)
+    existing = session.panes()
+    outcome: dict[str, str] = {}
+    fresh: list[tuple[object, str]] = []  # (agent, pane id) of panes whose program just started
+    for agent in team.agents:
+        argv = clients.launch(agent, team, store_dir, socket, state)
+        env = clients.pane_env(agent, team, store_dir, socket)
+        pane = existing.get(agent.name)
+        if pane is not None and not pane.dead:
+            outcome[agent.name] = "running"
+            pane_id = pane.pane_id
+        elif pane is not None:
+            session.respawn(pane, argv, env, team.repo)
+            outcome[agent.name] = "restarted"
+            pane_id = pane.pane_id
+            fresh.append((agent, pane_id))
+        else:
+            pane_id = session.start(agent.name, argv, env, team.repo)
+            outcome[agent.name] = "started"
+            fresh.append((agent, pane_id))
+        # One arrival mechanism per agent: relay-mcp's push, or a trigger typed into the pane.
+        target = "channel" if agent.notify == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
+        s.call("register", {"name": agent.name, "notify": target})
+        say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
+    for pane_id, question in _answer_startup_questions(session, fresh, prompt_wait):
+        say(f"pane {pane_id} still shows {question!r}: answer it there")
+    say(f"attach with: tmux attach -t {team.name}    stop with: relayctl down")
+    return {"team": team.name, "session": team.name, "agents": outcome, "relayd": daemon}
+
+
+def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
+    store_dir = s.dir
+    state = state_dir(store_dir, team)
+    stopped: list[str] = []
+    if team.multiplexer == "zellij":
+        from .zellij import take_down as zellij_down
+
+        zellij_down(team)
+    else:
+        from .tmux import TmuxTeam
+
+        session = TmuxTeam(team.name)
+        panes = session.panes()
+        groups = [p.pid for p in panes.values() if p.pid and not p.dead]
+        session.kill()
+        _wait_gone(groups)
+        stopped = sorted(panes)
+    names = {agent.name for agent in team.agents}
+    for state_of in s.call("agents", {}):
+        if state_of["name"] in names and str(state_of.get("notify") or "").partition(":")[0] in ("tmux", "zellij"):
+            s.call("register", {"name": state_of["name"], "notify": "none"})
+    daemon = _stop_relayd(state)
+    say(f"stopped {team.name}: {', '.join(stopped) or 'no panes were running'}; relayd: {daemon}")
+    return {"team": team.name, "stopped": stopped, "relayd": daemon}
+
+
+# -- relayd ---------------------------------------------------------------------------------
+
+
+def _ensure_relayd(s, state: str) -> str:
+    from relayd.client import Client
+
+    def serving() -> bool:
+        with Client(s.dir, s.socket) as client:
+            client.call("version")
+            return client.mode == "daemon"
+
+    if serving():
+        return "already running"
+    from relayctl.context import installed_command
+
+    argv = [*installed_command("relayd", "relayd.daemon"), "--dir", s.dir]
+    if s.socket:
+        argv += ["--socket", os.path.abspath(s.socket)]
+    with open(os.path.join(state, "relayd.log"), "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 15
+    while not serving():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise UsageError(f"relayd did not start (exit {proc.poll()}); see {os.path.join(state, 'relayd.log')}")
+        time.sleep(0.05)
+    with open(os.path.join(state, "relayd.pid"), "w") as fh:
+        fh.write(f"{proc.pid}\n")
+    return f"started (pid {proc.pid}, log {os.path.join(state, 'relayd.log')})"
+
+
+def _stop_relayd(state: str) -> str:
+    """Stop the relayd that `up` started (a relayd someone else runs is theirs)."""
+    path = os.path.join(state, "relayd.pid")
+    try:
+        pid = int(open(path).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return "left as it was (not started by relayctl up)"
+    os.unlink(path)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            if b"relayd" not in fh.read():
+                return "already stopped"
+        os.kill(pid, signal.SIGTERM)
+    except (FileNotFoundError, ProcessLookupError):
+        return "already stopped"
+    _wait_gone([pid])
+    return f"stopped (pid {pid})"
+
+
+def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
+    """Wait for processes to exit; what is left at the deadline gets SIGKILL (with its group)."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if _alive(pid)]
+        time.sleep(0.05)
+    for pid in left:
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+# -- the guard ---------------------------------------------------------------------------------
+
+
+def _guard(team: Team, store_dir: str) -> str | None:
+    from relayd import guard
+
+    try:
+        done = guard.install(team.repo, store_dir)
+    except UsageError:
+        return f"{team.repo} is not a git work tree: no pre-commit guard"
+    return f"pre-commit guard: {done['hook']}" + (f" (chained: {done['chained']})" if done["chained"] else "")
+
+
+# -- start-up questions --------------------------------------------------------------------------
+
+
+def _answer_startup_questions(session, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
+    """Watch new panes for the questions relay's configuration makes their program ask
+    (clients.startup_prompts) and answer each once; the ones never seen are returned."""
+    waiting = {(pane, text): keys for agent, pane in fresh for text, keys in clients.startup_prompts(agent)}
+    deadline = time.monotonic() + wait
+    while waiting and time.monotonic() < deadline:
+        for (pane, text), keys in list(waiting.items()):
+            if text in session.capture(pane):
+                session.send_keys(pane, *keys)
+                del waiting[(pane, text)]
+        time.sleep(0.2)
+    return list(waiting)

@@ -1,0 +1,291 @@
+"""The git pre-commit guard: a commit may not touch another agent's exclusive reservation.
+
+`relayctl guard install` writes `.git/hooks/pre-commit` (wherever `git rev-parse
+--git-path hooks` points, so `core.hooksPath` and worktrees are honoured). The hook runs a
+pre-commit hook that was there before (moved aside to `pre-commit.relay-chained`, restored
+by `guard uninstall`), then `hook()` below, in the Python that installed it (`-IS`), which:
+
+  1. asks git for the repository's top level and the staged paths (`git diff --cached
+     --name-only --no-renames`: added, changed and deleted, both sides of a rename);
+  2. reads the reservation files straight from the store (relayd need not run);
+  3. refuses (exit 1) when a staged path lies inside an active exclusive reservation held
+     by an agent other than the committer (`RELAY_AGENT`, then `OVLD_ROLE`), deciding
+     "inside" with the same pattern rules as `relayctl reserve` (relayd.globs), and names
+     each holder, pattern and expiry.
+
+A reservation's repo may be the top level or a directory inside it (an agent reserving from
+a subdirectory): a path counts for it when it lies below that directory. Speed: with 1,000
+reservations and 1,000 staged paths a full check is a sort and, per reservation, a bisect
+to the paths that share its literal prefix (benchmarks/bench_guard.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+
+from . import layout
+from .errors import NotFound, UsageError
+
+HOOK = "pre-commit"
+CHAINED = "pre-commit.relay-chained"
+MARK = "# relay guard:"
+SHOWN_PATHS = 3  # per reservation in a refusal; the rest are counted
+
+# A Python script run by the Python that installed it, without site (-S: with an editable
+# install or many .pth files, site alone costs more than the whole check) and isolated (-I:
+# nothing from the repository's directory or the environment shadows relay's modules).
+HOOK_SCRIPT = """#!{interpreter} -IS
+{mark} refuses a commit that touches another agent's exclusive file reservation.
+# Installed by 'relayctl guard install'; 'relayctl guard uninstall' removes it and puts back
+# the hook it chained. Bypass it for one commit: git commit --no-verify
+import sys
+sys.path.insert(0, {package_root!r})
+from relayd.guard import hook
+hook(store={store!r})
+"""
+
+
+# -- the check ----------------------------------------------------------------------------
+
+
+def _git(args: list[str], cwd: str | None = None) -> bytes:
+    """git's output; UsageError with what it said when it fails. Spawned with
+    os.posix_spawnp, not subprocess: that module's imports (re, enum, locale, threading)
+    cost the hook more than its whole check."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    argv = ["git", *(["-C", cwd] if cwd else []), *args]
+    try:
+        pid = os.posix_spawnp("git", argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ])
+    except FileNotFoundError:
+        raise UsageError("git is not installed (not on PATH)") from None
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    out, err = _read_all(out_r), _read_all(err_r)  # git says little on stderr: no deadlock
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if status != 0:
+        said = " ".join(err.decode(errors="replace").split())[:300]
+        raise UsageError(f"git {' '.join(args[:2])} failed: {said or f'exit {status}'}")
+    return out
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def repository(path: str | None = None) -> str:
+    """The top level of the git work tree at `path` (or the current directory), real path."""
+    top = _git(["rev-parse", "--show-toplevel"], cwd=path and os.path.abspath(path)).decode(errors="surrogateescape").strip()
+    if not top:
+        raise UsageError(f"{path or os.getcwd()} is not inside a git work tree")
+    return os.path.realpath(top)
+
+
+def staged_paths(top: str) -> list[str]:
+    out = _git(["diff", "--cached", "--name-only", "--no-renames", "-z"], cwd=top)
+    return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
+
+
+def blocking(top: str, paths: list[str], reservations: list, committer: str | None) -> list[tuple[object, list[str]]]:
+    """(reservation, the staged paths inside it) for every active exclusive reservation of
+    another agent in `top` (or a directory inside it) that some staged path lies in."""
+    from .globs import PatternError, fixed_ends, matches_path
+    from .timefmt import passed_test
+
+    passed = passed_test()
+    by_repo: dict[str, list] = {}
+    for r in reservations:
+        if r.exclusive and r.agent != committer and (r.repo == top or r.repo.startswith(top + "/")):
+            by_repo.setdefault(r.repo, []).append(r)
+    found = []
+    for repo, held in sorted(by_repo.items()):
+        below = "" if repo == top else repo[len(top) + 1 :] + "/"
+        # Paths relative to the reservation's repo, sorted, so a literal prefix is a bisect.
+        local = sorted(p[len(below) :] for p in paths if p.startswith(below))
+        for r in sorted(held, key=lambda r: r.pattern):
+            if not local or passed(r.expires_at):
+                continue
+            try:
+                prefix, suffix = fixed_ends(r.pattern)
+                if r.pattern[len(prefix) : len(prefix) + 1] == "/" and not r.pattern.startswith("**", len(prefix) + 1):
+                    prefix += "/"  # `pkg/p1/*.go` has nothing in `pkg/p1x/`; but `src/**` matches `src`
+                hits = []
+                for path in local[bisect.bisect_left(local, prefix) :]:
+                    if not path.startswith(prefix):
+                        break
+                    if path.endswith(suffix) and matches_path(r.pattern, path):
+                        hits.append(below + path)
+            except PatternError:
+                continue  # a hand-edited file with a broken pattern holds nothing
+            if hits:
+                found.append((r, hits))
+    return found
+
+
+def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str:
+    from .timefmt import now, parse_iso, short_span
+
+    who = f"you are {committer}" if committer else "no RELAY_AGENT is set, so every holder is someone else"
+    lines = [f"relay guard: commit refused: it touches files reserved by other agents ({who}):"]
+    for r, hits in found:
+        left = (parse_iso(r.expires_at) - now()).total_seconds()
+        shown = ", ".join(hits[:SHOWN_PATHS]) + (f" and {len(hits) - SHOWN_PATHS} more" if len(hits) > SHOWN_PATHS else "")
+        why = f" — {r.reason}" if r.reason else ""
+        lines.append(f"  {r.agent} holds {r.pattern} (exclusive, until {r.expires_at}, in {short_span(left)}){why}: {shown}")
+    lines.append("Unstage those files, wait for the reservation to expire or be released, or ask its holder")
+    lines.append("(relayctl send AGENT ...). To commit anyway: git commit --no-verify")
+    return "\n".join(lines)
+
+
+def held_reservations(store_dir: str) -> list:
+    """Every readable reservation in the store, as objects with the record's fields.
+
+    Read with the standard library's json, not the store's msgspec records: the hook runs
+    on every commit and is start-up bound, and msgspec's import alone costs more than the
+    whole check (as for relayctl's fast path). The files are read as the store reads
+    them (relayd.fsio: no symlinks followed; damaged files skipped)."""
+    import json
+    from types import SimpleNamespace
+
+    from .fsio import Dir
+
+    try:
+        root = Dir.open_root(store_dir)
+    except FileNotFoundError:
+        return []  # no store: nothing reserved
+    try:
+        folder = root.subdir(layout.RESERVATIONS)
+    except FileNotFoundError:
+        return []
+    finally:
+        root.close()
+    held = []
+    try:
+        for _, raw in folder.read_listed(".json"):
+            try:
+                record = json.loads(raw)
+                held.append(SimpleNamespace(
+                    agent=str(record["agent"]), pattern=str(record["pattern"]), repo=str(record["repo"]),
+                    exclusive=record.get("exclusive", True) is not False, reason=record.get("reason"),
+                    expires_at=str(record["expires_at"]),
+                ))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # a damaged file holds nothing
+    finally:
+        folder.close()
+    return held
+
+
+def check(top: str, store_dir: str, committer: str | None) -> str | None:
+    """The refusal text, or None when the commit may go ahead."""
+    paths = staged_paths(top)
+    if not paths:
+        return None
+    held = held_reservations(store_dir)
+    if not held:
+        return None
+    found = blocking(top, paths, held, committer)
+    return refusal(found, committer) if found else None
+
+
+def hook(store: str) -> None:
+    """The pre-commit hook: the chained hook first, then the check; exit 0 to let the commit
+    go ahead, non-zero to refuse it. The store is RELAY_DIR / OVLD_RELAY_DIR when set, else
+    the one `guard install` used."""
+    from .errors import RelayError
+
+    chained = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), CHAINED)
+    if os.access(chained, os.X_OK):
+        import subprocess
+
+        status = subprocess.run([chained, *sys.argv[1:]]).returncode
+        if status:
+            sys.exit(status)
+    try:
+        committer = os.environ.get("RELAY_AGENT") or os.environ.get("OVLD_ROLE") or None
+        chosen = os.environ.get("RELAY_DIR") or os.environ.get("OVLD_RELAY_DIR")
+        store_dir = os.path.abspath(os.path.expanduser(chosen)) if chosen else store
+        # git runs a pre-commit hook at the work tree's top level: no need to ask it where that is.
+        top = os.path.realpath(os.getcwd()) if os.environ.get("GIT_INDEX_FILE") else repository()
+        refused = check(top, store_dir, committer)
+    except (RelayError, OSError) as exc:
+        text = exc.message if isinstance(exc, RelayError) else str(exc)
+        print(f"relay guard: cannot check reservations: {text} (to commit anyway: git commit --no-verify)", file=sys.stderr)
+        sys.exit(1)
+    if refused:
+        print(refused, file=sys.stderr)
+        sys.exit(1)
+
+
+# -- installing the hook ----------------------------------------------------------------------
+
+
+def hooks_dir(top: str) -> str:
+    out = _git(["rev-parse", "--path-format=absolute", "--git-path", "hooks"], cwd=top)
+    return out.decode(errors="surrogateescape").strip()
+
+
+def _is_ours(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return MARK.encode() in fh.read(4096)
+    except FileNotFoundError:
+        return False
+
+
+def install(repo: str | None, store_dir: str, python: str = sys.executable) -> dict:
+    """Write the guard as the repository's pre-commit hook, chaining one that was there."""
+    top = repository(repo)
+    hooks = hooks_dir(top)
+    hook, chained = os.path.join(hooks, HOOK), os.path.join(hooks, CHAINED)
+    if os.path.isdir(hook):
+        raise UsageError(f"{hook} is a directory; cannot install the guard there")
+    moved = False
+    if os.path.lexists(hook) and not _is_ours(hook):
+        if os.path.lexists(chained):
+            raise UsageError(f"both {hook} (not relay's) and {chained} exist; move one of them away first")
+        os.rename(hook, chained)
+        moved = True
+    os.makedirs(hooks, exist_ok=True)
+    interpreter = python if not any(ch.isspace() for ch in python) else f'/usr/bin/env -S "{python}"'
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = HOOK_SCRIPT.format(interpreter=interpreter, mark=MARK, package_root=package_root, store=os.path.abspath(store_dir))
+    temp = hook + ".relay-tmp"
+    with open(temp, "w") as fh:
+        fh.write(text)
+    os.chmod(temp, 0o755)
+    os.replace(temp, hook)
+    return {"repo": top, "hook": hook, "chained": chained if os.path.lexists(chained) else None, "moved_aside": moved, "store": store_dir}
+
+
+def uninstall(repo: str | None) -> dict:
+    """Remove the guard and put back the hook it chained."""
+    top = repository(repo)
+    hooks = hooks_dir(top)
+    hook, chained = os.path.join(hooks, HOOK), os.path.join(hooks, CHAINED)
+    if not _is_ours(hook):
+        if os.path.lexists(hook):
+            raise UsageError(f"{hook} is not relay's guard; left it alone")
+        if os.path.lexists(chained):
+            raise UsageError(f"no relay guard in {hook}, but {chained} is there; rename it back to {HOOK} yourself if it is yours")
+        raise NotFound(f"no relay guard is installed in {top}")
+    os.unlink(hook)
+    restored = None
+    if os.path.lexists(chained):
+        os.rename(chained, hook)
+        restored = hook
+    return {"repo": top, "removed": hook, "restored": restored}
+

@@ -1,0 +1,172 @@
+"""The pre-commit guard (relayctl guard) with real git commits and no relayd."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from relayd import layout
+from relayd.records import Reservation, json_encoder
+from relayd.reservations import reservation_key
+from relayd.store import Store
+
+
+class Repo:
+    """A real git repository; commits run the installed hooks with the test's environment."""
+
+    def __init__(self, path: Path, env: dict[str, str]) -> None:
+        self.path = path
+        self.env = dict(env, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
+        self.env.pop("RELAY_AGENT", None)
+        path.mkdir()
+        self.git("init", "-q")
+        self.write("src/auth/login.py", "login\n")
+        self.write("README.md", "readme\n")
+        self.git("add", "-A")
+        self.git("commit", "-qm", "start", "--no-verify")
+
+    def git(self, *args: str, agent: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = dict(self.env, RELAY_AGENT=agent) if agent else self.env
+        done = subprocess.run(["git", *args], cwd=self.path, env=env, capture_output=True, text=True, timeout=60)
+        if check and done.returncode:
+            raise AssertionError(f"git {' '.join(args)} exited {done.returncode}: {done.stderr}")
+        return done
+
+    def write(self, name: str, text: str) -> None:
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    def commit(self, *names: str, agent: str | None = None) -> subprocess.CompletedProcess[str]:
+        for name in names:
+            self.write(name, f"{name} changed by {agent}\n")
+        self.git("add", "-A")
+        return self.git("commit", "-qm", f"change {' '.join(names)}", agent=agent, check=False)
+
+    def head_files(self) -> str:
+        return self.git("show", "--name-only", "--format=", "HEAD").stdout
+
+    def hooks(self) -> Path:
+        return self.path / ".git" / "hooks"
+
+
+@pytest.fixture
+def repo(relayctl, relay_env: dict[str, str], short_tmp: Path) -> Repo:
+    relayctl("init")
+    for name in ("glacier", "inferno", "storm"):
+        relayctl("register", name)
+    return Repo(short_tmp / "repo", relay_env)
+
+
+def test_a_commit_into_another_agents_reservation_is_refused_and_ones_own_goes_through(relayctl, repo: Repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), "--reason", "auth refactor", agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+
+    refused = repo.commit("src/auth/login.py", "README.md", agent="inferno")
+    assert refused.returncode != 0
+    [holder] = [line for line in refused.stderr.splitlines() if "glacier holds" in line]
+    assert "src/auth/**" in holder and "exclusive, until 20" in holder and "auth refactor" in holder and "src/auth/login.py" in holder
+    assert "you are inferno" in refused.stderr and "git commit --no-verify" in refused.stderr
+    assert repo.git("rev-list", "--count", "HEAD").stdout.strip() == "1"  # nothing was committed
+
+    assert repo.commit("src/auth/login.py", agent="glacier").returncode == 0  # the holder's own
+    assert "src/auth/login.py" in repo.head_files()
+    assert repo.commit("README.md", "src/api/new.py", agent="inferno").returncode == 0  # outside it
+    assert "src/api/new.py" in repo.head_files()
+
+    no_one = repo.commit("src/auth/session.py")  # no RELAY_AGENT: every holder is someone else
+    assert no_one.returncode != 0 and "no RELAY_AGENT is set" in no_one.stderr
+
+    bypass = repo.git("commit", "-qm", "anyway", "--no-verify", agent="inferno")
+    assert bypass.returncode == 0 and "src/auth/session.py" in repo.head_files()
+
+
+def test_deleting_or_moving_a_reserved_file_is_touching_it(relayctl, repo: Repo) -> None:
+    relayctl("reserve", "src/auth/login.py", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+    repo.git("mv", "src/auth/login.py", "src/login.py")
+    moved = repo.git("commit", "-qm", "move", agent="inferno", check=False)
+    assert moved.returncode != 0 and "glacier holds src/auth/login.py" in moved.stderr
+    repo.git("mv", "src/login.py", "src/auth/login.py")
+    repo.git("rm", "-q", "src/auth/login.py")
+    deleted = repo.git("commit", "-qm", "delete", agent="inferno", check=False)
+    assert deleted.returncode != 0 and "src/auth/login.py" in deleted.stderr
+
+
+def test_only_active_exclusive_reservations_in_this_repository_hold(relayctl, repo: Repo, store_dir: Path, short_tmp: Path) -> None:
+    other_repo = short_tmp / "elsewhere"
+    other_repo.mkdir()
+    relayctl("reserve", "README.md", "--repo", str(repo.path), "--shared", agent="storm")
+    relayctl("reserve", "src/**", "--repo", str(other_repo), agent="storm")
+    with Store(str(store_dir)) as store:  # an exclusive one that expired a minute ago
+        gone = Reservation(id="01J0000000000000000000000A", agent="storm", pattern="docs/**", repo=str(repo.path),
+                           created_at="2020-01-01T00:00:00.000Z", expires_at="2020-01-01T01:00:00.000Z")
+        store.top(layout.RESERVATIONS).replace(reservation_key(str(repo.path), "docs/**"), json_encoder.encode(gone) + b"\n", store.sync)
+    relayctl("guard", "install", "--repo", str(repo.path))
+    assert repo.commit("README.md", "src/auth/login.py", "docs/a.md", agent="inferno").returncode == 0
+
+
+def test_a_reservation_made_from_a_subdirectory_holds_paths_below_it(relayctl, repo: Repo) -> None:
+    (repo.path / "src").mkdir(exist_ok=True)
+    relayctl("reserve", "auth/*.py", "--repo", str(repo.path / "src"), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path / "src"))  # any directory in the work tree
+    refused = repo.commit("src/auth/login.py", agent="inferno")
+    assert refused.returncode != 0 and "glacier holds auth/*.py" in refused.stderr and "src/auth/login.py" in refused.stderr
+    repo.git("reset", "-q", "--hard")
+    assert repo.commit("auth/login.py", agent="inferno").returncode == 0  # auth/ at the top is not src/auth/
+
+
+def test_odd_file_names_are_matched_as_names(relayctl, repo: Repo) -> None:
+    relayctl("reserve", "data/[a-c]*.csv", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+    assert repo.commit("data/[x]*.csv", agent="inferno").returncode == 0  # a file really named so
+    assert repo.commit("data/b 1.csv", agent="inferno").returncode != 0
+
+
+def test_an_existing_hook_is_chained_and_restored(relayctl, repo: Repo, short_tmp: Path) -> None:
+    ran = short_tmp / "ran"
+    original = f"#!/bin/sh\necho ran >> {ran}\ntest ! -e {short_tmp / 'block'}\n"
+    hook = repo.hooks() / "pre-commit"
+    hook.write_text(original)
+    hook.chmod(0o755)
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    installed = relayctl("guard", "install", "--repo", str(repo.path))
+    assert "runs first" in installed.stdout
+    relayctl("guard", "install", "--repo", str(repo.path))  # twice: still one chained hook
+
+    assert repo.commit("README.md", agent="inferno").returncode == 0
+    assert ran.read_text() == "ran\n"
+    assert repo.commit("src/auth/login.py", agent="inferno").returncode != 0
+    assert ran.read_text() == "ran\nran\n"
+    (short_tmp / "block").touch()  # the chained hook's own refusal still counts
+    assert repo.commit("docs/x.md", agent="inferno").returncode != 0
+
+    relayctl("guard", "uninstall", "--repo", str(repo.path))
+    assert hook.read_text() == original and os.access(hook, os.X_OK)
+    assert sorted(p.name for p in repo.hooks().iterdir() if not p.name.endswith(".sample")) == ["pre-commit"]
+    (short_tmp / "block").unlink()
+    assert repo.commit("src/auth/login.py", agent="inferno").returncode == 0  # no guard any more
+
+
+def test_mistakes_are_one_line_errors(relayctl, repo: Repo, short_tmp: Path) -> None:
+    missing = relayctl("guard", "uninstall", "--repo", str(repo.path), check=False)
+    assert missing.returncode != 0 and missing.stderr.startswith("error: no relay guard") and len(missing.stderr.splitlines()) == 1
+    (short_tmp / "plain").mkdir()
+    not_git = relayctl("guard", "install", "--repo", str(short_tmp / "plain"), check=False)
+    assert not_git.returncode != 0 and "Traceback" not in not_git.stderr and len(not_git.stderr.splitlines()) == 1
+    foreign = repo.hooks() / "pre-commit"
+    foreign.write_text("#!/bin/sh\nexit 0\n")
+    refused = relayctl("guard", "uninstall", "--repo", str(repo.path), check=False)
+    assert refused.returncode != 0 and "not relay's guard" in refused.stderr and foreign.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_guard_check_says_what_the_hook_would(relayctl, repo: Repo) -> None:
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    repo.write("src/auth/login.py", "x\n")
+    repo.git("add", "-A")
+    would = relayctl("guard", "check", "--repo", str(repo.path), agent="inferno", check=False)
+    assert would.returncode == 1 and "glacier holds src/auth/**" in would.stderr
+    assert relayctl("guard", "check", "--repo", str(repo.path), agent="glacier").returncode == 0

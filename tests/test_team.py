@@ -1,0 +1,261 @@
+"""`relayctl up` / `down` with a team file: real tmux, real relayd, real git; zellij through
+a recording stub (no zellij binary can be installed here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd import layout
+
+pytestmark = pytest.mark.timeout(240)
+
+TRIGGER = "relay-test: new mail, call check_inbox"
+
+# Each agent's "program": records who it runs as, then every line it is sent, in OUT/<agent>.
+AGENT_PROGRAM = """
+import os, sys
+out = open(os.path.join(sys.argv[1], os.environ["RELAY_AGENT"]), "a", buffering=1)
+out.write("started as " + os.environ["RELAY_AGENT"] + " in " + os.getcwd() + "\\n")
+while True:
+    try:
+        out.write(input("> ") + "\\n")
+    except EOFError:
+        break
+"""
+
+
+def wait_for(condition, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return found
+
+
+class Team:
+    def __init__(self, root: Path, relay_env: dict[str, str], relayctl) -> None:
+        self.root = root
+        self.out = root / "out"
+        self.out.mkdir()
+        self.repo = root / "repo"
+        self.repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(self.repo)], check=True)
+        program = root / "agent.py"
+        program.write_text(AGENT_PROGRAM)
+        self.file = root / "relay-team.toml"
+        command = f"{sys.executable} {program} {self.out}"
+        self.file.write_text(
+            'team = "crew"\nrepo = "repo"\n'
+            + "".join(f'\n[[agents]]\nname = "{name}"\nprogram = "{command}"\ntask = "task of {name}"\n' + ("lead = true\n" if name == "alpha" else "")
+                      for name in ("alpha", "beta", "gamma"))
+        )
+        self.env = dict(relay_env, TMUX_TMPDIR=str(root))  # a tmux server of this test's own
+        self.env.pop("TMUX", None)
+        relayctl.env = self.env
+        self.relayctl = relayctl
+
+    def tmux(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True, timeout=30)
+        if check and done.returncode:
+            raise AssertionError(f"tmux {args}: {done.stderr}")
+        return done.stdout
+
+    def panes(self) -> dict[str, tuple[str, str, str]]:
+        """agent -> (pane id, dead flag, pane pid)"""
+        out = self.tmux("list-panes", "-s", "-t", "crew", "-F", "#{@relay_agent} #{pane_id} #{pane_dead} #{pane_pid}")
+        return {agent: (pane, dead, pid) for agent, pane, dead, pid in (line.split() for line in out.splitlines())}
+
+    def received(self, agent: str) -> list[str]:
+        path = self.out / agent
+        return path.read_text().splitlines() if path.exists() else []
+
+    def agents(self) -> dict[str, dict]:
+        return {a["name"]: a for a in json.loads(self.relayctl("--json", "status").stdout)["agents"]}
+
+
+@pytest.fixture
+def team(short_tmp: Path, relay_env: dict[str, str], relayctl):
+    crew = Team(short_tmp, relay_env, relayctl)
+    try:
+        yield crew
+    finally:
+        crew.relayctl("down", str(crew.file), check=False)
+        crew.tmux("kill-server", check=False)
+
+
+def _processes_of(store_dir: Path) -> list[str]:
+    """Processes whose environment or command line names this test's store."""
+    found = []
+    marker = str(store_dir).encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline or marker + b"\0" in environ:
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")[:120]
+            found.append(f"{pid}: {shown}")
+    return found
+
+
+def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team: Team, relayctl, store_dir: Path) -> None:
+    started = relayctl("up", str(team.file))
+    assert "attach with: tmux attach -t crew" in started.stdout
+    panes = team.panes()
+    assert sorted(panes) == ["alpha", "beta", "gamma"] and all(dead == "0" for _, dead, _ in panes.values())
+    for name in panes:  # each pane runs its agent, in the team's repository
+        assert wait_for(lambda: team.received(name), f"{name}'s program")[0] == f"started as {name} in {team.repo}"
+
+    socket = team.tmux("display-message", "-p", "-t", "crew", "#{socket_path}").strip()
+    agents = team.agents()
+    for name, (pane, _, _) in panes.items():
+        assert agents[name]["notify"] == f"tmux:{socket}:{pane}" and agents[name]["task"] == f"task of {name}"
+    assert json.loads((store_dir / "config.json").read_text())["delivery"]["escalate_to"] == "alpha"
+    assert "relayd: running" in relayctl("status").stdout
+    assert "relay guard" in (team.repo / ".git" / "hooks" / "pre-commit").read_text()
+
+    (store_dir / "config.json").write_text(json.dumps({**json.loads((store_dir / "config.json").read_text()), "notify": {"trigger": TRIGGER}}))
+    relayctl("register", "boss")
+    relayctl("send", "beta", "SECRET-BODY", agent="boss")
+    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane")
+    assert TRIGGER not in team.received("alpha") + team.received("gamma")
+
+    status = relayctl("status").stdout
+    assert all(f"pane {panes[name][0]} live" in status for name in panes), status
+
+    down = relayctl("down", str(team.file))
+    assert "stopped crew" in down.stdout
+    assert team.tmux("has-session", "-t", "crew", check=False) == "" and not team.tmux("list-sessions", check=False).strip()
+    wait_for(lambda: not _processes_of(store_dir), "every process of the team to end", timeout=15)
+    assert all(a["notify"] == "none" for a in team.agents().values() if a["name"] != "boss")
+    assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
+
+
+def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relayctl) -> None:
+    relayctl("up", str(team.file))
+    before = team.panes()
+    for name in before:
+        wait_for(lambda: team.received(name), f"{name}'s program")
+    team.tmux("send-keys", "-t", before["beta"][0], "C-d")  # beta's program exits
+    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead")
+
+    again = relayctl("up", str(team.file))
+    assert [line.split()[:2] for line in again.stdout.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
+        ["alpha", "running"], ["beta", "restarted"], ["gamma", "running"]]
+    after = team.panes()
+    assert after["alpha"] == before["alpha"] and after["gamma"] == before["gamma"]  # untouched: same pane, same process
+    assert after["beta"][0] == before["beta"][0] and after["beta"][1] == "0"
+    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again")
+
+
+def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:
+    cases = {
+        "team = 'x'\n[[agents]]\nname = 'a'\nprogram = 'sh'\ncolour = 'red'\n": "unknown key 'colour'",
+        "team = 'x'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "listed twice",
+        "team = 'x'\n[[agents]]\nname = 'a'\nprogram = 'sh'\nlead = true\n[[agents]]\nname = 'b'\nprogram = 'sh'\nlead = true\n": "only one agent can be the lead",
+        "team = 'x y'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "team must be a name",
+        "team = 'x'\n": "no agents",
+        "team = 'x'\n[[agents]]\nname = 'A!'\nprogram = 'sh'\n": "invalid name of agents entry 1",
+        "team = 'x'\nmultiplexer = 'screen'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "multiplexer must be one of tmux, zellij",
+        "team = [\n": "not valid TOML",
+    }
+    path = short_tmp / "team.toml"
+    for text, said in cases.items():
+        path.write_text(text)
+        done = relayctl("up", str(path), check=False)
+        assert done.returncode != 0 and said in done.stderr and len(done.stderr.splitlines()) == 1, (text, done.stderr)
+    missing = relayctl("up", str(short_tmp / "nowhere.toml"), check=False)
+    assert missing.returncode != 0 and "relayctl up --preset overlord" in missing.stderr
+
+
+def test_presets_write_a_team_file_that_up_reads(relayctl, short_tmp: Path) -> None:
+    from relayctl.team.teamfile import load
+
+    path = short_tmp / "relay-team.toml"
+    relayctl("up", str(path), "--preset", "overlord")
+    team = load(str(path))
+    assert [a.name for a in team.agents] == ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
+    assert {a.program for a in team.agents} == {"claude"} and team.lead.name == "overlord" and team.name == "overlord"
+    refused = relayctl("up", str(path), "--preset", "ignite", check=False)
+    assert refused.returncode != 0 and "--force" in refused.stderr
+    relayctl("up", str(path), "--preset", "ignite", "--workers", "2", "--team", "fire", "--force")
+    team = load(str(path))
+    assert team.name == "fire" and team.lead.name == "leader" and [a.name for a in team.agents][-2:] == ["ignitian_1", "ignitian_2"]
+
+
+def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, str], short_tmp: Path, store_dir: Path) -> None:
+    bin_dir = short_tmp / "bin"
+    bin_dir.mkdir()
+    log = short_tmp / "zellij.log"
+    stub = bin_dir / "zellij"
+    stub.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    stub.chmod(0o755)
+    relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
+    team_file = short_tmp / "team.toml"
+    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sh -c \'echo hi\'"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
+    try:
+        relayctl("up", str(team_file))
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        layout_path = str(store_dir / layout.TEAMS / "zteam" / "layout.kdl")
+        assert calls == [["attach", "--create-background", "zteam"], ["--session", "zteam", "action", "new-tab", "--layout", layout_path, "--name", "zteam"]]
+        kdl = Path(layout_path).read_text()
+        assert kdl.count("pane name=") == 2 and "register alpha --notify zellij:$ZELLIJ_PANE_ID" in kdl
+        assert "RELAY_AGENT=beta" in kdl and "--dangerously-load-development-channels server:relay --model opus" in kdl
+        assert "register beta --notify channel" in kdl
+        relayctl("down", str(team_file))
+        assert json.loads(log.read_text().splitlines()[-1]) == ["kill-session", "zteam"]
+    finally:
+        relayctl("down", str(team_file), check=False)
+
+
+def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
+    """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
+    the scratch HOME is what a signed-in user's would be, channels switch included."""
+    from agent_programs import program
+    from model_anthropic import messages_responder, text
+    from scripted_model import ScriptedModel
+
+    claude = program("claude")
+    home = team.root / "home"
+    home.mkdir()
+    api_key = "sk-ant-relay-tests-0123456789abcdef"
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True,
+        "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []},
+        "projects": {str(team.repo.resolve()): {"hasTrustDialogAccepted": True}},
+        "cachedGrowthBookFeatures": {"tengu_harbor": True},
+    }))
+    debug_log = team.root / "claude-debug.log"
+    text_of_file = team.file.read_text().replace('name = "alpha"\nprogram = "', f'name = "alpha"\nprogram = "claude"\nnotify = "channel"\nargs = ["--debug-file", "{debug_log}"]\n# was: "', 1)
+    team.file.write_text(text_of_file)
+    with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
+        team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
+                        PATH=f"{claude.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        started = relayctl("up", str(team.file))
+        assert "still shows" not in started.stdout, started.stdout  # the development-channel question was answered
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for(lambda: "❯" in screen() and "I am using this for local development" not in screen(), "Claude Code's prompt", timeout=60)
+        wait_for(lambda: debug_log.exists() and 'MCP server "relay": Channel notifications registered' in debug_log.read_text(), "relay's channel in Claude Code", timeout=60)
+        assert team.agents()["alpha"]["notify"] == "channel"
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        try:
+            wait_for(lambda: any("SUBJECT-FOR-ALPHA" in r.text for r in model.requests), "the mail at Claude Code's model", timeout=90)
+        except AssertionError:
+            log = (store_dir / layout.TEAMS / "crew" / "relayd.log").read_text()[-2000:]
+            raise AssertionError(f"the mail never reached the model; the pane shows:\n{screen()}\nrelayd's log:\n{log}") from None
+    relayctl("down", str(team.file))
+    wait_for(lambda: not _processes_of(store_dir), "every process of the team to end", timeout=20)
