@@ -81,7 +81,7 @@ def test_a_missing_web_extra_says_how_to_install_it(without) -> None:
 
 def test_a_missing_bridge_extra_says_how_to_install_it(without) -> None:
     proc = subprocess.run([str(BIN / "relayd"), "--bridge", "nats://127.0.0.1:4222"], env=without("nats"), capture_output=True, text=True, timeout=30)
-    _assert_hint(proc, "error: relayd --bridge needs the bridge extra (nats-py): ", "bridge")
+    _assert_hint(proc, "error: relayd --bridge needs the bridge extra (nats-py, nkeys): ", "bridge")
 
 
 def test_ci_runs_the_readme_commands_as_written() -> None:
