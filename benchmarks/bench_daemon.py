@@ -1,5 +1,4 @@
-"""relayd: durable request latency, event latency, CLI start with the daemon up,
-concurrent durable throughput, and memory after a million messages (DESIGN §6)."""
+"""relayd: durable request latency, event latency, concurrent durable throughput, and memory after a million messages (DESIGN §6)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import time
 
 from relayd.rawclient import RawClient
 
-from .common import PYTHON, Row, child_env, cli_start, median_ms, p99_ms, scratch_dir
+from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 
 AREA = "daemon"
 
@@ -117,20 +116,6 @@ def event_latency(quick: bool) -> list[Row]:
         Row(AREA, "send -> subscriber event: median", round(median, 3), "ms", "<= 0.5 ms", median <= 0.5, f"{count} sends; events go out once the send is durable"),
         Row(AREA, "send -> subscriber event: p99", round(p99_ms(samples), 3), "ms"),
     ]
-
-
-def cli_with_daemon(quick: bool) -> list[Row]:
-    daemon = Relayd()
-    try:
-        commands = {
-            "send": ["--agent", "storm", "send", "inferno", "hello from a script"],
-            "read --unread": ["--agent", "inferno", "read", "--unread"],
-            "heartbeat": ["--agent", "storm", "heartbeat"],
-            "status": ["status"],
-        }
-        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30)
-    finally:
-        daemon.close()
 
 
 SENDER = textwrap.dedent(
@@ -254,7 +239,7 @@ def start_to_ready(quick: bool) -> list[Row]:
 
 def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
-    for bench in (start_to_ready, persistent_client, event_latency, cli_with_daemon, concurrent_clients, memory_after_many):
+    for bench in (start_to_ready, persistent_client, event_latency, concurrent_clients, memory_after_many):
         print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.extend(bench(quick))
     return rows

@@ -1,9 +1,7 @@
-"""The store in direct mode (no daemon): send cost, CLI start-up, many writers, read scaling.
+"""The store in direct mode (no daemon): send cost, many writers, read scaling.
 
 Rows:
 * in-process `send` (fsync on), median and p99;
-* `relayctl send`, `read --unread`, `heartbeat`, `status` as whole processes with no relayd,
-  next to the same interpreter's `python -c pass`, interleaved in one run;
 * 20 processes x 1000 sends into one inbox, fsync on and off (timed from a common start
   signal after every process has imported, so interpreter start-up is not counted);
 * `read --unread` of the same 10 unread messages in an inbox of 10 and of 1,000,000.
@@ -25,7 +23,7 @@ from relayd.records import Cursor, Message, json_encoder
 from relayd.store import Store
 from relayd.ulid import new_ulid
 
-from .common import PYTHON, Row, child_env, cli_start, median_ms, p99_ms, scratch_dir, time_calls
+from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir, time_calls
 
 AREA = "store"
 
@@ -65,23 +63,6 @@ def bench_send_in_process(quick: bool) -> list[Row]:
             Row(AREA, "direct send in-process with an id (dedup check), durable: median", round(median_ms(with_id), 3), "ms", note="the inbox tail back to the id's time is scanned"),
             Row(AREA, "direct send in-process with an id (dedup check), durable: p99", round(p99_ms(with_id), 3), "ms"),
         ]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def bench_cli_start(quick: bool) -> list[Row]:
-    root = scratch_dir()
-    try:
-        store_dir = os.path.join(root, "store")
-        _team(store_dir, ["alice", "bob"])
-        env = child_env(store_dir)  # a socket nobody listens on: direct mode
-        commands = {
-            "send": ["--agent", "alice", "send", "bob", "hello from a script"],
-            "read --unread": ["--agent", "bob", "read", "--unread"],
-            "heartbeat": ["--agent", "alice", "heartbeat"],
-            "status": ["status"],
-        }
-        return cli_start(AREA, env, commands, 2.5, "relayd down (direct, durable)", 5 if quick else 30)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -183,7 +164,7 @@ def bench_read_scaling(quick: bool) -> list[Row]:
 
 def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
-    for bench in (bench_send_in_process, bench_cli_start, bench_many_writers, bench_read_scaling):
+    for bench in (bench_send_in_process, bench_many_writers, bench_read_scaling):
         print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.extend(bench(quick))
     return rows

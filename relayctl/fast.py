@@ -287,7 +287,7 @@ class QuickClient:
                 pieces.append(frame["data"])
             elif kind == "response" and frame.get("id") == 1:
                 if frame.get("ok") and frame.get("parts"):
-                    import json
+                    from relayd import jsonline as json
 
                     if frame["parts"] != len(pieces):
                         from relayd.errors import ProtocolError
@@ -313,7 +313,7 @@ class QuickClient:
             self.mode = self._full.mode
 
     def _send(self, obj: dict[str, Any]) -> None:
-        import json
+        from relayd import jsonline as json
 
         try:
             self._sock.sendall(json.dumps(obj).encode() + b"\n")
@@ -321,7 +321,7 @@ class QuickClient:
             raise _Lost(str(exc)) from None
 
     def _line(self) -> Any:
-        import json
+        from relayd import jsonline as json
 
         while b"\n" not in self._buffer:
             try:

@@ -3,13 +3,12 @@ the short relative forms (`12s ago`, `in 42m`) the human output uses."""
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION = r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)"
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -53,12 +52,15 @@ def parse_iso(text: str) -> datetime:
 
 def parse_duration(text: str) -> timedelta:
     """`90s`, `5m`, `1h30m`, `2d`; a bare number is seconds."""
+    import re  # here: `status` and `read` show times through this module, and re costs
+    # more start-up than the rest of their imports (tests/test_startup_imports.py)
+
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", raw):
         total = float(raw)
     else:
         pos, total = 0, 0.0
-        for match in _DURATION_RE.finditer(raw):
+        for match in re.finditer(_DURATION, raw):
             if match.start() != pos:
                 break
             total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]

@@ -1,0 +1,55 @@
+"""relayctl start-up: send, read --unread, heartbeat and status as whole processes, with
+relayd up (the fast path: one JSON line each way) and down (direct mode on the store), on
+a regular install (`pip install .` into a scratch venv), next to that interpreter's
+`python -c pass` with both absolute times (benchmarks/common.py cli_start)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from .bench_daemon import Relayd
+from .bench_store import _team
+from .common import Row, child_env, cli_start, scratch_dir
+
+AREA = "startup"
+
+
+def relayd_up(quick: bool) -> list[Row]:
+    daemon = Relayd()
+    try:
+        commands = {
+            "send": ["--agent", "storm", "send", "inferno", "hello from a script"],
+            "read --unread": ["--agent", "inferno", "read", "--unread"],
+            "heartbeat": ["--agent", "storm", "heartbeat"],
+            "status": ["status"],
+        }
+        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30)
+    finally:
+        daemon.close()
+
+
+def relayd_down(quick: bool) -> list[Row]:
+    root = scratch_dir()
+    try:
+        store_dir = os.path.join(root, "store")
+        _team(store_dir, ["alice", "bob"])
+        env = child_env(store_dir)  # a socket nobody listens on: direct mode
+        commands = {
+            "send": ["--agent", "alice", "send", "bob", "hello from a script"],
+            "read --unread": ["--agent", "bob", "read", "--unread"],
+            "heartbeat": ["--agent", "alice", "heartbeat"],
+            "status": ["status"],
+        }
+        return cli_start(AREA, env, commands, 2.5, "relayd down (direct, durable)", 5 if quick else 30)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for bench in (relayd_up, relayd_down):
+        print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
+        rows.extend(bench(quick))
+    return rows
