@@ -234,6 +234,11 @@ def normalized_store(root):
         text = DUE.sub('"due":<t>', data.decode(errors="replace"))  # the due time has jitter
         if rel == "announced.json":
             text = MARK_INODE.sub("[<ino>,", text)
+        if rel == "delivery.jsonl":
+            # relayd announces after its reply, in the background: under load that can come
+            # after a later step of the scenario removed the recipient. Only that outcome is
+            # timing; every other line must be the same.
+            text = "".join(line for line in text.splitlines(keepends=True) if "UnknownAgent: unknown agent" not in line)
         files.setdefault(name, []).append(normalize(text, root))
     return {k: sorted(v) for k, v in files.items()}
 

@@ -263,9 +263,23 @@ def test_ignite_preset_with_workers_and_escalation_agent(relayctl, store_dir: Pa
     assert data["agents"] == sorted(["leader", "strategist", "architect", "evaluator", "coordinator", "innovator"] + [f"ignitian_{n}" for n in range(1, 6)])
     assert data["escalate_to"] == "leader"
     config = json.loads((store_dir / "config.json").read_text())
-    assert config == {"notify": {"trigger": "hi"}, "delivery": {"escalate_to": "leader"}}
+    # the preset's team is fixed: agent programs cannot join it under a new (typo'd) name
+    assert config == {"notify": {"trigger": "hi"}, "delivery": {"escalate_to": "leader"}, "team": {"preset": "ignite", "allow_new": False}}
     # a choice made by hand is kept
     (store_dir / "config.json").write_text(json.dumps({"delivery": {"escalate_to": "coordinator"}}))
     assert json.loads(relayctl("--json", "init", "--preset", "ignite").stdout)["escalate_to"] == "coordinator"
     proc = relayctl("init", "--preset", "overlord", "--workers", "2", check=False)
     assert proc.returncode == 2 and "only the ignite preset" in proc.stderr
+
+
+def test_a_thread_id_one_header_cannot_hold_survives_export_and_import() -> None:
+    """A thread id with control characters (any local agent can choose one) is carried
+    JSON-encoded, as a subject is, instead of making `read --format mime` refuse the inbox."""
+    from relayd.ignite import convert, mime
+
+    message = {"id": "01J0000000000000000000000A", "ts": "2026-11-24T01:00:00.000000Z", "from": "alice", "to": "bob",
+               "subject": "s", "body": "b\n", "thread": "th\x1b]52;c;aGk=\x07\nX-Forged: 1", "priority": "normal", "tags": []}
+    text = convert.from_message(message).to_text()
+    assert "X-Forged" not in [line.split(":")[0] for line in text.splitlines()]
+    params = convert.to_send_params(mime.parse(text), "exported")
+    assert params["thread"] == message["thread"]

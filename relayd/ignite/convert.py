@@ -13,7 +13,6 @@ from __future__ import annotations
 import email.utils
 import json
 
-from relayd.errors import UsageError
 from relayd.names import check_agent_name, normalize_priority
 
 from . import mime
@@ -24,12 +23,27 @@ RELAY_TAGS = "X-Relay-Tags"  # JSON list: tags are free text and may hold commas
 RELAY_ACK = "X-Relay-Ack"
 RELAY_UNTYPED = "X-Relay-Untyped"  # the relay message had no type; the file says "message"
 RELAY_SUBJECT_JSON = "X-Relay-Subject"  # a subject that one header line cannot hold as is
+RELAY_THREAD_JSON = "X-Relay-Thread"  # likewise a thread id (IGNITE's Thread-ID is then left out)
 UNTYPED = "message"
 REPO_TAG, ISSUE_TAG = "repo:", "issue:"
 
 
 def _header_safe(text: str) -> bool:
     return text == text.strip() and not any(ord(ch) < 0x20 and ch != "\t" for ch in text)
+
+
+def _json_string(message: mime.MimeMessage, header: str, what: str) -> str | None:
+    """A field relay wrote JSON-encoded because one header line could not hold it."""
+    encoded = message.get(header)
+    if not encoded:
+        return None
+    try:
+        value = json.loads(encoded)
+    except ValueError:
+        value = None
+    if not isinstance(value, str):
+        raise mime.NotAMessage(f"{what}: {header} is not a JSON string")
+    return value
 
 
 def to_send_params(message: mime.MimeMessage, what: str) -> dict:
@@ -49,12 +63,8 @@ def to_send_params(message: mime.MimeMessage, what: str) -> dict:
     priority = normalize_priority(message.get(mime.PREFIX + "Priority") or "normal")
     # An IGNITE file has no subject; its type and sender say what a subject would.
     subject = message.get("Subject") or f"{kind} from {sender}"
-    encoded = message.get(RELAY_SUBJECT_JSON)
-    if encoded:
-        try:
-            subject = json.loads(encoded)
-        except ValueError:
-            raise mime.NotAMessage(f"{what}: {RELAY_SUBJECT_JSON} is not a JSON string") from None
+    subject = _json_string(message, RELAY_SUBJECT_JSON, what) or subject
+    thread = _json_string(message, RELAY_THREAD_JSON, what) or message.get(mime.PREFIX + "Thread-ID") or None
     tags_header = message.get(RELAY_TAGS)
     if tags_header:
         try:
@@ -72,7 +82,7 @@ def to_send_params(message: mime.MimeMessage, what: str) -> dict:
         "to": list(dict.fromkeys(recipients)),
         "body": message.body,
         "subject": subject,
-        "thread": message.get(mime.PREFIX + "Thread-ID") or None,
+        "thread": thread,
         "priority": priority,
         "tags": tags,
         "type": None if untyped and kind == UNTYPED else kind,
@@ -103,7 +113,8 @@ def from_message(m: dict) -> mime.MimeMessage:
         extra.append((RELAY_UNTYPED, "yes"))
     thread = m.get("thread")
     if thread and not _header_safe(thread):
-        raise UsageError(f"message {m['id']}: its thread id cannot be written as one header line")
+        extra.append((RELAY_THREAD_JSON, json.dumps(thread, ensure_ascii=True)))
+        thread = None
     return mime.build(
         from_=m["from"],
         to=[m["to"]],
