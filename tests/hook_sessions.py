@@ -1,7 +1,7 @@
 """Real agent-program sessions with relay's hooks installed, against the scripted model.
 
-One scenario, run by each program's test file (test_claude_hooks.py, test_codex_hooks.py,
-test_gemini_hooks.py): the hooks are installed with `relayctl hooks install` into a
+Two scenarios, run by each program's test file (test_claude_hooks.py, test_codex_hooks.py,
+test_gemini_hooks.py). `run_scenario`: the hooks are installed with `relayctl hooks install` into a
 scratch project, the program runs one-shot in it with a scratch HOME, and mail for the
 agent is sent before the session and while the model "thinks":
 
@@ -10,6 +10,8 @@ agent is sent before the session and while the model "thinks":
     model request 2      mail 3, the model answers       -> the stop hook continues the session once:
                                                              request 3 carries mail 3
     model request 3      mail 4, the model answers       -> the session ends; mail 4 stays unread
+
+`run_interactive`: the program in tmux, driven as a person would (see its docstring).
 
 `Program` holds what differs between the programs: how to point them at the scripted
 model, the tool call and text reply in their API's shape, and their command line.
@@ -151,6 +153,43 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
         turns = [r for r in model.requests if program.is_turn(r)]
     unread = [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]
     return Session(proc.returncode, stdout, stderr, turns, unread)
+
+
+def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialogs: Callable[[Tmux], None], ready: str,
+                    configure: Callable[[Path], None] = lambda home: None, settle_after_answer: float = 0) -> None:
+    """A person's session in tmux, set up as the docs say: `answer_dialogs` gets the program
+    past its start-up questions, `ready` is what its screen shows when it takes a prompt,
+    `configure(home)` adds what a person's earlier use left in the scratch HOME. Mail sent
+    before the first prompt and mail sent after the first answer each reach the model once."""
+    home, project = root / "home", root / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init", "--preset", "overlord")
+    relayctl("register", AGENT, "--notify", "hook")
+    relayctl("hooks", "install", "--for", program.name, "--agent", AGENT, "--project", str(project))
+    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
+    tmux = Tmux(root)
+    with ScriptedModel(program.responder()) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **program.prepare(home, project, model.url)}
+        configure(home)
+        tmux.start([str(agent_programs.program(program.name))], project, env)
+        try:
+            answer_dialogs(tmux)
+            tmux.wait_for(ready, settle=1)
+            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
+            first = model.wait_for(lambda r: program.is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
+            assert SUBJECTS[0] in first.text
+            tmux.wait_for(ready, settle=settle_after_answer)
+            # Mail after the answer: the end-of-turn hook may still catch it (and continue
+            # once), or the next prompt's hook does; either way the model gets it once.
+            relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
+            tmux.type_line("Any news", "Any news")
+            second = model.wait_for(lambda r: program.is_turn(r) and "Any news" in r.text, timeout=60)
+            assert second.text.count(SUBJECTS[1]) == 1 and second.text.count(SUBJECTS[0]) == first.text.count(SUBJECTS[0])
+        finally:
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
