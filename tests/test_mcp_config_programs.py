@@ -30,6 +30,18 @@ def test_each_program_gets_the_same_server_in_its_own_shape(relayctl) -> None:
     assert entry["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": relayctl.env["RELAY_DIR"], "RELAY_SOCKET": relayctl.env["RELAY_SOCKET"], "OVLD_SESSION": "agent:main:main"}
 
 
+def test_relayctl_up_gives_codex_the_same_server_as_one_inline_table() -> None:
+    """`relayctl up` starts codex with `-c mcp_servers.relay=TABLE`: the table `mcp-config
+    --for codex` writes, quotes and all."""
+    from relayctl.cmd_mcp import codex_config, codex_table
+
+    where = ('/tmp/a "store"', "/tmp/b\\sock", "team \x7f")
+    inline = tomllib.loads(f"relay = {codex_table('inferno', *where)}")["relay"]
+    written = tomllib.loads(codex_config("inferno", *where))["mcp_servers"]["relay"]
+    assert inline == {"args": [], **written}
+    assert inline["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": where[0], "RELAY_SOCKET": where[1], "OVLD_SESSION": where[2]}
+
+
 def test_a_preset_writes_one_codex_profile_per_role(relayctl, short_tmp: Path) -> None:
     refused = relayctl("mcp-config", "--for", "codex", "--preset", "overlord", check=False)
     assert refused.returncode == 2 and "--out-dir" in refused.stderr and refused.stdout == ""
