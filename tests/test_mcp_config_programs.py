@@ -13,8 +13,8 @@ from typing import Any
 import agent_programs
 import model_gemini
 import model_openai
-from hook_sessions import _kill_group
 from scripted_model import ScriptedModel
+from tmux_pane import kill_group
 
 SUBJECT = "Freeze main at 17:00"
 
@@ -65,7 +65,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     try:
         stdout, stderr = proc.communicate(timeout=150)
     finally:
-        _kill_group(proc)
+        kill_group(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
