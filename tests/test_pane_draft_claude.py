@@ -19,6 +19,7 @@ from model_anthropic import conversation, messages_responder, text, texts
 from relayd_proc import Daemon
 from scripted_model import ScriptedModel
 from tmux_pane import Tmux
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,15 +37,6 @@ def claude_home(home: Path, project: Path) -> None:
         "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
         "projects": {str(project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
     }))
-
-
-def _wait_for(condition, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return found
 
 
 def _user_texts(request) -> list[str]:
@@ -73,18 +65,18 @@ def test_claude_code_draft_is_left_alone_and_the_trigger_arrives_on_its_own(rela
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()
         try:
             relayctl("register", "inferno", "--notify", f"tmux:{tmux.target()}")
-            _wait_for(lambda: tmux.cursor_line() == "❯", "Claude Code's empty prompt")
+            wait_for(lambda: tmux.cursor_line() == "❯", "Claude Code's empty prompt", timeout=60)
 
             tmux.literal(DRAFT)  # a person types and does not press Enter
-            _wait_for(lambda: tmux.cursor_line() == f"❯ {DRAFT}", "the draft in Claude Code's input box")
+            wait_for(lambda: tmux.cursor_line() == f"❯ {DRAFT}", "the draft in Claude Code's input box", timeout=60)
             relayctl("send", "inferno", "SECRET-BODY", agent="sender")
-            _wait_for(lambda: "unsent text" in daemon.log(), "relayd to hold the trigger back")
+            wait_for(lambda: "unsent text" in daemon.log(), "relayd to hold the trigger back", timeout=60)
             time.sleep(3)  # several retry rounds with the draft still there
             assert tmux.cursor_line() == f"❯ {DRAFT}"
             assert not any(DRAFT in t or TRIGGER in t for r in model.requests for t in _user_texts(r))
 
             tmux.keys("C-u")  # the person clears the box
-            turn = _wait_for(lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), "the trigger at the model")
+            turn = wait_for(lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), "the trigger at the model", timeout=60)
             assert not any(DRAFT in t for t in _user_texts(turn))
             assert not any("SECRET-BODY" in r.text for r in model.requests)  # the trigger, never the body
         finally:

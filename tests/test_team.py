@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from relayd import layout
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,15 +29,6 @@ while True:
     except EOFError:
         break
 """
-
-
-def wait_for(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return found
 
 
 class Team:
@@ -115,7 +106,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     panes = team.panes()
     assert sorted(panes) == ["alpha", "beta", "gamma"] and all(dead == "0" for _, dead, _ in panes.values())
     for name in panes:  # each pane runs its agent, in the team's repository
-        assert wait_for(lambda: team.received(name), f"{name}'s program")[0] == f"started as {name} in {team.repo}"
+        assert wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)[0] == f"started as {name} in {team.repo}"
 
     socket = team.tmux("display-message", "-p", "-t", "crew", "#{socket_path}").strip()
     agents = team.agents()
@@ -128,7 +119,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     (store_dir / "config.json").write_text(json.dumps({**json.loads((store_dir / "config.json").read_text()), "notify": {"trigger": TRIGGER}}))
     relayctl("register", "boss")
     relayctl("send", "beta", "SECRET-BODY", agent="boss")
-    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane")
+    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane", timeout=30)
     assert TRIGGER not in team.received("alpha") + team.received("gamma")
 
     status = relayctl("status").stdout
@@ -146,9 +137,9 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     relayctl("up", str(team.file))
     before = team.panes()
     for name in before:
-        wait_for(lambda: team.received(name), f"{name}'s program")
+        wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)
     team.tmux("send-keys", "-t", before["beta"][0], "C-d")  # beta's program exits
-    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead")
+    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead", timeout=30)
 
     again = relayctl("up", str(team.file))
     assert [line.split()[:2] for line in again.stdout.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
@@ -156,7 +147,7 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     after = team.panes()
     assert after["alpha"] == before["alpha"] and after["gamma"] == before["gamma"]  # untouched: same pane, same process
     assert after["beta"][0] == before["beta"][0] and after["beta"][1] == "0"
-    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again")
+    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again", timeout=30)
 
 
 def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:
