@@ -36,17 +36,6 @@ DEV_CHANNELS = ["--dangerously-load-development-channels", "server:relay"]
 ALLOWED = ["--allowedTools", "Bash,mcp__relay__check_hub_status,mcp__relay__check_inbox"]
 
 
-def claude_json(project: Path) -> dict[str, Any]:
-    """The scratch ~/.claude.json: what Claude Code writes there once a user has signed in."""
-    return {
-        "hasCompletedOnboarding": True,
-        "theme": "dark",
-        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
-        "projects": {str(project): {"hasTrustDialogAccepted": True}},
-        "cachedGrowthBookFeatures": {"tengu_harbor": True},  # the account's channels switch
-    }
-
-
 class ClaudeCode:
     """One interactive Claude Code in a tmux pane of a private tmux server."""
 
@@ -55,8 +44,7 @@ class ClaudeCode:
         self.project = root / "project"
         self.home = root / "home"
         self.project.mkdir()
-        self.home.mkdir()
-        (self.home / ".claude.json").write_text(json.dumps(claude_json(self.project)))
+        agent_programs.claude_signed_in(self.home, API_KEY, trusted=self.project, channels=True)
         self.config = root / "relay-mcp.json"
         self.config.write_text(mcp_config)
         self.debug_log = root / "claude-debug.log"
@@ -247,8 +235,7 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Pa
     setup = "\n".join(line for line in _readme_block("Claude Code", 0).splitlines() if not line.startswith(("pip install", "tmux attach")))
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
-    home.mkdir()
-    (home / ".claude.json").write_text(json.dumps(claude_json(project)))
+    agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=True)
     (home / ".tmux.conf").write_text("set -g default-size 240x90\n")  # a person's terminal: six panes share it
     debug_logs = home / ".claude" / "debug"  # where DEBUG=1 makes each session log
     claude_bin = agent_programs.program("claude").parent

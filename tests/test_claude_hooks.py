@@ -6,9 +6,9 @@ for the scenarios and what is asserted.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from agent_programs import claude_signed_in
 from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
 from tmux_pane import Tmux
 
@@ -24,10 +24,7 @@ def test_an_interactive_session_set_up_as_the_docs_say_gets_the_mail(relayctl, s
     prompt and mail sent after the first answer each reach the model once."""
 
     def signed_in(home: Path) -> None:
-        # What a person's first login leaves in ~/.claude.json: onboarding done and this API key
-        # accepted (Claude Code keeps the key's last 20 characters).
-        (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark",
-                                                       "customApiKeyResponses": {"approved": ["sk-scripted"], "rejected": []}}))
+        claude_signed_in(home, "sk-scripted")  # the folder is not trusted yet: the dialog asks
 
     def trust_the_folder(tmux: Tmux) -> None:
         dialog = tmux.wait_for("Yes, I trust this folder", settle=1)

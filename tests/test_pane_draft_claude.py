@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_programs import program
+from agent_programs import claude_signed_in, program
 from model_anthropic import conversation, messages_responder, text, texts
 from relayd_proc import Daemon
 from scripted_model import ScriptedModel
@@ -28,17 +28,6 @@ DRAFT = "my half-typed draft"
 API_KEY = "sk-ant-relay-test-00000000000000000000"
 
 
-def claude_home(home: Path, project: Path) -> None:
-    """A scratch HOME in which Claude Code starts straight into its prompt: onboarding done,
-    the project trusted, the test's API key approved (what the first run would ask)."""
-    home.mkdir()
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
-        "projects": {str(project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
-    }))
-
-
 def _user_texts(request) -> list[str]:
     """The text of every user turn in a Messages API request."""
     return [t for m in conversation(request.json() or {}) if m.get("role") == "user" for t in texts(m.get("content"))]
@@ -48,7 +37,7 @@ def test_claude_code_draft_is_left_alone_and_the_trigger_arrives_on_its_own(rela
     claude = program("claude")
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
-    claude_home(home, project)
+    claude_signed_in(home, API_KEY, trusted=project)
     relayctl("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     relayctl("register", "sender")

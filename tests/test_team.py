@@ -213,20 +213,14 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
 def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
     """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
     the scratch HOME is what a signed-in user's would be, channels switch included."""
-    from agent_programs import program
+    from agent_programs import claude_signed_in, program
     from model_anthropic import messages_responder, text
     from scripted_model import ScriptedModel
 
     claude = program("claude")
     home = team.root / "home"
-    home.mkdir()
     api_key = "sk-ant-relay-tests-0123456789abcdef"
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []},
-        "projects": {str(team.repo.resolve()): {"hasTrustDialogAccepted": True}},
-        "cachedGrowthBookFeatures": {"tengu_harbor": True},
-    }))
+    claude_signed_in(home, api_key, trusted=team.repo.resolve(), channels=True)
     debug_log = team.root / "claude-debug.log"
     text_of_file = team.file.read_text().replace('name = "alpha"\nprogram = "', f'name = "alpha"\nprogram = "claude"\nnotify = "channel"\nargs = ["--debug-file", "{debug_log}"]\n# was: "', 1)
     team.file.write_text(text_of_file)
