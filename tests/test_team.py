@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,20 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     assert after["alpha"] == before["alpha"] and after["gamma"] == before["gamma"]  # untouched: same pane, same process
     assert after["beta"][0] == before["beta"][0] and after["beta"][1] == "0"
     wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again", timeout=30)
+
+
+def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
+    bin_dir = team.root / "bin-without-tmux"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git"))  # the guard's git is there; tmux is not
+    path = team.env["PATH"]
+    team.env["PATH"] = str(bin_dir)
+    try:
+        done = relayctl("up", str(team.file), check=False)
+    finally:
+        team.env["PATH"] = path
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ['error: tmux is not installed (not on PATH); install it, or set multiplexer = "zellij"']
 
 
 def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:
