@@ -70,6 +70,16 @@ def codex_config(role: str, store_dir: str, socket: str | None, session: str | N
     return "\n".join(lines) + "\n"
 
 
+def codex_table(role: str, store_dir: str, socket: str | None, session: str | None) -> str:
+    """The same server as one inline TOML table: `codex -c mcp_servers.relay=TABLE`."""
+    command, args, env = _launch(role, store_dir, socket, session)
+    return (
+        f"{{command = {_toml_string(command)}, args = [{', '.join(_toml_string(a) for a in args)}], "
+        f"env = {{{', '.join(f'{k} = {_toml_string(v)}' for k, v in env.items())}}}, "
+        'default_tools_approval_mode = "approve"}'
+    )
+
+
 def _toml_string(text: str) -> str:
     # A JSON string is a TOML basic string, except that TOML also wants DEL escaped.
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import click
 
 from relayd import layout
 
-from .context import settings
+from .context import installed_command, settings
 
 MARKER = "# Written by `relayctl systemd install`; `relayctl systemd uninstall` removes it."
 UNITS = ("relayd.socket", "relayd.service", "relay-wake.path", "relay-wake.service")
@@ -27,12 +26,6 @@ ENABLED = ("relayd.socket", "relay-wake.path")  # what --now enables and starts
 def unit_dir() -> str:
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(config, "systemd", "user")
-
-
-def _program(name: str, module: str) -> list[str]:
-    """The console script next to this Python, else `python -m module`."""
-    script = os.path.join(os.path.dirname(sys.executable), name)
-    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", module]
 
 
 def _arg(text: str) -> str:
@@ -55,8 +48,8 @@ def _socket(store_dir: str, socket: str | None) -> tuple[str, str]:
 
 def render(store_dir: str, socket: str | None) -> dict[str, str]:
     """The four unit files, by name."""
-    relayd = " ".join(_arg(a) for a in _program("relayd", "relayd.daemon"))
-    relayctl = " ".join(_arg(a) for a in _program("relayctl", "relayctl"))
+    relayd = " ".join(_arg(a) for a in installed_command("relayd", "relayd.daemon"))
+    relayctl = " ".join(_arg(a) for a in installed_command("relayctl", "relayctl"))
     listen, listen_arg = _socket(store_dir, socket)
     env = _arg(f"RELAY_DIR={store_dir}")
     trigger = os.path.join(store_dir, layout.WAKE, layout.WAKE_TRIGGER).replace("%", "%%")

@@ -24,7 +24,7 @@ import msgspec
 
 from . import layout
 from .errors import RelayError, UsageError
-from .fsio import Dir, Syncer, regions_backward
+from .fsio import Dir, Syncer, lines_backward, regions_backward
 from .records import Message, message_decoder
 from .timefmt import to_iso
 from .ulid import is_ulid, ulid_time_ms
@@ -185,15 +185,12 @@ class RecentIds:
 def _recent_lines(fd: int, not_before: bytes, add) -> bool:
     """Pass each message written at or after `not_before` to `add`; True when an older
     line was reached (so an older file need not be read)."""
-    for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
-        for line in reversed(region.split(b"\n")):
-            if not line:
-                continue
-            try:
-                message = message_decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if message.ts.encode() < not_before:
-                return True
-            add(message)
+    for line in lines_backward(fd, _CHUNK):
+        try:
+            message = message_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if message.ts.encode() < not_before:
+            return True
+        add(message)
     return False

@@ -342,6 +342,14 @@ def regions_backward(fd: int, stop: int, chunk: int) -> Iterator[tuple[int, byte
         size = chunk
 
 
+def lines_backward(fd: int, chunk: int) -> Iterator[bytes]:
+    """`fd`'s non-empty lines, the last first, read in regions of about `chunk` bytes."""
+    for _, region in regions_backward(fd, os.fstat(fd).st_size, chunk):
+        for line in reversed(region.split(b"\n")):
+            if line:
+                yield line
+
+
 def repair_tail(fd: int, size: int) -> int:
     """Cut a torn last line (no trailing newline) back to the last complete line.
 

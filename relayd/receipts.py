@@ -26,7 +26,7 @@ import msgspec
 
 from . import layout
 from .errors import NotFound, RelayError
-from .fsio import append_lines, regions_backward
+from .fsio import append_lines, lines_backward, regions_backward
 from .records import Message, json_encoder
 from .registry import operation
 from .store import Store
@@ -74,17 +74,14 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
     except FileNotFoundError:
         return
     try:
-        for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
-            for line in reversed(region.split(b"\n")):
-                if not line:
-                    continue
-                try:
-                    receipt = _receipt_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue  # a torn tail or a damaged line: not a receipt
-                if receipt.ts < since:
-                    return
-                yield receipt
+        for line in lines_backward(fd, _CHUNK):
+            try:
+                receipt = _receipt_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # a torn tail or a damaged line: not a receipt
+            if receipt.ts < since:
+                return
+            yield receipt
     finally:
         os.close(fd)
 

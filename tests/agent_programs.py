@@ -57,3 +57,18 @@ def program(name: str) -> Path:
     if not path.exists():
         raise RuntimeError(f"npm installed the agent programs but {path} is missing")
     return path
+
+
+def claude_signed_in(home: Path, api_key: str, trusted: Path | None = None, channels: bool = False) -> None:
+    """Write the scratch HOME's ~/.claude.json as a signed-in user's would be, so Claude Code
+    starts straight into its prompt: onboarding done, `api_key` approved (Claude Code keeps
+    its last 20 characters), the folder `trusted` trusted, and with `channels` the account's
+    switch for channels (`tengu_harbor` in `cachedGrowthBookFeatures`, as Claude Code's own
+    service sets it) on."""
+    state: dict = {"hasCompletedOnboarding": True, "theme": "dark", "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []}}
+    if trusted is not None:
+        state["projects"] = {str(trusted): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}
+    if channels:
+        state["cachedGrowthBookFeatures"] = {"tengu_harbor": True}
+    home.mkdir(exist_ok=True)
+    (home / ".claude.json").write_text(json.dumps(state))

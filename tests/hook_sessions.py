@@ -1,7 +1,7 @@
 """Real agent-program sessions with relay's hooks installed, against the scripted model.
 
-One scenario, run by each program's test file (test_claude_hooks.py, test_codex_hooks.py,
-test_gemini_hooks.py): the hooks are installed with `relayctl hooks install` into a
+Two scenarios, run by each program's test file (test_claude_hooks.py, test_codex_hooks.py,
+test_gemini_hooks.py). `run_scenario`: the hooks are installed with `relayctl hooks install` into a
 scratch project, the program runs one-shot in it with a scratch HOME, and mail for the
 agent is sent before the session and while the model "thinks":
 
@@ -11,6 +11,8 @@ agent is sent before the session and while the model "thinks":
                                                              request 3 carries mail 3
     model request 3      mail 4, the model answers       -> the session ends; mail 4 stays unread
 
+`run_interactive`: the program in tmux, driven as a person would (see its docstring).
+
 `Program` holds what differs between the programs: how to point them at the scripted
 model, the tool call and text reply in their API's shape, and their command line.
 """
@@ -19,10 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +31,7 @@ import model_anthropic
 import model_gemini
 import model_openai
 from scripted_model import Recorded, ScriptedModel
+from tmux_pane import Tmux, kill_group, kill_strays
 
 AGENT = "inferno"
 SENDER = "strategist"
@@ -146,27 +146,48 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         finally:
-            _kill_group(proc)
+            kill_group(proc)
             kill_strays(home)
         turns = [r for r in model.requests if program.is_turn(r)]
     unread = [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]
     return Session(proc.returncode, stdout, stderr, turns, unread)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """The program and anything it started in its session (MCP servers, hooks, helpers)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialogs: Callable[[Tmux], None], ready: str,
+                    configure: Callable[[Path], None] = lambda home: None, settle_after_answer: float = 0) -> None:
+    """A person's session in tmux, set up as the docs say: `answer_dialogs` gets the program
+    past its start-up questions, `ready` is what its screen shows when it takes a prompt,
+    `configure(home)` adds what a person's earlier use left in the scratch HOME. Mail sent
+    before the first prompt and mail sent after the first answer each reach the model once."""
+    home, project = root / "home", root / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init", "--preset", "overlord")
+    relayctl("register", AGENT, "--notify", "hook")
+    relayctl("hooks", "install", "--for", program.name, "--agent", AGENT, "--project", str(project))
+    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
+    tmux = Tmux(root)
+    with ScriptedModel(program.responder()) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **program.prepare(home, project, model.url)}
+        configure(home)
+        tmux.start([str(agent_programs.program(program.name))], project, env)
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            continue
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+            answer_dialogs(tmux)
+            tmux.wait_for(ready, settle=1)
+            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
+            first = model.wait_for(lambda r: program.is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
+            assert SUBJECTS[0] in first.text
+            tmux.wait_for(ready, settle=settle_after_answer)
+            # Mail after the answer: the end-of-turn hook may still catch it (and continue
+            # once), or the next prompt's hook does; either way the model gets it once.
+            relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
+            tmux.type_line("Any news", "Any news")
+            second = model.wait_for(lambda r: program.is_turn(r) and "Any news" in r.text, timeout=60)
+            assert second.text.count(SUBJECTS[1]) == 1 and second.text.count(SUBJECTS[0]) == first.text.count(SUBJECTS[0])
+        finally:
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
 
 
 def assert_mail_reached_the_model(session: Session) -> None:
@@ -184,77 +205,3 @@ def assert_mail_reached_the_model(session: Session) -> None:
     # Each message was handed over once: a later request repeats the conversation, but no
     # hook added the same message a second time.
     assert continued.count(SUBJECTS[0]) == first.count(SUBJECTS[0])
-
-
-class Tmux:
-    """A real tmux server on its own socket, running one program in one pane, read and
-    typed into the way a person would (tests wait for what the screen says, not for time)."""
-
-    def __init__(self, root: Path) -> None:
-        self.socket = str(root / "tmux.sock")
-
-    def _tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, timeout=30)
-
-    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-        command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv)
-        self._tmux("new-session", "-d", "-s", "agent", "-x", "160", "-y", "45", "-c", str(cwd), command)
-
-    def screen(self) -> str:
-        return self._tmux("capture-pane", "-p", "-t", "agent").stdout
-
-    def wait_for(self, text: str, timeout: float = 60, settle: float = 0) -> str:
-        """The screen once it shows `text` (and, with `settle`, has stopped changing for
-        that long: a dialog drawn before its keyboard handler is ready drops keys)."""
-        deadline = time.monotonic() + timeout
-        last, since = None, time.monotonic()
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if screen != last:
-                last, since = screen, time.monotonic()
-            if text in screen and time.monotonic() - since >= settle:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"the pane never showed {text!r}; it shows:\n{self.screen()}")
-
-    def keys(self, *keys: str) -> None:
-        self._tmux("send-keys", "-t", "agent", *keys)
-
-    def type_line(self, text: str, then_shows: str) -> None:
-        """Type `text`, wait until the input box shows it, then press Enter on its own (a
-        TUI takes text and Enter arriving together as a paste, and does not submit)."""
-        self._tmux("send-keys", "-t", "agent", "-l", text)
-        self.wait_for(then_shows, timeout=20)
-        self.keys("Enter")
-
-    def kill(self) -> None:
-        """End the pane's program with everything it started, then the server. SIGKILL to
-        its process group: Gemini CLI ignores SIGHUP and SIGTERM, so closing the pane alone
-        leaves it running."""
-        pane = self._tmux("display-message", "-p", "-t", "agent", "#{pane_pid}").stdout.strip()
-        if pane.isdigit():
-            try:
-                os.killpg(int(pane), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self._tmux("kill-server")
-
-
-def kill_strays(home: Path) -> None:
-    """Processes an agent program left running on its own (the interactive `codex` starts a
-    background app-server that detaches from the terminal): every process whose
-    environment has this test's scratch HOME, which only this test's programs have."""
-    marker = b"HOME=" + os.fsencode(str(home)) + b"\0"
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                environ = b"\0" + fh.read()
-        except OSError:
-            continue
-        if b"\0" + marker in environ or environ.endswith(b"\0" + marker[:-1]):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -30,21 +29,11 @@ import pytest
 import agent_programs
 from model_anthropic import conversation, messages_responder, text, texts, tool_result, tool_use
 from scripted_model import Recorded, ScriptedModel
+from tmux_pane import Tmux
 
 API_KEY = "sk-ant-relay-tests-0123456789abcdef"
 DEV_CHANNELS = ["--dangerously-load-development-channels", "server:relay"]
 ALLOWED = ["--allowedTools", "Bash,mcp__relay__check_hub_status,mcp__relay__check_inbox"]
-
-
-def claude_json(project: Path) -> dict[str, Any]:
-    """The scratch ~/.claude.json: what Claude Code writes there once a user has signed in."""
-    return {
-        "hasCompletedOnboarding": True,
-        "theme": "dark",
-        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
-        "projects": {str(project): {"hasTrustDialogAccepted": True}},
-        "cachedGrowthBookFeatures": {"tengu_harbor": True},  # the account's channels switch
-    }
 
 
 class ClaudeCode:
@@ -55,28 +44,21 @@ class ClaudeCode:
         self.project = root / "project"
         self.home = root / "home"
         self.project.mkdir()
-        self.home.mkdir()
-        (self.home / ".claude.json").write_text(json.dumps(claude_json(self.project)))
+        agent_programs.claude_signed_in(self.home, API_KEY, trusted=self.project, channels=True)
         self.config = root / "relay-mcp.json"
         self.config.write_text(mcp_config)
         self.debug_log = root / "claude-debug.log"
-        self.socket = str(root / "tmux.sock")
+        self.tmux = Tmux(root, "claude")
         # relay-mcp learns its store from the configuration file, not from this environment.
         self.env = {k: v for k, v in relay_env.items() if not k.startswith(("RELAY_", "OVLD_", "TMUX"))}
         self.env.update(HOME=str(self.home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=API_KEY, ENABLE_TOOL_SEARCH="false", TERM="xterm-256color")
-        self.pane_pid = 0
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", self.socket, *args], env=self.env, capture_output=True, text=True, timeout=30).stdout
 
     def start(self, *flags: str) -> None:
         argv = [str(agent_programs.program("claude")), "--mcp-config", str(self.config), *flags, "--debug-file", str(self.debug_log)]
-        command = shlex.join(["env", *(f"{k}={v}" for k, v in self.env.items()), *argv])
-        self.tmux("new-session", "-d", "-s", "claude", "-x", "200", "-y", "50", "-c", str(self.project), command)
-        self.pane_pid = int(self.tmux("list-panes", "-t", "claude", "-F", "#{pane_pid}").split()[0])
+        self.tmux.start(argv, self.project, self.env, size=(200, 50))
 
     def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "claude")
+        return self.tmux.screen(history=200)
 
     def log(self) -> str:
         try:
@@ -95,8 +77,8 @@ class ClaudeCode:
             time.sleep(0.1)
 
     def type(self, line: str) -> None:
-        self.tmux("send-keys", "-t", "claude", "-l", line)
-        self.tmux("send-keys", "-t", "claude", "Enter")
+        self.tmux.literal(line)
+        self.tmux.keys("Enter")
 
     def start_with_channels(self) -> None:
         """Start as the docs say, pass the development-channels warning, and wait until
@@ -109,16 +91,7 @@ class ClaudeCode:
         assert "Channel notifications skipped" not in self.log(), self.relay_lines()
 
     def close(self) -> None:
-        self.tmux("kill-server")
-        deadline = time.monotonic() + 10
-        while self.pane_pid and time.monotonic() < deadline:
-            try:
-                os.kill(self.pane_pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-        if self.pane_pid:
-            os.kill(self.pane_pid, signal.SIGKILL)
+        self.tmux.kill()
 
 
 def session_turn(script: dict[str, dict[str, Any]]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
@@ -262,8 +235,7 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Pa
     setup = "\n".join(line for line in _readme_block("Claude Code", 0).splitlines() if not line.startswith(("pip install", "tmux attach")))
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
-    home.mkdir()
-    (home / ".claude.json").write_text(json.dumps(claude_json(project)))
+    agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=True)
     (home / ".tmux.conf").write_text("set -g default-size 240x90\n")  # a person's terminal: six panes share it
     debug_logs = home / ".claude" / "debug"  # where DEBUG=1 makes each session log
     claude_bin = agent_programs.program("claude").parent

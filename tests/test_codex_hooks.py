@@ -1,19 +1,15 @@
 """Codex CLI with relay's hooks, installed by `relayctl hooks install --for codex`: mail reaches the model.
 
-The real program (tests/agents, pinned) runs one-shot against the scripted model; see
-hook_sessions.py for the scenario and what is asserted.
+The real program (tests/agents, pinned) runs against the scripted model; see hook_sessions.py
+for the scenarios and what is asserted.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
-import agent_programs
-import model_openai
-from hook_sessions import AGENT, PROGRAMS, SENDER, SUBJECTS, Tmux, assert_mail_reached_the_model, kill_strays, run_scenario
-from scripted_model import ScriptedModel
+from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
+from tmux_pane import Tmux
 
 
 def test_mail_reaches_the_model_through_the_hooks_and_the_stop_continues_once(relayctl, short_tmp: Path) -> None:
@@ -25,35 +21,11 @@ def test_an_interactive_session_set_up_as_the_docs_say_gets_the_mail(relayctl, s
     """`codex` in tmux: the person accepts the folder trust and "Trust all and continue" for
     the hooks (docs/mcp.md, Codex CLI), then mail sent before the first prompt and mail sent
     after the first answer each reach the model once."""
-    home, project = short_tmp / "home", short_tmp / "project"
-    home.mkdir()
-    project.mkdir()
-    relayctl("init", "--preset", "overlord")
-    relayctl("register", AGENT, "--notify", "hook")
-    relayctl("hooks", "install", "--for", "codex", "--agent", AGENT, "--project", str(project))
-    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
-    program = PROGRAMS["codex"]
-    tmux = Tmux(short_tmp)
-    with ScriptedModel(model_openai.responses_responder()) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **program.prepare(home, project, model.url)}
-        tmux.start([str(agent_programs.program("codex"))], project, env)
-        try:
-            tmux.wait_for("Trust this folder?", settle=1)
-            tmux.keys("Enter")  # 1. Trust and continue
-            assert "2. Trust all and continue" in tmux.wait_for("Hooks need review", settle=1)
-            tmux.keys("Down", "Enter")
-            tmux.wait_for("Ask Codex to do anything", settle=1)
-            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
-            first = model.wait_for(lambda r: program.is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
-            assert SUBJECTS[0] in first.text
-            tmux.wait_for("Ask Codex to do anything")
-            # Mail after the answer: the end-of-turn hook may still catch it (and continue
-            # once), or the next prompt's hook does; either way the model gets it once.
-            relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
-            tmux.type_line("Any news", "Any news")
-            second = model.wait_for(lambda r: program.is_turn(r) and "Any news" in r.text, timeout=60)
-            assert second.text.count(SUBJECTS[1]) == 1 and second.text.count(SUBJECTS[0]) == first.text.count(SUBJECTS[0])
-        finally:
-            tmux.kill()
-            kill_strays(home)
-    assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == []
+
+    def trust_the_folder_and_the_hooks(tmux: Tmux) -> None:
+        tmux.wait_for("Trust this folder?", settle=1)
+        tmux.keys("Enter")  # 1. Trust and continue
+        assert "2. Trust all and continue" in tmux.wait_for("Hooks need review", settle=1)
+        tmux.keys("Down", "Enter")
+
+    run_interactive(PROGRAMS["codex"], relayctl, short_tmp, answer_dialogs=trust_the_folder_and_the_hooks, ready="Ask Codex to do anything")

@@ -13,8 +13,8 @@ from typing import Any
 import agent_programs
 import model_gemini
 import model_openai
-from hook_sessions import _kill_group
 from scripted_model import ScriptedModel
+from tmux_pane import kill_group
 
 SUBJECT = "Freeze main at 17:00"
 
@@ -28,6 +28,18 @@ def test_each_program_gets_the_same_server_in_its_own_shape(relayctl) -> None:
     gemini = json.loads(relayctl("mcp-config", "--for", "gemini", "--role", "inferno", "--session", "agent:main:main").stdout)
     assert gemini == {"mcpServers": {"relay": {"command": entry["command"], "args": entry["args"], "env": entry["env"], "trust": True}}}
     assert entry["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": relayctl.env["RELAY_DIR"], "RELAY_SOCKET": relayctl.env["RELAY_SOCKET"], "OVLD_SESSION": "agent:main:main"}
+
+
+def test_relayctl_up_gives_codex_the_same_server_as_one_inline_table() -> None:
+    """`relayctl up` starts codex with `-c mcp_servers.relay=TABLE`: the table `mcp-config
+    --for codex` writes, quotes and all."""
+    from relayctl.cmd_mcp import codex_config, codex_table
+
+    where = ('/tmp/a "store"', "/tmp/b\\sock", "team \x7f")
+    inline = tomllib.loads(f"relay = {codex_table('inferno', *where)}")["relay"]
+    written = tomllib.loads(codex_config("inferno", *where))["mcp_servers"]["relay"]
+    assert inline == {"args": [], **written}
+    assert inline["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": where[0], "RELAY_SOCKET": where[1], "OVLD_SESSION": where[2]}
 
 
 def test_a_preset_writes_one_codex_profile_per_role(relayctl, short_tmp: Path) -> None:
@@ -53,7 +65,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     try:
         stdout, stderr = proc.communicate(timeout=150)
     finally:
-        _kill_group(proc)
+        kill_group(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 

@@ -8,17 +8,18 @@ trigger, on its own, once the box is empty.
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from agent_programs import program
-from model_anthropic import messages_responder, text
+from agent_programs import claude_signed_in, program
+from model_anthropic import conversation, messages_responder, text, texts
 from relayd_proc import Daemon
 from scripted_model import ScriptedModel
+from tmux_pane import Tmux
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,82 +28,46 @@ DRAFT = "my half-typed draft"
 API_KEY = "sk-ant-relay-test-00000000000000000000"
 
 
-def claude_home(home: Path, project: Path) -> None:
-    """A scratch HOME in which Claude Code starts straight into its prompt: onboarding done,
-    the project trusted, the test's API key approved (what the first run would ask)."""
-    home.mkdir()
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
-        "projects": {str(project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
-    }))
-
-
-def _wait_for(condition, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return found
-
-
 def _user_texts(request) -> list[str]:
     """The text of every user turn in a Messages API request."""
-    body = request.json() or {}
-    texts = []
-    for message in body.get("messages", []):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        texts += [b.get("text", "") for b in blocks if b.get("type") == "text"]
-    return texts
+    return [t for m in conversation(request.json() or {}) if m.get("role") == "user" for t in texts(m.get("content"))]
 
 
 def test_claude_code_draft_is_left_alone_and_the_trigger_arrives_on_its_own(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
     claude = program("claude")
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
-    claude_home(home, project)
+    claude_signed_in(home, API_KEY, trusted=project)
     relayctl("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     relayctl("register", "sender")
 
-    server = f"relay-test-{uuid.uuid4().hex[:10]}"
-
-    def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", server, *args], check=True, capture_output=True, text=True, timeout=30).stdout
-
-    def input_row() -> str:
-        row = tmux("display-message", "-p", "-t", "c", "#{cursor_y}").strip()
-        return tmux("capture-pane", "-p", "-t", "c", "-S", row, "-E", row).replace("\xa0", " ").strip()
+    tmux = Tmux(short_tmp, "c")
 
     with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
         env = {
             "HOME": str(home), "ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": API_KEY,
             "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         }
-        command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), str(claude)])
-        tmux("-f", "/dev/null", "new-session", "-d", "-s", "c", "-x", "120", "-y", "40", "-c", str(project), command)
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}  # what a pane of a new server gets
+        tmux.start([str(claude)], project, inherited | env, size=(120, 40))
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()
         try:
-            pane = tmux("display-message", "-p", "-t", "c", "#{socket_path}:#{pane_id}").strip()
-            relayctl("register", "inferno", "--notify", f"tmux:{pane}")
-            _wait_for(lambda: input_row() == "❯", "Claude Code's empty prompt")
+            relayctl("register", "inferno", "--notify", f"tmux:{tmux.target()}")
+            wait_for(lambda: tmux.cursor_line() == "❯", "Claude Code's empty prompt", timeout=60)
 
-            tmux("send-keys", "-t", "c", "-l", DRAFT)  # a person types and does not press Enter
-            _wait_for(lambda: input_row() == f"❯ {DRAFT}", "the draft in Claude Code's input box")
+            tmux.literal(DRAFT)  # a person types and does not press Enter
+            wait_for(lambda: tmux.cursor_line() == f"❯ {DRAFT}", "the draft in Claude Code's input box", timeout=60)
             relayctl("send", "inferno", "SECRET-BODY", agent="sender")
-            _wait_for(lambda: "unsent text" in daemon.log(), "relayd to hold the trigger back")
+            wait_for(lambda: "unsent text" in daemon.log(), "relayd to hold the trigger back", timeout=60)
             time.sleep(3)  # several retry rounds with the draft still there
-            assert input_row() == f"❯ {DRAFT}"
+            assert tmux.cursor_line() == f"❯ {DRAFT}"
             assert not any(DRAFT in t or TRIGGER in t for r in model.requests for t in _user_texts(r))
 
-            tmux("send-keys", "-t", "c", "C-u")  # the person clears the box
-            turn = _wait_for(lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), "the trigger at the model")
+            tmux.keys("C-u")  # the person clears the box
+            turn = wait_for(lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), "the trigger at the model", timeout=60)
             assert not any(DRAFT in t for t in _user_texts(turn))
             assert not any("SECRET-BODY" in r.text for r in model.requests)  # the trigger, never the body
         finally:
             daemon.kill()
-            subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=30)
+            tmux.kill()

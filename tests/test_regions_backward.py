@@ -7,7 +7,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relayd.fsio import regions_backward
+from relayd.fsio import lines_backward, regions_backward
 
 
 @settings(max_examples=200, deadline=None)
@@ -31,3 +31,18 @@ def test_regions_cover_the_file_backwards_and_never_split_a_line(tmp_path_factor
     for offset, region in regions:
         assert data[offset : offset + len(region)] == region
         assert offset == 0 or data[offset - 1 : offset] == b"\n"  # starts a line
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b"x")), max_size=30),
+    chunk=st.integers(min_value=1, max_value=64),
+)
+def test_lines_backward_gives_every_non_empty_line_last_first(tmp_path_factory, lines, chunk) -> None:
+    path = tmp_path_factory.mktemp("l") / "f"
+    path.write_bytes(b"\n".join(lines))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(lines_backward(fd, chunk)) == [line for line in reversed(lines) if line]
+    finally:
+        os.close(fd)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from relayd import layout
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,15 +30,6 @@ while True:
     except EOFError:
         break
 """
-
-
-def wait_for(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return found
 
 
 class Team:
@@ -115,7 +107,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     panes = team.panes()
     assert sorted(panes) == ["alpha", "beta", "gamma"] and all(dead == "0" for _, dead, _ in panes.values())
     for name in panes:  # each pane runs its agent, in the team's repository
-        assert wait_for(lambda: team.received(name), f"{name}'s program")[0] == f"started as {name} in {team.repo}"
+        assert wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)[0] == f"started as {name} in {team.repo}"
 
     socket = team.tmux("display-message", "-p", "-t", "crew", "#{socket_path}").strip()
     agents = team.agents()
@@ -128,7 +120,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     (store_dir / "config.json").write_text(json.dumps({**json.loads((store_dir / "config.json").read_text()), "notify": {"trigger": TRIGGER}}))
     relayctl("register", "boss")
     relayctl("send", "beta", "SECRET-BODY", agent="boss")
-    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane")
+    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane", timeout=30)
     assert TRIGGER not in team.received("alpha") + team.received("gamma")
 
     status = relayctl("status").stdout
@@ -146,9 +138,9 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     relayctl("up", str(team.file))
     before = team.panes()
     for name in before:
-        wait_for(lambda: team.received(name), f"{name}'s program")
+        wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)
     team.tmux("send-keys", "-t", before["beta"][0], "C-d")  # beta's program exits
-    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead")
+    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead", timeout=30)
 
     again = relayctl("up", str(team.file))
     assert [line.split()[:2] for line in again.stdout.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
@@ -156,7 +148,21 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     after = team.panes()
     assert after["alpha"] == before["alpha"] and after["gamma"] == before["gamma"]  # untouched: same pane, same process
     assert after["beta"][0] == before["beta"][0] and after["beta"][1] == "0"
-    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again")
+    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again", timeout=30)
+
+
+def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
+    bin_dir = team.root / "bin-without-tmux"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git"))  # the guard's git is there; tmux is not
+    path = team.env["PATH"]
+    team.env["PATH"] = str(bin_dir)
+    try:
+        done = relayctl("up", str(team.file), check=False)
+    finally:
+        team.env["PATH"] = path
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ['error: tmux is not installed (not on PATH); install it, or set multiplexer = "zellij"']
 
 
 def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:
@@ -222,20 +228,14 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
 def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
     """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
     the scratch HOME is what a signed-in user's would be, channels switch included."""
-    from agent_programs import program
+    from agent_programs import claude_signed_in, program
     from model_anthropic import messages_responder, text
     from scripted_model import ScriptedModel
 
     claude = program("claude")
     home = team.root / "home"
-    home.mkdir()
     api_key = "sk-ant-relay-tests-0123456789abcdef"
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []},
-        "projects": {str(team.repo.resolve()): {"hasTrustDialogAccepted": True}},
-        "cachedGrowthBookFeatures": {"tengu_harbor": True},
-    }))
+    claude_signed_in(home, api_key, trusted=team.repo.resolve(), channels=True)
     debug_log = team.root / "claude-debug.log"
     text_of_file = team.file.read_text().replace('name = "alpha"\nprogram = "', f'name = "alpha"\nprogram = "claude"\nnotify = "channel"\nargs = ["--debug-file", "{debug_log}"]\n# was: "', 1)
     team.file.write_text(text_of_file)

@@ -26,7 +26,7 @@ import os
 import shlex
 
 from relayctl import hook_settings
-from relayctl.cmd_mcp import SERVER_NAME, _launch, _toml_string, server_config
+from relayctl.cmd_mcp import SERVER_NAME, codex_table, server_config
 
 from .teamfile import Agent, Team
 
@@ -54,13 +54,8 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         channels = DEV_CHANNELS if agent.notify == "channel" else []
         return ["claude", "--mcp-config", config, *channels, *model, *agent.args]
     if agent.kind == "codex":
-        command, args, env = _launch(agent.name, store_dir, socket, team.name)
-        table = (
-            f"{{command = {_toml_string(command)}, args = [{', '.join(_toml_string(a) for a in args)}], "
-            f"env = {{{', '.join(f'{k} = {_toml_string(v)}' for k, v in env.items())}}}, "
-            'default_tools_approval_mode = "approve"}'
-        )
         hook_settings.install("codex", None, team.repo, store_arg, socket)
+        table = codex_table(agent.name, store_dir, socket, team.name)
         return ["codex", "-c", f"mcp_servers.{SERVER_NAME}={table}", *model, *agent.args]
     if agent.kind == "gemini":
         hook_settings.install("gemini", None, team.repo, store_arg, socket)

@@ -27,11 +27,15 @@ class Pane:
     pid: int
 
 
-def tmux(*args: str, check: bool = True) -> str:
+def _run(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run(["tmux", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        return subprocess.run(["tmux", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
         raise UsageError("tmux is not installed (not on PATH); install it, or set multiplexer = \"zellij\"") from None
+
+
+def tmux(*args: str, check: bool = True) -> str:
+    done = _run(args)
     if check and done.returncode != 0:
         said = " ".join(done.stderr.split())[:300]
         raise UsageError(f"tmux {args[0]} failed: {said or f'exit {done.returncode}'}")
@@ -43,7 +47,7 @@ class TmuxTeam:
         self.session = session
 
     def exists(self) -> bool:
-        return subprocess.run(["tmux", "has-session", "-t", f"={self.session}"], capture_output=True, timeout=30).returncode == 0
+        return _run(("has-session", "-t", f"={self.session}")).returncode == 0
 
     def panes(self) -> dict[str, Pane]:
         """The session's agent panes, by agent."""
