@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from conftest import RelayCtl
 pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[test]' brings it)")
 
-REPO = "/srv/shared-repo"
+REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a directory here
 TEAM = ("alpha", "beta", "gamma", "ghost")  # ghost has credentials and never runs a relayd
 
 

@@ -220,7 +220,8 @@ def test_a_message_shows_its_way_to_each_recipient(web: WebView, page, relayctl)
 
 def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path: Path) -> None:
     """The quickstart's three agents at work; saved as a test artifact."""
-    repo = "/home/dev/oathkeeper"
+    repo = str(tmp_path / "oathkeeper")
+    os.mkdir(repo)
     relayctl("send", "athena", "Bead bd-42 complete. All tests pass.", "--thread", "bd-42", agent="agent-bd-42")
     relayctl("send", "agent-bd-42", "Thanks. Please review bd-43 next.", "--priority", "high", "--thread", "bd-43", agent="athena")
     relayctl("send", "--broadcast", "Rebasing main, hold commits for 2 minutes", "--priority", "urgent", agent="athena")
