@@ -101,7 +101,6 @@ COMMANDS: dict[str, Spec] = {
     ),
 }
 
-PROTOCOL_VERSION = 1  # relayd.protocol.VERSION (a test keeps them equal)
 TIMEOUT = 30.0  # relayd.client.Client's default
 
 
@@ -221,22 +220,23 @@ class QuickClient:
             sock.close()
             return False
         self._sock = sock
-        try:
-            from relayd import __version__
+        from relayd import handshake
+        from relayd.errors import VersionMismatch
 
-            self._send({"type": "hello", "version": PROTOCOL_VERSION, "client": f"relayctl {__version__}"})
-            answer = self._line()
+        try:
+            self._send(handshake.hello("relayctl"))
+            ours = handshake.ours(self._line(), self.store_dir, "relayctl")
         except _Lost:
             self.close()
             self._absent = True
             return True  # it was shutting down: as good as absent
+        except VersionMismatch:
+            self.close()
+            raise  # the user must restart one side; nothing else would work
         except Exception:
             self.close()
             return False
-        if not isinstance(answer, dict) or answer.get("type") != "hello":
-            self.close()
-            return False
-        if not isinstance(answer.get("store"), str) or os.path.realpath(answer["store"]) != os.path.realpath(self.store_dir):
+        if not ours:
             self.close()
             self._absent = True
             return True  # a daemon for another store: not ours
@@ -340,7 +340,7 @@ def _fast(argv: list[str]) -> int | None:
         command, fields, params = parse(argv, os.environ)
     except _Declined:
         return None
-    from relayd.errors import RelayError
+    from relayd.errors import RelayError, VersionMismatch
 
     from . import actions
     from .context import Settings, fail
@@ -353,6 +353,9 @@ def _fast(argv: list[str]) -> int | None:
         client = QuickClient(store_dir, settings.socket or layout.default_socket_path(store_dir), settings.socket)
         if not client.connect():
             return None
+    except VersionMismatch as exc:
+        fail(exc.message, exc.exit_status)
+        return exc.exit_status
     except RelayError:
         return None  # e.g. no HOME: the full CLI says so
     settings._client = client

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from . import __version__, layout, protocol
+from . import handshake, layout, protocol
 from .errors import NO_ANSWER, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
@@ -41,8 +41,14 @@ class _Line:
         self._poller: Any = None
 
     def send(self, frame: protocol.Frame) -> None:
+        self._write(protocol.encode(frame))
+
+    def send_raw(self, frame: dict[str, object]) -> None:
+        self._write(msgspec.json.encode(frame) + b"\n")
+
+    def _write(self, data: bytes) -> None:
         try:
-            self.sock.sendall(protocol.encode(frame))
+            self.sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _Lost(str(exc)) from None
 
@@ -122,21 +128,15 @@ class Client:
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
         line = _Line(sock)
         try:
-            line.send(protocol.Hello(version=protocol.VERSION, client=f"{self.name} {__version__}"))
-            answer = line.receive()
+            line.send_raw(handshake.hello(self.name))
+            ours = handshake.ours(msgspec.to_builtins(line.receive()), self.store_dir, self.name)
         except _Lost:
             line.close()
             return None  # it was shutting down: as good as absent
         except RelayError:
             line.close()
             raise
-        if isinstance(answer, protocol.ErrorFrame):
-            line.close()
-            raise from_wire(msgspec.to_builtins(answer.error))
-        if not isinstance(answer, protocol.Hello):
-            line.close()
-            raise ProtocolError(f"relayd answered hello with {type(answer).__name__}")
-        if not answer.store or not _same_dir(answer.store, self.store_dir):
+        if not ours:
             line.close()
             return None  # a daemon for another store: not ours
         return line
@@ -272,10 +272,6 @@ class Client:
 
 # Operations whose answer lists the inbox lines they appended under "messages".
 APPENDING_OPS = frozenset({"send", "redeliver", "dlq_retry", "gc"})
-
-
-def _same_dir(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _mutates(op: str) -> bool:

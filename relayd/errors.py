@@ -83,6 +83,13 @@ class ProtocolError(RelayError):
     code = "protocol_error"
 
 
+class VersionMismatch(RelayError):
+    """relayd and this client speak different protocol versions: one of them was started
+    from an older install (raised by the client on relayd's hello)."""
+
+    code = "version_mismatch"
+
+
 class Unavailable(RelayError):
     """The daemon is needed for this and is not running."""
 

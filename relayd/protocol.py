@@ -14,9 +14,9 @@ from typing import Any, Literal, Union
 import msgspec
 
 from .errors import ProtocolError, RelayError
+from .handshake import VERSION as VERSION  # the version lives with the greeting
 from .records import Event
 
-VERSION = 1
 MAX_LINE = 1 << 20  # bytes per line, newline included
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
