@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgspec
 
 from . import handshake, layout, protocol
-from .errors import NO_ANSWER, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
+from .errors import NO_ANSWER, PeerError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
 
@@ -65,7 +65,7 @@ class _Line:
             self.frames.extend(self.conn.receive_data(data))
         item = self.frames.pop(0)
         if isinstance(item, protocol.Violation):
-            raise ProtocolError(f"relayd sent something that is not protocol v1: {item.message}")
+            raise PeerError(f"relayd sent something that is not protocol v1: {item.message}")
         return item
 
     def stale(self) -> bool:
@@ -243,7 +243,7 @@ class Client:
             if isinstance(answer, protocol.ErrorFrame):
                 raise from_wire(msgspec.to_builtins(answer.error))
             if not isinstance(answer, protocol.Subscribed):
-                raise ProtocolError(f"relayd answered subscribe with {type(answer).__name__}")
+                raise PeerError(f"relayd answered subscribe with {type(answer).__name__}")
             line.sock.settimeout(None)
             yield msgspec.to_builtins(answer)
             while True:

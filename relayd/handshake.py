@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from . import __version__
-from .errors import ProtocolError, VersionMismatch, from_wire
+from .errors import PeerError, VersionMismatch, from_wire
 
 VERSION = 1  # protocol version; relayd.protocol re-exports it
 
@@ -29,13 +29,13 @@ def hello(program: str) -> dict[str, object]:
 def ours(answer: object, store_dir: str, program: str) -> bool:
     """Judge relayd's answer to `hello(program)`: True when it serves `store_dir`, False
     when it serves another store; raises VersionMismatch for another protocol version, the
-    reported error for an error frame, ProtocolError for anything else."""
+    reported error for an error frame, PeerError for anything else."""
     kind = answer.get("type") if isinstance(answer, dict) else None
     if kind == "error" and isinstance(answer, dict):
         error = answer.get("error")
         raise from_wire(error if isinstance(error, dict) else {})
     if kind != "hello" or not isinstance(answer, dict):
-        raise ProtocolError(f"relayd answered hello with {kind or type(answer).__name__!r}, not hello")
+        raise PeerError(f"relayd answered hello with {kind or type(answer).__name__!r}, not hello")
     version = answer.get("version")
     if version != VERSION:
         raise mismatch(version, program)

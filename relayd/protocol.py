@@ -13,7 +13,7 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from .errors import ProtocolError, RelayError
+from .errors import LineTooLong, ProtocolError, RelayError
 from .handshake import VERSION as VERSION  # the version lives with the greeting
 from .records import Event
 
@@ -125,10 +125,6 @@ class Violation(msgspec.Struct, frozen=True):
     request_id: RequestId | None = None
 
 
-class LineTooLong(Exception):
-    pass
-
-
 class LineFramer:
     """Splits a byte stream into lines of at most `max_line` bytes (newline included)."""
 
@@ -143,7 +139,7 @@ class LineFramer:
         """Complete lines (without their newline). Raises LineTooLong once a line
         exceeds the limit; after that the framer accepts nothing more."""
         if self.overflowed:
-            raise LineTooLong()
+            raise LineTooLong(f"line longer than {self.max_line} bytes")
         buffer = self._buffer
         start_scan = len(buffer)
         buffer += data
@@ -165,7 +161,7 @@ class LineFramer:
     def _overflow(self) -> None:
         self.overflowed = True
         self._buffer = bytearray()
-        raise LineTooLong()
+        raise LineTooLong(f"line longer than {self.max_line} bytes")
 
     @property
     def pending(self) -> int:
@@ -188,11 +184,11 @@ def decode(line: bytes) -> Frame | Violation:
     try:
         return _decoder.decode(line)
     except msgspec.ValidationError as exc:
-        return Violation("protocol_error", f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
+        return Violation(ProtocolError.code, f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        return Violation("protocol_error", f"not a JSON object on one UTF-8 line: {exc}")
+        return Violation(ProtocolError.code, f"not a JSON object on one UTF-8 line: {exc}")
     except RecursionError:
-        return Violation("protocol_error", "JSON nested too deeply")
+        return Violation(ProtocolError.code, "JSON nested too deeply")
 
 
 class _JustId(msgspec.Struct):
@@ -256,9 +252,9 @@ class Connection:
         out: list[Frame | Violation] = []
         try:
             lines = self.framer.feed(data)
-        except LineTooLong:
+        except LineTooLong as exc:
             self.closed = True
-            return [Violation("line_too_long", f"line longer than {self.framer.max_line} bytes")]
+            return [Violation(exc.code, exc.message)]
         for line in lines:
             if not line.strip():
                 continue  # blank lines are harmless keep-alives

@@ -33,3 +33,13 @@ def test_the_operations_section_is_what_the_table_generates() -> None:
     from tests.protocol_doc import current, render
 
     assert current() == render(), "docs/protocol.md section 8 is out of date: run python -m tests.protocol_doc --write"
+
+
+def test_the_error_codes_are_what_the_error_table_generates() -> None:
+    """Every wire code, its class and when it is raised: regenerate with `python -m tests.protocol_doc --write`."""
+    from relayd import errors
+    from tests.protocol_doc import current_errors, render_errors
+
+    assert current_errors() == render_errors(), "docs/protocol.md's error codes are out of date: run python -m tests.protocol_doc --write"
+    for code in errors.BY_CODE:
+        assert f"| `{code}` |" in current_errors()
