@@ -166,9 +166,8 @@ class Client:
         one), so when relayd vanishes mid-request the send is simply repeated with the same
         id, through a restarted daemon or in direct mode: the store appends it once.
         """
-        params = params or {}
-        if op == "send" and not params.get("id"):
-            params = dict(params, id=new_ulid())
+        params = _with_send_id(op, params or {})
+        inner_op, inner = _inner(op, params)
         lost = 0
         while True:
             line = self._daemon()
@@ -188,15 +187,15 @@ class Client:
             except _Lost:
                 self._drop()
                 lost += 1
-                idempotent = op == "send" or not _mutates(op)
+                idempotent = inner_op == "send" or not _mutates(inner_op)  # (a session_call's touch may repeat)
                 if idempotent and lost <= _RETRIES:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
                     return self._direct(op, params)
-                raise went_away(op) from None
+                raise went_away(inner_op) from None
             except TimedOut as exc:
                 self._drop()
-                raise no_answer(op, params.get("id"), exc.message) from None
+                raise no_answer(inner_op, inner.get("id"), exc.message) from None
             except RelayError:
                 self._drop()
                 raise
@@ -218,12 +217,14 @@ class Client:
 
         self.mode = "direct"
         result = ops.call(self.store(), op, params)
-        if op in APPENDING_OPS and isinstance(result, dict) and result.get("messages"):
+        inner_op, _ = _inner(op, params)
+        appended = result.get("result") if inner_op != op and isinstance(result, dict) else result
+        if inner_op in APPENDING_OPS and isinstance(appended, dict) and appended.get("messages"):
             # With no daemon to react to the inbox events, whoever appended notifies.
             from .notify import notify_new_messages
 
-            recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
-            result["notifications"] = notify_new_messages(self.store(), recipients)
+            recipients = list(dict.fromkeys(m["to"] for m in appended.get("messages", [])))
+            appended["notifications"] = notify_new_messages(self.store(), recipients)
         return result
 
     # -- events ----------------------------------------------------------------------
@@ -272,6 +273,22 @@ class Client:
 
 # Operations whose answer lists the inbox lines they appended under "messages".
 APPENDING_OPS = frozenset({"send", "redeliver", "dlq_retry", "gc"})
+
+
+def _inner(op: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The operation a request runs and its parameters: a session_call's own, or itself."""
+    if op == "session_call" and isinstance(params.get("params"), dict):
+        return str(params.get("op")), params["params"]
+    return op, params
+
+
+def _with_send_id(op: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A send (also inside a session_call) with its message id chosen now, unless given."""
+    inner_op, inner = _inner(op, params)
+    if inner_op != "send" or inner.get("id"):
+        return params
+    inner = dict(inner, id=new_ulid())
+    return dict(params, params=inner) if inner_op != op else inner
 
 
 def _mutates(op: str) -> bool:
