@@ -44,7 +44,7 @@ def claude() -> None:
     """Claude Code hook: unread messages become additional context, then count as read.
 
     Reads the hook event JSON on stdin (SessionStart, UserPromptSubmit, PostToolUse,
-    Stop). Your agent name comes from --agent, RELAY_AGENT or OVLD_ROLE. In
+    Stop). Your agent name comes from --agent, OVLD_ROLE or RELAY_AGENT. In
     .claude/settings.json:
 
     \b

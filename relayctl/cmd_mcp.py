@@ -42,7 +42,7 @@ def server_config(role: str, store_dir: str, socket: str | None, session: str | 
 
 
 @click.command("mcp-config")
-@click.option("--role", metavar="NAME", help="The agent this pane speaks for (default: --agent / RELAY_AGENT / OVLD_ROLE).")
+@click.option("--role", metavar="NAME", help="The agent this pane speaks for (default: --agent / OVLD_ROLE / RELAY_AGENT).")
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), help="One configuration per role of a team preset.")
 @click.option("--session", metavar="NAME", help="The terminal session the role runs in (OVLD_SESSION).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="With --preset: write <role>.json files here instead of printing.")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
+from relayd import layout  # (loaded by every run anyway: the store and socket paths)
+
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
     from typing import Any
@@ -36,7 +38,7 @@ GLOBAL: dict[str, tuple[str, Any]] = {
     "--quiet": ("quiet", FLAG),
     "-q": ("quiet", FLAG),
 }
-ENVIRONMENT = {"agent": ("RELAY_AGENT", "OVLD_ROLE"), "store_dir": ("RELAY_DIR", "OVLD_RELAY_DIR"), "socket": ("RELAY_SOCKET",)}
+ENVIRONMENT = {"agent": layout.AGENT_VARIABLES, "store_dir": layout.STORE_VARIABLES, "socket": ("RELAY_SOCKET",)}
 # After the command, every command also takes these (cli._accept_output_flags).
 OUTPUT = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
 

@@ -31,7 +31,7 @@ from relayd.registry import REGISTERED
 
 from relayd_proc import Daemon
 
-ENV_NAMES = ("RELAY_AGENT", "OVLD_ROLE", "RELAY_DIR", "OVLD_RELAY_DIR", "RELAY_SOCKET")
+ENV_NAMES = ("RELAY_AGENT", "OVLD_ROLE", "BBS_AGENT_ROLE", "RELAY_DIR", "OVLD_RELAY_DIR", "RELAY_SOCKET")
 
 
 # -- the parser, against click's ---------------------------------------------------------
