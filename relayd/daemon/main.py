@@ -68,7 +68,8 @@ def run(config: Config) -> int:
                 sock = bind_listener(config.socket_path)
             file_id = None if activated else socket_file_id(config.socket_path)
             try:
-                return anyio.run(_serve, config, store, sock, activated)
+                # asyncio, and only asyncio: connections are read through its loop.add_reader
+                return anyio.run(_serve, config, store, sock, activated, backend="asyncio")
             except Exception:  # a bug: one structured log record, not a bare traceback
                 log.exception("relayd crashed")
                 return 70
