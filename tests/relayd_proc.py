@@ -1,4 +1,4 @@
-"""A real relayd process, and relay's raw NDJSON client (`relayd.rawclient`), for tests.
+"""A real relayd process, and relay's raw NDJSON client (`tests.rawclient`), for tests.
 
 Readiness is detected by polling the socket until the daemon answers hello for the right
 store, never by sleeping blindly.
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from relayd import rawclient
+from tests import rawclient
 
 
 class RawClient(rawclient.RawClient):

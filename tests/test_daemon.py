@@ -22,6 +22,7 @@ from relayd import ops
 from relayd.client import Client
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
+from waiting import wait_for
 
 REPO = "/srv/project"
 
@@ -168,6 +169,10 @@ def scenario():
         ("read", lambda r: {"agent": "inferno"}),
         ("agents", lambda r: {}),
         ("agents", lambda r: {"name": "inferno"}),
+        ("session_call", lambda r: {"agent": "inferno", "op": "send", "params": {"agent": "inferno", "to": ["storm"], "body": "from a tool call"}}),
+        ("session_call", lambda r: {"agent": "storm", "op": "read", "params": {"agent": "storm", "unread": True, "mark_read": True}}),
+        ("session_call", lambda r: {"agent": "storm", "op": "reserve", "params": {"agent": "storm", "pattern": "x", "repo": REPO}}),
+        ("session_call", lambda r: {"agent": "nobody", "op": "agents", "params": {}}),
         ("status", lambda r: {}),
         ("reserve", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO, "ttl": "1h", "reason": "auth"}),
         ("reserve", lambda r: {"agent": "glacier", "pattern": "src/auth/login.py", "repo": REPO}),
@@ -715,21 +720,16 @@ def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(rel
     for name in ("inferno", "glacier"):
         relayctl("register", name, "--notify", f"cmd:sh -c 'echo \"$RELAY_NOTIFY_AGENT\" >> {log}'")
 
-    def wait_for(line):
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if log.exists() and line in log.read_text().split():
-                return log.read_text().split()
-            time.sleep(0.05)
-        raise AssertionError(f"{line} was not notified: {log.read_text() if log.exists() else 'nothing'}")
+    def notified(name: str) -> list[str]:
+        return wait_for(f"{name} to be notified", lambda: log.exists() and name in log.read_text().split() and log.read_text().split())
 
     relayctl("send", "glacier", "without a daemon the sender notifies", agent="storm")
-    assert wait_for("glacier") == ["glacier"]
+    assert notified("glacier") == ["glacier"]
     daemon = Daemon(relay_env).start()
     try:
         with Store(daemon.store_dir) as store:  # written directly: the daemon sees the event
             ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": "the daemon notifies"})
-        assert wait_for("inferno") == ["glacier", "inferno"]
+        assert notified("inferno") == ["glacier", "inferno"]
     finally:
         daemon.kill()
 

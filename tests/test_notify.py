@@ -14,6 +14,7 @@ import pytest
 
 from relayd.notify import notify_new_messages
 from relayd.store import Store
+from waiting import wait_for
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 
@@ -126,13 +127,13 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
     try:
         tmux("copy-mode", "-t", tmux.pane)
         relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
-        _wait_for(lambda: "trigger held back" in daemon.log(), "the daemon to hold the trigger back")
+        wait_for("the daemon to hold the trigger back", lambda: "trigger held back" in daemon.log())
         assert tmux.received.read_text() == ""  # nothing typed into the copy-mode pane
         assert not (store_dir / "agents" / "glacier" / "pending").exists()
 
         # No new mail arrives; leaving copy mode is enough for the timer to deliver it.
         tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
-        _wait_for(lambda: TRIGGER in tmux.received.read_text().splitlines(), "the retried trigger")
+        wait_for("the retried trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
         assert (store_dir / "agents" / "glacier" / "pending").exists()
         time.sleep(3.5)  # several more retry rounds: the pending flag keeps it to one trigger
         assert tmux.lines_after_sentinel() == [TRIGGER]
@@ -144,14 +145,6 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
             assert agents_awaiting_trigger(store) == []  # and nothing unread: nothing to retry
     finally:
         daemon.kill()
-
-
-def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- zellij (no binary can be installed here: a recording stub on PATH) -----------------------
