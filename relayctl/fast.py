@@ -273,7 +273,7 @@ class QuickClient:
             except ValueError:
                 from relayd.errors import PeerError
 
-                raise PeerError("relayd sent something that is not protocol v1: not a JSON object on one UTF-8 line") from None
+                raise PeerError("relayd sent something that is not relay's protocol: not a JSON object on one UTF-8 line") from None
             kind = frame.get("type") if isinstance(frame, dict) else None
             if kind == "response" and frame.get("id") == 1:
                 if frame.get("ok"):

@@ -65,7 +65,7 @@ class _Line:
             self.frames.extend(self.conn.receive_data(data))
         item = self.frames.pop(0)
         if isinstance(item, protocol.Violation):
-            raise PeerError(f"relayd sent something that is not protocol v1: {item.message}")
+            raise PeerError(f"relayd sent something that is not relay's protocol: {item.message}")
         return item
 
     def stale(self) -> bool:

@@ -113,7 +113,7 @@ class QueueBusy(RelayError):
 
 
 class ProtocolError(RelayError):
-    """Someone misused the protocol: relayd received a frame protocol v1 does not allow (not
+    """Someone misused the protocol: relayd received a frame the protocol does not allow (not
     JSON, not a valid frame, a frame only relayd sends, a subscribe without known topics or
     a second one on a connection). relayd answers with this code; the client that sent the
     frame raises this class, as does local code that builds such a frame."""
@@ -122,7 +122,7 @@ class ProtocolError(RelayError):
 
 
 class PeerError(RelayError):
-    """The other side misbehaved: relayd sent this client something that is not protocol v1,
+    """The other side misbehaved: relayd sent this client something that is not relay's protocol,
     or an answer that does not fit the question (a bug, or another program on the socket).
     Raised by clients only; relayd never sends this code."""
 

@@ -18,7 +18,10 @@ import os
 from . import __version__
 from .errors import PeerError, VersionMismatch, from_wire
 
-VERSION = 1  # protocol version; relayd.protocol re-exports it
+# The protocol version; relayd.protocol re-exports it. Raise it whenever a client of this
+# version needs something an older relayd does not have (2: the session_call operation),
+# so such a pair says "restart" instead of failing request by request.
+VERSION = 2
 
 
 def hello(program: str) -> dict[str, object]:

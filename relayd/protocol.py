@@ -1,4 +1,4 @@
-"""Protocol v1 on relayd's Unix socket, without any I/O (DESIGN §3, docs/protocol.md).
+"""relay's wire protocol on relayd's Unix socket, without any I/O (DESIGN §3, docs/protocol.md).
 
 NDJSON: one JSON object per line, UTF-8, at most `MAX_LINE` bytes including the newline.
 Every frame has a `type`. A `Connection` is one side of a conversation: feed it the bytes
@@ -116,7 +116,7 @@ _encoder = msgspec.json.Encoder()
 
 
 class Violation(msgspec.Struct, frozen=True):
-    """A line that is not protocol v1. The peer gets an error frame and, when
+    """A line that is not a protocol frame. The peer gets an error frame and, when
     `fatal`, the connection is closed (the byte stream can no longer be trusted)."""
 
     code: str
@@ -184,7 +184,7 @@ def decode(line: bytes) -> Frame | Violation:
     try:
         return _decoder.decode(line)
     except msgspec.ValidationError as exc:
-        return Violation(ProtocolError.code, f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
+        return Violation(ProtocolError.code, f"not a protocol frame: {exc}", fatal=False, request_id=_peek_id(line))
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         return Violation(ProtocolError.code, f"not a JSON object on one UTF-8 line: {exc}")
     except RecursionError:
@@ -233,7 +233,7 @@ Role = Literal["client", "server"]
 
 
 class Connection:
-    """One side of a protocol v1 connection, with no I/O of its own.
+    """One side of a protocol connection, with no I/O of its own.
 
     `receive_data(bytes)` returns the frames (and violations) found in them;
     `send(frame)` returns the bytes to write. After a fatal violation the connection

@@ -131,7 +131,7 @@ class _DaemonLink:
             raise ConnectionError("relayd closed the connection")
         frames = self.conn.receive_data(data)
         if self.conn.closed:
-            raise ConnectionError("relayd sent something that is not protocol v1")
+            raise ConnectionError("relayd sent something that is not relay's protocol")
         return any(isinstance(f, protocol.EventFrame) for f in frames)
 
     def fileno(self) -> int:

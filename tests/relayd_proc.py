@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from relayd import handshake
 from tests import rawclient
 
 
@@ -61,7 +62,7 @@ class Daemon:
                 time.sleep(0.01)
                 continue
             try:
-                client.send_line({"type": "hello", "version": 1})
+                client.send_line({"type": "hello", "version": handshake.VERSION})
                 hello = client.line()
             except OSError:  # includes timeouts: not answering yet
                 hello = None

@@ -110,7 +110,7 @@ def test_relayctl_against_a_newer_relayd_says_restart_relayctl(other_relayd, rel
 def test_relay_mcp_names_itself(other_relayd, relay_env: dict[str, str]) -> None:
     other_relayd(handshake.VERSION - 1)
     with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"], name="relay-mcp") as client:
-        with pytest.raises(VersionMismatch, match=r"this relay-mcp 1: restart relayd$"):
+        with pytest.raises(VersionMismatch, match=rf"this relay-mcp {handshake.VERSION}: restart relayd$"):
             client.call("status", {})
 
 
