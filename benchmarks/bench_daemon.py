@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 
-from relayd.rawclient import RawClient
+from tests.rawclient import RawClient
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 

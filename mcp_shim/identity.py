@@ -29,7 +29,6 @@ class Identity:
         self.session = session
 
 
-ROLE_VARIABLES = ("OVLD_ROLE", "RELAY_AGENT", "BBS_AGENT_ROLE")  # first one set wins
 
 
 def from_env(env: dict[str, str] | os._Environ[str] | None = None, role: str | None = None) -> Identity:
@@ -37,7 +36,7 @@ def from_env(env: dict[str, str] | os._Environ[str] | None = None, role: str | N
     env = os.environ if env is None else env
     source = "--role"
     if not role:
-        source, role = next(((key, env[key]) for key in ROLE_VARIABLES if env.get(key)), ("", ""))
+        source, role = next(((key, env[key]) for key in layout.AGENT_VARIABLES if env.get(key)), ("", ""))
     if not role:
         raise IdentityError("no role: set OVLD_ROLE (or RELAY_AGENT, BBS_AGENT_ROLE, or pass --role NAME) to this pane's agent name, e.g. OVLD_ROLE=inferno")
     try:

@@ -122,8 +122,10 @@ class Shim:
             self.call("register", params)
             logs.info(f"registered {self.identity.role} in {self.identity.store_dir}")
 
-    def unread_notice(self) -> str | None:
-        count = self.call("unread", {"agent": self.identity.role})["unread"]
+    def unread_notice(self, count: int | None = None) -> str | None:
+        """The line telling the model about waiting mail; `count` None: ask the store."""
+        if count is None:
+            count = self.call("unread", {"agent": self.identity.role})["unread"]
         if count <= 0:
             return None
         return f"[relay] {count} unread message{'s' if count != 1 else ''} waiting: call check_inbox."
@@ -137,9 +139,12 @@ class Shim:
             raise protocol.RpcError(protocol.INVALID_PARAMS, f"unknown tool {name!r}; tools: {', '.join(BY_NAME)}")
         try:
             args = check_arguments(tool, arguments)
-            self.seen()
-            structured = tool.run(Context(self.identity.role, self.call), args)
-            notice = self.unread_notice()
+            calls = ToolCall(self)
+            try:
+                structured = tool.run(Context(self.identity.role, calls.call), args)
+            finally:
+                calls.seen()  # a tool that failed before reaching the store still counts as a sign of life
+            notice = self.unread_notice(calls.unread)
         except (ToolFailed, RelayError) as exc:
             return ToolOutcome(None, f"error: {exc}", is_error=True)
         except Exception as exc:  # a bug must not end the session: report it as a failed tool
@@ -187,6 +192,49 @@ class Shim:
             reply = self.session.handle(message)
             if reply is not None:
                 self.out.write(reply)
+
+
+class ToolCall:
+    """The store requests of one tool call, with the session's bookkeeping folded into them
+    (relayd.session): the first also refreshes the role's last-seen, each one answers the
+    unread count after it. So a tool that makes one request costs one round trip, not three.
+    An operation a bridged relayd decides team-wide goes alone, and the bookkeeping then
+    takes requests of its own, as before."""
+
+    def __init__(self, shim: Shim) -> None:
+        self.shim = shim
+        self.touched = False
+        self.unread: int | None = None  # after the latest request; None: not known
+
+    def call(self, op: str, params: dict[str, Any]) -> Any:
+        from relayd.errors import RelayError, UnknownAgent
+        from relayd.registry import TEAM_DECIDED
+
+        if op in TEAM_DECIDED:
+            self.seen()
+            self.unread = None
+            return self.shim.call(op, params)
+        role = self.shim.identity.role
+        request = {"agent": role, "op": op, "params": params, "touch": not self.touched}
+        try:
+            answer = self.shim.call("session_call", request)
+        except UnknownAgent as exc:
+            if self.touched or exc.details.get("agent") != role:
+                self.touched = True
+                raise  # (about another agent, e.g. the recipient of a send)
+            self.seen()  # the role is new: register it (nothing else ran), then ask again
+            answer = self.shim.call("session_call", dict(request, touch=False))
+        except RelayError:
+            self.touched = True  # it touched before failing, or the store is out of reach: no second try
+            raise
+        self.touched = True
+        self.unread = answer["unread"]
+        return answer["result"]
+
+    def seen(self) -> None:
+        if not self.touched:
+            self.shim.seen()
+            self.touched = True
 
 
 USAGE = """usage: relay-mcp [--role NAME]

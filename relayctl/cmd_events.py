@@ -34,7 +34,7 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
       relayctl subscribe all --after 01JMHF3XYZ0000000000000000
       relayctl subscribe inbox presence --scope team
     """
-    from relayd.errors import RelayError, Unavailable
+    from relayd.errors import Dropped, Unavailable
 
     from .stopping import until_stopped
 
@@ -63,7 +63,5 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
                     s.warn("relayd went away; reconnecting" + (f" (resuming after {last})" if last else ""))
                 waiting = min(2.0, waiting * 2 or 0.1)
                 time.sleep(waiting)
-            except RelayError as exc:
-                if exc.code != "dropped":
-                    raise
+            except Dropped:
                 s.warn("dropped: not reading fast enough; reconnecting" + (f" (resuming after {last})" if last else ""))

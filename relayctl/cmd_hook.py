@@ -111,7 +111,7 @@ def _command(program: str, events: str) -> click.Command:
     run.__doc__ = f"""{title} hook: unread messages become additional context, then count as read.
 
     Reads the hook event JSON on stdin ({events}). Your agent name comes from
-    --agent, RELAY_AGENT or OVLD_ROLE. `relayctl hooks install --for {program} --agent NAME`
+    --agent, OVLD_ROLE or RELAY_AGENT. `relayctl hooks install --for {program} --agent NAME`
     adds the entries to the project's settings.
 
     \b

@@ -98,7 +98,7 @@ def render(program: str, role: str, store_dir: str, socket: str | None = None, s
 
 @click.command("mcp-config")
 @click.option("--for", "program", type=click.Choice(PROGRAMS), default="claude", show_default=True, help="The agent program whose configuration shape to print.")
-@click.option("--role", metavar="NAME", help="The agent this pane speaks for (default: --agent / RELAY_AGENT / OVLD_ROLE).")
+@click.option("--role", metavar="NAME", help="The agent this pane speaks for (default: --agent / OVLD_ROLE / RELAY_AGENT).")
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), help="One configuration per role of a team preset.")
 @click.option("--session", metavar="NAME", help="The terminal session the role runs in (OVLD_SESSION).")
 @click.option("--out-dir", type=click.Path(file_okay=False), help="With --preset: write one file per role here (<role>.json; for Codex <role>.config.toml, a profile) instead of printing.")

@@ -32,7 +32,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
-    --agent, RELAY_AGENT or OVLD_ROLE.
+    --agent, OVLD_ROLE or RELAY_AGENT.
 
     \b
     Message types (IGNITE): user_goal, strategy_request, strategy_response, task_list,

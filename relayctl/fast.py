@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
+from relayd import layout  # (loaded by every run anyway: the store and socket paths)
+
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
     from typing import Any
@@ -36,7 +38,7 @@ GLOBAL: dict[str, tuple[str, Any]] = {
     "--quiet": ("quiet", FLAG),
     "-q": ("quiet", FLAG),
 }
-ENVIRONMENT = {"agent": ("RELAY_AGENT", "OVLD_ROLE"), "store_dir": ("RELAY_DIR", "OVLD_RELAY_DIR"), "socket": ("RELAY_SOCKET",)}
+ENVIRONMENT = {"agent": layout.AGENT_VARIABLES, "store_dir": layout.STORE_VARIABLES, "socket": ("RELAY_SOCKET",)}
 # After the command, every command also takes these, and the other GLOBAL options unless it
 # has its own of that name (cli._accept_output_flags).
 OUTPUT = {"--json": "json", "--quiet": "quiet", "-q": "quiet"}
@@ -102,7 +104,6 @@ COMMANDS: dict[str, Spec] = {
     ),
 }
 
-PROTOCOL_VERSION = 1  # relayd.protocol.VERSION (a test keeps them equal)
 TIMEOUT = 30.0  # relayd.client.Client's default
 
 
@@ -230,22 +231,23 @@ class QuickClient:
             sock.close()
             return False
         self._sock = sock
-        try:
-            from relayd import __version__
+        from relayd import handshake
+        from relayd.errors import VersionMismatch
 
-            self._send({"type": "hello", "version": PROTOCOL_VERSION, "client": f"relayctl {__version__}"})
-            answer = self._line()
+        try:
+            self._send(handshake.hello("relayctl"))
+            ours = handshake.ours(self._line(), self.store_dir, "relayctl")
         except _Lost:
             self.close()
             self._absent = True
             return True  # it was shutting down: as good as absent
+        except VersionMismatch:
+            self.close()
+            raise  # the user must restart one side; nothing else would work
         except Exception:
             self.close()
             return False
-        if not isinstance(answer, dict) or answer.get("type") != "hello":
-            self.close()
-            return False
-        if not isinstance(answer.get("store"), str) or os.path.realpath(answer["store"]) != os.path.realpath(self.store_dir):
+        if not ours:
             self.close()
             self._absent = True
             return True  # a daemon for another store: not ours
@@ -279,9 +281,9 @@ class QuickClient:
 
                 raise no_answer(op, params.get("id")) from None
             except ValueError:
-                from relayd.errors import ProtocolError
+                from relayd.errors import PeerError
 
-                raise ProtocolError("relayd sent something that is not protocol v1: not a JSON object on one UTF-8 line") from None
+                raise PeerError("relayd sent something that is not relay's protocol: not a JSON object on one UTF-8 line") from None
             kind = frame.get("type") if isinstance(frame, dict) else None
             if kind == "part" and frame.get("id") == 1 and isinstance(frame.get("data"), str):
                 pieces.append(frame["data"])
@@ -360,7 +362,7 @@ def _fast(argv: list[str]) -> int | None:
         command, fields, params = parse(argv, os.environ)
     except _Declined:
         return None
-    from relayd.errors import RelayError
+    from relayd.errors import RelayError, VersionMismatch
 
     from . import actions
     from .context import Settings, fail
@@ -373,6 +375,9 @@ def _fast(argv: list[str]) -> int | None:
         client = QuickClient(store_dir, settings.socket or layout.default_socket_path(store_dir), settings.socket)
         if not client.connect():
             return None
+    except VersionMismatch as exc:
+        fail(exc.message, exc.exit_status)
+        return exc.exit_status
     except RelayError:
         return None  # e.g. no HOME: the full CLI says so
     settings._client = client

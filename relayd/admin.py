@@ -7,7 +7,7 @@ import shutil
 
 import msgspec
 
-from . import STORE_FORMAT, __version__, layout
+from . import STORE_FORMAT, __version__, handshake, layout
 from .agents import RegisterParams, create_agent
 from .errors import StoreError, UsageError
 from .registry import operation
@@ -183,4 +183,4 @@ class VersionResult(msgspec.Struct, kw_only=True):
 @operation("version", VersionParams, mutates=False)
 def version(store: Store, p: VersionParams) -> VersionResult:
     """relay's version, the store format and the wire protocol version."""
-    return VersionResult(version=__version__, store_format=STORE_FORMAT, protocol=1)
+    return VersionResult(version=__version__, store_format=STORE_FORMAT, protocol=handshake.VERSION)

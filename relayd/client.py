@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from . import __version__, layout, protocol
-from .errors import NO_ANSWER, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
+from . import handshake, layout, protocol
+from .errors import NO_ANSWER, PeerError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
 
@@ -41,8 +41,14 @@ class _Line:
         self._poller: Any = None
 
     def send(self, frame: protocol.Frame) -> None:
+        self._write(protocol.encode(frame))
+
+    def send_raw(self, frame: dict[str, object]) -> None:
+        self._write(msgspec.json.encode(frame) + b"\n")
+
+    def _write(self, data: bytes) -> None:
         try:
-            self.sock.sendall(protocol.encode(frame))
+            self.sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _Lost(str(exc)) from None
 
@@ -59,7 +65,7 @@ class _Line:
             self.frames.extend(self.conn.receive_data(data))
         item = self.frames.pop(0)
         if isinstance(item, protocol.Violation):
-            raise ProtocolError(f"relayd sent something that is not protocol v1: {item.message}")
+            raise PeerError(f"relayd sent something that is not relay's protocol: {item.message}")
         return item
 
     def stale(self) -> bool:
@@ -124,21 +130,15 @@ class Client:
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
         line = _Line(sock)
         try:
-            line.send(protocol.Hello(version=protocol.VERSION, client=f"{self.name} {__version__}"))
-            answer = line.receive()
+            line.send_raw(handshake.hello(self.name))
+            ours = handshake.ours(msgspec.to_builtins(line.receive()), self.store_dir, self.name)
         except _Lost:
             line.close()
             return None  # it was shutting down: as good as absent
         except RelayError:
             line.close()
             raise
-        if isinstance(answer, protocol.ErrorFrame):
-            line.close()
-            raise from_wire(msgspec.to_builtins(answer.error))
-        if not isinstance(answer, protocol.Hello):
-            line.close()
-            raise ProtocolError(f"relayd answered hello with {type(answer).__name__}")
-        if not answer.store or not _same_dir(answer.store, self.store_dir):
+        if not ours:
             line.close()
             return None  # a daemon for another store: not ours
         return line
@@ -168,9 +168,8 @@ class Client:
         one), so when relayd vanishes mid-request the send is simply repeated with the same
         id, through a restarted daemon or in direct mode: the store appends it once.
         """
-        params = params or {}
-        if op == "send" and not params.get("id"):
-            params = dict(params, id=new_ulid())
+        params = _with_send_id(op, params or {})
+        inner_op, inner = _inner(op, params)
         lost = 0
         while True:
             line = self._daemon()
@@ -190,15 +189,15 @@ class Client:
             except _Lost:
                 self._drop()
                 lost += 1
-                idempotent = op == "send" or not _mutates(op)
+                idempotent = inner_op == "send" or not _mutates(inner_op)  # (a session_call's touch may repeat)
                 if idempotent and lost <= _RETRIES:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
                     return self._direct(op, params)
-                raise went_away(op) from None
+                raise went_away(inner_op) from None
             except TimedOut as exc:
                 self._drop()
-                raise no_answer(op, params.get("id"), exc.message) from None
+                raise no_answer(inner_op, inner.get("id"), exc.message) from None
             except RelayError:
                 self._drop()
                 raise
@@ -224,16 +223,18 @@ class Client:
 
         self.mode = "direct"
         result = ops.call(self.store(), op, params)
-        if op in APPENDING_OPS and isinstance(result, dict) and (result.get("messages") or op == "redeliver"):
+        inner_op, _ = _inner(op, params)
+        appended = result.get("result") if inner_op != op and isinstance(result, dict) else result
+        if inner_op in APPENDING_OPS and isinstance(appended, dict) and (appended.get("messages") or inner_op == "redeliver"):
             # With no daemon to react to the inbox events, whoever appended notifies; and
             # `redeliver` (run from cron without relayd) also retries triggers held back.
             from .notify import agents_awaiting_trigger, notify_new_messages
 
-            recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
-            if op == "redeliver":
+            recipients = list(dict.fromkeys(m["to"] for m in appended.get("messages", [])))
+            if inner_op == "redeliver":
                 recipients = list(dict.fromkeys(recipients + agents_awaiting_trigger(self.store())))
             if recipients:
-                result["notifications"] = notify_new_messages(self.store(), recipients)
+                appended["notifications"] = notify_new_messages(self.store(), recipients)
         return result
 
     # -- events ----------------------------------------------------------------------
@@ -253,7 +254,7 @@ class Client:
             if isinstance(answer, protocol.ErrorFrame):
                 raise from_wire(msgspec.to_builtins(answer.error))
             if not isinstance(answer, protocol.Subscribed):
-                raise ProtocolError(f"relayd answered subscribe with {type(answer).__name__}")
+                raise PeerError(f"relayd answered subscribe with {type(answer).__name__}")
             line.sock.settimeout(None)
             yield msgspec.to_builtins(answer)
             while True:
@@ -284,8 +285,20 @@ class Client:
 APPENDING_OPS = frozenset({"send", "redeliver", "dlq_retry", "gc"})
 
 
-def _same_dir(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
+def _inner(op: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The operation a request runs and its parameters: a session_call's own, or itself."""
+    if op == "session_call" and isinstance(params.get("params"), dict):
+        return str(params.get("op")), params["params"]
+    return op, params
+
+
+def _with_send_id(op: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A send (also inside a session_call) with its message id chosen now, unless given."""
+    inner_op, inner = _inner(op, params)
+    if inner_op != "send" or inner.get("id"):
+        return params
+    inner = dict(inner, id=new_ulid())
+    return dict(params, params=inner) if inner_op != op else inner
 
 
 def _mutates(op: str) -> bool:

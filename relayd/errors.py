@@ -12,7 +12,9 @@ EXIT_USAGE = 2
 
 
 class RelayError(Exception):
-    """Base of every error a user may see; `str()` is a one-line sentence."""
+    """Base of every error a user may see; `str()` is a one-line sentence. On the wire its
+    own code `error` means anything else (e.g. a reply too large for one line, a queue
+    directory that cannot be read)."""
 
     code = "error"
     exit_status = EXIT_REFUSED
@@ -29,35 +31,54 @@ class RelayError(Exception):
         return wire
 
 
+# -- the table: every wire code, one class each ----------------------------------------------
+# A code is stable once published (docs/protocol.md §4 lists them, generated from this table
+# by tests/protocol_doc.py); the message is a sentence for a person and may change.
+
+
 class UsageError(RelayError):
-    """The request itself is malformed: a bad flag value, a missing argument."""
+    """The request itself is malformed: a bad flag value or parameter, a missing argument,
+    an unknown operation (`details.op`), a bad duration."""
 
     code = "invalid_argument"
     exit_status = EXIT_USAGE
 
 
 class InvalidName(RelayError):
+    """An agent name outside `^[a-z0-9][a-z0-9_-]{0,63}$` (names become directory names)."""
+
     code = "invalid_name"
 
 
 class UnknownAgent(RelayError):
+    """No such agent; `details.known` lists the registered ones."""
+
     code = "unknown_agent"
 
 
 class NoIdentity(RelayError):
+    """The operation needs an agent name (`--agent`, RELAY_AGENT) and got none."""
+
     code = "no_identity"
     exit_status = EXIT_USAGE
 
 
 class Conflict(RelayError):
+    """The store already holds something that excludes this: a reservation overlapping
+    someone else's, a command still pending, an agent name being registered by another host."""
+
     code = "conflict"
 
 
 class NotOwner(RelayError):
+    """The thing belongs to another agent, e.g. releasing another agent's reservation."""
+
     code = "not_owner"
 
 
 class NotFound(RelayError):
+    """No such thing, e.g. no command or message with that id."""
+
     code = "not_found"
 
 
@@ -73,23 +94,111 @@ class StoreError(RelayError):
     code = "store_error"
 
 
-class TimedOut(RelayError):
-    code = "timeout"
+class InvalidMessage(RelayError):
+    """A file given as an IGNITE message is not one (no header section, not UTF-8, ...)."""
+
+    code = "invalid_message"
+
+
+class WakeFailed(RelayError):
+    """No wake-up method reached the orchestrator (gateway command, socket, trigger file)."""
+
+    code = "wake_failed"
+
+
+class QueueBusy(RelayError):
+    """Another monitor already serves this IGNITE queue directory (its lock is held)."""
+
+    code = "queue_busy"
 
 
 class ProtocolError(RelayError):
-    """The peer sent something that is not protocol v1."""
+    """Someone misused the protocol: relayd received a frame the protocol does not allow (not
+    JSON, not a valid frame, a frame only relayd sends, a subscribe without known topics or
+    a second one on a connection). relayd answers with this code; the client that sent the
+    frame raises this class, as does local code that builds such a frame."""
 
     code = "protocol_error"
 
 
+class PeerError(RelayError):
+    """The other side misbehaved: relayd sent this client something that is not relay's protocol,
+    or an answer that does not fit the question (a bug, or another program on the socket).
+    Raised by clients only; relayd never sends this code."""
+
+    code = "peer_error"
+
+
+class VersionMismatch(RelayError):
+    """relayd and this client speak different protocol versions: one of them was started
+    from an older install (raised by the client on relayd's hello, relayd.handshake)."""
+
+    code = "version_mismatch"
+
+
+class LineTooLong(RelayError):
+    """A line over the protocol's 1 MiB limit; relayd answers with a fatal error frame and
+    closes the connection."""
+
+    code = "line_too_long"
+
+
+class PermissionDenied(RelayError):
+    """The peer's uid is not relayd's: relayd serves only its own user (fatal error frame)."""
+
+    code = "permission_denied"
+
+
+class Dropped(RelayError):
+    """A subscriber did not read its events fast enough and was dropped (fatal error
+    frame); resume with `after` = the last event id it received."""
+
+    code = "dropped"
+
+
+class TimedOut(RelayError):
+    """Client side: relayd did not answer in time."""
+
+    code = "timeout"
+
+
 class Unavailable(RelayError):
-    """The daemon is needed for this and is not running."""
+    """relayd is needed and not running, went away mid-request, or (relayd) is serving its
+    limit of connections."""
 
     code = "unavailable"
 
 
-_BY_CODE: dict[str, type[RelayError]] = {}
+class StartupError(RelayError):
+    """relayd cannot start (another one runs for the store or on the socket, the socket path
+    is unusable); the message says what to do. Seen by `relayd`, never on the wire."""
+
+    code = "startup_failed"
+
+
+class Internal(RelayError):
+    """A bug in relayd while running an operation; the message names the exception."""
+
+    code = "internal"
+
+
+def _table() -> dict[str, type[RelayError]]:
+    table: dict[str, type[RelayError]] = {}
+    for cls in (RelayError, *_every_subclass(RelayError)):
+        if cls.code in table:
+            raise AssertionError(f"wire code {cls.code!r} used by {table[cls.code].__name__} and {cls.__name__}")
+        table[cls.code] = cls
+    return table
+
+
+def _every_subclass(cls: type[RelayError]) -> list[type[RelayError]]:
+    found: list[type[RelayError]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_every_subclass(sub)]
+    return found
+
+
+BY_CODE: dict[str, type[RelayError]] = _table()  # complete at import: every class above
 
 
 NO_ANSWER = "relayd did not answer in time (is it stopped or overloaded?)"
@@ -119,17 +228,9 @@ def missing_extra(what: str, extra: str, provides: str) -> UsageError:
     return UsageError(f"{what} needs the {extra} extra ({provides}): {shlex.quote(sys.executable)} -m pip install '{DISTRIBUTION}[{extra}]'")
 
 
-def _collect(cls: type[RelayError]) -> None:
-    for sub in cls.__subclasses__():
-        _BY_CODE.setdefault(sub.code, sub)
-        _collect(sub)
-
-
 def from_wire(error: dict[str, object]) -> RelayError:
     """Rebuild the error a peer reported, keeping its class when the code is known."""
-    if not _BY_CODE:
-        _collect(RelayError)
-    cls = _BY_CODE.get(str(error.get("code", "")), RelayError)
+    cls = BY_CODE.get(str(error.get("code", "")), RelayError)
     details = error.get("details")
     exc = cls(str(error.get("message", "unknown error")), **(details if isinstance(details, dict) else {}))
     if cls is RelayError:

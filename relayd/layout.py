@@ -64,10 +64,19 @@ class NoHome(Exception):
     """Neither a store directory was given nor HOME is set."""
 
 
+# The environment every client reads, first one set wins; relayctl (both front ends) and
+# relay-mcp read these very tuples. The agent: seed 000's per-pane OVLD_ROLE comes first.
+# A pane's launcher sets it for that one agent, while RELAY_AGENT is often exported once
+# for a whole shell; an agent whose relay-mcp speaks as OVLD_ROLE must not send as
+# someone else when it runs relayctl in the same pane.
+AGENT_VARIABLES = ("OVLD_ROLE", "RELAY_AGENT", "BBS_AGENT_ROLE")
+STORE_VARIABLES = ("RELAY_DIR", "OVLD_RELAY_DIR")
+
+
 def default_store_dir(env: dict[str, str] | os._Environ[str] | None = None) -> str:
     """`$RELAY_DIR`, then `$OVLD_RELAY_DIR`, then `~/.relay`."""
     env = os.environ if env is None else env
-    for key in ("RELAY_DIR", "OVLD_RELAY_DIR"):
+    for key in STORE_VARIABLES:
         if env.get(key):
             return os.path.abspath(os.path.expanduser(env[key]))
     home = env.get("HOME")

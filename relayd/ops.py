@@ -19,7 +19,7 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    from . import admin, agents, commands, delivery, gc, inbox, overview, receipts, reservations, wake  # noqa: F401  (registration side effect)
+    from . import admin, agents, commands, delivery, gc, inbox, overview, receipts, reservations, session, wake  # noqa: F401  (registration side effect)
 
     return REGISTERED
 
@@ -45,10 +45,14 @@ def lookup(name: str) -> Operation:
 
 def call(store: Store, name: str, params: object) -> Any:
     """Run operation `name` directly on `store`; returns plain JSON-able data."""
-    op = lookup(name)
+    return msgspec.to_builtins(run(store, lookup(name), params))
+
+
+def run(store: Store, op: Operation, params: object) -> Any:
+    """Run `op` on `store`; returns what the operation returns."""
     params = decode_params(op, params)
-    if not op.mutates and name != "version":
+    if not op.mutates and op.name != "version":
         # Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
         # healthy-looking store instead of an error.
         store.require_existing()
-    return msgspec.to_builtins(op.run(store, params))
+    return op.run(store, params)

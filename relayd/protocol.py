@@ -1,4 +1,4 @@
-"""Protocol v1 on relayd's Unix socket, without any I/O (DESIGN §3, docs/protocol.md).
+"""relay's wire protocol on relayd's Unix socket, without any I/O (DESIGN §3, docs/protocol.md).
 
 NDJSON: one JSON object per line, UTF-8, at most `MAX_LINE` bytes including the newline.
 Every frame has a `type`. A `Connection` is one side of a conversation: feed it the bytes
@@ -13,10 +13,10 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from .errors import ProtocolError, RelayError
+from .errors import LineTooLong, ProtocolError, RelayError
+from .handshake import VERSION as VERSION  # the version lives with the greeting
 from .records import Event
 
-VERSION = 1
 MAX_LINE = 1 << 20  # bytes per line, newline included
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
@@ -129,17 +129,13 @@ _encoder = msgspec.json.Encoder()
 
 
 class Violation(msgspec.Struct, frozen=True):
-    """A line that is not protocol v1. The peer gets an error frame and, when
+    """A line that is not a protocol frame. The peer gets an error frame and, when
     `fatal`, the connection is closed (the byte stream can no longer be trusted)."""
 
     code: str
     message: str
     fatal: bool = True
     request_id: RequestId | None = None
-
-
-class LineTooLong(Exception):
-    pass
 
 
 class LineFramer:
@@ -156,7 +152,7 @@ class LineFramer:
         """Complete lines (without their newline). Raises LineTooLong once a line
         exceeds the limit; after that the framer accepts nothing more."""
         if self.overflowed:
-            raise LineTooLong()
+            raise LineTooLong(f"line longer than {self.max_line} bytes")
         buffer = self._buffer
         start_scan = len(buffer)
         buffer += data
@@ -178,7 +174,7 @@ class LineFramer:
     def _overflow(self) -> None:
         self.overflowed = True
         self._buffer = bytearray()
-        raise LineTooLong()
+        raise LineTooLong(f"line longer than {self.max_line} bytes")
 
     @property
     def pending(self) -> int:
@@ -249,11 +245,11 @@ def decode(line: bytes) -> Frame | Violation:
     try:
         return _decoder.decode(line)
     except msgspec.ValidationError as exc:
-        return Violation("protocol_error", f"not a protocol v1 frame: {exc}", fatal=False, request_id=_peek_id(line))
+        return Violation(ProtocolError.code, f"not a protocol frame: {exc}", fatal=False, request_id=_peek_id(line))
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        return Violation("protocol_error", f"not a JSON object on one UTF-8 line: {exc}")
+        return Violation(ProtocolError.code, f"not a JSON object on one UTF-8 line: {exc}")
     except RecursionError:
-        return Violation("protocol_error", "JSON nested too deeply")
+        return Violation(ProtocolError.code, "JSON nested too deeply")
 
 
 class _JustId(msgspec.Struct):
@@ -298,7 +294,7 @@ Role = Literal["client", "server"]
 
 
 class Connection:
-    """One side of a protocol v1 connection, with no I/O of its own.
+    """One side of a protocol connection, with no I/O of its own.
 
     `receive_data(bytes)` returns the frames (and violations) found in them;
     `send(frame)` returns the bytes to write. After a fatal violation the connection
@@ -317,9 +313,9 @@ class Connection:
         out: list[Frame | Violation] = []
         try:
             lines = self.framer.feed(data)
-        except LineTooLong:
+        except LineTooLong as exc:
             self.closed = True
-            return [Violation("line_too_long", f"line longer than {self.framer.max_line} bytes")]
+            return [Violation(exc.code, exc.message)]
         for line in lines:
             if not line.strip():
                 continue  # blank lines are harmless keep-alives

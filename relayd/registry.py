@@ -27,6 +27,10 @@ class Operation(msgspec.Struct, frozen=True):  # not a dataclass: dataclasses (w
 
 REGISTERED: dict[str, Operation] = {}
 
+# Operations a relayd running --bridge decides team-wide (relayd/bridge/service.py
+# `team_ops`) instead of running them here: each travels only as a request of its own.
+TEAM_DECIDED = frozenset({"register", "reserve", "release"})
+
 
 def operation(name: str, params: type[msgspec.Struct], *, mutates: bool = True, batch: Callable[[Store, list[Any]], list[Any]] | None = None) -> Callable:
     """Register a store function as the operation `name`."""

@@ -26,7 +26,7 @@ import msgspec
 
 from . import layout
 from .config import Config, load_config
-from .errors import RelayError, UsageError
+from .errors import RelayError, UsageError, WakeFailed
 from .registry import operation
 from .records import check_agent_name
 from .store import Store
@@ -37,10 +37,6 @@ MAX_TEXT = 4096
 _SOCKET_REPLY_WAIT = 0.5
 RETRY_WAITS = (0.1, 0.3, 0.9, 2.7)  # before each further try of a gateway that may be restarting
 sleep = time.sleep  # replaced in tests (no real waiting)
-
-
-class WakeFailed(RelayError):
-    code = "wake_failed"
 
 
 # -- the file layer (a store operation) ----------------------------------------------------

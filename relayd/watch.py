@@ -31,7 +31,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from . import __version__, layout, protocol
+import msgspec
+
+from . import handshake, layout, protocol
+from .errors import RelayError
 
 RETRY_SECONDS = 2.0
 
@@ -92,19 +95,16 @@ class _DaemonLink:
         try:
             sock.connect(socket_path)
             link = cls(sock)
-            link._send(protocol.Hello(version=protocol.VERSION, client=client))
-            hello = link._next_frame()
-            if not isinstance(hello, protocol.Hello) or not hello.store:
-                raise ConnectionError(f"relayd answered hello with {type(hello).__name__}")
-            if os.path.realpath(hello.store) != os.path.realpath(store_dir):
-                raise ConnectionError(f"relayd serves another store ({hello.store})")
+            sock.sendall(msgspec.json.encode(handshake.hello(client)) + b"\n")
+            if not handshake.ours(msgspec.to_builtins(link._next_frame()), store_dir, client):
+                raise ConnectionError("relayd serves another store")
             link._send(protocol.Subscribe(topics=list(target.topics), agent=target.agent))
             answer = link._next_frame()
             if not isinstance(answer, protocol.Subscribed):
                 raise ConnectionError(f"relayd answered subscribe with {type(answer).__name__}")
-        except (OSError, ConnectionError):
+        except (OSError, ConnectionError, RelayError):
             sock.close()
-            return None
+            return None  # (a relayd of another protocol version: the requests made alongside say so)
         sock.setblocking(False)
         return link
 
@@ -131,7 +131,7 @@ class _DaemonLink:
             raise ConnectionError("relayd closed the connection")
         frames = self.conn.receive_data(data)
         if self.conn.closed:
-            raise ConnectionError("relayd sent something that is not protocol v1")
+            raise ConnectionError("relayd sent something that is not relay's protocol")
         return any(isinstance(f, protocol.EventFrame) for f in frames)
 
     def fileno(self) -> int:
@@ -196,7 +196,7 @@ class Watch:
         self.store_dir = os.path.abspath(store_dir)
         self.target = target
         self.socket_path = socket_path or layout.default_socket_path(self.store_dir)
-        self.client = f"{client} {__version__}"
+        self.client = client
         self.retry_seconds = retry_seconds
         self.clock = clock
         self.mode = "none"  # "daemon", "inotify" or "none": where wake-ups come from now

@@ -1,10 +1,11 @@
-"""Section 8 of docs/protocol.md, written from the operation table itself.
+"""Section 8 of docs/protocol.md, written from the operation table itself, and §4's
+error codes, written from the error table (`relayd.errors.BY_CODE`).
 
     python -m tests.protocol_doc          # print the section
     python -m tests.protocol_doc --write  # replace it in docs/protocol.md
 
 tests/test_docs.py checks that the file holds exactly what this produces, so adding an
-operation or a parameter means running `--write` (and reading the diff). Prose written by
+operation, a parameter or an error code means running `--write` (and reading the diff). Prose written by
 hand after an operation's `Result: Type` is kept.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from relayd import ops
+from relayd import errors, ops
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
 HEADING = "## 8. Operations\n"
@@ -100,16 +101,41 @@ def render() -> str:
     return "".join(parts)
 
 
-def current() -> str:
+ERRORS_HEADING = "### Error codes\n"
+ERRORS_INTRO = """
+`error` is `{"code": <string>, "message": <one sentence for a person>, "details": <object, optional>}`.
+Codes are stable; messages are not. Each code is one class in `relayd/errors.py`, whose
+docstring is the "when" below; a client turns a code back into its class.
+
+| code | class | when | relayctl exit status |
+|---|---|---|---|
+"""
+
+
+def render_errors() -> str:
+    rows = [ERRORS_HEADING, ERRORS_INTRO]
+    for code, cls in sorted(errors.BY_CODE.items(), key=lambda item: item[1] is errors.RelayError):  # `error` last
+        when = " ".join((cls.__doc__ or "").split()).replace("|", "\\|")
+        rows.append(f"| `{code}` | `{cls.__name__}` | {when} | {cls.exit_status} |\n")
+    return "".join(rows) + "\n"
+
+
+def current(heading: str = HEADING) -> str:
+    """The text from `heading` up to the next section (`## `)."""
     text = DOC.read_text()
-    start = text.index(HEADING)
-    following = re.search(r"^## ", text[start + len(HEADING) :], re.M)
-    end = start + len(HEADING) + following.start() if following else len(text)
+    start = text.index(heading)
+    following = re.search(r"^## ", text[start + len(heading) :], re.M)
+    end = start + len(heading) + following.start() if following else len(text)
     return text[start:end]
+
+
+def current_errors() -> str:
+    return current(ERRORS_HEADING)
 
 
 def write() -> None:
     text = DOC.read_text()
+    text = text.replace(current_errors(), render_errors(), 1)
     DOC.write_text(text.replace(current(), render() + ("\n" if not text.endswith(current()) else ""), 1))
 
 

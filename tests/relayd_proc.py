@@ -1,4 +1,4 @@
-"""A real relayd process, and relay's raw NDJSON client (`relayd.rawclient`), for tests.
+"""A real relayd process, and relay's raw NDJSON client (`tests.rawclient`), for tests.
 
 Readiness is detected by polling the socket until the daemon answers hello for the right
 store, never by sleeping blindly.
@@ -13,7 +13,8 @@ import sys
 import time
 from typing import Any
 
-from relayd import rawclient
+from relayd import handshake
+from tests import rawclient
 
 
 class RawClient(rawclient.RawClient):
@@ -61,7 +62,7 @@ class Daemon:
                 time.sleep(0.01)
                 continue
             try:
-                client.send_line({"type": "hello", "version": 1})
+                client.send_line({"type": "hello", "version": handshake.VERSION})
                 hello = client.line()
             except OSError:  # includes timeouts: not answering yet
                 hello = None

@@ -21,23 +21,13 @@ from relayd.inbox import read_all
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
 from conftest import RelayCtl
+from waiting import wait_for
 
 pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[test]' brings it)")
 
 REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a directory here
 TEAM = ("alpha", "beta", "gamma", "ghost")  # ghost has credentials and never runs a relayd
-
-
-def wait_for(what: str, predicate, timeout: float = 20.0, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 class Host:

@@ -206,8 +206,28 @@ def test_identity_and_store_from_the_environment(relayctl, relay_env: dict[str, 
     proc = run("--json", "send", "glacier", "from the environment")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["from"] == "inferno"
-    env["RELAY_AGENT"] = "storm"  # RELAY_AGENT wins over OVLD_ROLE
-    assert json.loads(run("--json", "send", "glacier", "again").stdout)["from"] == "storm"
+    env["RELAY_AGENT"] = "storm"  # the pane's OVLD_ROLE wins over a shell-wide RELAY_AGENT
+    assert json.loads(run("--json", "send", "glacier", "again").stdout)["from"] == "inferno"
+
+
+@pytest.mark.parametrize("present", [("OVLD_ROLE", "RELAY_AGENT", "BBS_AGENT_ROLE"), ("RELAY_AGENT", "BBS_AGENT_ROLE"), ("BBS_AGENT_ROLE",)])
+def test_relayctl_and_relay_mcp_take_the_same_agent_from_the_environment(relayctl, relay_env: dict[str, str], present: tuple[str, ...]) -> None:
+    """One pane, one agent: relayctl's fast path, its full CLI and relay-mcp read the
+    identity variables in one order (relayd.layout.AGENT_VARIABLES)."""
+    from mcp_shim.identity import from_env
+
+    relayctl("init", "--preset", "overlord")
+    names = {"OVLD_ROLE": "inferno", "RELAY_AGENT": "storm", "BBS_AGENT_ROLE": "shadow"}
+    env = dict(relay_env, **{key: names[key] for key in present})
+    expected = names[present[0]]
+    run = lambda *a: subprocess.run([sys.executable, "-m", "relayctl", *a], env=env, capture_output=True, text=True, timeout=60)  # noqa: E731
+    sent = run("--json", "send", "glacier", "who am I?")  # the fast path
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["from"] == expected
+    status = run("--json", "set-status", "checking")  # the full click CLI
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["name"] == expected
+    assert from_env(env).role == expected
 
 
 def test_init_ignite_preset(relayctl, store_dir: Path) -> None:

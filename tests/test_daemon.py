@@ -24,6 +24,7 @@ from relayd.client import Client
 from relayd.store import Store
 from conftest import stop_child
 from relayd_proc import Daemon, RawClient
+from waiting import wait_for
 
 REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a directory here
 
@@ -171,6 +172,10 @@ def scenario():
         ("read", lambda r: {"agent": "inferno"}),
         ("agents", lambda r: {}),
         ("agents", lambda r: {"name": "inferno"}),
+        ("session_call", lambda r: {"agent": "inferno", "op": "send", "params": {"agent": "inferno", "to": ["storm"], "body": "from a tool call"}}),
+        ("session_call", lambda r: {"agent": "storm", "op": "read", "params": {"agent": "storm", "unread": True, "mark_read": True}}),
+        ("session_call", lambda r: {"agent": "storm", "op": "reserve", "params": {"agent": "storm", "pattern": "x", "repo": REPO}}),
+        ("session_call", lambda r: {"agent": "nobody", "op": "agents", "params": {}}),
         ("status", lambda r: {}),
         ("reserve", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO, "ttl": "1h", "reason": "auth"}),
         ("reserve", lambda r: {"agent": "glacier", "pattern": "src/auth/login.py", "repo": REPO}),
@@ -506,7 +511,7 @@ def test_floods_and_generated_frames_keep_memory_bounded(daemon):
 
     # relayd's own first sweep (a --redeliver-interval after start) writes its marks; only
     # what the hostile frames could change is compared
-    wait_for(lambda: (Path(daemon.store_dir) / "announced.json").exists(), "relayd's first sweep")
+    wait_for("relayd's first sweep", lambda: (Path(daemon.store_dir) / "announced.json").exists())
     before = snapshot(daemon.store_dir)
     baseline = daemon.rss_kib()
 
@@ -756,21 +761,16 @@ def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(rel
     for name in ("inferno", "glacier"):
         relayctl("register", name, "--notify", f"cmd:sh -c 'echo \"$RELAY_NOTIFY_AGENT\" >> {log}'")
 
-    def wait_for(line):
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if log.exists() and line in log.read_text().split():
-                return log.read_text().split()
-            time.sleep(0.05)
-        raise AssertionError(f"{line} was not notified: {log.read_text() if log.exists() else 'nothing'}")
+    def notified(name: str) -> list[str]:
+        return wait_for(f"{name} to be notified", lambda: log.exists() and name in log.read_text().split() and log.read_text().split())
 
     relayctl("send", "glacier", "without a daemon the sender notifies", agent="storm")
-    assert wait_for("glacier") == ["glacier"]
+    assert notified("glacier") == ["glacier"]
     daemon = Daemon(relay_env).start()
     try:
         with Store(daemon.store_dir) as store:  # written directly: the daemon sees the event
             ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": "the daemon notifies"})
-        assert wait_for("inferno") == ["glacier", "inferno"]
+        assert notified("inferno") == ["glacier", "inferno"]
     finally:
         daemon.kill()
 

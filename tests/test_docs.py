@@ -33,3 +33,30 @@ def test_the_operations_section_is_what_the_table_generates() -> None:
     from tests.protocol_doc import current, render
 
     assert current() == render(), "docs/protocol.md section 8 is out of date: run python -m tests.protocol_doc --write"
+
+
+def test_the_error_codes_are_what_the_error_table_generates() -> None:
+    """Every wire code, its class and when it is raised: regenerate with `python -m tests.protocol_doc --write`."""
+    from relayd import errors
+    from tests.protocol_doc import current_errors, render_errors
+
+    assert current_errors() == render_errors(), "docs/protocol.md's error codes are out of date: run python -m tests.protocol_doc --write"
+    for code in errors.BY_CODE:
+        assert f"| `{code}` |" in current_errors()
+
+
+def test_the_architecture_map_names_only_what_exists() -> None:
+    """docs/architecture.md points a newcomer at files; each one it names must be there,
+    and every domain module that registers operations must be on the map."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:relayd|relayctl|mcp_shim|relayweb|tests|benchmarks)/[\w/.*<>-]*)`", text))
+    assert len(named) > 20
+    for path in named:
+        if "<" in path or "*" in path:
+            assert list(root.glob(path.replace("<domain>", "*").rstrip("/"))), path
+        else:
+            assert (root / path).exists(), f"docs/architecture.md names {path}, which does not exist"
+    domains = {op.run.__module__.rsplit(".", 1)[1] for op in ops.table().values() if op.run.__module__.count(".") == 1}
+    listed = re.search(r"`relayd/<domain>\.py`: (.*?); each registers", text)
+    assert listed and domains <= set(re.findall(r"`(\w+)`", listed.group(1))), sorted(domains)

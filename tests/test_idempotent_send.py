@@ -12,7 +12,7 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from relayd import ops
+from relayd import handshake, ops
 from relayd.client import Client
 from relayd.inbox import read_all
 from relayd.records import Message, json_encoder
@@ -166,7 +166,7 @@ class VanishingDaemon:
         conn, _ = self.listener.accept()
         reader = conn.makefile("rb")
         reader.readline()  # hello
-        conn.sendall(json.dumps({"type": "hello", "version": 1, "server": "relayd", "store": self.store_dir}).encode() + b"\n")
+        conn.sendall(json.dumps({"type": "hello", "version": handshake.VERSION, "server": "relayd", "store": self.store_dir}).encode() + b"\n")
         request = json.loads(reader.readline())
         self.requests.append(request)
         with Store(self.store_dir) as store:

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from relayd.inbox import read_all
 from conftest import stop_child
 from relayd_proc import Daemon
 from test_notify import TRIGGER, Tmux
+from waiting import wait_for
 
 START = 1_800_000_000.0
 TIMEOUT = 60.0
@@ -280,16 +280,6 @@ def test_unknown_agents_queues_are_left_alone(relayctl, team, queue: Path, relay
 # -- real processes ------------------------------------------------------------------------
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def status_of(path: Path) -> str | None:
     try:
         return mime.read_file(str(path)).get("X-IGNITE-Status")
@@ -315,14 +305,14 @@ def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path
     else:
         with open(short_tmp / "watch.log", "wb") as log:
             stop = subprocess.Popen([sys.executable, "-m", "relayctl", "ignite", "watch", str(queue)], env=relay_env, stdout=log, stderr=log)
-        wait_for(lambda: b"serving" in (short_tmp / "watch.log").read_bytes(), what="relayctl ignite watch to start")
+        wait_for("relayctl ignite watch to start", lambda: b"serving" in (short_tmp / "watch.log").read_bytes())
     try:
         path = drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime", body='secret_plan: "SECRET-BODY"\n')
         done = queue / "ignitian_1" / "processed" / path.name
-        wait_for(lambda: status_of(done) == "delivered", what="the file to be delivered")
+        wait_for("the file to be delivered", lambda: status_of(done) == "delivered")
         assert not path.exists()
         # relayd fires the arrival mechanism right after the inbox append, from its own thread
-        wait_for(lambda: TRIGGER in tmux.received.read_text().splitlines(), what="the pane trigger")
+        wait_for("the pane trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
         assert tmux.lines_after_sentinel() == [TRIGGER]  # one trigger line, and nothing else
         assert "SECRET-BODY" not in tmux.capture()
         [notice] = inbox(relay_env, "ignitian_1")
@@ -330,7 +320,7 @@ def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path
         # the agent reads the file and deletes it, as IGNITE agents do; nothing more happens
         done.unlink()
         drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123457.mime")
-        wait_for(lambda: status_of(queue / "ignitian_1" / "processed" / "task_assignment_1770263544123457.mime") == "delivered", what="the second file")
+        wait_for("the second file", lambda: status_of(queue / "ignitian_1" / "processed" / "task_assignment_1770263544123457.mime") == "delivered")
         assert len(inbox(relay_env, "ignitian_1")) == 2
     finally:
         stop_child(stop, signal.SIGTERM, timeout=20)
@@ -346,12 +336,12 @@ def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, qu
             drop(relayctl, queue, "ignitian_2", name, body=f'task_id: "{name}"\n')
             if name == names[count // 2]:
                 processed = queue / "ignitian_2" / "processed"
-                wait_for(lambda: sum(status_of(processed / n) == "delivered" for n in names) >= 3, what="some deliveries")
+                wait_for("some deliveries", lambda: sum(status_of(processed / n) == "delivered" for n in names) >= 3)
                 daemon.proc.send_signal(signal.SIGKILL)
                 daemon.proc.wait(timeout=20)
                 daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
         processed = queue / "ignitian_2" / "processed"
-        wait_for(lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60, what="every file delivered")
+        wait_for("every file delivered", lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60)
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.wait(timeout=20)
@@ -369,7 +359,7 @@ def test_ignite_watch_once_and_one_monitor_per_queue(relayctl, team, queue: Path
     try:
         # relayd's monitor thread takes the queue's lock soon after start; from then on a
         # second monitor is refused (before that, a --once pass simply finds nothing to do)
-        proc = wait_for(lambda: (lambda p: p if p.returncode != 0 else None)(relayctl("ignite", "watch", str(queue), "--once", check=False)), what="the second monitor to be refused")
+        proc = wait_for("the second monitor to be refused", lambda: (lambda p: p if p.returncode != 0 else None)(relayctl("ignite", "watch", str(queue), "--once", check=False)))
         assert proc.returncode == 1 and proc.stderr.startswith("error: another monitor serves") and proc.stderr.count("\n") == 1
     finally:
         daemon.proc.send_signal(signal.SIGTERM)

@@ -96,7 +96,7 @@ def tmux(short_tmp: Path):
 def prompt_pane(short_tmp: Path):
     server = Tmux(short_tmp, prompt=True)
     try:
-        wait_for(lambda: server.input_row() == ">", "the prompt program's prompt")
+        wait_for("the prompt program's prompt", lambda: server.input_row() == ">")
         yield server
     finally:
         server.close()
@@ -162,13 +162,13 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
     try:
         tmux("copy-mode", "-t", tmux.pane)
         relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
-        wait_for(lambda: "trigger held back" in daemon.log(), "the daemon to hold the trigger back")
+        wait_for("the daemon to hold the trigger back", lambda: "trigger held back" in daemon.log())
         assert tmux.received.read_text() == ""  # nothing typed into the copy-mode pane
         assert not (store_dir / "agents" / "glacier" / "pending").exists()
 
         # No new mail arrives; leaving copy mode is enough for the timer to deliver it.
         tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
-        wait_for(lambda: TRIGGER in tmux.received.read_text().splitlines(), "the retried trigger")
+        wait_for("the retried trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
         assert (store_dir / "agents" / "glacier" / "pending").exists()
         time.sleep(3.5)  # several more retry rounds: the pending flag keeps it to one trigger
         assert tmux.lines_after_sentinel() == [TRIGGER]
@@ -306,7 +306,7 @@ DRAFT = "my half-typed draft"
 def _type_a_draft(pane: Tmux) -> None:
     """A person types into the prompt and does not press Enter."""
     pane("send-keys", "-t", pane.pane, "-l", DRAFT)
-    wait_for(lambda: pane.input_row() == f"> {DRAFT}", "the draft on the pane's input line")
+    wait_for("the draft on the pane's input line", lambda: pane.input_row() == f"> {DRAFT}")
 
 
 def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, configured, prompt_pane: Tmux, relay_env, store_dir: Path) -> None:
@@ -318,14 +318,14 @@ def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, 
     try:
         for n in range(3):  # a burst of mail while the person is typing
             relayctl("send", "inferno", f"SECRET-BODY-{n}", agent="sender")
-        wait_for(lambda: "unsent text" in daemon.log(), "the daemon to hold the trigger back")
+        wait_for("the daemon to hold the trigger back", lambda: "unsent text" in daemon.log())
         time.sleep(2.5)  # more retry rounds while the draft is still there
         assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
         assert prompt_pane.received.read_text() == ""  # and not submitted
         assert not (store_dir / "agents" / "inferno" / "pending").exists()
 
         prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
-        wait_for(lambda: TRIGGER in prompt_pane.received.read_text(), "the trigger after the draft was sent")
+        wait_for("the trigger after the draft was sent", lambda: TRIGGER in prompt_pane.received.read_text())
         time.sleep(2.5)  # more retry rounds: the pending flag keeps the burst to one trigger
         assert prompt_pane.lines_after_sentinel() == [DRAFT, TRIGGER]
         assert "held trigger delivered" in daemon.log()
@@ -343,7 +343,7 @@ def test_without_relayd_the_sender_is_told_and_redeliver_retries_once_the_line_i
     assert prompt_pane.input_row() == f"> {DRAFT}"
 
     prompt_pane("send-keys", "-t", prompt_pane.pane, "C-u")  # the person clears the line instead
-    wait_for(lambda: prompt_pane.input_row() == ">", "the cleared input line")
+    wait_for("the cleared input line", lambda: prompt_pane.input_row() == ">")
     relayctl("redeliver")
     relayctl("redeliver")  # pending: no second trigger
     assert prompt_pane.lines_after_sentinel() == [TRIGGER]

@@ -54,18 +54,18 @@ def test_claude_code_draft_is_left_alone_and_the_trigger_arrives_on_its_own(rela
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()
         try:
             relayctl("register", "inferno", "--notify", f"tmux:{tmux.target()}")
-            wait_for(lambda: tmux.cursor_line() == "❯", "Claude Code's empty prompt", timeout=60)
+            wait_for("Claude Code's empty prompt", lambda: tmux.cursor_line() == "❯", timeout=60)
 
             tmux.literal(DRAFT)  # a person types and does not press Enter
-            wait_for(lambda: tmux.cursor_line() == f"❯ {DRAFT}", "the draft in Claude Code's input box", timeout=60)
+            wait_for("the draft in Claude Code's input box", lambda: tmux.cursor_line() == f"❯ {DRAFT}", timeout=60)
             relayctl("send", "inferno", "SECRET-BODY", agent="sender")
-            wait_for(lambda: "unsent text" in daemon.log(), "relayd to hold the trigger back", timeout=60)
+            wait_for("relayd to hold the trigger back", lambda: "unsent text" in daemon.log(), timeout=60)
             time.sleep(3)  # several retry rounds with the draft still there
             assert tmux.cursor_line() == f"❯ {DRAFT}"
             assert not any(DRAFT in t or TRIGGER in t for r in model.requests for t in _user_texts(r))
 
             tmux.keys("C-u")  # the person clears the box
-            turn = wait_for(lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), "the trigger at the model", timeout=60)
+            turn = wait_for("the trigger at the model", lambda: next((r for r in model.requests if any(TRIGGER in t for t in _user_texts(r))), None), timeout=60)
             assert not any(DRAFT in t for t in _user_texts(turn))
             assert not any("SECRET-BODY" in r.text for r in model.requests)  # the trigger, never the body
         finally:

@@ -1,4 +1,4 @@
-"""Protocol v1 as a pure object: two peers talking in memory, no sockets."""
+"""The wire protocol as a pure object: two peers talking in memory, no sockets."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     panes = team.panes()
     assert sorted(panes) == ["alpha", "beta", "gamma"] and all(dead == "0" for _, dead, _ in panes.values())
     for name in panes:  # each pane runs its agent, in the team's repository
-        assert wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)[0] == f"started as {name} in {team.repo}"
+        assert wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)[0] == f"started as {name} in {team.repo}"
 
     socket = team.tmux("display-message", "-p", "-t", "crew", "#{socket_path}").strip()
     agents = team.agents()
@@ -120,7 +120,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     (store_dir / "config.json").write_text(json.dumps({**json.loads((store_dir / "config.json").read_text()), "notify": {"trigger": TRIGGER}}))
     relayctl("register", "boss")
     relayctl("send", "beta", "SECRET-BODY", agent="boss")
-    wait_for(lambda: TRIGGER in team.received("beta"), "the trigger in beta's pane", timeout=30)
+    wait_for("the trigger in beta's pane", lambda: TRIGGER in team.received("beta"), timeout=30)
     assert TRIGGER not in team.received("alpha") + team.received("gamma")
 
     status = relayctl("status").stdout
@@ -129,7 +129,7 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     down = relayctl("down", str(team.file))
     assert "stopped crew" in down.stdout
     assert team.tmux("has-session", "-t", "crew", check=False) == "" and not team.tmux("list-sessions", check=False).strip()
-    wait_for(lambda: not _processes_of(store_dir), "every process of the team to end", timeout=15)
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=15)
     assert all(a["notify"] == "none" for a in team.agents().values() if a["name"] != "boss")
     assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
 
@@ -138,9 +138,9 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     relayctl("up", str(team.file))
     before = team.panes()
     for name in before:
-        wait_for(lambda: team.received(name), f"{name}'s program", timeout=30)
+        wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)
     team.tmux("send-keys", "-t", before["beta"][0], "C-d")  # beta's program exits
-    wait_for(lambda: team.panes()["beta"][1] == "1", "beta's pane to be dead", timeout=30)
+    wait_for("beta's pane to be dead", lambda: team.panes()["beta"][1] == "1", timeout=30)
 
     again = relayctl("up", str(team.file))
     assert [line.split()[:2] for line in again.stdout.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
@@ -148,7 +148,7 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     after = team.panes()
     assert after["alpha"] == before["alpha"] and after["gamma"] == before["gamma"]  # untouched: same pane, same process
     assert after["beta"][0] == before["beta"][0] and after["beta"][1] == "0"
-    wait_for(lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, "beta's program to start again", timeout=30)
+    wait_for("beta's program to start again", lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, timeout=30)
 
 
 def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
@@ -246,16 +246,16 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
         assert "still shows" not in started.stdout, started.stdout  # the development-channel question was answered
         pane = team.panes()["alpha"][0]
         screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
-        wait_for(lambda: "❯" in screen() and "I am using this for local development" not in screen(), "Claude Code's prompt", timeout=60)
-        wait_for(lambda: debug_log.exists() and 'MCP server "relay": Channel notifications registered' in debug_log.read_text(), "relay's channel in Claude Code", timeout=60)
+        wait_for("Claude Code's prompt", lambda: "❯" in screen() and "I am using this for local development" not in screen(), timeout=60)
+        wait_for("relay's channel in Claude Code", lambda: debug_log.exists() and 'MCP server "relay": Channel notifications registered' in debug_log.read_text(), timeout=60)
         assert team.agents()["alpha"]["notify"] == "channel"
 
         relayctl("register", "boss")
         relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
         try:
-            wait_for(lambda: any("SUBJECT-FOR-ALPHA" in r.text for r in model.requests), "the mail at Claude Code's model", timeout=90)
+            wait_for("the mail at Claude Code's model", lambda: any("SUBJECT-FOR-ALPHA" in r.text for r in model.requests), timeout=90)
         except AssertionError:
             log = (store_dir / layout.TEAMS / "crew" / "relayd.log").read_text()[-2000:]
             raise AssertionError(f"the mail never reached the model; the pane shows:\n{screen()}\nrelayd's log:\n{log}") from None
     relayctl("down", str(team.file))
-    wait_for(lambda: not _processes_of(store_dir), "every process of the team to end", timeout=20)
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)

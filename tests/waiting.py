@@ -1,4 +1,4 @@
-"""Waiting for something a test can see, with a deadline (never a bare sleep)."""
+"""Waiting in tests for something another process does: poll, never sleep blindly."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], what: str, timeout: float = 20.0) -> T:
-    """`condition()`'s first true value; fails naming `what` after `timeout` seconds."""
+def wait_for(what: str, predicate: Callable[[], T], timeout: float = 20.0, every: float = 0.02) -> T:
+    """The first truthy value of `predicate()`, asked every `every` seconds; fails naming
+    `what` when `timeout` seconds pass without one."""
     deadline = time.monotonic() + timeout
-    while not (found := condition()):
+    while True:
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return found
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)

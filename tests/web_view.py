@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -70,13 +69,3 @@ class WebView:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # the redirect itself is what is tested
         return None
-
-
-def wait_until(check, timeout: float, what: str) -> float:
-    """Seconds until `check()` was true; fails after `timeout`."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if check():
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"{what}: not within {timeout} s")

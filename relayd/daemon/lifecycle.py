@@ -20,14 +20,8 @@ import sys
 import structlog
 
 from relayd import layout
-from relayd.errors import RelayError
+from relayd.errors import StartupError
 from relayd.fsio import Dir
-
-
-class StartupError(RelayError):
-    """The daemon cannot start; the message says what to do."""
-
-    code = "unavailable"
 
 
 # -- one daemon per store ----------------------------------------------------------------

@@ -71,7 +71,8 @@ def run(config: Config) -> int:
                 sock = bind_listener(config.socket_path)
             file_id = None if activated else socket_file_id(config.socket_path)
             try:
-                return anyio.run(_serve, config, store, sock, activated)
+                # asyncio, and only asyncio: connections are read through its loop.add_reader
+                return anyio.run(_serve, config, store, sock, activated, backend="asyncio")
             except RelayError:
                 raise  # a refusal with a sentence (the host name is taken): `error: ...`, exit 1
             except Exception:  # a bug: one structured log record, not a bare traceback

@@ -26,7 +26,7 @@ from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from relayd import __version__, ops, protocol
-from relayd.errors import ProtocolError, RelayError, Unavailable
+from relayd.errors import Dropped, Internal, PermissionDenied, ProtocolError, RelayError, Unavailable
 from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
 from relayd.records import check_agent_name
 from relayd.store import Store
@@ -126,7 +126,7 @@ class Server:
             if self.clock() - self._refusal_logged >= 1.0:  # one line a second, not one per client
                 self._refusal_logged = self.clock()
                 log.warning("connection refused: too many connections", limit=self.max_connections)
-            body = ErrorBody(code="unavailable", message=f"relayd is serving its limit of {self.max_connections} connections; close idle ones or try again")
+            body = ErrorBody(code=Unavailable.code, message=f"relayd is serving its limit of {self.max_connections} connections; close idle ones or try again")
             with anyio.move_on_after(1):
                 await stream.send(protocol.encode(ErrorFrame(error=body, fatal=True)))
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -169,7 +169,7 @@ class Server:
                 pid, uid, _ = _PEERCRED.unpack(raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
                 if uid != os.geteuid():
                     log.warning("refused a connection from another user", uid=uid, pid=pid)
-                    refusal = ErrorFrame(error=ErrorBody(code="permission_denied", message="relayd serves only its own user"), fatal=True)
+                    refusal = ErrorFrame(error=ErrorBody(code=PermissionDenied.code, message="relayd serves only its own user"), fatal=True)
                     with anyio.move_on_after(1):
                         await stream.send(protocol.encode(refusal))
                         await _linger(stream)
@@ -288,7 +288,7 @@ def _reply(request: Request, result: Any) -> bytes:
 
 
 def _internal_error(request: Request, exc: Exception) -> bytes:
-    body = ErrorBody(code="internal", message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
+    body = ErrorBody(code=Internal.code, message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
     return protocol.encode(Response(id=request.id, ok=False, error=body))
 
 
@@ -478,7 +478,7 @@ class Peer:
                 case Subscribe():
                     self._subscribe(item)
                 case _:
-                    body = ErrorBody(code="protocol_error", message=f"a client may not send {type(item).__name__} frames")
+                    body = ErrorBody(code=ProtocolError.code, message=f"a client may not send {type(item).__name__} frames")
                     self._queue((None, None, protocol.encode(ErrorFrame(error=body))))
 
     def _decide(self, request: Request, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
@@ -647,7 +647,7 @@ class Peer:
                             break
                     await self._send(b"".join(out))
             if self._slow:
-                body = ErrorBody(code="dropped", message="dropped: not reading fast enough (resume with after = the last event id received)")
+                body = ErrorBody(code=Dropped.code, message="dropped: not reading fast enough (resume with after = the last event id received)")
                 await self._send(protocol.encode(ErrorFrame(error=body, fatal=True)))
                 self._abort()
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from relayd.errors import InvalidMessage as NotAMessage  # (the file is not an IGNITE message)
 from relayd.errors import RelayError, UsageError
 
 PREFIX = "X-IGNITE-"
@@ -35,12 +36,6 @@ _MAX_FILE = 4 << 20
 # line is a well-formed 'Name: value' too).
 _DEFINING_NAMES = ("MIME-Version", "Message-ID", "From", "To", PREFIX + "Type", "Content-Type")
 _DEFINING = {name.lower() for name in _DEFINING_NAMES}
-
-
-class NotAMessage(RelayError):
-    """The file exists but is not an IGNITE message (no header section, not UTF-8, ...)."""
-
-    code = "invalid_message"
 
 
 @dataclass

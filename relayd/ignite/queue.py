@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from relayd import layout
-from relayd.errors import RelayError
+from relayd.errors import QueueBusy, RelayError
 from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
 from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
@@ -75,10 +75,6 @@ LOCK = ".relay-monitor.lock"  # flock-held by the one monitor serving a queue di
 _QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 Log = Callable[..., None]
-
-
-class QueueBusy(RelayError):
-    code = "conflict"
 
 
 def _no_log(event: str, **fields: object) -> None:

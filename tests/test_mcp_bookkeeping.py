@@ -1,0 +1,153 @@
+"""relay-mcp's bookkeeping (last-seen before, unread count after) travels in the same
+request as the tool's operation (relayd.session): a real relay-mcp, driven by the MCP SDK
+client, talks to a real relayd through a proxy that records every request it sends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+from typing import Any, Iterator
+
+import msgspec
+import pytest
+from test_mcp_shim import mcp_client, start_relayd, stop_relayd, structured
+
+from relayd import ops
+from relayd.store import Store
+
+
+class RecordingProxy:
+    """A Unix socket that forwards each connection to relayd's and keeps the requests."""
+
+    def __init__(self, path: str, upstream: str) -> None:
+        self.upstream = upstream
+        self.requests: list[dict[str, Any]] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self.upstream)
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
+        buffer = b""
+        try:
+            while data := source.recv(65536):
+                if record:
+                    buffer += data
+                    *lines, buffer = buffer.split(b"\n")
+                    self.requests += [frame for frame in map(json.loads, lines) if frame.get("type") == "request"]
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def take(self) -> list[tuple[str, str | None]]:
+        """(op, the operation a session_call runs) of each request since the last take."""
+        taken, self.requests = self.requests, []
+        return [(r["op"], r["params"].get("op") if r["op"] == "session_call" else None) for r in taken]
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def proxied(relayctl: Any, relay_env: dict[str, str]) -> Iterator[tuple[dict[str, str], RecordingProxy]]:
+    """relayd on its socket; relay-mcp pointed at a recording proxy in front of it."""
+    relayctl("init", "--preset", "overlord")
+    relayd = start_relayd(relay_env)
+    proxy_path = os.path.join(os.path.dirname(relay_env["RELAY_SOCKET"]), "proxy.sock")
+    proxy = RecordingProxy(proxy_path, relay_env["RELAY_SOCKET"])
+    try:
+        yield dict(relay_env, RELAY_SOCKET=proxy_path), proxy
+    finally:
+        proxy.close()
+        stop_relayd(relayd)
+
+
+def heartbeat(relay_env: dict[str, str], agent: str) -> str:
+    with Store(relay_env["RELAY_DIR"]) as store:
+        return next(a["last_heartbeat"] for a in msgspec.to_builtins(ops.call(store, "agents", {"name": agent})))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
+    env, proxy = proxied
+    relayctl("send", "glacier", "frontend is blocked on you", agent="storm")
+    before = heartbeat(env, "glacier")
+    async with mcp_client(env, "glacier", "legacy") as glacier:
+        proxy.take()  # (the session's start: presence refreshed on the files)
+        sent = await glacier.call_tool("send_message", {"to": "inferno", "subject": "frontend", "body": "on it"})
+        assert proxy.take() == [("session_call", "send")]
+        # the same answer as three requests gave: the send, the notice of waiting mail, last-seen refreshed
+        assert structured(sent)["notice"] == "[relay] 1 unread message waiting: call check_inbox."
+        assert sent.content[-1].text == "[relay] 1 unread message waiting: call check_inbox."
+        assert heartbeat(env, "glacier") > before
+        assert [m["body"] for m in msgspec.json.decode(relayctl("--json", "read", agent="inferno").stdout)] == ["on it"]
+
+        read = await glacier.call_tool("check_inbox", {})
+        assert proxy.take() == [("session_call", "read")]
+        assert [m["body"] for m in structured(read)["messages"]] == ["frontend is blocked on you"]
+        assert "notice" not in structured(read)
+
+        # an operation a bridged relayd decides team-wide goes alone: bookkeeping apart, as before
+        await glacier.call_tool("reserve_files", {"pattern": "src/ui/**", "repo": "/tmp/somewhere"})
+        assert proxy.take() == [("touch", None), ("reserve", None), ("unread", None)]
+
+        failed = await glacier.call_tool("send_message", {"to": "nobody", "subject": "hi", "body": "hello?"})
+        assert failed.is_error and "unknown agent 'nobody'" in failed.content[0].text
+        assert proxy.take() == [("session_call", "send")]
+
+
+@pytest.mark.anyio
+async def test_a_new_role_is_registered_then_its_call_runs(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
+    env, proxy = proxied
+    async with mcp_client(env, "reviewer", "legacy") as reviewer:
+        assert proxy.take() == [("touch", None), ("register", None)]  # the session's start registers the new role
+        status = structured(await reviewer.call_tool("check_hub_status", {}))
+        assert proxy.take() == [("session_call", "unread"), ("session_call", "agents")]
+        assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
+        assert heartbeat(env, "reviewer")  # registered
+        # gone meanwhile (e.g. collected as stale): the next tool call registers it again first
+        shutil.rmtree(os.path.join(env["RELAY_DIR"], "agents", "reviewer"))
+        status = structured(await reviewer.call_tool("check_hub_status", {}))
+        assert proxy.take() == [("session_call", "unread"), ("touch", None), ("register", None), ("session_call", "unread"), ("session_call", "agents")]
+        assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
+        assert heartbeat(env, "reviewer")  # registered
+
+
+def test_session_call_refuses_what_it_must_not_wrap(relayctl: Any, relay_env: dict[str, str]) -> None:
+    from relayd.errors import UnknownAgent, UsageError
+
+    relayctl("init", "--preset", "overlord")
+    with Store(relay_env["RELAY_DIR"]) as store:
+        for op in ("register", "reserve", "release", "session_call"):
+            with pytest.raises(UsageError, match=f"cannot run {op}"):
+                ops.call(store, "session_call", {"agent": "storm", "op": op, "params": {}})
+        with pytest.raises(UnknownAgent) as caught:
+            ops.call(store, "session_call", {"agent": "nobody", "op": "agents", "params": {}})
+        assert caught.value.details["agent"] == "nobody"
+        answer = ops.call(store, "session_call", {"agent": "storm", "op": "unread", "params": {"agent": "storm"}, "touch": False, "unread": False})
+        assert answer == {"result": {"agent": "storm", "unread": 0, "pending": False}, "unread": None}
