@@ -232,7 +232,7 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Pa
     README's `relayctl send` reaches inferno's model, and only inferno's. (Each session's
     debug log, under the scratch HOME with DEBUG=1, says when it has registered relay's
     channel; only then is the mail sent.)"""
-    setup = "\n".join(line for line in _readme_block("Claude Code", 0).splitlines() if not line.startswith(("pip install", "tmux attach")))
+    setup = "\n".join(line for line in _readme_block("Claude Code", 1).splitlines() if not line.startswith(("pip install", "tmux attach")))
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
     agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=True)
@@ -275,7 +275,7 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Pa
                         accepted.add(pane)
                 time.sleep(0.2)
 
-            for line in _readme_block("Claude Code", 1).splitlines():
+            for line in _readme_block("Claude Code", 2).splitlines():
                 if line.startswith("relayctl --agent overlord send"):
                     subprocess.run(line.split("#")[0], shell=True, cwd=project, env=env, check=True, capture_output=True, timeout=60)
             event = '<channel source="relay" from="overlord"'
