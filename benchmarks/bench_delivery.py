@@ -31,9 +31,8 @@ def _owe(store: Store, count: int) -> None:
     """`count` owed records addressed to `owes`, none due for an hour (the steady state)."""
     policy = owed.Policy(3600.0, 3600.0, 3)
     stamp = "2026-11-21T00:00:00.000Z"
-    for n in range(count):
-        message = Message(id=new_ulid(), ts=stamp, from_="alice", to="owes", subject=f"owed {n}", body="must arrive", ack=True, attempt=1)
-        owed.open_record(store, message, policy)
+    messages = [Message(id=new_ulid(), ts=stamp, from_="alice", to="owes", subject=f"owed {n}", body="must arrive", ack=True, attempt=1) for n in range(count)]
+    owed.open_records(store, [owed.new_record(store, m, policy) for m in messages])
 
 
 def sweep_cost(quick: bool) -> list[Row]:

@@ -347,11 +347,12 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                     continue  # every request with mail for this inbox has failed, or it had it already
                 owing = [(i, m) for i, m in items if policies[i] is not None]
                 try:
-                    # The owed record goes first: a crash before the append delays the first delivery
-                    # to the next sweep; the other order could leave an owed message nobody tracks.
-                    for index, message in owing:
-                        owed.open_record(store, message, policies[index])  # type: ignore[arg-type]
-                        opened.append((index, message))
+                    # The owed records go first, as lines of the delivery log made durable in the
+                    # append's own round: a crash before the append delays the first delivery to
+                    # the next sweep; the other order could leave an owed message nobody tracks.
+                    if owing:
+                        owed.open_records(store, [owed.new_record(store, m, policies[i]) for i, m in owing])  # type: ignore[arg-type]
+                        opened.extend(owing)
                     appends.append(recipient, [message for _, message in items])
                 except RelayError as exc:
                     failed_now = True

@@ -24,7 +24,7 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout
+from . import layout, owed
 from .errors import NotFound, RelayError
 from .fsio import append_lines, regions_backward
 from .records import Message, json_encoder
@@ -38,23 +38,27 @@ _CHUNK = 64 * 1024
 
 
 class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One line of the delivery log."""
+    """One line of the delivery log: a receipt, or an owed record (relayd.owed)."""
 
     ts: str
-    step: Literal["announced", "bounced"]
+    step: Literal["announced", "bounced", "read", "owed", "cancelled"]
     to: str  # the recipient
     how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
     ok: bool = True
     error: str | None = None
     note: str | None = None  # e.g. why a trigger was not sent this time
-    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced
+    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced; cancelled: the records
+    upto: str | None = None  # read: the time of the newest message the cursor passed
+    record: owed.Record | None = None  # owed: what a send --ack owes
 
 
 _receipt_decoder = msgspec.json.Decoder(Receipt)
 
 
-def write(store: Store, receipts: list[Receipt]) -> None:
-    """Append receipts to the delivery log in one write."""
+def write(store: Store, receipts: list[Receipt], durable: bool = False) -> None:
+    """Append lines to the delivery log in one write. `durable` (owed records) fsyncs it
+    through `store.sync`: under relayd in the round that also makes the send's inbox append
+    durable. Receipts are not fsynced: a lost one loses a report, never a message."""
     if not receipts:
         return
     payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
@@ -63,6 +67,8 @@ def write(store: Store, receipts: list[Receipt]) -> None:
         fd = root.open(layout.DELIVERY_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
+            if durable:
+                store.sync.file(fd)
         finally:
             os.close(fd)
 
@@ -310,11 +316,12 @@ def _line_ts(region: bytes) -> str:
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
-    from . import owed
     from .timefmt import to_iso
     from datetime import datetime, timezone
 
     name = owed.record_name(to, message_id)
+    if (to, message_id) in owed.unabsorbed(store):
+        return "owed", None
     for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
         try:
             st = os.stat(name, dir_fd=store.top(folder).fd, follow_symlinks=False)
