@@ -4,14 +4,17 @@ Per recipient, four steps:
 * stored: the line in the recipient's inbox (its time, how many deliveries);
 * announced: the arrival mechanism that told the recipient (tmux, zellij, cmd, channel,
   hook, ...), when, and whether it worked -- from the delivery log below;
-* read: the recipient's cursor has passed the line (`read --mark-read`, `check_inbox`, a hook);
+* read: the recipient's cursor has passed the line (`read --mark-read`, `check_inbox`, a hook),
+  and when: each cursor advance logs a `read` line saying how far it got (`upto`, the time of
+  the newest message it passed);
 * acknowledged: for `send --ack`, the delivery record is in acked/ (or still owed, or a
   dead letter).
 
-Only the announcements need writing down: the other steps are read off the store when
-asked. They go to `delivery.jsonl`, the append-only delivery log, one line per announcement
-(per recipient and moment, not per message: one trigger tells a recipient about all of its
-unread mail), without an fsync -- a lost receipt loses a report, never a message.
+Announcements and read times need writing down: the other steps are read off the store
+when asked. They go to `delivery.jsonl`, the append-only delivery log (which also holds the
+owed records of `relayd.owed`), one line per announcement or cursor advance (per recipient
+and moment, not per message: one trigger tells a recipient about all of its unread mail),
+without an fsync -- a lost receipt loses a report, never a message.
 
 An announcement that fails comes back to the senders of the mail it was for, once, as a
 message from `relay` (a bounce); the log remembers which messages were bounced.
@@ -35,6 +38,8 @@ from .timefmt import now_iso
 SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
 _CHUNK = 64 * 1024
+_OWED_STEP = b'"step":"owed"'
+_STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
 
 
 class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -82,8 +87,8 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
     try:
         for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
             for line in reversed(region.split(b"\n")):
-                if not line:
-                    continue
+                if not line or _OWED_STEP in line[:_STEP_WITHIN]:
+                    continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
                 try:
                     receipt = _receipt_decoder.decode(line)
                 except (msgspec.DecodeError, msgspec.ValidationError):
@@ -112,6 +117,15 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         for receipt in receipts:
             if not receipt.ok:
                 _bounce(store, receipt)
+    except (RelayError, OSError):
+        pass
+
+
+def read_passed(store: Store, agent: str, newest: Message) -> None:
+    """Record that `agent`'s read cursor just passed its mail up to `newest` (the read time
+    `track` shows). Never raises: a report must not fail the read it reports on."""
+    try:
+        write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
     except (RelayError, OSError):
         pass
 
@@ -206,6 +220,7 @@ class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
     stored: str  # when the (first) copy was appended
     deliveries: int  # copies in the inbox (redeliveries of a --ack message add some)
     read: bool  # the recipient's read cursor has passed its (latest) copy
+    read_at: str | None = None  # when it did (None for reads logged by no receipt, e.g. older versions)
     mechanism: str  # the recipient's arrival mechanism now (register --notify; channel when unset)
     announced: Announcement | None = None
     ack: Literal["owed", "acked", "dead_letter"] | None = None  # only for --ack messages
@@ -229,14 +244,16 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     message_id = check_id(p.id)
     since = ms_to_iso(ulid_time_ms(message_id) - _CLOCK_SLACK_MS)
     ways: list[Way] = []
+    latest_ts: dict[str, str] = {}  # recipient -> the time of its latest copy (what its cursor must pass)
     first: Message | None = None
     for name in store.known_agents():
         found = _copies(store, name, message_id, since)
         if found is None:
             continue
-        message, deliveries, read, mechanism = found
+        message, deliveries, read, mechanism, latest = found
         first = first or message
         ways.append(Way(to=name, stored=message.ts, deliveries=deliveries, read=read, mechanism=mechanism))
+        latest_ts[name] = latest
     if first is None:
         raise NotFound(f"no message {message_id} in any inbox (tracked back to {since[:19]}Z)", id=message_id)
     oldest = min(w.stored for w in ways)
@@ -246,6 +263,9 @@ def track(store: Store, p: TrackParams) -> TrackResult:
                 continue
             if receipt.step == "bounced" and message_id in receipt.ids:
                 way.bounced = True
+            elif receipt.step == "read":
+                if way.read and receipt.upto is not None and receipt.upto >= latest_ts[way.to]:
+                    way.read_at = receipt.ts  # going back in time: the first advance past it wins
             elif receipt.step == "announced" and (way.announced is None or receipt.ok or not way.announced.ok):
                 # Going back in time: the earliest success after the store wins, else the earliest failure.
                 way.announced = Announcement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
@@ -255,9 +275,9 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
 
 
-def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str] | None:
+def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
-    mechanism) of the id in an inbox, looking back to `since`; None when it holds none.
+    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none.
 
     Reads the files newest first in large regions and decodes only lines holding the id, so
     it costs about what a byte search of the part newer than the message costs; it stops at
@@ -297,7 +317,7 @@ def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Messa
             cursor = (0 if snap.cursor.rotated else 1, snap.cursor.offset)
             meta = read_meta(agent)
             mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
-            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism
+            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism, copies[0][1].ts
         finally:
             snap.close()
 
