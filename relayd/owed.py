@@ -28,6 +28,7 @@ dead-letter commands). `relayd.inbox` logs the first record of a send through
 
 from __future__ import annotations
 
+import functools
 import os
 
 import msgspec
@@ -105,6 +106,7 @@ def policy_for(store: Store, ack_wait: str | None, max_deliver: int | None) -> P
     return Policy(base, max(cap, base), count)
 
 
+@functools.lru_cache(maxsize=64)  # every send --ack asks again for the same few durations
 def _seconds(text: str, what: str) -> float:
     seconds = parse_duration(text).total_seconds()
     if seconds <= 0:
