@@ -237,6 +237,9 @@ def unabsorbed(store: Store) -> dict[tuple[str, str], Record]:
     return pending
 
 
+_LIST_OVER = 256  # more lines than this: list the state directories once instead of 3 stats a line
+
+
 def absorb(store: Store) -> int:
     """Move the log's new records into owed/ (the caller holds `delivery.lock`). Idempotent:
     a record that is in some folder already is left alone, so a sweep killed before it
@@ -246,14 +249,21 @@ def absorb(store: Store) -> int:
         return 0
     folder = store.top(layout.OWED)
     sync = _writer(store, dirs=False)  # the directory once, after all of them
+    held: set[str] | None = None  # every record file, when there are many lines to check
+    if len(lines) > _LIST_OVER:
+        held = {n for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) for n in names(store, f)}
     written = 0
     for (to, message_id), record in lines:
         name = record_name(to, message_id)
         if record is None:
             folder.unlink(name, missing_ok=True)  # absorbed by a sweep before its send failed
+            if held is not None:
+                held.discard(name)
             continue
-        if any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
+        if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
             continue
+        if held is not None:
+            held.add(name)
         write(store, layout.OWED, record, sync)
         written += 1
     if lines:

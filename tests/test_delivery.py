@@ -238,7 +238,9 @@ def test_a_torn_log_line_owes_nothing_and_the_next_send_repairs_the_tail(store: 
     assert where(store_dir, "bob", torn) == [] and owed.unabsorbed(store) == {}
 
 
-def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store, clock: Clock, store_dir: Path) -> None:
+@pytest.mark.parametrize("others", [0, owed._LIST_OVER], ids=["few-lines", "many-lines"])
+def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store, clock: Clock, store_dir: Path, others: int) -> None:
+    others_ids = [send_owed(store, ack_wait="1h", max_deliver=100) for _ in range(others)]
     acked, dead = send_owed(store), send_owed(store, max_deliver=1)
     assert ops.call(store, "ack", {"agent": "bob", "ids": [acked]})["results"][0]["outcome"] == "acked"  # an ack absorbs first
     for _ in range(3):
@@ -249,6 +251,7 @@ def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store
     ops.call(store, "redeliver", {})
     assert where(store_dir, "bob", acked) == [layout.ACKED] and where(store_dir, "bob", dead) == [layout.DEAD_LETTER]
     assert copies(store, "bob", acked) == [1] and copies(store, "bob", dead) == [1, 2]
+    assert all(where(store_dir, "bob", i) == [layout.OWED] for i in others_ids)
 
 
 def test_a_failed_send_logs_its_records_as_cancelled(store: Store, store_dir: Path, monkeypatch) -> None:
