@@ -25,7 +25,6 @@ CONFIG_FILE = "config.json"  # wake gateway command and socket, notification tri
 ANNOUNCED = "announced.json"  # how far events.jsonl and each inbox were checked for lines without their event (relayd.announce)
 ANNOUNCE_LOCK = "announce.lock"  # held by the one check at a time
 DELIVERY_LOG = "delivery.jsonl"  # the delivery log: owed records (relayd.owed), receipts and bounces (relayd.receipts)
-DELIVERY_LOG_LOCK = "delivery.jsonl.lock"
 DELIVERY_ABSORBED = "delivery.absorbed"  # "<inode> <offset>": the log's records up to there are in owed/ (relayd.owed)
 DELIVERY_LOCK = "delivery.lock"  # held by every ack, redelivery sweep and dead-letter change
 RESERVATIONS_LOCK = "reservations.lock"  # held around every reservation check + create

@@ -22,6 +22,7 @@ message from `relay` (a bounce); the log remembers which messages were bounced.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Iterator, Literal
 
@@ -67,15 +68,15 @@ def write(store: Store, receipts: list[Receipt], durable: bool = False) -> None:
     if not receipts:
         return
     payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
-    root = store.root_dir()
-    with root.locked(layout.DELIVERY_LOG_LOCK):
-        fd = root.open(layout.DELIVERY_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
-            if durable:
-                store.sync.file(fd)
-        finally:
-            os.close(fd)
+    fd = store.append_fd(layout.DELIVERY_LOG)
+    # Writers lock the log itself (a sidecar lock file would cost an open and a close a line).
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
+        if durable:
+            store.sync.file(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def newest_first(store: Store, since: str) -> Iterator[Receipt]:
