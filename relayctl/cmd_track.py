@@ -19,8 +19,8 @@ STEPS = ("read", "ack")
 @click.argument("message_id", metavar="ID")
 def track(message_id: str) -> None:
     """Show each recipient's way of message ID: when it was stored, how the recipient was
-    announced (tmux, zellij, cmd, channel, hook; ok or the error), whether it was read
-    (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
+    announced (tmux, zellij, cmd, channel, hook; ok or the error), whether and when it was
+    read (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
 
     \b
     Examples:
@@ -50,7 +50,7 @@ def step_text(way: dict[str, Any]) -> str:
         parts.append(f"announcing by {told['how']} failed {told['at']}: {told.get('error')}")
     if way.get("bounced"):
         parts.append("bounced to the sender")
-    parts.append("read" if way["read"] else "unread")
+    parts.append((f"read {way['read_at']}" if way.get("read_at") else "read") if way["read"] else "unread")
     if way.get("ack"):
         parts.append({"acked": f"acknowledged {way.get('acked_at') or ''}".strip(), "owed": "not acknowledged", "dead_letter": "dead letter"}[way["ack"]])
     return ", ".join(parts)

@@ -1,8 +1,9 @@
 """At-least-once delivery (DESIGN §4): acknowledging, redelivering, dead letters.
 
 A message sent with `ack` is *owed* until its recipient acknowledges it; reading alone does
-not settle it. Its record (`relayd.owed`) moves owed -> acked, or owed -> dead_letter
-after its last delivery, only by rename.
+not settle it. Its record (`relayd.owed`) starts as a line of the delivery log; the sweep
+(and an ack) absorbs it into owed/, from where it moves owed -> acked, or owed ->
+dead_letter after its last delivery, only by rename.
 
 The sweep (`redeliver`) is one store operation: relayd runs it on a timer, `relayctl
 redeliver` and `gc` run it without the daemon. For each owed record that is due:
@@ -17,8 +18,9 @@ redeliver` and `gc` run it without the daemon. For each owed record that is due:
 Every change holds `delivery.lock`, so an ack, relayd's sweep and a direct-mode sweep
 never interleave on one record.
 
-Cost: a sweep lists owed/ and stats each record (its mtime is its due time); only due
-records are read. It grows with the owed messages, never with the stored ones.
+Cost: a sweep reads the delivery log past the point it absorbed last, lists owed/ and stats
+each record (its mtime is its due time); only due records are read. It grows with the owed
+messages, never with the stored ones.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def ack(store: Store, p: AckParams) -> AckResult:
     answers = []
     settled = []
     with store.root_dir().locked(layout.DELIVERY_LOCK):
+        owed.absorb(store)  # records logged by sends since the last sweep
         for message_id in ids:
             answer = _ack_one(store, p.agent, message_id)
             answers.append(answer)
@@ -180,8 +183,9 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
     events = []
     now = store.clock()
     names, upcoming = owed.due_names(store, now)
-    if names:  # the lock (and its file) only when there is work: an idle sweep writes nothing
+    if names or owed.needs_absorbing(store):  # the lock only when there is work: an idle sweep writes nothing
         with store.root_dir().locked(layout.DELIVERY_LOCK):
+            owed.absorb(store)  # the records sends logged since the last sweep, into owed/
             names, upcoming = owed.due_names(store, now)  # again: another sweep may have acted meanwhile
             for name in names:
                 record = owed.read(store, layout.OWED, name)

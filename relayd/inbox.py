@@ -373,11 +373,12 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                     continue  # every request with mail for this inbox has failed, or it had it already
                 owing = [(i, m) for i, m in items if policies[i] is not None]
                 try:
-                    # The owed record goes first: a crash before the append delays the first delivery
-                    # to the next sweep; the other order could leave an owed message nobody tracks.
-                    for index, message in owing:
-                        owed.open_record(store, message, policies[index])  # type: ignore[arg-type]
-                        opened.append((index, message))
+                    # The owed records go first, as lines of the delivery log made durable in the
+                    # append's own round: a crash before the append delays the first delivery to
+                    # the next sweep; the other order could leave an owed message nobody tracks.
+                    if owing:
+                        owed.open_records(store, [owed.new_record(store, m, policies[i]) for i, m in owing])  # type: ignore[arg-type]
+                        opened.extend(owing)
                     appends.append(recipient, [message for _, message in items])
                 except RelayError as exc:
                     failed_now = True
@@ -724,9 +725,9 @@ def _unread_ranges(snap: _Snapshot) -> list[tuple[int, int, bool]]:
     return ranges
 
 
-def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> None:
+def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> bool:
     """Move the cursor forward to `to`, re-checked under the lock against a rotation
-    that happened while the messages were being read."""
+    that happened while the messages were being read. False when it did not move."""
     file_ino = snap.rotated_ino if to.rotated else snap.current_ino
     with agent.locked(layout.INBOX_LOCK):
         now_current = _ino(agent, layout.INBOX)
@@ -736,15 +737,16 @@ def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> 
         elif file_ino == now_rotated:
             target = Position(True, to.offset)
         else:
-            return  # rotated out twice meanwhile; leave the cursor where it is
+            return False  # rotated out twice meanwhile; leave the cursor where it is
         existing = read_cursor(agent)
         was = Position(existing.rotated, existing.offset)
         if not existing.rotated and existing.offset > _size(agent, layout.INBOX):
             was = Position(False, 0)  # a cursor past the end of a replaced inbox counts as none
         if was.key() >= target.key():
-            return  # another reader already moved it further
+            return False  # another reader already moved it further
         ino = now_rotated if target.rotated else now_current
         _write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated, ino=ino))
+        return True
 
 
 def _size(agent: Dir, name: str) -> int:
@@ -836,6 +838,7 @@ def read(store: Store, p: ReadParams) -> ReadResult:
         snap = _snapshot(agent)
         try:
             advance: Position | None = None
+            passed: Message | None = None  # the message at `advance`
             if p.unread:
                 shown: list[Message] = []
                 contiguous = True
@@ -845,7 +848,7 @@ def read(store: Store, p: ReadParams) -> ReadResult:
                             break  # the answer is full: the rest stays unread
                         shown.append(message)
                         if contiguous:
-                            advance = pos
+                            advance, passed = pos, message
                     else:
                         contiguous = False
                         if limit is not None and len(shown) >= limit:
@@ -867,10 +870,12 @@ def read(store: Store, p: ReadParams) -> ReadResult:
                     for pos, message in _unread(snap, bad):
                         if message.id not in ids:
                             break
-                        advance = pos
+                        advance, passed = pos, message
             if p.mark_read:
-                if advance is not None:
-                    _advance_cursor(store, agent, snap, advance)
+                if advance is not None and passed is not None and _advance_cursor(store, agent, snap, advance):
+                    from .receipts import read_passed
+
+                    read_passed(store, p.agent, passed)
                 agent.unlink(layout.PENDING, missing_ok=True)
                 snap.close()
                 snap = _snapshot(agent)

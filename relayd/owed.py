@@ -1,6 +1,15 @@
 """Delivery records: what a message sent with `ack` owes, and where that record lives.
 
-A record is one small JSON file whose directory is its state (DESIGN §4):
+A send writes its records as lines of the delivery log (`delivery.jsonl`, shared with
+the receipts of `relayd.receipts`), in the same write-then-fsync round as its inbox append:
+under relayd the same group commit, in direct mode the same single fsync path. No extra
+file, no directory fsync, so `--ack` costs about what a plain send costs. The sweep
+absorbs those lines into the compact state below (`absorb`, under `delivery.lock`); until
+then `unabsorbed` reads them, so a record is owed from the moment its line is durable.
+A torn line (a writer killed mid-write) is not a record, and its send never got as far
+as its inbox append.
+
+In compact state a record is one small JSON file whose directory is its state:
 
     owed/<to>.<id>.json         waiting for the recipient's acknowledgement; its mtime is
                                 the moment it is due again (redelivery or dead letter)
@@ -8,23 +17,28 @@ A record is one small JSON file whose directory is its state (DESIGN §4):
     dead_letter/<to>.<id>.json  every delivery went unacknowledged; the sender was told
 
 A record leaves `owed/` only by rename, so whatever crashes, it is in exactly one of the
-three. It carries the whole message, so redelivering it needs nothing else. This module
-holds the record and its paths; `relayd.delivery` holds the operations that move it
-(ack, the redelivery sweep, the dead-letter commands). `relayd.inbox` writes the first
-record of a send through `open_records`, before the inbox append.
+three. It carries the whole message, so redelivering it needs nothing else. A record file's
+data is fsynced before it gets its final name, under relayd too (`write`): no crash leaves
+a named record without its data. Stores written before the log have only the files; they
+are read as they are. This module holds the record, its log lines and its paths;
+`relayd.delivery` holds the operations that move it (ack, the redelivery sweep, the
+dead-letter commands). `relayd.inbox` logs the first record of a send through
+`open_records`, before the inbox append.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import msgspec
 
 from . import layout
 from .errors import UsageError
+from .fsio import NoSync, Syncer
 from .records import Message, json_encoder
 from .store import Store
-from .timefmt import parse_duration
+from .timefmt import now_iso, parse_duration
 
 SUFFIX = ".json"
 MAX_DELIVER_LIMIT = 100
@@ -92,6 +106,7 @@ def policy_for(store: Store, ack_wait: str | None, max_deliver: int | None) -> P
     return Policy(base, max(cap, base), count)
 
 
+@functools.lru_cache(maxsize=64)  # every send --ack asks again for the same few durations
 def _seconds(text: str, what: str) -> float:
     seconds = parse_duration(text).total_seconds()
     if seconds <= 0:
@@ -99,10 +114,31 @@ def _seconds(text: str, what: str) -> float:
     return seconds
 
 
-def write(store: Store, folder: str, record: Record) -> None:
-    """Replace the record in `folder` atomically; its mtime becomes its due time."""
+class _DataFirst(Syncer):
+    """Fsyncs a file's data at once (under relayd, `store.sync` only queues the fsync for its
+    round); a directory's fsync goes to `then` (the round, or nowhere when a caller syncs the
+    directory once for many records)."""
+
+    def __init__(self, then: Syncer | None) -> None:
+        self.then = then
+
+    def dir(self, fd: int) -> None:
+        if self.then is not None:
+            self.then.dir(fd)
+
+
+def _writer(store: Store, dirs: bool = True) -> Syncer:
+    return store.sync if isinstance(store.sync, NoSync) else _DataFirst(store.sync if dirs else None)
+
+
+def write(store: Store, folder: str, record: Record, sync: Syncer | None = None) -> None:
+    """Replace the record in `folder` atomically; its mtime becomes its due time.
+
+    Its data is fsynced before the rename, also under relayd, where `store.sync` would only
+    queue that fsync for the group commit round and a crash before the round ends could
+    leave the new name with no data behind it. The directory fsync joins the round."""
     m = record.message
-    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", store.sync, mtime=record.due)
+    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due)
 
 
 def read(store: Store, folder: str, name: str) -> Record | None:
@@ -115,19 +151,135 @@ def read(store: Store, folder: str, name: str) -> Record | None:
         return None
 
 
-def open_record(store: Store, message: Message, policy: Policy) -> None:
-    """Before a send appends: the message's owed record (attempt 1, due after its wait)."""
+def new_record(store: Store, message: Message, policy: Policy) -> Record:
+    """A message's first owed record (attempt 1, due after its wait)."""
     due = store.clock() + policy.wait(1, store.rand())
-    record = Record(message=message, attempt=1, last_attempt=1 + policy.max_deliver, max_deliver=policy.max_deliver, base=policy.base, cap=policy.cap, due=due, delivered_at=[message.ts])
-    write(store, layout.OWED, record)
+    return Record(message=message, attempt=1, last_attempt=1 + policy.max_deliver, max_deliver=policy.max_deliver, base=policy.base, cap=policy.cap, due=due, delivered_at=[message.ts])
+
+
+def open_records(store: Store, records: list[Record]) -> None:
+    """Before a send appends: its owed records, one log write, durable with the append's round."""
+    from .receipts import Receipt, write as log
+
+    now = now_iso()
+    log(store, [Receipt(ts=now, step="owed", to=r.message.to, record=r) for r in records], durable=True)
+
+
+def open_record(store: Store, message: Message, policy: Policy) -> None:
+    open_records(store, [new_record(store, message, policy)])
 
 
 def cancel_records(store: Store, messages: list[Message]) -> None:
-    """The append these records were opened for failed: the sender is told so, and nothing is owed."""
+    """The append these records were opened for failed: the sender is told so, and nothing is owed.
+
+    A `cancelled` line: a sweep that absorbed the record meanwhile removes it at its next
+    absorb (taking `delivery.lock` here could deadlock: a sweep holds it while appending)."""
+    from .receipts import Receipt, write as log
+
+    now = now_iso()
+    log(store, [Receipt(ts=now, step="cancelled", to=m.to, ids=[m.id]) for m in messages], durable=True)
+
+
+# -- the log's records: absorbed by the sweep, read by everyone until then -------------------
+
+
+def _absorbed_at(store: Store) -> tuple[int, int]:
+    """(inode, offset) of the log up to which records are in compact state."""
+    raw = store.root_dir().read_bytes(layout.DELIVERY_ABSORBED) or b""
+    try:
+        ino, offset = (int(x) for x in raw.split())
+    except ValueError:
+        return 0, 0
+    return ino, offset
+
+
+def _log_lines(store: Store) -> tuple[int, int, list[tuple[tuple[str, str], Record | None]]]:
+    """(inode, end offset, [((to, id), record or None for a cancel)]) past the absorbed point."""
+    from .fsio import complete_lines
+    from .receipts import _receipt_decoder
+
+    try:
+        fd = store.root_dir().open(layout.DELIVERY_LOG, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0, 0, []
+    try:
+        info = os.fstat(fd)
+        ino, start = _absorbed_at(store)
+        if ino != info.st_ino or start > info.st_size:
+            start = 0  # a new log (or none was absorbed yet)
+        end = start
+        found: list[tuple[tuple[str, str], Record | None]] = []
+        for end, line in complete_lines(fd, start):
+            if b'"step":"owed"' not in line and b'"step":"cancelled"' not in line:
+                continue  # a receipt: nothing to absorb (and not worth decoding)
+            try:
+                entry = _receipt_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # damaged: never guessed at
+            if entry.step == "owed" and entry.record is not None:
+                found.append(((entry.to, entry.record.message.id), entry.record))
+            elif entry.step == "cancelled":
+                found.extend(((entry.to, i), None) for i in entry.ids)
+        return info.st_ino, end, found
+    finally:
+        os.close(fd)
+
+
+def unabsorbed(store: Store) -> dict[tuple[str, str], Record]:
+    """Records logged by sends and not yet absorbed, by (to, id): owed, whatever the folders say
+    (a record is absorbed only into a folder that lacks it)."""
+    pending: dict[tuple[str, str], Record] = {}
+    for key, record in _log_lines(store)[2]:
+        if record is None:
+            pending.pop(key, None)
+        else:
+            pending[key] = record
+    return pending
+
+
+_LIST_OVER = 256  # more lines than this: list the state directories once instead of 3 stats a line
+
+
+def absorb(store: Store) -> int:
+    """Move the log's new records into owed/ (the caller holds `delivery.lock`). Idempotent:
+    a record that is in some folder already is left alone, so a sweep killed before it
+    wrote down how far it got only repeats work. Returns how many records it wrote."""
+    ino, end, lines = _log_lines(store)
+    if ino and (ino, end) == _absorbed_at(store):
+        return 0
     folder = store.top(layout.OWED)
-    for m in messages:
-        folder.unlink(record_name(m.to, m.id), missing_ok=True)
-    store.sync.dir(folder.fd)
+    sync = _writer(store, dirs=False)  # the directory once, after all of them
+    held: set[str] | None = None  # every record file, when there are many lines to check
+    if len(lines) > _LIST_OVER:
+        held = {n for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) for n in names(store, f)}
+    written = 0
+    for (to, message_id), record in lines:
+        name = record_name(to, message_id)
+        if record is None:
+            folder.unlink(name, missing_ok=True)  # absorbed by a sweep before its send failed
+            if held is not None:
+                held.discard(name)
+            continue
+        if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
+            continue
+        if held is not None:
+            held.add(name)
+        write(store, layout.OWED, record, sync)
+        written += 1
+    if lines:
+        store.sync.dir(folder.fd)
+    # Data first here too: an empty file would send the next sweep back to the log's start.
+    store.root_dir().replace(layout.DELIVERY_ABSORBED, f"{ino} {end}\n".encode(), _writer(store))
+    return written
+
+
+def needs_absorbing(store: Store) -> bool:
+    """Whether the log grew past the absorbed point (a stat and a small read: no lock)."""
+    try:
+        info = os.stat(layout.DELIVERY_LOG, dir_fd=store.root_dir().fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return _absorbed_at(store) != (info.st_ino, info.st_size)
 
 
 def names(store: Store, folder: str) -> list[str]:
@@ -138,7 +290,8 @@ def names(store: Store, folder: str) -> list[str]:
 
 def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
     """For messages of `to` sent with ack: "owed", "acked", "dead_letter", or absent (unknown)."""
-    found: dict[str, str] = {}
+    pending = unabsorbed(store)
+    found: dict[str, str] = {i: layout.OWED for i in ids if (to, i) in pending}
     for folder in (layout.OWED, layout.ACKED, layout.DEAD_LETTER):
         opened = store.top_if_exists(folder)
         if opened is None:
@@ -152,17 +305,24 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
 def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     """How many records each recipient has in `folder` (a listing, no file read)."""
     counts: dict[str, int] = {}
-    for name in names(store, folder):
+    listed = names(store, folder)
+    for name in listed:
         parts = split_name(name)
         if parts is not None:
             counts[parts[0]] = counts.get(parts[0], 0) + 1
+    if folder == layout.OWED:
+        there = set(listed)
+        for to, message_id in unabsorbed(store):
+            if record_name(to, message_id) not in there:
+                counts[to] = counts.get(to, 0) + 1
     return counts
 
 
 def owed_ids(store: Store, agent: str) -> set[str]:
     """Ids of the agent's messages that are still owed (gc keeps their lines)."""
     prefix = f"{agent}."
-    return {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
+    found = {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
+    return found | {message_id for to, message_id in unabsorbed(store) if to == agent}
 
 
 def due_names(store: Store, now: float) -> tuple[list[str], float | None]:

@@ -4,14 +4,17 @@ Per recipient, four steps:
 * stored: the line in the recipient's inbox (its time, how many deliveries);
 * announced: the arrival mechanism that told the recipient (tmux, zellij, cmd, channel,
   hook, ...), when, and whether it worked -- from the delivery log below;
-* read: the recipient's cursor has passed the line (`read --mark-read`, `check_inbox`, a hook);
+* read: the recipient's cursor has passed the line (`read --mark-read`, `check_inbox`, a hook),
+  and when: each cursor advance logs a `read` line saying how far it got (`upto`, the time of
+  the newest message it passed);
 * acknowledged: for `send --ack`, the delivery record is in acked/ (or still owed, or a
   dead letter).
 
-Only the announcements need writing down: the other steps are read off the store when
-asked. They go to `delivery.jsonl`, the append-only delivery log, one line per announcement
-(per recipient and moment, not per message: one trigger tells a recipient about all of its
-unread mail), without an fsync -- a lost receipt loses a report, never a message.
+Announcements and read times need writing down: the other steps are read off the store
+when asked. They go to `delivery.jsonl`, the append-only delivery log (which also holds the
+owed records of `relayd.owed`), one line per announcement or cursor advance (per recipient
+and moment, not per message: one trigger tells a recipient about all of its unread mail),
+without an fsync -- a lost receipt loses a report, never a message.
 
 An announcement that fails comes back to the senders of the mail it was for, once, as a
 message from `relay` (a bounce); the log remembers which messages were bounced.
@@ -19,12 +22,13 @@ message from `relay` (a bounce); the log remembers which messages were bounced.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout
+from . import layout, owed
 from .errors import NotFound, RelayError
 from .fsio import append_lines, lines_backward, regions_backward
 from .records import Message, json_encoder
@@ -35,36 +39,44 @@ from .timefmt import now_iso
 SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
 _CHUNK = 64 * 1024
+_OWED_STEP = b'"step":"owed"'
+_STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
 
 
 class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One line of the delivery log."""
+    """One line of the delivery log: a receipt, or an owed record (relayd.owed)."""
 
     ts: str
-    step: Literal["announced", "bounced"]
+    step: Literal["announced", "bounced", "read", "owed", "cancelled"]
     to: str  # the recipient
     how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
     ok: bool = True
     error: str | None = None
     note: str | None = None  # e.g. why a trigger was not sent this time
-    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced
+    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced; cancelled: the records
+    upto: str | None = None  # read: the time of the newest message the cursor passed
+    record: owed.Record | None = None  # owed: what a send --ack owes
 
 
 _receipt_decoder = msgspec.json.Decoder(Receipt)
 
 
-def write(store: Store, receipts: list[Receipt]) -> None:
-    """Append receipts to the delivery log in one write."""
+def write(store: Store, receipts: list[Receipt], durable: bool = False) -> None:
+    """Append lines to the delivery log in one write. `durable` (owed records) fsyncs it
+    through `store.sync`: under relayd in the round that also makes the send's inbox append
+    durable. Receipts are not fsynced: a lost one loses a report, never a message."""
     if not receipts:
         return
     payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
-    root = store.root_dir()
-    with root.locked(layout.DELIVERY_LOG_LOCK):
-        fd = root.open(layout.DELIVERY_LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
-        finally:
-            os.close(fd)
+    fd = store.append_fd(layout.DELIVERY_LOG)
+    # Writers lock the log itself (a sidecar lock file would cost an open and a close a line).
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
+        if durable:
+            store.sync.file(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def newest_first(store: Store, since: str) -> Iterator[Receipt]:
@@ -75,6 +87,8 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
         return
     try:
         for line in lines_backward(fd, _CHUNK):
+            if _OWED_STEP in line[:_STEP_WITHIN]:
+                continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
             try:
                 receipt = _receipt_decoder.decode(line)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -103,6 +117,15 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         for receipt in receipts:
             if not receipt.ok:
                 _bounce(store, receipt)
+    except (RelayError, OSError):
+        pass
+
+
+def read_passed(store: Store, agent: str, newest: Message) -> None:
+    """Record that `agent`'s read cursor just passed its mail up to `newest` (the read time
+    `track` shows). Never raises: a report must not fail the read it reports on."""
+    try:
+        write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
     except (RelayError, OSError):
         pass
 
@@ -197,6 +220,7 @@ class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
     stored: str  # when the (first) copy was appended
     deliveries: int  # copies in the inbox (redeliveries of a --ack message add some)
     read: bool  # the recipient's read cursor has passed its (latest) copy
+    read_at: str | None = None  # when it did (None for reads logged by no receipt, e.g. older versions)
     mechanism: str  # the recipient's arrival mechanism now (register --notify; channel when unset)
     announced: Announcement | None = None
     ack: Literal["owed", "acked", "dead_letter"] | None = None  # only for --ack messages
@@ -220,14 +244,16 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     message_id = check_id(p.id)
     since = ms_to_iso(ulid_time_ms(message_id) - _CLOCK_SLACK_MS)
     ways: list[Way] = []
+    latest_ts: dict[str, str] = {}  # recipient -> the time of its latest copy (what its cursor must pass)
     first: Message | None = None
     for name in store.known_agents():
         found = _copies(store, name, message_id, since)
         if found is None:
             continue
-        message, deliveries, read, mechanism = found
+        message, deliveries, read, mechanism, latest = found
         first = first or message
         ways.append(Way(to=name, stored=message.ts, deliveries=deliveries, read=read, mechanism=mechanism))
+        latest_ts[name] = latest
     if first is None:
         raise NotFound(f"no message {message_id} in any inbox (tracked back to {since[:19]}Z)", id=message_id)
     oldest = min(w.stored for w in ways)
@@ -237,6 +263,9 @@ def track(store: Store, p: TrackParams) -> TrackResult:
                 continue
             if receipt.step == "bounced" and message_id in receipt.ids:
                 way.bounced = True
+            elif receipt.step == "read":
+                if way.read and receipt.upto is not None and receipt.upto >= latest_ts[way.to]:
+                    way.read_at = receipt.ts  # going back in time: the first advance past it wins
             elif receipt.step == "announced" and (way.announced is None or receipt.ok or not way.announced.ok):
                 # Going back in time: the earliest success after the store wins, else the earliest failure.
                 way.announced = Announcement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
@@ -246,9 +275,9 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
 
 
-def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str] | None:
+def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
-    mechanism) of the id in an inbox, looking back to `since`; None when it holds none.
+    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none.
 
     Reads the files newest first in large regions and decodes only lines holding the id, so
     it costs about what a byte search of the part newer than the message costs; it stops at
@@ -288,7 +317,7 @@ def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Messa
             cursor = (0 if snap.cursor.rotated else 1, snap.cursor.offset)
             meta = read_meta(agent)
             mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
-            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism
+            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism, copies[0][1].ts
         finally:
             snap.close()
 
@@ -307,11 +336,12 @@ def _line_ts(region: bytes) -> str:
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
-    from . import owed
     from .timefmt import to_iso
     from datetime import datetime, timezone
 
     name = owed.record_name(to, message_id)
+    if (to, message_id) in owed.unabsorbed(store):
+        return "owed", None
     for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
         try:
             st = os.stat(name, dir_fd=store.top(folder).fd, follow_symlinks=False)

@@ -57,6 +57,7 @@ class Store:
         # and relayd's in-memory RecentIds (None in direct mode: the inbox tail is scanned).
         self.dedup_window: float | None = None
         self.recent_ids: Any = None
+        self._appending: dict[str, tuple[int, int, int]] = {}  # name -> (fd, st_dev, st_ino): see append_fd
 
     # -- directories -----------------------------------------------------------------
     def root_dir(self, create: bool = True) -> Dir:
@@ -204,7 +205,31 @@ class Store:
     def event(topic: str, **fields: object) -> Event:
         return Event(id=new_ulid(), ts=now_iso(), topic=topic, **fields)  # type: ignore[arg-type]
 
+    def append_fd(self, name: str) -> int:
+        """An fd of the top-level log `name` opened for appending, kept open between calls
+        (a busy writer saves an open and a close per line) and opened again when the name
+        stands for another file now. Owned by the store: do not close it."""
+        root = self.root_dir()
+        try:
+            info = os.stat(name, dir_fd=root.fd, follow_symlinks=False)
+            key = (info.st_dev, info.st_ino)
+        except FileNotFoundError:
+            key = None
+        cached = self._appending.get(name)
+        if cached is not None and key == cached[1:]:
+            return cached[0]
+        if cached is not None:
+            os.close(cached[0])
+            del self._appending[name]
+        fd = root.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        opened = os.fstat(fd)
+        self._appending[name] = (fd, opened.st_dev, opened.st_ino)
+        return fd
+
     def close(self) -> None:
+        for fd, _, _ in self._appending.values():
+            os.close(fd)
+        self._appending.clear()
         for opened in self._subdirs.values():
             opened.close()
         self._subdirs.clear()

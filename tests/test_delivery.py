@@ -58,8 +58,15 @@ def copies(store: Store, agent: str, message_id: str) -> list[int]:
 
 
 def where(store_dir: Path, to: str, message_id: str) -> list[str]:
+    """The states holding the record: its files, and owed while its line waits in the delivery log
+    (absorbed into owed/ only where no folder holds it, so a file and a line count once)."""
     name = f"{to}.{message_id}.json"
-    return [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
+    found = [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
+    if not found:
+        with Store(str(store_dir)) as store:
+            if (to, message_id) in owed.unabsorbed(store):
+                found.append(layout.OWED)
+    return found
 
 
 def send_owed(store: Store, **extra) -> str:
@@ -174,13 +181,110 @@ def test_a_send_that_died_before_its_append_is_delivered_by_the_sweep_once(store
     with pytest.raises(KeyboardInterrupt):
         send_owed(store)
     monkeypatch.undo()
-    [name] = os.listdir(store_dir / layout.OWED)
-    message_id = name.split(".")[1]
+    [(to, message_id)] = owed.unabsorbed(store)  # the record's line in the delivery log, durable before the append
+    assert to == "bob" and os.listdir(store_dir / layout.OWED) == []
     assert copies(store, "bob", message_id) == []
     clock.now += 10
     ops.call(store, "redeliver", {})
     ops.call(store, "redeliver", {})
     assert copies(store, "bob", message_id) == [2]
+
+
+# -- the delivery log: owed records as lines, absorbed by the sweep --------------------------
+
+_KILLED_BETWEEN_THE_APPENDS = """
+import os, signal, sys
+import relayd.inbox
+from relayd import ops
+from relayd.store import Store
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # after the delivery log's append, before the inbox's
+
+relayd.inbox._Appends.append = die
+with Store(sys.argv[1]) as store:
+    ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "killed mid-send", "ack": True, "ack_wait": "1s"})
+"""
+
+
+def test_kill_9_between_the_log_append_and_the_inbox_append_owes_the_message_once(store: Store, store_dir: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_THE_APPENDS, str(store_dir)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    [(to, message_id)] = owed.unabsorbed(store)
+    assert to == "bob" and copies(store, "bob", message_id) == [] and where(store_dir, "bob", message_id) == [layout.OWED]
+    assert ops.call(store, "status", {})["delivery"]["owed"] == 1
+    store.clock.now += 10  # type: ignore[attr-defined]
+    ops.call(store, "redeliver", {})
+    ops.call(store, "redeliver", {})
+    assert copies(store, "bob", message_id) == [2]  # the delivery it was owed, once
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
+    assert where(store_dir, "bob", message_id) == [layout.ACKED]
+
+
+def test_a_torn_log_line_owes_nothing_and_the_next_send_repairs_the_tail(store: Store, clock: Clock, store_dir: Path) -> None:
+    kept = send_owed(store)
+    log_path = store_dir / layout.DELIVERY_LOG
+    whole = log_path.read_bytes()
+    torn = send_owed(store)
+    # kill -9 in the middle of the second send's log write: half its line, no newline.
+    with open(log_path, "r+b") as f:
+        f.truncate(len(whole) + (log_path.stat().st_size - len(whole)) // 2)
+    assert set(owed.unabsorbed(store)) == {("bob", kept)}
+    later = send_owed(store)
+    assert set(owed.unabsorbed(store)) == {("bob", kept), ("bob", later)}
+    assert all(json.loads(line) for line in log_path.read_bytes().splitlines())  # the torn half was cut back
+    ops.call(store, "redeliver", {})
+    assert sorted(os.listdir(store_dir / layout.OWED)) == sorted(f"bob.{i}.json" for i in (kept, later))
+    assert where(store_dir, "bob", torn) == [] and owed.unabsorbed(store) == {}
+
+
+@pytest.mark.parametrize("others", [0, owed._LIST_OVER], ids=["few-lines", "many-lines"])
+def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store, clock: Clock, store_dir: Path, others: int) -> None:
+    others_ids = [send_owed(store, ack_wait="1h", max_deliver=100) for _ in range(others)]
+    acked, dead = send_owed(store), send_owed(store, max_deliver=1)
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [acked]})["results"][0]["outcome"] == "acked"  # an ack absorbs first
+    for _ in range(3):
+        clock.now += 100
+        ops.call(store, "redeliver", {})
+    assert where(store_dir, "bob", acked) == [layout.ACKED] and where(store_dir, "bob", dead) == [layout.DEAD_LETTER]
+    (store_dir / layout.DELIVERY_ABSORBED).unlink()  # as if every sweep so far died before writing down how far it got
+    ops.call(store, "redeliver", {})
+    assert where(store_dir, "bob", acked) == [layout.ACKED] and where(store_dir, "bob", dead) == [layout.DEAD_LETTER]
+    assert copies(store, "bob", acked) == [1] and copies(store, "bob", dead) == [1, 2]
+    assert all(where(store_dir, "bob", i) == [layout.OWED] for i in others_ids)
+
+
+def test_a_failed_send_logs_its_records_as_cancelled(store: Store, store_dir: Path, monkeypatch) -> None:
+    import relayd.inbox
+    from relayd.errors import StoreError
+
+    def full(*args, **kwargs):
+        raise StoreError("inbox.jsonl: No space left on device")  # the append fails after the records were logged
+
+    monkeypatch.setattr(relayd.inbox._Appends, "append", full)
+    with pytest.raises(StoreError):
+        send_owed(store)
+    monkeypatch.undo()
+    assert b'"step":"cancelled"' in (store_dir / layout.DELIVERY_LOG).read_bytes()
+    assert owed.unabsorbed(store) == {}
+    ops.call(store, "redeliver", {})
+    assert os.listdir(store_dir / layout.OWED) == []
+
+
+def test_record_files_of_older_stores_are_honoured(store: Store, clock: Clock, store_dir: Path) -> None:
+    """Stores written before the log hold one file per owed record and no log: swept, acked, tracked as before."""
+    message_id = send_owed(store)
+    with store.root_dir().locked(layout.DELIVERY_LOCK):
+        owed.absorb(store)
+    for name in (layout.DELIVERY_LOG, layout.DELIVERY_ABSORBED):
+        (store_dir / name).unlink()
+    assert os.listdir(store_dir / layout.OWED) == [f"bob.{message_id}.json"]
+    assert ops.call(store, "status", {})["delivery"]["owed"] == 1
+    clock.now += 10
+    assert [r["id"] for r in ops.call(store, "redeliver", {})["redelivered"]] == [message_id]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
+    assert ops.call(store, "track", {"id": message_id})["recipients"][0]["ack"] == "acked"
+    assert where(store_dir, "bob", message_id) == [layout.ACKED]
 
 
 def test_a_sweep_that_died_while_dead_lettering_tells_nobody_twice(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
@@ -415,3 +519,39 @@ def test_relayd_and_direct_sweeps_racing_never_deliver_one_attempt_twice(relayct
     assert states == Counter({layout.DEAD_LETTER: 30})
     with Store(str(store_dir)) as store:
         assert Counter(m.id for m in read_all(store, "bob").messages) == Counter({message_id: 4 for message_id in sent})
+
+
+@pytest.mark.slow
+def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(relayctl, relay_env, store_dir: Path) -> None:
+    """Direct-mode senders append records to the delivery log while relayd and direct sweeps
+    absorb it: every message ends in exactly one state, each attempt delivered once."""
+    relayctl("init")
+    for name in ("alice", "bob"):
+        relayctl("register", name)
+    sender = (
+        "import json, sys\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store(sys.argv[1])\n"
+        "ids = [ops.call(store, 'send', {'agent': 'alice', 'to': ['bob'], 'body': 'b', 'ack': True, 'ack_wait': '20ms', 'max_deliver': 2})['messages'][0]['id'] for _ in range(25)]\n"
+        "print(json.dumps(ids))\n"
+    )
+    sweeper = f"import time\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store({str(store_dir)!r})\nfor _ in range(200):\n    ops.call(store, 'redeliver', {{}})\n    time.sleep(0.002)\n"
+    daemon = Daemon(relay_env, "--redeliver-interval", "2ms").start()
+    try:
+        sweeps = [subprocess.Popen([sys.executable, "-c", sweeper], env=relay_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        senders = [subprocess.Popen([sys.executable, "-c", sender, str(store_dir)], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        sent = []
+        for proc in senders + sweeps:
+            out, errors = proc.communicate(timeout=120)
+            assert proc.returncode == 0, errors
+            if proc in senders:
+                sent += json.loads(out)
+        deadline = time.monotonic() + 60
+        while json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        daemon.kill()
+    assert len(sent) == 75
+    states = _check_every_owed_message_in_exactly_one_state(store_dir, sent)
+    assert states == Counter({layout.DEAD_LETTER: 75})
+    with Store(str(store_dir)) as store:
+        assert Counter(m.id for m in read_all(store, "bob").messages) == Counter({message_id: 3 for message_id in sent})

@@ -79,6 +79,34 @@ def test_track_shows_read_and_acknowledged(team) -> None:
     assert way["ack"] == "acked" and way["acked_at"]
 
 
+@pytest.mark.parametrize("with_relayd", [False, True])
+def test_track_shows_when_each_recipient_read_it(team, relay_env: dict[str, str], with_relayd: bool) -> None:
+    """The read time is when the recipient's cursor passed the message: a later read of newer
+    mail does not move it, and a recipient that has not read it has none."""
+    from datetime import datetime, timezone
+
+    def now() -> str:
+        return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z"
+
+    daemon = Daemon(relay_env).start() if with_relayd else None
+    try:
+        message_id = sent_id(team("--json", "send", "bob,carol", "read me", agent="alice"))
+        time.sleep(0.01)
+        before = now()
+        team("read", "--unread", "--mark-read", agent="carol")
+        after = now()
+        team("send", "carol", "newer mail", agent="alice")
+        team("read", "--unread", "--mark-read", agent="carol")  # passes only the newer one
+        tracked = json.loads(team("--json", "track", message_id).stdout)
+        ways = {w["to"]: w for w in tracked["recipients"]}
+        assert ways["carol"]["read"] and before <= ways["carol"]["read_at"] <= after
+        assert not ways["bob"]["read"] and "read_at" not in ways["bob"]
+        assert f"read {ways['carol']['read_at']}" in team("track", message_id).stdout
+    finally:
+        if daemon is not None:
+            daemon.stop()
+
+
 def test_track_of_an_unknown_id_is_one_line(team) -> None:
     proc = team("track", "01ARZ3NDEKTSV4RRFFQ69G5FAV", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no message 01ARZ3NDEKTSV4RRFFQ69G5FAV") and proc.stderr.count("\n") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -214,7 +215,7 @@ def test_a_message_shows_its_way_to_each_recipient(web: WebView, page, relayctl)
     ways = page.locator(f"#messages li[data-id='{message_id}'] ul.way li").all_text_contents()
     assert len(ways) == 2
     read, failed = sorted(ways)
-    assert read.startswith("agent-bd-42: stored ") and ", read, not acknowledged" in read
+    assert read.startswith("agent-bd-42: stored ") and re.search(r", read 20\d\d-\d\d-\d\dT[\d:.]+Z, not acknowledged$", read), read  # with the time it was read
     assert failed.startswith("agent-bd-43: ") and "announcing by cmd failed" in failed and "bounced to the sender" in failed and "unread" in failed
 
 

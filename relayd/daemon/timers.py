@@ -1,6 +1,10 @@
 """Work on a clock: garbage collection, redelivery of owed messages, stale-agent detection.
 
-Both run store functions in the loop thread like any request. A stale agent is announced
+GC runs store functions in the loop thread like any request. The redelivery sweep runs
+in a worker thread on a store of its own with direct-mode fsyncs, exactly as a
+`relayctl redeliver` beside relayd would (delivery.lock keeps them apart, its events reach
+subscribers and notifications through the event log): absorbing many owed records
+(relayd.owed) creates a file each, which must not hold up every client's request. A stale agent is announced
 once, as a `presence` event with action `stale` appended to events.jsonl (so it reaches
 subscribers the same way as everything else); it is announced again only after it has
 been alive in between.
@@ -38,21 +42,27 @@ async def redeliver_owed(store: Store, every: float) -> None:
     The first one also announces what writers killed while relayd was away left unannounced
     (relayd.announce); later, relayd's own sends write both, and clients fall back to direct
     mode only while relayd is away."""
-    announce = True
-    while True:
-        await anyio.sleep(every)
-        try:
-            result = ops.call(store, "redeliver", {"announce": announce})
-        except RelayError as exc:
-            log.warning("redelivery sweep failed", error=exc.message)
-            continue
-        announce = False
-        for item in result["announced"]:
-            log.warning("announced a message stored without its event", id=item["id"], to=item["to"])
-        for item in result["redelivered"]:
-            log.info("redelivered", id=item["id"], to=item["to"], attempt=item["attempt"], of=item["of"])
-        for item in result["dead_lettered"]:
-            log.warning("dead-lettered", id=item["id"], to=item["to"], attempts=item["attempts"], told=item["told"])
+    from relayd.fsio import NoSync
+
+    sweeper = Store(store.root, fsync=not isinstance(store.sync, NoSync), rotate_bytes=store.rotate_bytes, clock=store.clock, rand=store.rand)
+    try:
+        announce = True
+        while True:
+            await anyio.sleep(every)
+            try:
+                result = await anyio.to_thread.run_sync(ops.call, sweeper, "redeliver", {"announce": announce})
+            except RelayError as exc:
+                log.warning("redelivery sweep failed", error=exc.message)
+                continue
+            announce = False
+            for item in result["announced"]:
+                log.warning("announced a message stored without its event", id=item["id"], to=item["to"])
+            for item in result["redelivered"]:
+                log.info("redelivered", id=item["id"], to=item["to"], attempt=item["attempt"], of=item["of"])
+            for item in result["dead_lettered"]:
+                log.warning("dead-lettered", id=item["id"], to=item["to"], attempts=item["attempts"], told=item["told"])
+    finally:
+        sweeper.close()
 
 
 class StaleWatch:

@@ -145,7 +145,7 @@ function wayText(w) {
   else if (told.ok) steps.push(`announced by ${told.how} ${told.at}` + (told.note ? ` (${told.note})` : ""));
   else steps.push(`announcing by ${told.how} failed ${told.at}: ${told.error}`);
   if (w.bounced) steps.push("bounced to the sender");
-  steps.push(w.read ? "read" : "unread");
+  steps.push(w.read ? (w.read_at ? "read " + w.read_at : "read") : "unread");
   if (w.ack) steps.push({ acked: "acknowledged " + (w.acked_at || ""), owed: "not acknowledged", dead_letter: "dead letter" }[w.ack]);
   return `${w.to}: ${steps.join(", ")}`;
 }
