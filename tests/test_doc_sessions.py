@@ -23,6 +23,11 @@ SESSIONS = [
     ("README.md", "Quickstart (no daemon needed)"),
     ("README.md", "Messages that must arrive"),
     ("README.md", "Coordinating work: reservations, commands, wake-ups, panes, hooks"),
+    ("docs/coordination.md", "Reserving files"),
+    ("docs/coordination.md", "Slash commands"),
+    ("docs/coordination.md", "Wake"),
+    ("docs/coordination.md", "Agent-program hooks"),
+    ("docs/coordination.md", "gc"),
 ]
 
 # Blocks of commands no test here runs, each with the reason (keyed by file and first line).
@@ -99,7 +104,8 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
             command = documented_command
             for documented, actual in same.items():
                 command = command.replace(documented, actual)
-            bash.stdin.write(f"{command}\necho '{marker}'\n")
+            # the marker's echo keeps the step's exit status for the next step's `$?`
+            bash.stdin.write(f"{command}\n__status=$?; echo '{marker}'; (exit $__status)\n")
             bash.stdin.flush()
             # the docs' example home is /home/dev; this run's is a scratch directory
             printed = [line.replace(str(home), "/home/dev") for line in _until(bash, marker, 60)]
