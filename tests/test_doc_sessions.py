@@ -9,6 +9,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ SESSIONS = [
     ("docs/coordination.md", "Wake"),
     ("docs/coordination.md", "Agent-program hooks"),
     ("docs/coordination.md", "gc"),
+    ("docs/ignite.md", "A session, as it ran"),
 ]
 
 # Blocks of commands no test here runs, each with the reason (keyed by file and first line).
@@ -36,10 +38,11 @@ NOT_RUNNABLE = {
 }
 
 _FENCE = re.compile(r"^```[a-z]*\n(.*?)^```\n", re.M | re.S)
-_ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+# Ids that differ in every run: ULIDs, and the microsecond stamps in IGNITE file names.
+_ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b|(?<!\d)\d{16}(?!\d)")
 _VOLATILE = [
     (_ULID, None),  # numbered in order of appearance
-    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<timestamp>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"), "<timestamp>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)?s ago\b"), "<age> ago"),
 ]
@@ -96,7 +99,7 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     os.makedirs(home / "oathkeeper", exist_ok=True)  # the reader's repository, which the docs cd into
     marker = "::step-done::"
-    bash = subprocess.Popen(["bash"], cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    bash = subprocess.Popen(["bash"], cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
     same: dict[str, str] = {}  # an id the docs show -> the one this run printed
     results = []
     try:
@@ -112,8 +115,8 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
             for documented, actual in zip(_ULID.findall("\n".join(shown)), _ULID.findall("\n".join(printed))):
                 same.setdefault(documented, actual)
             results.append((documented_command, command, shown, printed))
-    finally:
-        bash.kill()
+    finally:  # the session's group: bash and what a session left running (relayd ... &)
+        os.killpg(bash.pid, signal.SIGKILL)
         bash.communicate()
     return results
 
