@@ -373,3 +373,31 @@ def test_owed_messages_are_listed_until_acknowledged(web: WebView, page, relayct
     relayctl("ack", sent, agent="agent-bd-43")
     page.wait_for_selector(row, state="detached", timeout=2_000)
     assert page.text_content("#owed-count") == "0"
+
+
+@pytest.mark.parametrize("mode", ["direct", "daemon"], indirect=True)
+def test_the_pages_identity_leaves_the_team_when_the_view_stops(mode: str, team, relay_env) -> None:
+    """While `relayctl web --as lead` runs, lead is alive and broadcasts reach it; once it
+    stops, lead is archived (not alive) and broadcasts leave it out, until a view writes as
+    it again. Mail sent to it by name still arrives."""
+
+    def lead() -> dict:
+        return next(a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"] if a["name"] == "lead")
+
+    def broadcast_reaches() -> list[str]:
+        return sorted(m["to"] for m in json.loads(team("--json", "send", "--broadcast", "standup in 5", agent="athena").stdout))
+
+    view = WebView(relay_env, "--as", "lead")
+    try:
+        assert lead()["alive"] and "lead" in broadcast_reaches()
+    finally:
+        view.stop()
+    assert not lead()["alive"] and lead()["archived"]
+    assert broadcast_reaches() == ["agent-bd-42", "agent-bd-43"]
+    team("send", "lead", "for the lead, by name", agent="athena")
+    assert "for the lead, by name" in team("read", "--last", "1", agent="lead").stdout
+    view = WebView(relay_env, "--as", "lead")
+    try:
+        assert lead()["alive"] and "lead" in broadcast_reaches()
+    finally:
+        view.stop()
