@@ -9,6 +9,7 @@ the store: with relayd up, a command needs only a socket and these lines.
 
 from __future__ import annotations
 
+from relayd import timefmt
 from relayd.errors import UsageError
 
 from .context import Settings, clip, echo, read_body, visible
@@ -18,7 +19,7 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     """One message as `read` prints it; `delivery` is its ack state ("owed", "acked", ...).
     Every field is shown `visible`: a message's text never acts on the terminal, and a
     line break in a one-line field cannot fake a line of its own."""
-    when = visible(m["ts"][:16].replace("T", " "))
+    when = visible(timefmt.shown(m["ts"]))
     flag = "" if m.get("priority", "normal") == "normal" else f"[{m['priority']}] "
     if m.get("ack"):
         state = {"owed": "owed: relayctl ack " + visible(m["id"]), "acked": "acknowledged", "dead_letter": "dead letter"}.get(delivery or "", "ack requested")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from relayd import timefmt
 import relayd.delivery  # noqa: F401  (registers ack, redeliver and the dlq operations)
 
 from .cmd_messages import render_message
@@ -103,7 +104,7 @@ def dlq(ctx: click.Context) -> None:
 
 
 def _letter_line(d: dict) -> str:
-    return visible(f"{d['id']}  {(d.get('dead_at') or '')[:16].replace('T', ' ')}  {d['from']} → {d['to']}  {d['subject'][:60]}  ({d['attempts']} attempts)")
+    return visible(f"{d['id']}  {timefmt.shown(d.get('dead_at') or '')}  {d['from']} → {d['to']}  {d['subject'][:60]}  ({d['attempts']} attempts)")
 
 
 @dlq.command("list")

@@ -205,7 +205,9 @@ def _record_hook(s, agent: str) -> None:
 
 
 def render(m: dict) -> str:
-    when = m["ts"][:16].replace("T", " ") + " UTC"
+    from relayd.timefmt import shown  # here: a hook starts often and rarely has mail to show
+
+    when = shown(m["ts"])
     extras = [m["priority"]] if m.get("priority", "normal") != "normal" else []
     if m.get("thread"):
         extras.append(f"thread {m['thread']}")

@@ -9,7 +9,7 @@ import msgspec
 from . import layout, remote
 from .errors import StoreError, UnknownAgent, UsageError
 from .fsio import Dir
-from .presence import last_heartbeat, touch_heartbeat
+from .presence import archived, last_heartbeat, touch_heartbeat
 from .registry import operation
 from .records import AgentMeta, check_agent_name, json_encoder, meta_decoder
 from .store import Store
@@ -216,7 +216,7 @@ def agent_states(store: Store, only: str | None = None, stale: str = "5m") -> li
             if meta is None:
                 raise store.unknown_agent(name)
             beat = last_heartbeat(agent)
-            archived = not agent.exists(layout.HEARTBEAT) and agent.exists(layout.HEARTBEAT_STALE)
+            away = archived(agent)
         age = None
         if beat:
             try:
@@ -226,7 +226,7 @@ def agent_states(store: Store, only: str | None = None, stale: str = "5m") -> li
         states.append(
             AgentState(
                 name=name,
-                alive=age is not None and age <= threshold and not archived,
+                alive=age is not None and age <= threshold and not away,
                 last_heartbeat=beat,
                 age_seconds=round(age, 3) if age is not None else None,
                 status=meta.status,
@@ -235,7 +235,7 @@ def agent_states(store: Store, only: str | None = None, stale: str = "5m") -> li
                 model=meta.model,
                 bead=meta.bead,
                 notify=meta.notify,
-                archived=archived,
+                archived=away,
             )
         )
     return states

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from . import handshake, layout, protocol
+from . import fsio, handshake, layout, protocol
 from .errors import NO_ANSWER, PeerError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
@@ -125,6 +125,11 @@ class Client:
         except socket.timeout:
             sock.close()
             raise TimedOut(f"connecting to relayd at {self.socket_path} timed out") from None
+        except PermissionError:
+            sock.close()
+            if _unreadable(self.store_dir):  # the socket beside the store: the store is the trouble
+                raise fsio.unreadable_store(self.store_dir) from None
+            raise Unavailable(f"cannot connect to relayd at {self.socket_path}: permission denied (the socket or its directory belongs to another user)") from None
         except OSError as exc:
             sock.close()
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
@@ -309,3 +314,13 @@ def _mutates(op: str) -> bool:
         return ops.lookup(op).mutates  # (loads every domain module only for an op not yet loaded)
     except UsageError:
         return True
+
+
+def _unreadable(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -61,6 +61,18 @@ def _fsync(fd: int) -> None:
         raise StoreError(f"fsync failed: {exc.strerror}") from exc
 
 
+def unreadable_store(path: str) -> StoreError:
+    """The store's own directory refuses this user (another user's store, or mode 000):
+    said as such, not as the first thing that happened to fail inside it."""
+    import pwd  # here: only this error needs it
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"uid {os.geteuid()}"
+    return StoreError(f"the store at {path} is not readable by you ({user}): permission denied; use a store of your own (--dir or RELAY_DIR) or ask its owner")
+
+
 def _os_error(exc: OSError, what: str) -> Exception:
     if exc.errno == errno.ELOOP or exc.errno == errno.ENOTDIR:
         return UnsafePath(f"{what} is a symlink or not a regular store entry; relay does not follow it")
@@ -91,6 +103,8 @@ class Dir:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise
+        except PermissionError:
+            raise unreadable_store(path) from None
         except OSError as exc:
             raise _os_error(exc, path) from exc
         return cls(fd, path)

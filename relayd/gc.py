@@ -23,7 +23,7 @@ from datetime import timedelta
 import msgspec
 
 from . import layout
-from .presence import last_heartbeat
+from .presence import archive, last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
 from .config import load_config
@@ -129,9 +129,7 @@ def _stale_agents(store: Store, stale: timedelta, dry_run: bool) -> list[str]:
             if age is not None and age <= stale:
                 continue
             if not dry_run:
-                try:
-                    agent.rename(layout.HEARTBEAT, layout.HEARTBEAT_STALE)
-                except FileNotFoundError:
+                if not archive(agent):
                     continue  # a heartbeat raced us and archived nothing
             archived.append(name)
     return archived

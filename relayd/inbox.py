@@ -17,7 +17,7 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout, owed, remote
+from . import layout, owed, presence, remote
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
 from .fsio import Dir, append_lines, regions_backward
@@ -31,6 +31,7 @@ from .records import (
     cursor_decoder,
     json_encoder,
     message_decoder,
+    meta_decoder,
     normalize_priority,
 )
 from .store import Store
@@ -90,11 +91,24 @@ def default_subject(body: str) -> str:
     return cut.rstrip() + "…"
 
 
+def _closed_web_view(store: Store, name: str) -> bool:
+    """A web view's identity while no `relayctl web` runs for it (it archives the identity
+    when it stops): a broadcast then would wait for a page nobody may open again."""
+    with store.agent_dir(name) as agent:
+        if not presence.archived(agent):
+            return False
+        raw = agent.read_bytes(layout.META)
+    try:
+        return raw is not None and meta_decoder.decode(raw).program == presence.WEB_VIEW
+    except msgspec.DecodeError:
+        return False
+
+
 def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if p.broadcast:
         if p.to:
             raise UsageError("give recipients or --broadcast, not both")
-        others = [name for name in store.known_agents() if name != sender] + remote.broadcast_targets(store, sender, p.ack)
+        others = [name for name in store.known_agents() if name != sender and not _closed_web_view(store, name)] + remote.broadcast_targets(store, sender, p.ack)
         if not others:
             raise UnknownAgent("nothing to broadcast to: no other agents are registered", known=[])
         return others

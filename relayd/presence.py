@@ -21,6 +21,24 @@ def touch_heartbeat(agent: Dir) -> str:
     return stamp
 
 
+# The program a web view registers its identity with (`relayctl web --as NAME`).
+WEB_VIEW = "relay-web"
+
+
+def archive(agent: Dir) -> bool:
+    """Mark the agent away (status: archived, not alive) until its next heartbeat; False
+    when it was away already (or a heartbeat raced this)."""
+    try:
+        agent.rename(layout.HEARTBEAT, layout.HEARTBEAT_STALE)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def archived(agent: Dir) -> bool:
+    return not agent.exists(layout.HEARTBEAT) and agent.exists(layout.HEARTBEAT_STALE)
+
+
 def last_heartbeat(agent: Dir) -> str | None:
     raw = agent.read_bytes(layout.HEARTBEAT) or agent.read_bytes(layout.HEARTBEAT_STALE)
     return raw.decode(errors="replace").strip() or None if raw else None

@@ -38,6 +38,12 @@ def now_iso() -> str:
     return f"{text}.{fraction:03d}Z"
 
 
+def shown(ts: str) -> str:
+    """A stored time as every human-facing output prints it (read, dlq list, hooks, the web
+    view): to the minute, with its date, labelled: `2026-11-21 11:52 UTC`."""
+    return ts[:16].replace("T", " ") + " UTC" if ts else ""
+
+
 def parse_iso(text: str) -> datetime:
     """Parse a stored or user-given timestamp; a date alone means its midnight UTC."""
     raw = text.strip()

@@ -12,7 +12,9 @@ import threading
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from relayd.client import Client
-from relayd.errors import UsageError
+from relayd import presence
+from relayd.errors import RelayError, UsageError
+from relayd.store import Store
 
 from .gate import TOTAL, Gate
 
@@ -39,8 +41,9 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
 
     with Client(store_dir, socket_path, name="relay-web") as client:
         client.store().require_existing()
-        # Registered, so agents can answer the human and broadcasts reach the page too.
-        client.call("register", {"name": human, "program": "relay-web"})
+        # Registered, so agents can answer the human and broadcasts reach the page too (while
+        # it runs: stopping archives the identity, and broadcasts then leave it out).
+        client.call("register", {"name": human, "program": presence.WEB_VIEW})
     sock = bind(port)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
@@ -72,7 +75,18 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
         sock.close()
         if opener is not None:
             opener.remove()
+        _leave(store_dir, human)
     print("relay web view stopped", file=sys.stderr)
+
+
+def _leave(store_dir: str, human: str) -> None:
+    """The page is gone: its identity shows as archived (not alive) and broadcasts skip it
+    until a web view writes as it again. Mail sent to it by name still arrives."""
+    try:
+        with Store(store_dir) as store, store.agent_dir(human) as agent:
+            presence.archive(agent)
+    except (RelayError, OSError):
+        pass  # removed or unreadable meanwhile: nothing to mark
 
 
 def _connection_cap() -> int:

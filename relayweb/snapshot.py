@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
 
+from relayd import layout, owed, receipts, timefmt
 from relayd.client import Client
 from relayd.errors import RelayError
 from relayd.search import SearchQuery, SearchResult, search
@@ -13,6 +15,7 @@ from relayd.store import Store
 
 RECENT = 100  # messages in the live list
 BODY_CHARS = 4000  # longer bodies are clipped in the page (relayctl read shows them whole)
+OWED_SHOWN = 200  # owed copies listed (the agents table counts them all)
 CONFLICT_CHECK_MAX = 300  # reservations compared pairwise; past this, conflicts are not marked
 
 
@@ -41,11 +44,43 @@ def _clip(m: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
+ANNOUNCED_WINDOW = timedelta(days=1)  # how far back the delivery log is read for each agent's last announcement
+
+
+def last_announcements(store: Store) -> dict[str, dict[str, Any]]:
+    """Each recipient's newest announcement in the delivery log (the last day of it): how it
+    was told of new mail, when, and whether that worked -- a failing pane or command shows."""
+    newest: dict[str, dict[str, Any]] = {}
+    for receipt in receipts.newest_first(store, timefmt.to_iso(timefmt.now() - ANNOUNCED_WINDOW)):
+        if receipt.step == "announced" and receipt.to not in newest:
+            newest[receipt.to] = {"how": receipt.how, "ok": receipt.ok, "error": receipt.error, "note": receipt.note, "at": receipt.ts}
+    return newest
+
+
+def owed_messages(store: Store) -> list[dict[str, Any]]:
+    """The copies sent with ack that are not acknowledged yet, soonest due first: who owes
+    what to whom, which delivery this is of how many, and when the next one (or the dead
+    letter) comes. Read from owed/ (one small file each); at most OWED_SHOWN."""
+    shown = []
+    for name in owed.names(store, layout.OWED):
+        record = owed.read(store, layout.OWED, name)
+        if record is None:
+            continue  # acknowledged or dead-lettered meanwhile, or damaged: not owed here
+        m = record.message
+        due = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
+        shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": due})
+    shown.sort(key=lambda o: (o["due"], o["id"]))
+    return shown[:OWED_SHOWN]
+
+
 def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     status = client.call("status", {})
     delivery = status.get("delivery") or {}
     agents = status["agents"]
+    told = last_announcements(store)
     for agent in agents:
+        agent["arrives_by"] = agent.get("notify") or "channel"  # as relayd announces: channel when unset
+        agent["announced"] = told.get(agent["name"])
         try:
             unread = client.call("unread", {"agent": agent["name"]})
         except RelayError:
@@ -69,5 +104,6 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
         "commands": status["commands"],
         "messages": clip_messages(recent),
         "dead_letters": dead["dead_letters"][::-1],  # newest first
+        "owed": owed_messages(store),
         "rotated_files": dead["rotated_files"],
     }

@@ -164,7 +164,7 @@ def test_since_takes_a_duration_or_a_date(trio, store_dir: Path) -> None:
 def test_human_read_output(trio) -> None:
     trio("send", "bob", "Need review", "--thread", "bd-42", "--priority", "high", agent="alice")
     out = trio("read", agent="bob").stdout
-    assert re.match(r"^[0-9A-Z]{26}  \d{4}-\d\d-\d\d \d\d:\d\d  alice → bob  \[high\] Need review  \(thread bd-42\)$", out.splitlines()[0])
+    assert re.match(r"^[0-9A-Z]{26}  \d{4}-\d\d-\d\d \d\d:\d\d UTC  alice → bob  \[high\] Need review  \(thread bd-42\)$", out.splitlines()[0])
 
 
 def test_status_reads_like_the_seed_example(trio, store_dir: Path) -> None:

@@ -4,7 +4,10 @@ one line and a non-zero exit, and docs/cli.md says what --help says."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import RelayCtl
@@ -109,3 +112,26 @@ def test_a_presets_agents_are_not_alive_before_they_ever_run(relayctl: RelayCtl)
     assert re.search(r"^  glacier +NEW +last heartbeat: never ", shown, re.M), shown
     relayctl("gc", "--stale", "0s")  # nothing to archive in an agent that never ran
     assert json.loads(relayctl("--json", "status").stdout)["agents"][0]["last_heartbeat"] is None
+
+
+def _as_a_user_the_store_refuses(argv: list[str]) -> list[str]:
+    """Root passes every permission check, so as root the command runs without the two
+    capabilities that let it (the same uid, so it can still run this checkout's code)."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
+
+
+def test_a_store_you_cannot_read_is_said_to_be_one(relay_env: dict[str, str], relayctl: RelayCtl, store_dir: Path) -> None:
+    relayctl("init", "--preset", "overlord")
+    store_dir.chmod(0)
+    beside_the_store = {k: v for k, v in relay_env.items() if k != "RELAY_SOCKET"}  # no XDG_RUNTIME_DIR either
+    try:
+        for env in (relay_env, beside_the_store):
+            for args in (["status"], ["--agent", "storm", "read"], ["--agent", "storm", "send", "inferno", "hi"]):
+                argv = _as_a_user_the_store_refuses([sys.executable, "-m", "relayctl", *args])
+                proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+                assert proc.returncode == 1 and proc.stdout == ""
+                assert re.fullmatch(rf"error: the store at {re.escape(str(store_dir))} is not readable by you \(\S+\): permission denied; use a store of your own \(--dir or RELAY_DIR\) or ask its owner\n", proc.stderr), proc.stderr
+    finally:
+        store_dir.chmod(0o700)

@@ -1,13 +1,18 @@
 """The sessions the docs show (`$ command` lines, each followed by what it printed) run as
 written, in one bash, and print what the docs say, up to what differs in every run: ids,
-times, ages. A store under /tmp/relay-* becomes a scratch directory of this test."""
+times, ages. A store under /tmp/relay-* becomes a scratch directory of this test. Every
+other block of commands in README.md and docs/*.md is run here too, or run by the test
+named beside it, or listed with the reason it cannot run on a test machine."""
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -21,13 +26,27 @@ ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = [
     ("README.md", "Quickstart (no daemon needed)"),
     ("README.md", "Messages that must arrive"),
+    ("README.md", "Coordinating work: reservations, commands, wake-ups, panes, hooks"),
+    ("docs/coordination.md", "Reserving files"),
+    ("docs/coordination.md", "Slash commands"),
+    ("docs/coordination.md", "Wake"),
+    ("docs/coordination.md", "Agent-program hooks"),
+    ("docs/coordination.md", "gc"),
+    ("docs/ignite.md", "A session, as it ran"),
 ]
 
+# Blocks of commands no test here runs, each with the reason (keyed by file and how the
+# block's first line begins; the rest of the list is further down).
+NOT_RUNNABLE = {
+    ("README.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"'): "typed inside an agent's tmux or zellij pane ($TMUX_PANE, $ZELLIJ_PANE_ID); tests/test_notify.py registers real tmux panes",
+}
+
 _FENCE = re.compile(r"^```[a-z]*\n(.*?)^```\n", re.M | re.S)
-_ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+# Ids that differ in every run: ULIDs, and the microsecond stamps in IGNITE file names.
+_ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b|(?<!\d)\d{16}(?!\d)")
 _VOLATILE = [
     (_ULID, None),  # numbered in order of appearance
-    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<timestamp>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"), "<timestamp>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)?s ago\b"), "<age> ago"),
 ]
@@ -37,7 +56,7 @@ def sessions(path: str, heading: str) -> list[str]:
     text = (ROOT / path).read_text()
     match = re.search(rf"^#+ {re.escape(heading)}\n(.*?)(?=^#+ |\Z)", text, re.M | re.S)
     assert match, f"{path} has no section {heading!r}"
-    found = [block for block in _FENCE.findall(match.group(1)) if block.startswith("$ ")]
+    found = [block for block in _FENCE.findall(match.group(1)) if block.startswith("$ ") and not _listed(NOT_RUNNABLE, path, block)]
     assert found, f"{path}, {heading}: no session ($ lines) found"
     return found
 
@@ -50,6 +69,13 @@ def _steps(block: str) -> list[tuple[str, list[str]]]:
         else:
             steps[-1][1].append(line)
     return steps
+
+
+def _same(expected: list[str], actual: list[str]) -> bool:
+    """Line by line, where `...` in what the docs show stands for whatever the run printed there."""
+    return len(expected) == len(actual) and all(
+        re.fullmatch(".*".join(map(re.escape, shown.split("..."))), printed) for shown, printed in zip(expected, actual)
+    )
 
 
 def _normalize(lines: list[str]) -> list[str]:
@@ -71,12 +97,13 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
     one by one in one bash; an id the docs' output showed is replaced in later commands by
     the one this run printed in its place, as a reader would."""
     block = re.sub(r"/tmp/(relay-[a-z0-9-]+)", lambda m: str(scratch / m.group(1)), block)
+    home = scratch / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_")) and k != "XDG_RUNTIME_DIR"}
     env["HOME"] = str(scratch / "home")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    os.makedirs(env["HOME"], exist_ok=True)
+    os.makedirs(home / "oathkeeper", exist_ok=True)  # the reader's repository, which the docs cd into
     marker = "::step-done::"
-    bash = subprocess.Popen(["bash"], cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    bash = subprocess.Popen(["bash"], cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
     same: dict[str, str] = {}  # an id the docs show -> the one this run printed
     results = []
     try:
@@ -84,14 +111,16 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
             command = documented_command
             for documented, actual in same.items():
                 command = command.replace(documented, actual)
-            bash.stdin.write(f"{command}\necho '{marker}'\n")
+            # the marker's echo keeps the step's exit status for the next step's `$?`
+            bash.stdin.write(f"{command}\n__status=$?; echo '{marker}'; (exit $__status)\n")
             bash.stdin.flush()
-            printed = _until(bash, marker, 60)
+            # the docs' example home is /home/dev; this run's is a scratch directory
+            printed = [line.replace(str(home), "/home/dev") for line in _until(bash, marker, 60)]
             for documented, actual in zip(_ULID.findall("\n".join(shown)), _ULID.findall("\n".join(printed))):
                 same.setdefault(documented, actual)
             results.append((documented_command, command, shown, printed))
-    finally:
-        bash.kill()
+    finally:  # the session's group: bash and what a session left running (relayd ... &)
+        os.killpg(bash.pid, signal.SIGKILL)
         bash.communicate()
     return results
 
@@ -119,7 +148,7 @@ def test_a_documented_session_prints_what_the_docs_show(path: str, heading: str,
         results = run_session(block, short_tmp)
         expected = _normalize([line for documented, _, shown, _ in results for line in [f"$ {documented}", *shown]])
         actual = _normalize([line for _, command, _, printed in results for line in [f"$ {command}", *printed]])
-        assert actual == expected
+        assert _same(expected, actual), "\n".join(difflib.unified_diff(expected, actual, "the docs", "this run", lineterm=""))
 
 
 def test_the_protocol_docs_socat_example_reaches_relayd(relay_env, relayctl) -> None:
@@ -142,3 +171,122 @@ def test_the_protocol_docs_socat_example_reaches_relayd(relay_env, relayctl) -> 
         daemon.kill()
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads(lines[answer_at][2:])
+
+
+# -- every block of commands in the docs is run, or says here why it cannot be ----------------
+
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+# Blocks of plain commands (no output shown) run here in bash -e, after a prelude that is
+# the state the docs assume at that point (a store with a team, a repository to cd into).
+SCRIPTS = {
+    ("README.md", 'relayctl --agent overlord send inferno --subject "deploy" "ship the hotfix"'): "relayctl init --preset overlord",
+    ("README.md", "relayctl register inferno --notify hook"): "relayctl init --preset overlord && mkdir project && cd project",
+    ("docs/mcp.md", "printf '%s\\n' \\"): "relayctl init --preset overlord",
+    ("docs/cli.md", "# In runner script, before agent starts:"): (
+        "relayctl init && relayctl register athena && mkdir repo && "
+        'SESSION_NAME=agent-bd-42 AGENT_TYPE=claude MODEL=opus PROMPT_TRUNCATED="fix auth" BEAD_ID=bd-42 '
+        'FILES_FROM_PROMPT="src/auth/**" REPO_PATH=$PWD/repo WATCH_TIMEOUT_SECONDS=3600'
+    ),
+}
+
+# Blocks other tests run as written.
+RUN_ELSEWHERE = {
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install . && relayd"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
+    ("README.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_readme_claude_code_walkthrough",
+    ("docs/protocol.md", "S=$(relayctl --json status --commands"): "test_doc_sessions.py::test_the_protocol_docs_socat_example_reaches_relayd",
+}
+
+# Blocks that are not commands: usage lines, output, configuration, protocol frames, diagrams.
+NOT_COMMANDS = {
+    ("docs/bridge.md", 0): "a diagram",
+    ("docs/cli.md", "AGENTS (3 alive, 0 stale)"): "output",
+    ("docs/cli.md", "relayctl send TO MESSAGE ["): "usage",
+    ("docs/cli.md", "relayctl track ID ["): "usage",
+    ("docs/cli.md", "01JMHF3X... from alice: deploy at 14:00"): "output",
+    ("docs/cli.md", "relayctl read ["): "usage",
+    ("docs/cli.md", "relayctl send TO MESSAGE --ack ["): "usage",
+    ("docs/cli.md", "relayctl ["): "usage",
+    ("docs/cli.md", "relayctl mime build --from A --to B ["): "usage",
+    ("docs/cli.md", "relayctl search ["): "usage",
+    ("docs/daemon.md", "relayd ["): "usage",
+    ("docs/daemon.md", "relayctl subscribe TOPIC... ["): "usage",
+}
+
+# Blocks no test here runs as written, and why (few: each needs what a test machine lacks).
+NOT_RUNNABLE = {
+    **NOT_RUNNABLE,
+    ("README.md", "relayctl init --preset ignite --workers 3"): "its relayd runs until stopped; docs/ignite.md's session, run here, starts the same with & and stops it",
+    ("README.md", "$ relayctl web"): "serves until stopped; test_web.py starts it and opens the printed address in chromium",
+    ("README.md", "pip install 'relay-bus[bridge]'"): "installs from PyPI; test_install.py checks the hint, test_bridge.py runs the bridge with a real nats-server",
+    ("README.md", "relayctl systemd install --now"): "needs a user systemd manager (systemctl --user); test_systemd_install.py runs it against one",
+    ("README.md", "mkdir -p ~/.config/systemd/user"): "needs a user systemd manager (systemctl --user); test_systemd_units.py verifies the units",
+    ("docs/bridge.md", "$ mkdir /tmp/team && cd /tmp/team"): "being rewritten with `relayctl bridge setup`; its session joins this test when that lands",
+    ("docs/coordination.md", '$ relayctl wake "bd-42 done"'): "needs an OpenClaw gateway; test_gateway_discovery.py runs wake against a real hook server",
+    ("docs/coordination.md", "$ relayctl systemd install --now      # writes relayd.* and relay-wake.* with this installation's paths"): "needs a user systemd manager (systemctl --user)",
+    ("docs/coordination.md", "$ cp contrib/systemd/relay-wake.path contrib/systemd/relay-wake.service ~/.config/systemd/user/"): "needs a user systemd manager (systemctl --user)",
+    ("docs/coordination.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"          # e.g. tmux:%3'): "typed inside the agent's tmux pane; test_notify.py registers real tmux panes",
+    ("docs/coordination.md", '$ relayctl register strategist --notify "zellij:$ZELLIJ_PANE_ID"'): "typed inside the agent's zellij pane; test_notify.py covers zellij",
+    ("docs/daemon.md", "$ relayctl subscribe inbox --for inferno"): "follows until Ctrl-C while a sender in another terminal writes; test_stopping.py and test_daemon.py run subscribe",
+    ("docs/mcp.md", 'claude mcp add-json relay "$(relayctl mcp-config --role inferno --server-only)"'): "changes the user's Claude Code configuration; test_mcp_config_programs.py feeds mcp-config to the real programs",
+    ("docs/mcp.md", "relayctl init --preset overlord"): "npx fetches the MCP inspector from npm; test_mcp_shim.py drives relay-mcp with the official MCP client",
+    ("docs/web.md", "pip install 'relay-bus[web]'      # Starlette and uvicorn (from a checkout: pip install '.[web]')"): "installs from PyPI and serves until stopped; test_install.py checks the hint, test_web.py runs relayctl web",
+}
+
+_ANY_FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```\n", re.M | re.S)
+
+
+def _blocks() -> list[tuple[str, str, str, str]]:
+    """(file, heading, language, text) of every fenced block in the docs."""
+    found = []
+    for path in DOCS:
+        heading = ""
+        for match in re.finditer(r"^(#+ [^\n]*)\n|^```([a-z]*)\n(.*?)^```\n", (ROOT / path).read_text(), re.M | re.S):
+            if match.group(1):
+                heading = match.group(1).lstrip("#").strip()
+            else:
+                found.append((path, heading, match.group(2), match.group(3)))
+    return found
+
+
+def _listed(table: dict, path: str, text: str) -> tuple[str, str] | None:
+    """The key of `table` naming this block: its file, and how its first line begins."""
+    first = text.splitlines()[0] if text else ""
+    return next((key for key in table if key[0] == path and isinstance(key[1], str) and first.startswith(key[1])), None)
+
+
+def test_every_block_of_commands_in_the_docs_is_run_or_says_why_not() -> None:
+    unaccounted, used = [], set()
+    for path, heading, lang, text in _blocks():
+        if lang in ("json", "toml") or text.startswith(("-> ", "<- ")) or ((path, 0) in NOT_COMMANDS and text.startswith(" ")):
+            continue  # configuration, protocol frames, a diagram
+        keys = [_listed(table, path, text) for table in (NOT_COMMANDS, SCRIPTS, RUN_ELSEWHERE, NOT_RUNNABLE)]
+        used.update(key for key in keys if key)
+        if any(keys):
+            continue
+        if (path, heading) in SESSIONS and text.startswith("$ "):
+            continue  # test_a_documented_session_prints_what_the_docs_show
+        unaccounted.append(f"{path} ({heading}): {text.splitlines()[0]}")
+    assert unaccounted == [], "blocks no test runs (run them, or list them here with the reason):\n" + "\n".join(unaccounted)
+    listed = {key for table in (NOT_COMMANDS, SCRIPTS, RUN_ELSEWHERE, NOT_RUNNABLE) for key in table if key[1] != 0}
+    assert listed - used == set(), "listed blocks the docs no longer have"
+
+
+@pytest.mark.parametrize("path, first", list(SCRIPTS), ids=[f"{p}: {f[:40]}" for p, f in SCRIPTS])
+def test_a_documented_block_of_commands_runs(path: str, first: str, short_tmp: Path) -> None:
+    [text] = [text for p, _, _, text in _blocks() if p == path and text.startswith(first)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_")) and k != "XDG_RUNTIME_DIR"}
+    env.update(HOME=str(short_tmp / "home"), RELAY_DIR=str(short_tmp / "store"), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
+    os.makedirs(env["HOME"])
+    script = f"set -e -o pipefail\n{SCRIPTS[path, first]}\n{text}"
+    log = short_tmp / "block.log"
+    with open(log, "w") as out:
+        bash = subprocess.Popen(["bash", "-c", script], cwd=short_tmp, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        status = bash.wait(timeout=60)
+    finally:  # and whatever the block left running in the background (a heartbeat loop)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bash.pid, signal.SIGKILL)
+    printed = log.read_text()
+    assert status == 0 and "error:" not in printed, printed

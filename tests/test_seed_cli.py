@@ -191,3 +191,17 @@ def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl
         assert client.call("register", {"name": "newcomer", "join": True})["name"] == "newcomer"
     names = {a["name"] for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
     assert {"reviewer", "newcomer"} <= names and "infern" not in names
+
+
+@pytest.mark.parametrize("kind", ["cli", "mcp"])
+@pytest.mark.parametrize("agent", [None, "inferno"])
+def test_the_japanese_prompt_is_japanese_but_for_what_is_typed(relayctl: Any, kind: str, agent: str | None) -> None:
+    """What the agent types or calls (commands in backticks, tool names, the project's name)
+    stays as it is; every word of prose is Japanese, the unnamed agent too."""
+    from mcp_shim.tools import BY_NAME
+
+    text = relayctl("prompt", "--for", kind, "--lang", "ja", agent=agent).stdout
+    prose = re.sub(r"`[^`]*`", "", text)
+    for kept in [*BY_NAME, "$RELAY_AGENT", "relay", "MCP", "ID", *([agent] if agent else [])]:
+        prose = prose.replace(kept, "")
+    assert re.findall(r"[A-Za-z]+", prose) == []

@@ -136,7 +136,7 @@ def test_agents_and_messages_appear_live_without_a_reload(mode: str, web: WebVie
     assert page.evaluate("window.__same_page") is True, "the page reloaded"
     expected = "relayd events" if mode == "daemon" else "store files"
     assert expected in page.text_content("#live")
-    unread = page.text_content("#agents tr[data-agent='athena'] td:nth-child(6)")
+    unread = page.text_content("#agents tr[data-agent='athena'] td:nth-child(7)")
     assert unread == "1"
     print(f"message visible {took:.3f} s after relayctl send returned ({mode})")
 
@@ -221,8 +221,8 @@ def test_a_message_shows_its_way_to_each_recipient(web: WebView, page, relayctl)
 
 def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path: Path) -> None:
     """The quickstart's three agents at work; saved as a test artifact."""
-    repo = str(tmp_path / "oathkeeper")
-    os.mkdir(repo)
+    repo = str(tmp_path / "oathkeeper")  # reservations are refused in a repository that does not exist
+    os.makedirs(repo)
     relayctl("send", "athena", "Bead bd-42 complete. All tests pass.", "--thread", "bd-42", agent="agent-bd-42")
     relayctl("send", "agent-bd-42", "Thanks. Please review bd-43 next.", "--priority", "high", "--thread", "bd-43", agent="athena")
     relayctl("send", "--broadcast", "Rebasing main, hold commits for 2 minutes", "--priority", "urgent", agent="athena")
@@ -297,7 +297,7 @@ def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, pag
     row = f"#dead-letters tr[data-dead='{letter['id']}']"
     page.wait_for_selector(row, timeout=2_000)
     assert "agent-bd-43" in page.text_content(row) and "Run the migration on staging" in page.text_content(row)
-    owed_before = page.text_content("#agents tr[data-agent='agent-bd-43'] td:nth-child(7)")
+    owed_before = page.text_content("#agents tr[data-agent='agent-bd-43'] td:nth-child(8)")
     assert owed_before == "0"
     page.click(f"{row} button.retry")
     page.wait_for_selector(row, state="detached", timeout=2_000)
@@ -305,10 +305,10 @@ def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, pag
     inbox = json.loads(relayctl("read", "--json", "--last", "0", agent="agent-bd-43").stdout)
     copies = [m for m in inbox if m["id"] == letter["id"]]
     assert len(copies) == 3 and copies[-1]["attempt"] == 3, copies  # first delivery, one redelivery, the retry
-    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '1'", timeout=2_000)
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(8)\").textContent === '1'", timeout=2_000)
     # Acknowledged, it is settled for good: nothing is owed any more.
     relayctl("ack", letter["id"], agent="agent-bd-43")
-    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(7)\").textContent === '0'", timeout=2_000)
+    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(8)\").textContent === '0'", timeout=2_000)
 
 
 def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl) -> None:
@@ -322,3 +322,83 @@ def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl
     assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
     # Without the token header the same request is refused.
     assert web.get("/api/dlq/retry", {"Content-Type": "application/json"}, "POST", json.dumps({"id": letter["id"]}).encode())[0] == 403
+
+
+def test_times_are_utc_dated_and_labelled_as_relayctl_read_prints_them(web: WebView, browser, relayctl) -> None:
+    """A browser far from UTC shows the same time as `read` (and the hooks), not its own."""
+    context = browser.new_context(timezone_id="Pacific/Kiritimati", locale="en-US")  # UTC+14: another date too
+    try:
+        page = context.new_page()
+        open_view(page, web)
+        sent = json.loads(relayctl("--json", "send", "agent-bd-42", "Ship the release notes", agent="athena").stdout)["id"]
+        shown = page.wait_for_selector(f"#messages li[data-id='{sent}'] .when", timeout=2_000).text_content()
+        read_line = relayctl("read", "--last", "1", agent="agent-bd-42").stdout.splitlines()[0]
+        assert shown.endswith(" UTC") and read_line.split("  ")[1] == shown
+    finally:
+        context.close()
+
+
+def test_each_agents_arrival_and_a_failed_announcement_show(web: WebView, page, relayctl) -> None:
+    relayctl("register", "agent-bd-42", "--notify", "cmd:false")
+    open_view(page, web)
+    row = "#agents tr[data-agent='agent-bd-42']"
+    page.wait_for_function(f"document.querySelector(\"{row}\").textContent.includes('cmd:false')", timeout=2_000)
+    assert page.query_selector(f"{row} .badge.failed") is None  # nothing announced yet
+    assert "channel" in page.text_content("#agents tr[data-agent='athena']")  # no --notify: the channel
+    relayctl("send", "agent-bd-42", "Rebase onto main", agent="athena", check=False)  # warns: the announcement failed
+    failed = page.wait_for_selector(f"{row} .badge.failed", timeout=2_000).text_content()
+    assert "false exited 1" in failed and failed.startswith("failed ") and " UTC" in failed
+
+
+def test_a_dead_lettered_copy_is_marked_in_the_message_list(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    letter = make_dead_letter(relayctl, "Rotate the staging keys")
+    marked = f"#messages li[data-id='{letter['id']}'] .badge.dead"
+    page.wait_for_selector(marked, timeout=2_000)
+    assert page.text_content(marked) == "dead letter"
+    relayctl("send", "agent-bd-42", "An ordinary message", agent="athena")
+    page.wait_for_selector("#messages li .subject:text('An ordinary message')", timeout=2_000)
+    assert page.query_selector_all("#messages li .badge.dead") != [] and all(
+        li.get_attribute("data-id") == letter["id"] for li in page.query_selector_all("#messages li:has(.badge.dead)")
+    )
+
+
+def test_owed_messages_are_listed_until_acknowledged(web: WebView, page, relayctl) -> None:
+    open_view(page, web)
+    sent = json.loads(relayctl("--json", "send", "agent-bd-43", "Confirm the schema change", "--ack", "--max-deliver", "2", agent="athena").stdout)["id"]
+    row = f"#owed tr[data-owed='{sent}']"
+    page.wait_for_selector(row, timeout=2_000)
+    cells = [td.text_content() for td in page.query_selector_all(f"{row} td")]
+    assert cells[:3] == ["athena: Confirm the schema change", "agent-bd-43", "1 of 3"] and cells[3].endswith(" UTC")
+    assert page.text_content("#owed-count") == "1"
+    relayctl("ack", sent, agent="agent-bd-43")
+    page.wait_for_selector(row, state="detached", timeout=2_000)
+    assert page.text_content("#owed-count") == "0"
+
+
+@pytest.mark.parametrize("mode", ["direct", "daemon"], indirect=True)
+def test_the_pages_identity_leaves_the_team_when_the_view_stops(mode: str, team, relay_env) -> None:
+    """While `relayctl web --as lead` runs, lead is alive and broadcasts reach it; once it
+    stops, lead is archived (not alive) and broadcasts leave it out, until a view writes as
+    it again. Mail sent to it by name still arrives."""
+
+    def lead() -> dict:
+        return next(a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"] if a["name"] == "lead")
+
+    def broadcast_reaches() -> list[str]:
+        return sorted(m["to"] for m in json.loads(team("--json", "send", "--broadcast", "standup in 5", agent="athena").stdout))
+
+    view = WebView(relay_env, "--as", "lead")
+    try:
+        assert lead()["alive"] and "lead" in broadcast_reaches()
+    finally:
+        view.stop()
+    assert not lead()["alive"] and lead()["archived"]
+    assert broadcast_reaches() == ["agent-bd-42", "agent-bd-43"]
+    team("send", "lead", "for the lead, by name", agent="athena")
+    assert "for the lead, by name" in team("read", "--last", "1", agent="lead").stdout
+    view = WebView(relay_env, "--as", "lead")
+    try:
+        assert lead()["alive"] and "lead" in broadcast_reaches()
+    finally:
+        view.stop()

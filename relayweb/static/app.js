@@ -41,6 +41,18 @@ function ago(seconds) {
   return Math.floor(s / 86400) + "d ago";
 }
 
+// A stored time as relayctl read, dlq list and the hooks print it: UTC, to the minute, dated, labelled.
+function shown(iso) {
+  return iso ? iso.slice(0, 16).replace("T", " ") + " UTC" : "";
+}
+
+function arrival(a) {
+  const told = a.announced;
+  const how = el("span", { class: "muted", title: "how new mail is announced to " + a.name + " (relayctl register --notify)", text: a.arrives_by });
+  if (!told || told.ok) return el("td", {}, how);
+  return el("td", {}, how, " ", el("span", { class: "badge failed", title: `announcing by ${told.how} failed at ${shown(told.at)}: ${told.error || ""}`, text: "failed " + shown(told.at) + ": " + (told.error || "") }));
+}
+
 function until(iso) {
   const left = (Date.parse(iso) - Date.now()) / 1000;
   if (left <= 0) return "expired";
@@ -63,10 +75,11 @@ function renderAgents(agents) {
       el("td", {}, el("span", { class: "badge " + kind, text: kind })),
       work,
       el("td", { class: "muted", text: a.program || "" }),
+      arrival(a),
       el("td", { class: "muted", text: ago(a.age_seconds) }),
       el("td", { class: "num", text: a.unread ?? "" }),
       el("td", { class: "num", text: a.owed ?? "—" }));
-  }), "no agents registered yet (relayctl register NAME)", 7);
+  }), "no agents registered yet (relayctl register NAME)", 8);
 }
 
 function renderReservations(list, checked) {
@@ -95,7 +108,7 @@ function renderCommands(list) {
 function renderDeadLetters(list, rotated) {
   $("dlq-count").textContent = String(list.length) + (rotated.length ? ` (+${rotated.length} rotated inbox files, see relayctl dlq list)` : "");
   fill($("dead-letters").tBodies[0], list.map((d) => el("tr", { "data-dead": d.id },
-    el("td", {}, el("span", { class: "who", text: d.from + ": " }), el("span", { text: d.subject })),
+    el("td", {}, el("span", { class: "who", text: d.from + ": " }), el("span", { text: d.subject }), " ", el("span", { class: "muted", text: shown(d.dead_at) })),
     el("td", { class: "who", text: d.to }),
     el("td", { class: "num", text: d.attempts }),
     el("td", { class: "muted", text: d.reason || "" }),
@@ -103,6 +116,17 @@ function renderDeadLetters(list, rotated) {
       el("button", { type: "button", class: "small retry", title: "deliver it again, with the full number of retries", onclick: () => deadLetter("retry", d) , text: "Retry" }), " ",
       el("button", { type: "button", class: "small drop", title: "delete it for good", onclick: () => deadLetter("drop", d), text: "Drop" })))),
   "none", 5);
+}
+
+function renderOwed(list, counts) {
+  const total = counts.reduce((sum, a) => sum + (a.owed || 0), 0);
+  $("owed-count").textContent = String(total) + (total > list.length ? ` (the ${list.length} due soonest)` : "");
+  fill($("owed").tBodies[0], list.map((o) => el("tr", { "data-owed": o.id, "data-to": o.to },
+    el("td", {}, el("span", { class: "who", text: o.from + ": " }), el("span", { text: o.subject })),
+    el("td", { class: "who", text: o.to }),
+    el("td", { class: "num", title: "this delivery, of the most it gets before it is a dead letter", text: `${o.attempt} of ${o.of}` }),
+    el("td", { class: "muted", title: "when it is delivered again, or dead-lettered after the last", text: shown(o.due) }))),
+  "none", 4);
 }
 
 async function post(path, request) {
@@ -123,13 +147,13 @@ function messageItem(m) {
   if (m.type) badges.push(el("span", { class: "badge type", text: m.type }));
   if (m.thread) badges.push(el("span", { class: "badge thread", title: "show this thread", text: "thread " + m.thread, onclick: () => showThread(m.thread) }));
   for (const tag of m.tags || []) badges.push(el("span", { class: "badge", text: "#" + tag }));
-  const when = new Date(m.ts);
-  const today = when.toDateString() === new Date().toDateString();
+  const dead = (state && state.dead_letters || []).some((d) => d.id === m.id && d.to === m.to);
+  if (dead) badges.push(el("span", { class: "badge dead", title: "this copy is a dead letter: out of attempts, never acknowledged (see Dead letters)", text: "dead letter" }));
   const head = el("div", { class: "head" },
     el("span", { class: "who", text: `${m.from} → ${m.to}` }),
     ...badges,
     el("span", { class: "subject", text: m.subject }),
-    el("span", { class: "muted", title: m.ts + "  " + m.id, text: today ? when.toLocaleTimeString() : when.toLocaleString() }));
+    el("span", { class: "muted when", title: m.ts + "  " + m.id, text: shown(m.ts) }));
   head.append(el("span", { class: "badge way", title: "stored, announced, read, acknowledged: per recipient", text: "way", onclick: () => showWay(item, m.id) }));
   const item = el("li", { "data-id": m.id }, head);
   if (m.body && m.body !== m.subject) item.append(el("pre", { class: "body", text: m.body }));
@@ -198,6 +222,7 @@ function render() {
   renderReservations(state.reservations, state.conflicts_checked);
   renderCommands(state.commands);
   renderDeadLetters(state.dead_letters || [], state.rotated_files || []);
+  renderOwed(state.owed || [], state.agents);
   renderCompose(state);
   if (filter) scheduleSearch(250);
   else renderMessages(state.messages, "Messages (newest first)", false);
