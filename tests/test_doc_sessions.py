@@ -196,10 +196,16 @@ RUN_ELSEWHERE = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
     ("README.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_readme_claude_code_walkthrough",
     ("docs/protocol.md", "S=$(relayctl --json status --commands"): "test_doc_sessions.py::test_the_protocol_docs_socat_example_reaches_relayd",
+
+    ("README.md", "relayctl up --preset overlord     # writes relay-team.toml"): "test_team.py: test_presets_write_a_team_file_that_up_reads, test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process and test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail (six real Claude Code panes at once are test_claude_code.py's README walk-through)",
+    ("README.md", "$ relayctl up --preset overlord && relayctl up"): "test_team.py (as above)",
+    ("docs/team.md", "$ relayctl up --preset overlord"): "test_team.py (as above)",
+    ("docs/coordination.md", "$ relayctl guard install --repo ~/oathkeeper"): "test_guard.py installs, trips and removes the hook in real git repositories",
 }
 
 # Blocks that are not commands: usage lines, output, configuration, protocol frames, diagrams.
 NOT_COMMANDS = {
+    ("docs/architecture.md", "relayctl ──┐"): "a diagram (test_docs.py::test_the_architecture_map_names_only_what_exists checks its paths)",
     ("docs/bridge.md", 0): "a diagram",
     ("docs/cli.md", "AGENTS (3 alive, 0 stale)"): "output",
     ("docs/cli.md", "relayctl send TO MESSAGE ["): "usage",
