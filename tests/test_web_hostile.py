@@ -19,7 +19,8 @@ from typing import Iterator
 import pytest
 
 from test_web import browser, open_view, page, team, web  # noqa: F401  (fixtures)
-from web_view import CHROMIUM, CHROMIUM_ARGS, WebView, wait_until
+from waiting import wait_for
+from web_view import CHROMIUM, CHROMIUM_ARGS, WebView
 
 
 class Neighbour(http.server.ThreadingHTTPServer):
@@ -78,7 +79,7 @@ def test_open_puts_no_secret_on_any_command_line(team, relay_env, short_tmp: Pat
     browser_cmd = foreground_browser(short_tmp, f"timeout 60 {dump}")
     view = WebView({**relay_env, "BROWSER": str(browser_cmd)}, "--open")
     try:
-        wait_until(lambda: "exit" in _read(short_tmp / "shown"), 60, "the browser to finish")
+        wait_for("the browser to finish", lambda: "exit" in _read(short_tmp / "shown"), timeout=60)
         argv = (short_tmp / "argv").read_text()
         assert view.token not in argv and "token" not in argv
         [opened] = [a for a in argv.split() if a.startswith("file://")]
@@ -100,7 +101,7 @@ def test_open_with_a_browser_in_the_foreground_does_not_deadlock(team, relay_env
     view = WebView({**relay_env, "BROWSER": str(browser_cmd)}, "--open")
     try:
         assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
-        wait_until(lambda: "exit" in _read(short_tmp / "shown"), 60, "w3m to finish")
+        wait_for("w3m to finish", lambda: "exit" in _read(short_tmp / "shown"), timeout=60)
         assert "Open the relay web view" in _read(short_tmp / "shown") and "exit 0" in _read(short_tmp / "shown")
     finally:
         view.stop()
@@ -149,7 +150,7 @@ def test_half_sent_requests_cannot_lock_out_the_owner(team, relay_env, many_desc
             strangers.append(s)
         # Strangers are pushed out as new ones come: the descriptors in use fall back (all
         # 1,100 would exhaust them, and accept() would fail in a loop).
-        wait_until(lambda: _fds(view.proc.pid) < 200, 20, "the view to shed the half-sent requests")
+        wait_for("the view to shed the half-sent requests", lambda: _fds(view.proc.pid) < 200, timeout=20)
         open_view(page, view)  # the owner gets in, in a real browser
         assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
     finally:
