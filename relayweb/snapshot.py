@@ -60,10 +60,14 @@ def last_announcements(store: Store) -> dict[str, dict[str, Any]]:
 def owed_messages(store: Store) -> list[dict[str, Any]]:
     """The copies sent with ack that are not acknowledged yet, soonest due first: who owes
     what to whom, which delivery this is of how many, and when the next one (or the dead
-    letter) comes. Read from owed/ (one small file each); at most OWED_SHOWN."""
+    letter) comes. Read from owed/ (one small file each) and from the delivery log's records
+    that the sweep has not moved there yet; at most OWED_SHOWN."""
+    listed = owed.names(store, layout.OWED)
+    records = [owed.read(store, layout.OWED, name) for name in listed]
+    there = set(listed)
+    records += [record for (to, message_id), record in owed.unabsorbed(store).items() if owed.record_name(to, message_id) not in there]
     shown = []
-    for name in owed.names(store, layout.OWED):
-        record = owed.read(store, layout.OWED, name)
+    for record in records:
         if record is None:
             continue  # acknowledged or dead-lettered meanwhile, or damaged: not owed here
         m = record.message

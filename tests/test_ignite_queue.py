@@ -448,7 +448,7 @@ def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Pat
     else:
         with open(short_tmp / "watch.log", "wb") as log:
             stop = subprocess.Popen([sys.executable, "-m", "relayctl", "ignite", "watch", str(queue)], env=relay_env, stdout=log, stderr=log)
-        wait_for(lambda: b"serving" in (short_tmp / "watch.log").read_bytes(), what="relayctl ignite watch to start")
+        wait_for("relayctl ignite watch to start", lambda: b"serving" in (short_tmp / "watch.log").read_bytes())
     names = [f"task_assignment_{1770263544000000 + n:016d}.mime" for n in range(12)]
     try:
         # straight writers, writers that pause after creating the file, writers that pause mid-file
@@ -458,8 +458,8 @@ def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Pat
         writers.append(write_in_place(queue, "leader", f"processed/{goal}", mid=0.3, task="goal"))
         assert all(w.wait(timeout=60) == 0 for w in writers)
         processed = queue / "ignitian_1" / "processed"
-        wait_for(lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60, what="every file delivered")
-        wait_for(lambda: status_of(queue / "leader" / "processed" / goal) == "delivered", timeout=60, what="the user_goal delivered")
+        wait_for("every file delivered", lambda: all(status_of(processed / n) == "delivered" for n in names), timeout=60)
+        wait_for("the user_goal delivered", lambda: status_of(queue / "leader" / "processed" / goal) == "delivered", timeout=60)
     finally:
         stop.send_signal(signal.SIGTERM)
         assert stop.wait(timeout=20) == 0

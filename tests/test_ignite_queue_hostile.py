@@ -72,17 +72,17 @@ def test_a_symlinked_dead_letter_directory_is_never_followed(relayctl, team, que
 def test_one_monitor_even_after_the_queue_directory_is_made_again(relayctl, team, queue: Path, relay_env) -> None:
     daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
     try:
-        wait_for(lambda: relayctl("ignite", "watch", str(queue), "--once", check=False).returncode == 1, what="relayd to take the queue")
+        wait_for("relayd to take the queue", lambda: relayctl("ignite", "watch", str(queue), "--once", check=False).returncode == 1)
         # rm -rf queue (again while relayd, still serving, puts a directory back under it)
-        wait_for(lambda: shutil.rmtree(queue, ignore_errors=True) or not queue.exists(), what="the queue to be removed")
+        wait_for("the queue to be removed", lambda: shutil.rmtree(queue, ignore_errors=True) or not queue.exists())
         for agent in ("leader", "coordinator", "ignitian_1", "ignitian_2"):
             (queue / agent / "processed").mkdir(parents=True, exist_ok=True)
         proc = relayctl("ignite", "watch", str(queue), "--once", check=False)
         assert proc.returncode == 1 and proc.stderr.startswith("error: another monitor serves"), proc.stderr
         # relayd still serves the new directory, alone.
         path = drop(relayctl, queue, "ignitian_1", NAME)
-        wait_for(lambda: not path.exists(), what="relayd to take a file from the new directory")
-        wait_for(lambda: inbox(relay_env, "ignitian_1"), what="the notice")
+        wait_for("relayd to take a file from the new directory", lambda: not path.exists())
+        wait_for("the notice", lambda: inbox(relay_env, "ignitian_1"))
         assert [n["tags"] for n in inbox(relay_env, "ignitian_1")] == [[f"ignite:{NAME}#0"]]
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
