@@ -28,7 +28,10 @@ class RecordingProxy:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.connections: list[socket.socket] = []  # closed by close(), never left to the collector
+        self.pumps: list[threading.Thread] = []
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -37,9 +40,12 @@ class RecordingProxy:
             except OSError:
                 return
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.connections += [client, server]
             server.connect(self.upstream)
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            for source, sink, record in ((client, server, True), (server, client, False)):
+                pump = threading.Thread(target=self._pump, args=(source, sink, record), daemon=True)
+                self.pumps.append(pump)
+                pump.start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
         buffer = b""
@@ -65,7 +71,18 @@ class RecordingProxy:
         return [(r["op"], r["params"].get("op") if r["op"] == "session_call" else None) for r in taken]
 
     def close(self) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the acceptor
         self.listener.close()
+        self.acceptor.join(timeout=5)
+        for end in self.connections:
+            try:
+                end.shutdown(socket.SHUT_RDWR)  # wakes the pumps
+            except OSError:
+                pass
+        for pump in self.pumps:
+            pump.join(timeout=5)
+        for end in self.connections:
+            end.close()
 
 
 @pytest.fixture
