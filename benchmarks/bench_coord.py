@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+import tempfile
 import time
 
 from relayd import globs, ops
@@ -24,7 +25,7 @@ from relayd.timefmt import now, to_iso
 
 from .common import PYTHON, Row, child_env, median_ms, scratch_dir, time_calls, time_process
 
-REPO = "/home/dev/oathkeeper"
+REPO = tempfile.gettempdir()  # a directory that exists: relayctl reserve refuses a --repo that does not
 ACTIVE = 1000
 
 
