@@ -32,7 +32,7 @@ def _web(env: dict[str, str]) -> tuple[subprocess.Popen, str, int, str]:
         proc.kill()
         raise RuntimeError("relayctl web printed no URL")
     url = urlsplit(proc.stdout.readline().strip())
-    return proc, url.hostname or "127.0.0.1", url.port or 0, url.query.removeprefix("token=")
+    return proc, url.hostname or "127.0.0.1", url.port or 0, url.fragment.removeprefix("token=")  # the token rides in the #fragment
 
 
 def _latencies(env: dict[str, str], store: str, socket: str | None, count: int) -> list[float]:
