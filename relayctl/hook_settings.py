@@ -96,6 +96,18 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     return Change(path, _save(path, data), events)
 
 
+def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
+    """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
+    (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
+    path = settings_path("gemini", project)
+    data = _load(path)
+    servers = data.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise RelayError(f"{path}: \"mcpServers\" is not a JSON object; fix it by hand (relay did not change the file)")
+    servers[name] = entry
+    return Change(path, _save(path, data), ())
+
+
 def uninstall(program: str, project: str = ".") -> Change:
     """Take relay's hook entries out of `program`'s settings in `project`; nothing else."""
     path = settings_path(program, project)

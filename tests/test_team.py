@@ -259,3 +259,50 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
             raise AssertionError(f"the mail never reached the model; the pane shows:\n{screen()}\nrelayd's log:\n{log}") from None
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """Gemini CLI reads MCP servers from one project-wide settings file: `up` writes relay-mcp
+    there with the role `$RELAY_AGENT`, which the real Gemini CLI fills in from the pane's
+    environment. Mail for alpha reaches the pane's model (typed trigger, hooks), and the
+    model's answer through relay's send_message tool arrives as alpha's: the server spoke
+    for the agent of its own pane."""
+    from agent_programs import program
+    from model_gemini import function_call, gemini_responder, text, user_texts
+    from scripted_model import ScriptedModel
+
+    gemini = program("gemini")
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(team.repo.resolve()): "TRUST_FOLDER"}))
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"\n# was: "', 1))
+    settings = json.loads((team.repo / ".gemini" / "settings.json").read_text()) if (team.repo / ".gemini" / "settings.json").exists() else {}
+    assert "mcpServers" not in settings
+
+    def turn(request: dict) -> list[dict]:
+        answered = any("functionResponse" in part for content in request.get("contents", []) for part in content.get("parts", []))
+        if answered or not any("SUBJECT-FOR-ALPHA" in part for part in user_texts(request)):
+            return [text("Done.")]
+        return [function_call("mcp_relay_send_message", {"to": "boss", "subject": "hotfix deployed", "body": "as asked"})]
+
+    with ScriptedModel(gemini_responder(turn)) as model:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{gemini.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        relayctl("up", str(team.file))
+        written = json.loads((team.repo / ".gemini" / "settings.json").read_text())
+        assert written["mcpServers"]["relay"]["env"]["OVLD_ROLE"] == "$RELAY_AGENT"
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for("Gemini CLI's prompt", lambda: "Type your message" in screen(), timeout=90)
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
+        try:
+            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
+        except AssertionError:
+            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
+        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)

@@ -8,8 +8,9 @@ from relay and returns the argv its pane runs:
            development-channels flag that lets relay-mcp push mail into the session
   codex    relay-mcp given with `-c mcp_servers.relay=...` (no file to share), and relay's
            hooks in .codex/hooks.json
-  gemini   relay's hooks in .gemini/settings.json (its MCP servers live in one project-wide
-           settings file, which cannot carry a role per pane: mail comes by hook)
+  gemini   relay's hooks and relay-mcp in the repository's .gemini/settings.json: one
+           project-wide file for every Gemini pane, so the server's role is `$RELAY_AGENT`,
+           which Gemini CLI fills in from each pane's own environment
   other    the command line as written; the pane's environment names the agent
 
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
@@ -26,7 +27,7 @@ import os
 import shlex
 
 from relayctl import hook_settings
-from relayctl.cmd_mcp import SERVER_NAME, codex_table, server_config
+from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, server_config
 
 from .teamfile import Agent, Team
 
@@ -36,6 +37,10 @@ DEV_CHANNELS = ["--dangerously-load-development-channels", f"server:{SERVER_NAME
 # asks at every start whether the channel is for local development; Enter takes the
 # preselected "I am using this for local development". (No setting skips it in 2.1.330.)
 CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
+
+# Gemini CLI expands `$NAME` in its settings' strings from its own environment when it
+# loads them, so one project file names each pane's own agent.
+PANE_AGENT = "$RELAY_AGENT"
 
 
 def startup_prompts(agent: Agent) -> list[tuple[str, list[str]]]:
@@ -59,6 +64,8 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         return ["codex", "-c", f"mcp_servers.{SERVER_NAME}={table}", *model, *agent.args]
     if agent.kind == "gemini":
         hook_settings.install("gemini", None, team.repo, store_arg, socket)
+        server = gemini_config(PANE_AGENT, store_dir, socket, team.name)["mcpServers"][SERVER_NAME]
+        hook_settings.put_gemini_server(team.repo, SERVER_NAME, server)
         return ["gemini", *model, *agent.args]
     return [*shlex.split(agent.program), *agent.args]
 
