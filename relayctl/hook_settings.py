@@ -96,6 +96,20 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     return Change(path, _save(path, data), events)
 
 
+def relay_alone(program: str, project: str) -> int | None:
+    """How many hook entries the project's settings hold, when every one is relay's; None
+    when the file holds anyone else's hooks too (or cannot be read)."""
+    try:
+        hooks = _load(settings_path(program, project)).get("hooks")
+    except RelayError:
+        return None
+    if not isinstance(hooks, dict):
+        return None
+    entries = [h for groups in hooks.values() if isinstance(groups, list) for g in groups if isinstance(g, dict)
+               for h in (g.get("hooks") if isinstance(g.get("hooks"), list) else [None])]
+    return len(entries) if entries and all(is_relay_hook(h) for h in entries) else None
+
+
 def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
     """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
     (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""

@@ -306,3 +306,79 @@ def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agen
         assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """`up` gives a Codex pane relay-mcp as `-c mcp_servers.relay=...` and relay's hooks, and
+    answers the hook review those hooks cause. Mail for alpha reaches the pane's model, and
+    the model's answer through relay's send_message tool arrives as alpha's."""
+    from agent_programs import program
+    from model_openai import codex_config, function_call, message, responses_responder
+    from scripted_model import ScriptedModel
+
+    codex = program("codex")
+    home = team.root / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "codex"\n# was: "', 1))
+
+    def turn(request: dict) -> list[dict]:
+        seen = json.dumps(request.get("input", []))
+        if "function_call_output" in seen or "SUBJECT-FOR-ALPHA" not in seen:
+            return [message("Done.")]
+        return [function_call("send_message", {"to": "boss", "subject": "hotfix deployed", "body": "as asked"}, namespace="mcp__relay")]
+
+    with ScriptedModel(responses_responder(turn)) as model:
+        # The folder trust is the person's own choice (Codex asks it of any project); it is given here.
+        (codex_home / "config.toml").write_text(codex_config(model.url) + f'\n[projects."{team.repo.resolve()}"]\ntrust_level = "trusted"\n')
+        team.env.update(HOME=str(home), CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted",
+                        PATH=f"{codex.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        started = relayctl("up", str(team.file))
+        assert "still shows" not in started.stdout, started.stdout  # the hook review was answered
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for("Codex's prompt", lambda: "Ask Codex to do anything" in screen(), timeout=90)
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
+        try:
+            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
+        except AssertionError:
+            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
+        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short_tmp: Path, monkeypatch) -> None:
+    """What `up` expects Codex to ask: the review of relay's hooks while Codex has no trust
+    recorded for them, or the file changed since; nothing once it is recorded; and never an
+    answer for a project whose hooks file holds someone else's hook too."""
+    from relayctl.team import clients
+    from relayctl.team.teamfile import Agent, Team as TeamFile
+
+    repo = short_tmp / "repo"
+    repo.mkdir()
+    codex_home = short_tmp / "codex"
+    codex_home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(codex_home))
+    agent = Agent(name="alpha", program="codex")
+    team = TeamFile(name="crew", multiplexer="tmux", repo=str(repo.resolve()), agents=[agent], path=str(short_tmp / "relay-team.toml"))
+    relayctl("hooks", "install", "--for", "codex", "--agent", "alpha", "--project", str(repo))
+    hooks_file = (repo / ".codex" / "hooks.json").resolve()
+
+    [question] = clients.startup_prompts(agent, team)
+    assert question.text == "4 hooks are new or changed" and question.expected
+
+    config = codex_home / "config.toml"
+    config.write_text("".join(f'[hooks.state."{hooks_file}:{event}:0:0"]\ntrusted_hash = "sha256:00"\n\n'
+                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop")))
+    os.utime(hooks_file, (1_000_000_000, 1_000_000_000))  # trusted after it was written
+    [question] = clients.startup_prompts(agent, team)
+    assert not question.expected
+
+    settings = json.loads(hooks_file.read_text())
+    settings["hooks"]["Stop"][0]["hooks"].append({"type": "command", "command": "./scripts/lint.sh"})
+    hooks_file.write_text(json.dumps(settings))
+    assert clients.startup_prompts(agent, team) == []

@@ -16,8 +16,8 @@ from relay and returns the argv its pane runs:
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
 they deliver, so the agents of one repository share one settings file.
 
-`startup_prompts(agent)` lists the questions relay's own configuration makes a program ask
-at start, with the keys that answer each (up.py watches the panes for them).
+`startup_prompts(agent, team)` lists the questions relay's own configuration makes a program
+ask at start, with the keys that answer each (up.py watches the panes for them).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tomllib
+from typing import NamedTuple
 
 from relayctl import hook_settings
 from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, server_config
@@ -43,9 +45,41 @@ CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
 PANE_AGENT = "$RELAY_AGENT"
 
 
-def startup_prompts(agent: Agent) -> list[tuple[str, list[str]]]:
+class Question(NamedTuple):
+    text: str  # what the program's screen shows while it asks
+    keys: list[str]  # what answers it
+    expected: bool = True  # False: asked only sometimes; answered when seen, not missed when not
+
+
+def startup_prompts(agent: Agent, team: Team) -> list[Question]:
     """The questions relay's configuration makes this agent's program ask at start."""
-    return [CHANNEL_QUESTION] if agent.notify == "channel" else []
+    if agent.kind == "codex":
+        return _codex_hook_review(agent, team)
+    return [Question(*CHANNEL_QUESTION)] if agent.notify == "channel" else []
+
+
+def _codex_hook_review(agent: Agent, team: Team) -> list[Question]:
+    """Codex CLI asks to review hooks it has not trusted yet ("Hooks need review"), relay's
+    included. It is answered ("Trust all and continue") only when every hook it can be about
+    is relay's: the project's hooks file holds relay's alone and the count on the screen is
+    theirs. Anything more is the person's to review. Codex keeps what it trusted in
+    `[hooks.state."<hooks file>:<event>:..."]` of $CODEX_HOME/config.toml; a hooks file
+    written after that record is new to it again."""
+    count = hook_settings.relay_alone("codex", team.repo)
+    if count is None:
+        return []
+    text = f"{count} hook is new or changed" if count == 1 else f"{count} hooks are new or changed"
+    hooks_file = os.path.realpath(hook_settings.settings_path("codex", team.repo))
+    codex_home = agent.env.get("CODEX_HOME") or os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+    config = os.path.join(codex_home, "config.toml")
+    try:
+        with open(config, "rb") as fh:
+            state = tomllib.load(fh).get("hooks", {}).get("state", {})
+        trusted = sum(1 for key in state if key.startswith(hooks_file + ":"))
+        expected = trusted < count or os.stat(hooks_file).st_mtime > os.stat(config).st_mtime
+    except (OSError, ValueError, AttributeError):
+        expected = True
+    return [Question(text, ["Down", "Enter"], expected)]
 
 
 def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_dir: str) -> list[str]:
