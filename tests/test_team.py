@@ -201,6 +201,9 @@ def test_presets_write_a_team_file_that_up_reads(relayctl, short_tmp: Path) -> N
 
 
 def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, str], short_tmp: Path, store_dir: Path) -> None:
+    """The layout's pane scripts run for real (sh, as zellij would start them); zellij itself
+    is a recording stub. Run again, `up` opens a new pane only for the agent whose program
+    is not running."""
     bin_dir = short_tmp / "bin"
     bin_dir.mkdir()
     log = short_tmp / "zellij.log"
@@ -209,7 +212,8 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
     stub.chmod(0o755)
     relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
     team_file = short_tmp / "team.toml"
-    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sh -c \'echo hi\'"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
+    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sleep 120"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
+    alpha = None
     try:
         relayctl("up", str(team_file))
         calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -219,9 +223,28 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
         assert kdl.count("pane name=") == 2 and "register alpha --notify zellij:$ZELLIJ_PANE_ID" in kdl
         assert "RELAY_AGENT=beta" in kdl and "--dangerously-load-development-channels server:relay --model opus" in kdl
         assert "register beta --notify channel" in kdl
+
+        # alpha's pane, as zellij would run it: registers pane 7, notes its pid, becomes `sleep 120`.
+        script = json.loads(next(line for line in kdl.splitlines() if "register alpha" in line).split('args "-c" ', 1)[1])
+        alpha = subprocess.Popen(["sh", "-c", script], env=dict(relayctl.env, ZELLIJ_PANE_ID="7"))
+        wait_for("alpha's pane to register", lambda: json.loads(relayctl("--json", "status").stdout) and any(
+            a["name"] == "alpha" and a.get("notify") == "zellij:7" for a in json.loads(relayctl("--json", "status").stdout)["agents"]))
+        pid_file = store_dir / layout.TEAMS / "zteam" / "alpha.pid"
+        wait_for("alpha's pid file", lambda: pid_file.exists() and pid_file.read_text().strip() == str(alpha.pid))
+
+        log.write_text("")
+        again = relayctl("up", str(team_file))
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [c[:5] for c in calls] == [["--session", "zteam", "action", "new-pane", "--name"]] and calls[0][5] == "beta", calls
+        assert "alpha            running" in again.stdout and "beta             restarted" in again.stdout
+
         relayctl("down", str(team_file))
         assert json.loads(log.read_text().splitlines()[-1]) == ["kill-session", "zteam"]
+        assert not pid_file.exists()
     finally:
+        if alpha is not None:
+            alpha.kill()
+            alpha.wait()
         relayctl("down", str(team_file), check=False)
 
 

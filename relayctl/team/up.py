@@ -99,7 +99,7 @@ def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
     if team.multiplexer == "zellij":
         from .zellij import take_down as zellij_down
 
-        zellij_down(team)
+        zellij_down(team, state)
     else:
         from .tmux import TmuxTeam
 
