@@ -30,7 +30,7 @@ import structlog
 
 from relayd import layout
 from relayd.errors import RelayError
-from relayd.fsio import append_lines
+from relayd.fsio import Dir, append_lines, complete_lines, line_start_at
 from relayd.inbox import append_messages, check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
@@ -85,23 +85,12 @@ class Receiver:
     def _load(self) -> None:
         folder = self.store.top(layout.BRIDGE)
         for name, target in ((layout.RECEIVED_ROTATED, self.older), (layout.RECEIVED, self.recent)):
-            raw = folder.read_bytes(name) or b""
-            self._ids(raw.split(b"\n"), target)
+            self._ids(_lines(folder, name), target)
         # A kill between an inbox append and the append to received.jsonl leaves ids that
         # only the inbox knows; they are its last lines, so the tail of each inbox is enough.
         for agent in self.store.known_agents():
             with self.store.agent_dir(agent) as folder:
-                try:
-                    fd = folder.open(layout.INBOX, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue
-                try:
-                    size = os.fstat(fd).st_size
-                    start = max(0, size - INBOX_TAIL_BYTES)
-                    lines = os.pread(fd, size - start, start).split(b"\n")
-                finally:
-                    os.close(fd)
-            self._ids(lines[1:] if start else lines, self.recent)
+                self._ids(_lines(folder, layout.INBOX, last=INBOX_TAIL_BYTES), self.recent)
 
     @staticmethod
     def _ids(lines: list[bytes], into: set[str]) -> None:
@@ -231,6 +220,20 @@ class Receiver:
 def _refused(reason: str, host: str, data: bytes) -> bytes:
     kept = bytes(data[:KEPT_BYTES]).decode("utf-8", errors="replace")
     return json_encoder.encode(Refused(reason=reason, host=host, size=len(data), data=kept))
+
+
+def _lines(folder: Dir, name: str, last: int | None = None) -> list[bytes]:
+    """The complete lines of `folder/name` (of its last `last` bytes: the lines that start
+    there); none when it does not exist."""
+    try:
+        fd = folder.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return []
+    try:
+        start = 0 if last is None else line_start_at(fd, max(0, os.fstat(fd).st_size - last))
+        return [line for _, line in complete_lines(fd, start)]
+    finally:
+        os.close(fd)
 
 
 def _key(message: Message) -> str:
