@@ -17,7 +17,7 @@ import stat
 from contextlib import contextmanager
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Callable, Iterator
 
 from .errors import StoreError, UnsafePath
 from .ulid import new_ulid
@@ -374,6 +374,43 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
         os.ftruncate(fd, size)
         raise StoreError(f"{what}: {why} ({written} of {len(payload)} bytes written, rolled back)")
     return size
+
+
+def open_appending(folder: Dir, name: str, adding: int, sync: Syncer, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> int:
+    """An fd on the line file `folder/name` (created when absent) to append `adding` bytes
+    to, under the caller's lock. When the file holds something and the append would take
+    it past `rotate_bytes`, `rotate(size)` first moves it away (renames it), and a new file
+    is made. A file made here has its directory fsynced (DESIGN §2): the data fsynced into
+    it later must not be lost with its name. The fd is the caller's to close."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+    fd = folder.open(name, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if rotate is not None and rotate_bytes is not None and size and size + adding > rotate_bytes:
+            os.close(fd)
+            fd = -1
+            rotate(size)
+            fd = folder.open(name, flags)
+            size = os.fstat(fd).st_size
+        if size == 0:
+            sync.dir(folder.fd)  # the file may have just been created (or the old one renamed away)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def append_file(folder: Dir, name: str, payload: bytes, sync: Syncer, *, durable: bool = True, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
+    """Append whole lines to `folder/name` in one write, under the caller's lock: opened (and
+    rotated) by `open_appending`, fsynced unless not `durable`, closed."""
+    fd = open_appending(folder, name, len(payload), sync, rotate_bytes, rotate)
+    try:
+        append_lines(fd, payload, os.path.join(folder.path, name))
+        if durable:
+            sync.file(fd)
+    finally:
+        os.close(fd)
 
 
 # -- reading NDJSON files ------------------------------------------------------------

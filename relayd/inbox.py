@@ -20,7 +20,7 @@ import msgspec
 from . import layout, owed, presence, remote
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
-from .fsio import Dir, append_lines, blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, regions_backward
+from .fsio import Dir, append_lines, blocks_forward, open_appending, complete_end, complete_lines, line_start_at, lines_backward, regions_backward
 from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
@@ -232,22 +232,13 @@ class _Appends:
         payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
         agent = self.dirs[recipient]
         store = self.store
-        fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd = open_appending(agent, layout.INBOX, len(payload), store.sync, store.rotate_bytes, lambda size: _rotate(store, agent, size))
         try:
-            size = os.fstat(fd).st_size
-            if size and size + len(payload) > store.rotate_bytes:
-                os.close(fd)
-                fd = -1
-                _rotate(store, agent, size)
-                fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-                store.sync.dir(agent.fd)
-            elif size == 0:
-                store.sync.dir(agent.fd)  # the file may have just been created
             start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
             self.written[recipient] = (fd, start)  # from here on, taking back cuts it off again
             store.sync.file(fd)
         except BaseException:
-            if fd >= 0 and recipient not in self.written:
+            if recipient not in self.written:
                 os.close(fd)
             raise
 

@@ -27,7 +27,7 @@ import msgspec
 
 from . import layout
 from .errors import Unavailable, UsageError
-from .fsio import append_lines, blocks_forward, complete_lines
+from .fsio import append_file, blocks_forward, complete_lines
 from .records import Message, json_encoder
 from .store import Store
 
@@ -169,14 +169,7 @@ def append_outbox(store: Store, host: str, messages: list[Message]) -> None:
     payload = b"".join(json_encoder.encode(OutboxEntry(host=host, message=m)) + b"\n" for m in messages)
     folder = bridge_dir(store)
     with folder.locked(layout.OUTBOX_LOCK):
-        fd = folder.open(layout.OUTBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size == 0:
-                store.sync.dir(folder.fd)  # the file may have just been created
-            append_lines(fd, payload, os.path.join(folder.path, layout.OUTBOX))
-            store.sync.file(fd)
-        finally:
-            os.close(fd)
+        append_file(folder, layout.OUTBOX, payload, store.sync)
 
 
 def read_cursor(store: Store) -> OutboxCursor:

@@ -30,7 +30,7 @@ import structlog
 
 from relayd import layout
 from relayd.errors import RelayError
-from relayd.fsio import Dir, append_lines, complete_lines, line_start_at
+from relayd.fsio import Dir, append_file, complete_lines, line_start_at
 from relayd.inbox import append_messages, check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
@@ -177,27 +177,15 @@ class Receiver:
         self.delivered += len(delivered)
 
     def _remember(self, ids: list[str]) -> None:
-        folder = self.store.top(layout.BRIDGE)
-        try:
-            size = os.stat(layout.RECEIVED, dir_fd=folder.fd, follow_symlinks=False).st_size
-        except FileNotFoundError:
-            size = 0
-        if size > RECEIVED_ROTATE_BYTES:
-            folder.rename(layout.RECEIVED, layout.RECEIVED_ROTATED)
-            self.older, self.recent = self.recent, set()
-        self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids])
+        self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids], rotate_bytes=RECEIVED_ROTATE_BYTES, rotate=self._rotate_received)
 
-    def _append(self, name: str, lines: list[bytes]) -> None:
-        folder = self.store.top(layout.BRIDGE)
-        fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size == 0:
-                self.store.sync.dir(folder.fd)
-            append_lines(fd, b"".join(line + b"\n" for line in lines), os.path.join(folder.path, name))
-            self.store.sync.file(fd)
-        finally:
-            os.close(fd)
+    def _rotate_received(self, _size: int) -> None:
+        self.store.top(layout.BRIDGE).rename(layout.RECEIVED, layout.RECEIVED_ROTATED)
+        self.older, self.recent = self.recent, set()
 
+    def _append(self, name: str, lines: list[bytes], rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
+        payload = b"".join(line + b"\n" for line in lines)
+        append_file(self.store.top(layout.BRIDGE), name, payload, self.store.sync, rotate_bytes=rotate_bytes, rotate=rotate)
 
     async def _refusal(self, message: Message, sender: str) -> str | None:
         """Why `message`, published by host `sender`, is not stored here (None: it is)."""
