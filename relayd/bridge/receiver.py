@@ -31,7 +31,7 @@ import structlog
 from relayd import layout
 from relayd.errors import RelayError
 from relayd.fsio import Dir, append_file, complete_lines, line_start_at
-from relayd.inbox import append_messages, check_message
+from relayd.inbox import append_messages, arrival, check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
 
@@ -158,12 +158,7 @@ class Receiver:
                 # Held from now on, even if this task is cancelled before the ack (a lost
                 # connection): the appends are made and the group commit will sync them.
                 self.recent.update(_key(m) for m in fresh)
-            self.store.emit(
-                *(
-                    self.store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
-                    for m in delivered
-                )
-            )
+            self.store.emit(*(arrival(self.store, m) for m in delivered))
             await self.durable()
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.
