@@ -485,13 +485,15 @@ def complete_lines(fd: int, start: int, end: int | None = None, chunk: int = LIN
             yield position, line
 
 
-def regions_backward(fd: int, stop: int, chunk: int = LINE_CHUNK, most: int | None = None) -> Iterator[tuple[int, bytes, int]]:
+def regions_backward(fd: int, stop: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes, int]]:
     """`fd`'s bytes before `stop` (a line boundary), the last region first, as (offset,
     data, begin): `data` was read at `offset`, and the region is `data[begin:]` -- whole
     lines, no line split between two regions (given so, a large block needs no copy).
-    Regions are about `chunk` bytes, growing fourfold each up to `most` (a long scan reads
-    fewer, larger ones); a line longer than a region makes that region longer."""
-    base = size = chunk
+
+    A backward read mostly wants only the newest lines (the last few messages, a fresh
+    id), so the first region is `first` bytes and each next one four times larger, up to
+    `most`; a line longer than a region makes that region longer."""
+    base = size = first
     while stop > 0:
         start = max(0, stop - size)
         data = os.pread(fd, stop - start, start)
@@ -503,14 +505,12 @@ def regions_backward(fd: int, stop: int, chunk: int = LINE_CHUNK, most: int | No
                 continue
         yield start, data, begin
         stop = start + begin
-        if most is not None:
-            base = min(base * 4, most)
-        size = base
+        base = size = min(base * 4, most)
 
 
-def lines_backward(fd: int, chunk: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+def lines_backward(fd: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
     """(end offset, line) for each non-empty complete line of `fd`, the last first."""
-    for offset, data, begin in regions_backward(fd, complete_end(fd), chunk):
+    for offset, data, begin in regions_backward(fd, complete_end(fd), first, most):
         end = offset + len(data)
         lines = data[begin:].split(b"\n")
         lines.pop()

@@ -881,7 +881,7 @@ class Copies(msgspec.Struct, kw_only=True):
     read: bool  # the agent's read cursor has passed the newest copy
 
 
-_SCAN_REGION = 1 << 20  # copies are looked for by byte search: large regions, few reads
+_SCAN_REGION = 1 << 20  # copies are looked for by byte search: up to large regions, few reads
 _TS_FIELD = b'"ts":"'
 
 
@@ -899,7 +899,7 @@ def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> C
             for fd, rotated in ((snap.current, False), (snap.rotated, True)):
                 if fd < 0 or finished:
                     continue
-                for offset, data, begin in regions_backward(fd, complete_end(fd), _SCAN_REGION):
+                for offset, data, begin in regions_backward(fd, complete_end(fd), most=_SCAN_REGION):
                     region = data[begin:]
                     if needle in region:
                         line_end = offset + len(data)

@@ -36,7 +36,7 @@ def test_regions_cover_the_complete_lines_backwards_and_never_split_one(tmp_path
     fd = opened(tmp_path_factory, whole + torn)
     try:
         assert complete_end(fd) == len(whole)
-        regions = [(offset + begin, data[begin:]) for offset, data, begin in regions_backward(fd, complete_end(fd), chunk)]
+        regions = [(offset + begin, data[begin:]) for offset, data, begin in regions_backward(fd, complete_end(fd), chunk, chunk * 4)]
     finally:
         os.close(fd)
     offsets = [offset for offset, _ in regions]
@@ -84,7 +84,7 @@ def test_a_line_longer_than_the_chunk_is_read_whole_not_cut(tmp_path_factory) ->
     fd = opened(tmp_path_factory, b"a\n" + long + b"\nb\n")
     try:
         assert [line for _, line in complete_lines(fd, 0, chunk=16)] == [b"a", long, b"b"]
-        assert [line for _, line in lines_backward(fd, chunk=16)] == [b"b", long, b"a"]
+        assert [line for _, line in lines_backward(fd, first=16, most=16)] == [b"b", long, b"a"]
     finally:
         os.close(fd)
 
