@@ -17,7 +17,7 @@ import stat
 from contextlib import contextmanager
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Callable, Iterator
 
 from .errors import StoreError, UnsafePath
 from .ulid import new_ulid
@@ -29,8 +29,11 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # opener (the daemon's only thread) wait for a peer that never comes; for a regular file
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
-_TAIL_CHUNK = 64 * 1024
-_LINES_CHUNK = 256 * 1024  # complete_lines reads this much at a time
+# What every NDJSON reader reads at a time. One rule for a line longer than that: it is
+# never split or cut, the read grows (doubling) until it holds the whole line. No relay
+# writer makes a line near a chunk (a message body is capped at 256 KiB), so only a
+# hand-made file makes a read large.
+LINE_CHUNK = 256 * 1024
 _RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
 
@@ -336,54 +339,15 @@ def _write_all(fd: int, data: bytes, what: str) -> None:
         raise _os_error(exc, what) from exc
 
 
-def regions_backward(fd: int, stop: int, chunk: int) -> Iterator[tuple[int, bytes]]:
-    """`fd`'s bytes before `stop`, last region first, as (offset, bytes): each region starts
-    at a line start (or the file's start) and ends where the one after it begins, so no
-    line is split between two. About `chunk` bytes each; a longer line makes a region
-    longer. How an inbox is read newest first, and how a fresh id is looked up."""
-    size = chunk
-    while stop > 0:
-        start = max(0, stop - size)
-        data = os.pread(fd, stop - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1  # the first line may begin before `start`
-            if cut == 0 or cut == len(data):  # one line longer than the chunk: read further back
-                size *= 2
-                continue
-        yield start + cut, data[cut:]
-        stop = start + cut
-        size = chunk
-
-
-def lines_backward(fd: int, chunk: int) -> Iterator[bytes]:
-    """`fd`'s non-empty lines, the last first, read in regions of about `chunk` bytes."""
-    for _, region in regions_backward(fd, os.fstat(fd).st_size, chunk):
-        for line in reversed(region.split(b"\n")):
-            if line:
-                yield line
-
-
 def repair_tail(fd: int, size: int) -> int:
     """Cut a torn last line (no trailing newline) back to the last complete line.
 
     Returns the new size. A crash can leave half a line; the next append must not glue
     its record onto it.
     """
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    end = size
-    while end > 0:
-        start = max(0, end - _TAIL_CHUNK)
-        chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            break
-        end = start
-    else:
-        keep = 0
-    os.ftruncate(fd, keep)
+    keep = complete_end(fd, size)
+    if keep != size:
+        os.ftruncate(fd, keep)
     return keep
 
 
@@ -412,25 +376,145 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
     return size
 
 
-def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(end offset, line) for each complete line of `fd` from `start` (up to `end`).
-    A torn or unfinished tail is not a line yet."""
+def open_appending(folder: Dir, name: str, adding: int, sync: Syncer, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> int:
+    """An fd on the line file `folder/name` (created when absent) to append `adding` bytes
+    to, under the caller's lock. When the file holds something and the append would take
+    it past `rotate_bytes`, `rotate(size)` first moves it away (renames it), and a new file
+    is made. A file made here has its directory fsynced (DESIGN §2): the data fsynced into
+    it later must not be lost with its name. The fd is the caller's to close."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+    fd = folder.open(name, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if rotate is not None and rotate_bytes is not None and size and size + adding > rotate_bytes:
+            os.close(fd)
+            fd = -1
+            rotate(size)
+            fd = folder.open(name, flags)
+            size = os.fstat(fd).st_size
+        if size == 0:
+            sync.dir(folder.fd)  # the file may have just been created (or the old one renamed away)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def append_file(folder: Dir, name: str, payload: bytes, sync: Syncer, *, durable: bool = True, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
+    """Append whole lines to `folder/name` in one write, under the caller's lock: opened (and
+    rotated) by `open_appending`, fsynced unless not `durable`, closed."""
+    fd = open_appending(folder, name, len(payload), sync, rotate_bytes, rotate)
+    try:
+        append_lines(fd, payload, os.path.join(folder.path, name))
+        if durable:
+            sync.file(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading NDJSON files ------------------------------------------------------------
+# Every reader of the store's line files (inboxes, events.jsonl, delivery.jsonl, the bridge's
+# files) goes through these. Readers take complete lines only: a tail without its newline
+# is a write in progress (or torn by a crash, and cut back by the next append), not a line.
+
+
+def complete_end(fd: int, size: int | None = None) -> int:
+    """The offset just past the last newline before `size` (the file's size by default):
+    where the complete lines end. Reads back from the end only as far as that newline."""
+    end = os.fstat(fd).st_size if size is None else size
+    if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
+        return end
+    while end > 0:
+        start = max(0, end - LINE_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def line_start_at(fd: int, offset: int) -> int:
+    """`offset` if a line starts there, else the start of the line after it (a cursor
+    that points into a line); the file's size when no line starts at or after it."""
+    if offset <= 0:
+        return 0
+    if os.pread(fd, 1, offset - 1) == b"\n":
+        return offset
+    size = os.fstat(fd).st_size
+    while offset < size:
+        chunk = os.pread(fd, LINE_CHUNK, offset)
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return offset + newline + 1
+        offset += len(chunk)
+    return max(offset, size)
+
+
+def blocks_forward(fd: int, start: int, end: int | None = None, chunk: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(offset, block) from `start` (a line start) up to `end`: each block is whole lines,
+    newline included, about `chunk` bytes. For readers that look at many lines at once
+    (counting them, searching their bytes); `complete_lines` gives them one by one."""
     offset = start
-    want = _LINES_CHUNK
+    want = chunk
     while end is None or offset < end:
         size = want if end is None else min(want, end - offset)
         data = os.pread(fd, size, offset)
-        if not data:
-            return
-        last = data.rfind(b"\n")
-        if last < 0:
+        last = data.rfind(b"\n") + 1
+        if last == 0:
             if len(data) < size:
-                return
-            want *= 2  # one line longer than the chunk
+                return  # nothing more, or an unfinished line
+            want *= 2  # one line longer than the chunk: read it whole
             continue
-        want = _LINES_CHUNK
+        want = chunk
+        yield offset, data if last == len(data) else data[:last]
+        offset += last
+
+
+def complete_lines(fd: int, start: int, end: int | None = None, chunk: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each complete line of `fd` from `start` (up to `end`), the
+    first first; empty lines too. A line begins where the one before it ended (or at `start`)."""
+    for offset, block in blocks_forward(fd, start, end, chunk):
+        lines = block.split(b"\n")
+        lines.pop()  # (the block ends in a newline: nothing after it)
         position = offset
-        for line in data[:last].split(b"\n"):
+        for line in lines:
             position += len(line) + 1
             yield position, line
-        offset += last + 1
+
+
+def regions_backward(fd: int, stop: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes, int]]:
+    """`fd`'s bytes before `stop` (a line boundary), the last region first, as (offset,
+    data, begin): `data` was read at `offset`, and the region is `data[begin:]` -- whole
+    lines, no line split between two regions (given so, a large block needs no copy).
+
+    A backward read mostly wants only the newest lines (the last few messages, a fresh
+    id), so the first region is `first` bytes and each next one four times larger, up to
+    `most`; a line longer than a region makes that region longer."""
+    base = size = first
+    while stop > 0:
+        start = max(0, stop - size)
+        data = os.pread(fd, stop - start, start)
+        begin = 0
+        if start > 0:
+            begin = data.find(b"\n") + 1  # the first line may begin before `start`
+            if begin == 0 or begin == len(data):  # one line longer than the region: read further back
+                size *= 2
+                continue
+        yield start, data, begin
+        stop = start + begin
+        base = size = min(base * 4, most)
+
+
+def lines_backward(fd: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each non-empty complete line of `fd`, the last first."""
+    for offset, data, begin in regions_backward(fd, complete_end(fd), first, most):
+        end = offset + len(data)
+        lines = data[begin:].split(b"\n")
+        lines.pop()
+        for line in reversed(lines):
+            if line:
+                yield end, line
+            end -= len(line) + 1

@@ -30,7 +30,7 @@ import msgspec
 
 from . import layout, owed
 from .errors import NotFound, RelayError
-from .fsio import append_lines, lines_backward, regions_backward
+from .fsio import append_lines, lines_backward
 from .records import Message, json_encoder
 from .registry import operation
 from .store import Store
@@ -38,7 +38,6 @@ from .timefmt import now_iso
 
 SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
-_CHUNK = 64 * 1024
 _OWED_STEP = b'"step":"owed"'
 _STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
 
@@ -86,7 +85,7 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
     except FileNotFoundError:
         return
     try:
-        for line in lines_backward(fd, _CHUNK):
+        for _, line in lines_backward(fd):
             if _OWED_STEP in line[:_STEP_WITHIN]:
                 continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
             try:
@@ -277,62 +276,18 @@ def track(store: Store, p: TrackParams) -> TrackResult:
 
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
-    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none.
-
-    Reads the files newest first in large regions and decodes only lines holding the id, so
-    it costs about what a byte search of the part newer than the message costs; it stops at
-    the first delivery (attempt 1, or a message without --ack, which an inbox holds once)."""
+    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none."""
     from .agents import read_meta
-    from .inbox import Position, _complete_end, _snapshot
-    from .records import message_decoder
+    from .inbox import find_copies
 
-    needle = message_id.encode()
+    found = find_copies(store, name, message_id, since)
+    if found is None:
+        return None
     with store.agent_dir(name) as agent:
-        snap = _snapshot(agent)
-        try:
-            copies: list[tuple[Position, Message]] = []
-            finished = False
-            for fd, rotated in ((snap.current, False), (snap.rotated, True)):
-                if fd < 0 or finished:
-                    continue
-                for offset, region in regions_backward(fd, _complete_end(fd), _SCAN_CHUNK):
-                    if needle in region:
-                        line_end = offset + len(region)
-                        for line in reversed(region[:-1].split(b"\n")):
-                            if needle in line and not finished:
-                                try:
-                                    message = message_decoder.decode(line)
-                                except (msgspec.DecodeError, msgspec.ValidationError):
-                                    message = None
-                                if message is not None and message.id == message_id:
-                                    copies.append((Position(rotated, line_end), message))
-                                    finished = message.attempt in (None, 1)
-                            line_end -= len(line) + 1
-                    if finished or _line_ts(region) < since:
-                        finished = True
-                        break
-            if not copies:
-                return None
-            newest = copies[0][0]
-            cursor = (0 if snap.cursor.rotated else 1, snap.cursor.offset)
-            meta = read_meta(agent)
-            mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
-            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism, copies[0][1].ts
-        finally:
-            snap.close()
-
-
-_SCAN_CHUNK = 1 << 20
-_TS = b'"ts":"'
-
-
-def _line_ts(region: bytes) -> str:
-    """The time of a region's first line; one that has none does not stop a scan early."""
-    at = region.find(_TS, 0, region.find(b"\n"))
-    if at < 0:
-        return "\uffff"
-    at += len(_TS)
-    return region[at : region.find(b'"', at)].decode(errors="replace")
+        meta = read_meta(agent)
+    mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
+    copies = found.newest_first
+    return copies[-1], len(copies), found.read, mechanism, copies[0].ts
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
