@@ -14,7 +14,6 @@ import errno
 import fcntl
 import os
 import stat
-from contextlib import contextmanager
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
     from typing import Iterator
@@ -305,14 +304,34 @@ class Dir:
         except OSError as exc:
             raise _os_error(exc, self.path) from exc
 
-    @contextmanager
-    def locked(self, lock_name: str, shared: bool = False) -> Iterator[None]:
-        """Hold flock on the sidecar lock file `lock_name` (created on first use)."""
-        fd = self.open(lock_name, os.O_RDWR | os.O_CREAT)
+    def locked(self, lock_name: str, shared: bool = False) -> "Flock":
+        """`with dir.locked(name):` holds flock on the sidecar lock file `lock_name`
+        (created on first use) for the block."""
+        return Flock(self, lock_name, shared)
+
+
+class Flock:
+    """The `with` block of Dir.locked. A class rather than contextlib.contextmanager:
+    contextlib's imports (collections, functools) cost the pre-commit guard, which loads
+    this module, more start-up than its whole index lookup."""
+
+    __slots__ = ("_dir", "_name", "_shared", "_fd")
+
+    def __init__(self, folder: Dir, lock_name: str, shared: bool) -> None:
+        self._dir, self._name, self._shared, self._fd = folder, lock_name, shared, -1
+
+    def __enter__(self) -> None:
+        fd = self._dir.open(self._name, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-            yield
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
             os.close(fd)  # closing releases the lock
 
 
