@@ -27,6 +27,7 @@ import shlex
 
 from relayctl import hook_settings
 from relayctl.cmd_mcp import SERVER_NAME, codex_table, server_config
+from relayd.fsio import replace_file
 
 from .teamfile import Agent, Team
 
@@ -83,7 +84,4 @@ def _default_store() -> str | None:
 
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = path + ".tmp"
-    with open(temp, "w") as fh:
-        fh.write(text)
-    os.replace(temp, path)
+    replace_file(path, text.encode())
