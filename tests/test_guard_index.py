@@ -216,7 +216,7 @@ def test_other_repositories_do_not_share_an_index(repo: Path, store: Store, stor
 def test_the_hook_with_a_current_index_loads_only_what_it_needs(repo: Path, store: Store, store_dir: Path, relay_env: dict[str, str]) -> None:
     """The hook's start-up, checked by module name (python -X importtime), not by the clock:
     none of the store's records (msgspec), json or re, subprocess, or the modules that
-    contextlib and functools.lru_cache bring."""
+    contextlib and functools.lru_cache bring, nor datetime (the refusal alone needs it)."""
     reserve(store, repo, "glacier", "src/**")
     stage(repo, "src/main.py", "lib/x.py")
     guard.install(str(repo), str(store_dir))
@@ -228,7 +228,7 @@ def test_the_hook_with_a_current_index_loads_only_what_it_needs(repo: Path, stor
     assert done.returncode == 0, done.stderr
     names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     assert "relayd.guard_index" in names
-    assert not names & {"msgspec", "json", "re", "subprocess", "contextlib", "functools", "collections", "relayd.store", "relayd.records"}
+    assert not names & {"msgspec", "json", "re", "subprocess", "contextlib", "functools", "collections", "datetime", "relayd.store", "relayd.records"}
 
 
 def test_a_repository_spelled_with_json_escapes_is_still_found(short_tmp: Path, store: Store, store_dir: Path) -> None:
