@@ -21,10 +21,10 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
+from relayd.fsio import replace_file
 from relayd.names import check_agent_name
 
 from .cmd_hook import PROGRAMS
@@ -211,31 +211,11 @@ def _save(path: str, data: dict[str, Any]) -> bool:
                 return False
     except (OSError, ValueError):
         pass
-    folder = os.path.dirname(target)
     try:
-        os.makedirs(folder, exist_ok=True)
-        try:
-            mode = os.stat(target).st_mode & 0o777
-        except FileNotFoundError:
-            mode = None
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if mode is None:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
-            os.chmod(temp, mode)
-            os.replace(temp, target)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            raise
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        replace_file(target, text.encode("utf-8"))
     except OSError as exc:
         raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except RelayError as exc:
+        raise RelayError(f"cannot write {path}: {exc.message}") from None
     return True

@@ -151,7 +151,7 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     wait_for("beta's program to start again", lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, timeout=30)
 
 
-def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
+def test_up_without_tmux_says_so_in_one_line_and_starts_nothing(team: Team, relayctl, store_dir: Path) -> None:
     bin_dir = team.root / "bin-without-tmux"
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git"))  # the guard's git is there; tmux is not
@@ -159,10 +159,19 @@ def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
     team.env["PATH"] = str(bin_dir)
     try:
         done = relayctl("up", str(team.file), check=False)
+        zellij_file = team.root / "zellij-team.toml"
+        zellij_file.write_text(team.file.read_text().replace('repo = "repo"\n', 'repo = "repo"\nmultiplexer = "zellij"\n', 1))
+        no_zellij = relayctl("up", str(zellij_file), check=False)
     finally:
         team.env["PATH"] = path
     assert done.returncode != 0
     assert done.stderr.splitlines() == ['error: tmux is not installed (not on PATH); install it, or set multiplexer = "zellij"']
+    assert no_zellij.returncode != 0
+    assert no_zellij.stderr.splitlines() == ['error: zellij is not installed (not on PATH); install it, or set multiplexer = "tmux"']
+    # Refused before anything happened: no store, no relayd, no hook in the repository.
+    assert not store_dir.exists()
+    assert _processes_of(store_dir) == []
+    assert not (team.repo / ".git" / "hooks" / "pre-commit").exists()
 
 
 def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:

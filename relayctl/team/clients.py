@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from relayctl import hook_settings
 from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, server_config
+from relayd.fsio import replace_file
 
 from .teamfile import Agent, Team
 
@@ -124,7 +125,4 @@ def _default_store() -> str | None:
 
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = path + ".tmp"
-    with open(temp, "w") as fh:
-        fh.write(text)
-    os.replace(temp, path)
+    replace_file(path, text.encode())

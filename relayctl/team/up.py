@@ -14,6 +14,7 @@ down: the session's panes and the session stopped, their processes gone; the rel
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -32,7 +33,20 @@ def state_dir(store_dir: str, team: Team) -> str:
     return os.path.join(store_dir, layout.TEAMS, team.name)
 
 
+def require_multiplexer(team: Team) -> None:
+    """Refuse before anything is written or started: without its multiplexer `up` would
+    otherwise create the store, register the agents and leave a relayd running for a team
+    it cannot start."""
+    if team.multiplexer == "zellij":
+        from .zellij import NOT_INSTALLED
+    else:
+        from .tmux import NOT_INSTALLED
+    if shutil.which(team.multiplexer) is None:
+        raise UsageError(NOT_INSTALLED)
+
+
 def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT) -> dict:
+    require_multiplexer(team)
     store_dir = s.dir
     socket = os.path.abspath(s.socket) if s.socket else None
     s.call("init", {})

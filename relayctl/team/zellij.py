@@ -26,11 +26,14 @@ from . import clients
 from .teamfile import Team
 
 
+NOT_INSTALLED = 'zellij is not installed (not on PATH); install it, or set multiplexer = "tmux"'
+
+
 def zellij(*args: str) -> None:
     try:
         done = subprocess.run(["zellij", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        raise UsageError('zellij is not installed (not on PATH); install it, or set multiplexer = "tmux"') from None
+        raise UsageError(NOT_INSTALLED) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:300]
         raise UsageError(f"zellij {' '.join(args[:2])} failed: {said or f'exit {done.returncode}'}")
