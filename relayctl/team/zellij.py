@@ -21,6 +21,7 @@ import subprocess
 from typing import Callable
 
 from relayd.errors import UsageError
+from relayd.fsio import replace_file
 
 from . import clients
 from .teamfile import Team
@@ -92,8 +93,7 @@ def bring_up(team: Team, store_dir: str, socket: str | None, state: str, say: Ca
     alive = {agent.name for agent in team.agents if running(state, agent.name)}
     if not alive:
         path = os.path.join(state, "layout.kdl")
-        with open(path, "w") as fh:
-            fh.write(layout(team, store_dir, socket, state))
+        replace_file(path, layout(team, store_dir, socket, state).encode())
         zellij("attach", "--create-background", team.name)
         zellij("--session", team.name, "action", "new-tab", "--layout", path, "--name", team.name)
         say(f"zellij session {team.name}: {len(team.agents)} panes from {path}; each registers itself as its agent's notify target")
