@@ -26,7 +26,6 @@ import bisect
 import os
 import sys
 
-from . import layout
 from .errors import NotFound, UsageError
 
 HOOK = "pre-commit"

@@ -98,7 +98,9 @@ def _identity(info: os.stat_result) -> list[int]:
 def _read_files(folder, top: str) -> list[Held]:
     """Parse the reservation files that can concern `top`. A file is skipped undecoded when
     it has no JSON escape and `top` does not occur in it: its repo is then spelled out
-    literally and is neither `top` nor below it."""
+    literally and is neither `top` nor below it. Parsed with relayd.jsonline (json's C
+    scanner), not the store's msgspec records nor `json`: their imports alone cost the
+    hook more than reading the files."""
     below = top + "/"
     literal = top.isprintable() and not _JSON_ESCAPED.intersection(top)
     needle = top.encode("utf-8", "surrogateescape") if literal else b""
