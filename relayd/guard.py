@@ -26,7 +26,6 @@ import bisect
 import os
 import sys
 
-from . import layout
 from .errors import NotFound, UsageError
 
 HOOK = "pre-commit"
@@ -148,8 +147,9 @@ def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str
 
     who = f"you are {committer}" if committer else "no RELAY_AGENT is set, so every holder is someone else"
     lines = [f"relay guard: commit refused: it touches files reserved by other agents ({who}):"]
+    moment = now()
     for r, hits in found:
-        left = (parse_iso(r.expires_at) - now()).total_seconds()
+        left = (parse_iso(r.expires_at) - moment).total_seconds()
         shown = ", ".join(hits[:SHOWN_PATHS]) + (f" and {len(hits) - SHOWN_PATHS} more" if len(hits) > SHOWN_PATHS else "")
         why = f" — {r.reason}" if r.reason else ""
         lines.append(f"  {r.agent} holds {r.pattern} (exclusive, until {r.expires_at}, in {short_span(left)}){why}: {shown}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
+import binascii
 
 from . import jsonline, layout
 from .errors import RelayError
@@ -57,7 +57,7 @@ class Held:
 
 
 def index_name(top: str) -> str:
-    return f"{zlib.crc32(top.encode('utf-8', 'surrogateescape')):08x}{SUFFIX}"
+    return f"{binascii.crc32(top.encode('utf-8', 'surrogateescape')):08x}{SUFFIX}"
 
 
 def held_in(store_dir: str, top: str, clock=None) -> list[Held]:
@@ -98,7 +98,9 @@ def _identity(info: os.stat_result) -> list[int]:
 def _read_files(folder, top: str) -> list[Held]:
     """Parse the reservation files that can concern `top`. A file is skipped undecoded when
     it has no JSON escape and `top` does not occur in it: its repo is then spelled out
-    literally and is neither `top` nor below it."""
+    literally and is neither `top` nor below it. Parsed with relayd.jsonline (json's C
+    scanner), not the store's msgspec records nor `json`: their imports alone cost the
+    hook more than reading the files."""
     below = top + "/"
     literal = top.isprintable() and not _JSON_ESCAPED.intersection(top)
     needle = top.encode("utf-8", "surrogateescape") if literal else b""
@@ -135,7 +137,7 @@ def _load(root, top: str, stamp: list[int]) -> list[Held] | None:
     head, _, body = raw.partition(b"\n")
     try:
         magic, size, crc = head.rsplit(b" ", 2)
-        if magic != MAGIC or int(size) != len(body) or int(crc) != zlib.crc32(body):
+        if magic != MAGIC or int(size) != len(body) or int(crc) != binascii.crc32(body):
             return None
         doc = jsonline.loads(body)
         if doc["repo"] != top or doc["dir"] != stamp:
@@ -154,7 +156,7 @@ def _save(root, top: str, stamp: list[int], held: list[Held]) -> None:
     Unsynced: a file torn by a crash fails its CRC and is rebuilt. A store this user may
     not write to simply has no index."""
     body = jsonline.dumps({"repo": top, "dir": stamp, "held": [h.row() for h in held]}).encode()
-    data = MAGIC + b" %d %d\n" % (len(body), zlib.crc32(body)) + body
+    data = MAGIC + b" %d %d\n" % (len(body), binascii.crc32(body)) + body
     try:
         with root.subdir(layout.GUARD_INDEX, create=True) as index:
             index.replace(index_name(top), data, None)

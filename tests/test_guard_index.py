@@ -8,6 +8,7 @@ indexed (file times tick coarsely), and the tests do not sleep through that.
 
 from __future__ import annotations
 
+import binascii
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from relayd import guard, layout, ops
 from relayd.guard_index import MAGIC, index_name
-from relayd.jsonline import dumps
+from relayd.jsonline import dumps, loads
 from relayd.store import Store
 
 LATER = timedelta(seconds=10)  # past the settling time of a directory changed just now
@@ -133,14 +134,10 @@ def test_the_index_answers_when_it_is_current(repo: Path, store: Store, store_di
 
 def _rewritten(index: bytes, **changes: object) -> bytes:
     """The index with fields of its body replaced and a header that matches them."""
-    from relayd.jsonline import loads
-
     body = loads(index.split(b"\n", 1)[1])
     body.update(changes)
     data = dumps(body).encode()
-    import zlib
-
-    return MAGIC + b" %d %d\n" % (len(data), zlib.crc32(data)) + data
+    return MAGIC + b" %d %d\n" % (len(data), binascii.crc32(data)) + data
 
 
 @pytest.mark.parametrize("truth", ["reserved", "free"])
