@@ -192,6 +192,8 @@ def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> No
         assert done.returncode != 0 and said in done.stderr and len(done.stderr.splitlines()) == 1, (text, done.stderr)
     missing = relayctl("up", str(short_tmp / "nowhere.toml"), check=False)
     assert missing.returncode != 0 and "relayctl up --preset overlord" in missing.stderr
+    unwritable = relayctl("up", "--preset", "overlord", str(short_tmp / "no-such-dir" / "team.toml"), check=False)
+    assert unwritable.returncode == 1 and unwritable.stderr.startswith("error: cannot write") and len(unwritable.stderr.splitlines()) == 1
 
 
 def test_presets_write_a_team_file_that_up_reads(relayctl, short_tmp: Path) -> None:
