@@ -140,8 +140,8 @@ def run(quick: bool) -> list[Row]:
             Row("guard", "python -IS -c pass (reference: the same, with the hook's flags)", round(bare, 1), "ms", note=f"CPU {median_ms(cpu['python -IS']):.1f} ms"),
         ]
         for name, expect, situation in (
-            ("clean", 0, "clean, index current"),
-            ("clean, index rebuilt", 0, "clean, index rebuilt (first commit after a reservation change)"),
+            ("clean", 0, "clean, index current (with relayd running, also after reservations change: relayd rebuilds it)"),
+            ("clean, index rebuilt", 0, "clean, index rebuilt (relayd down: the first commit after a reservation change; or within 2 s of one)"),
             ("refused", 1, "refused, index current"),
         ):
             if status[name] != expect:

@@ -23,6 +23,11 @@ otherwise, so it never changes an answer:
 
 Building reads the files as the store does (no symlinks followed, damaged files hold
 nothing) and skips, before decoding, files that cannot concern this repository.
+
+A commit that finds its index out of date pays for the rebuild (every reservation file
+read). While relayd runs it spares commits that: once reservations/ has changed and
+settled, relayd rebuilds every index a commit has made (`refresh`), so the next commit
+finds its index current.
 """
 
 from __future__ import annotations
@@ -162,3 +167,63 @@ def _save(root, top: str, stamp: list[int], held: list[Held]) -> None:
             index.replace(index_name(top), data, None)
     except (OSError, RelayError):
         pass
+
+
+def directory_stamp(store_dir: str) -> list[int] | None:
+    """The reservations directory's identity as an index names it; None without one."""
+    try:
+        info = os.stat(os.path.join(store_dir, layout.RESERVATIONS), follow_symlinks=False)
+    except OSError:
+        return None
+    return _identity(info)
+
+
+def settled(stamp: list[int], clock=None) -> bool:
+    """Whether a directory in this state may be indexed now (see SETTLED_NS)."""
+    return max(stamp[2], stamp[3]) + SETTLED_NS <= (clock or time.time_ns)()
+
+
+def refresh(store_dir: str, clock=None) -> list[str]:
+    """Rebuild every index a commit has made whose repository's reservations changed; the
+    repositories whose index is current afterwards."""
+    from .fsio import Dir
+
+    try:
+        root = Dir.open_root(store_dir)
+    except FileNotFoundError:
+        return []
+    try:
+        try:
+            index = root.subdir(layout.GUARD_INDEX)
+        except (FileNotFoundError, RelayError):
+            return []
+        try:
+            repos = [repo for repo in map(_repo_of, (raw for _, raw in index.read_listed(SUFFIX))) if repo is not None]
+        finally:
+            index.close()
+    finally:
+        root.close()
+    for repo in repos:
+        held_in(store_dir, repo, clock)
+    stamp = directory_stamp(store_dir)
+    return [repo for repo in repos if stamp is not None and _current(store_dir, repo, stamp)]
+
+
+def _repo_of(raw: bytes) -> str | None:
+    """The repository an index file is about, whatever state it names; None if damaged."""
+    head, _, body = raw.partition(b"\n")
+    try:
+        magic, size, crc = head.rsplit(b" ", 2)
+        if magic != MAGIC or int(size) != len(body) or int(crc) != binascii.crc32(body):
+            return None
+        repo = jsonline.loads(body)["repo"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return repo if isinstance(repo, str) else None
+
+
+def _current(store_dir: str, repo: str, stamp: list[int]) -> bool:
+    from .fsio import Dir
+
+    with Dir.open_root(store_dir) as root:
+        return _load(root, repo, stamp) is not None

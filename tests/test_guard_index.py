@@ -246,3 +246,52 @@ def test_a_repository_spelled_with_json_escapes_is_still_found(short_tmp: Path, 
     store.top(layout.RESERVATIONS).replace(reservation_key(str(repo), "src/**"), raw + b"\n", store.sync)
     stage(repo, "src/main.py")
     assert "glacier holds src/**" in check(repo, store_dir)
+
+
+def _current(store_dir: Path, repo: Path) -> bool:
+    from relayd.fsio import Dir
+    from relayd.guard_index import _load, directory_stamp
+
+    with Dir.open_root(str(store_dir)) as root:
+        return _load(root, str(repo), directory_stamp(str(store_dir))) is not None
+
+
+def test_refresh_brings_the_indexes_commits_made_up_to_date(repo: Path, store: Store, store_dir: Path, short_tmp: Path) -> None:
+    """What relayd runs once reservations/ has settled: each repository with an index gets
+    it rebuilt, with the same answer a commit reading the files would get; a repository no
+    commit has checked gets none."""
+    from relayd.guard_index import refresh
+
+    other = short_tmp / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    reserve(store, repo, "glacier", "src/**")
+    stage(repo, "src/a.py", "docs/b.md")
+    assert "glacier holds src/**" in check(repo, store_dir)  # the commit's check builds the index
+    next_tick(store_dir)
+    reserve(store, repo, "storm", "docs/**")
+    reserve(store, other, "storm", "lib/**")
+    assert not _current(store_dir, repo)
+
+    later = lambda: time.time_ns() + 10 * 1_000_000_000  # noqa: E731  the directory has settled
+    assert refresh(str(store_dir), later) == [str(repo)]
+    assert _current(store_dir, repo) and not index_file(store_dir, other.resolve()).exists()
+    refused = check(repo, store_dir)
+    assert "glacier holds src/**" in refused and "storm holds docs/**" in refused
+
+
+def test_relayd_keeps_a_repositorys_index_current_after_reservations_change(repo: Path, store_dir: Path, daemon, relayctl) -> None:
+    """With relayd running, the commit after a reservation change finds its index current
+    (relayd rebuilt it once the directory settled) instead of reading every reservation."""
+    relayctl("register", "glacier")
+    relayctl("reserve", "src/**", "--repo", str(repo), agent="glacier")
+    stage(repo, "src/a.py")
+    assert "glacier holds src/**" in check(repo, store_dir)
+    next_tick(store_dir)
+    relayctl("reserve", "docs/**", "--repo", str(repo), agent="glacier")
+    assert not _current(store_dir, repo)
+    from waiting import wait_for
+
+    wait_for("relayd to rebuild the index", lambda: _current(store_dir, repo), timeout=20)
+    stage(repo, "docs/guide.md")
+    assert "glacier holds docs/**" in check(repo, store_dir)

@@ -99,3 +99,24 @@ class StaleWatch:
                 self.check()
             except RelayError as exc:
                 log.warning("stale-agent check failed", error=exc.message)
+
+
+async def refresh_guard_indexes(store: Store, every: float = 1.0) -> None:
+    """Keep the pre-commit guard's per-repository indexes current (relayd.guard_index), so a
+    commit while relayd runs finds its index current instead of reading every reservation
+    file. One stat a tick while nothing changes; after a change, once the directory has
+    settled, the indexes commits have made are rebuilt in a worker thread."""
+    from relayd import guard_index
+
+    done: list[int] | None = None
+    while True:
+        await anyio.sleep(every)
+        stamp = guard_index.directory_stamp(store.root)
+        if stamp is None or stamp == done or not guard_index.settled(stamp):
+            continue
+        try:
+            await anyio.to_thread.run_sync(guard_index.refresh, store.root)
+        except (OSError, RelayError) as exc:
+            log.warning("guard index refresh failed", error=str(exc))
+            continue
+        done = stamp
