@@ -275,6 +275,63 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
 
 
+# -- each agent's latest announcement: status and the web view ---------------------------------
+
+ANNOUNCED_WINDOW_MS = 24 * 3600 * 1000  # how far back the delivery log is read for them
+
+
+class LastAnnouncement(Announcement):
+    """How an agent was last told of its mail; when that failed, the failures in a row it ends
+    (a failing pane or command is retried every few seconds, each try a receipt)."""
+
+    failures: int = 0  # announcements that failed in a row, up to the last one (0: it worked)
+    failing_since: str | None = None  # when the first of them failed
+    earlier: bool = False  # they go back past the log's window: they began before failing_since
+
+
+def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnouncement]:
+    """Each of `names`' newest announcement over the last day of the delivery log; an agent
+    not told in that time is left out. A trigger skipped because the last one is still
+    unread (a `note`) told nobody: it is shown only when there is nothing else."""
+    from datetime import timedelta
+
+    from .timefmt import now, to_iso
+
+    found: dict[str, LastAnnouncement] = {}
+    skipped: dict[str, LastAnnouncement] = {}
+    settled: set[str] = set()  # the newest announcement and the failures before it are known
+    wanted = set(names)
+    since = to_iso(now() - timedelta(milliseconds=ANNOUNCED_WINDOW_MS))
+    cut = False  # the log goes back further than was read
+    for receipt in newest_first(store, ""):
+        if receipt.ts < since:
+            cut = True
+            break
+        who = receipt.to
+        if receipt.step != "announced" or who not in wanted or who in settled:
+            continue
+        told = LastAnnouncement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
+        last = found.get(who)
+        if receipt.ok and receipt.note:
+            skipped.setdefault(who, told)
+        elif last is None:
+            found[who] = told
+            if receipt.ok:
+                settled.add(who)
+            else:
+                told.failures, told.failing_since = 1, receipt.ts
+        elif receipt.ok:
+            settled.add(who)  # the failures began after this success
+        else:
+            last.failures += 1
+            last.failing_since = receipt.ts
+        if len(settled) == len(wanted):
+            break
+    for who, last in found.items():
+        last.earlier = cut and not last.ok and who not in settled
+    return {**skipped, **found}
+
+
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
     mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none.
