@@ -28,7 +28,7 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout, owed
+from . import layout, notify, owed
 from .errors import NotFound, RelayError
 from .fsio import append_lines, lines_backward, regions_backward
 from .records import Message, json_encoder
@@ -111,7 +111,7 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         receipts = [
             Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
             for o in outcomes
-            if o.get("method") in TRIGGERED
+            if o.get("method") in notify.TRIGGERED
         ]
         write(store, receipts)
         for receipt in receipts:
@@ -128,9 +128,6 @@ def read_passed(store: Store, agent: str, newest: Message) -> None:
         write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
     except (RelayError, OSError):
         pass
-
-
-TRIGGERED = frozenset({"tmux", "zellij", "cmd", "unknown"})  # channel and hook announce elsewhere
 
 
 def _bounce(store: Store, failed: Receipt) -> None:
