@@ -32,6 +32,7 @@ HOOK = "pre-commit"
 CHAINED = "pre-commit.relay-chained"
 MARK = "# relay guard:"
 SHOWN_PATHS = 3  # per reservation in a refusal; the rest are counted
+SHOWN_RESERVATIONS = 20  # in a refusal; the rest are counted (and listed by `relayctl reservations`)
 
 # A Python script run by the Python that installed it, without site (-S: with an editable
 # install or many .pth files, site alone costs more than the whole check) and isolated (-I:
@@ -148,11 +149,15 @@ def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str
     who = f"you are {committer}" if committer else "no RELAY_AGENT is set, so every holder is someone else"
     lines = [f"relay guard: commit refused: it touches files reserved by other agents ({who}):"]
     moment = now()
-    for r, hits in found:
+    for r, hits in found[:SHOWN_RESERVATIONS]:
         left = (parse_iso(r.expires_at) - moment).total_seconds()
         shown = ", ".join(hits[:SHOWN_PATHS]) + (f" and {len(hits) - SHOWN_PATHS} more" if len(hits) > SHOWN_PATHS else "")
         why = f" — {r.reason}" if r.reason else ""
         lines.append(f"  {r.agent} holds {r.pattern} (exclusive, until {r.expires_at}, in {short_span(left)}){why}: {shown}")
+    if len(found) > SHOWN_RESERVATIONS:
+        rest = found[SHOWN_RESERVATIONS:]
+        paths = sum(len(hits) for _, hits in rest)
+        lines.append(f"  and {len(rest)} more reservations of other agents, over {paths} more staged files (relayctl reservations lists them)")
     lines.append("Unstage those files, wait for the reservation to expire or be released, or ask its holder")
     lines.append("(relayctl send AGENT ...). To commit anyway: git commit --no-verify")
     return "\n".join(lines)
