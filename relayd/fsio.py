@@ -6,6 +6,11 @@ The rules (DESIGN §2): an append is one `write()` under an exclusive flock, aft
 back a torn tail; a short write is rolled back and reported; data is fsynced before an
 operation reports success (through a `Syncer`, which the daemon swaps for group commit);
 new files fsync their directory; replaced files go through temp + fsync + rename.
+
+The store's line files (inboxes, events.jsonl, delivery.jsonl, the bridge's files) are
+appended to with `append_lines`, opened (created, rotated) by `open_appending`, and read
+with the line readers at the end of this module, forward (`complete_lines`) and backward
+(`lines_backward`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import msgspec
 from . import layout, presence
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
-from .fsio import Dir, append_lines, blocks_forward, open_appending, complete_end, complete_lines, line_start_at, lines_backward, regions_backward
+from .fsio import Dir, append_lines, blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, open_appending, regions_backward
 from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
