@@ -198,13 +198,10 @@ class Server:
         self.requests += 1
         try:
             op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
-            result = op.run(self.store, ops.decode_params(op, request.params))
-            payload = _reply(request, result)
+            payload = _reply(request, ops.run(self.store, op, request.params))
         except RelayError as exc:
-            payload = protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
-        except Exception as exc:  # a bug in an operation: report it, keep serving
-            log.exception("operation failed", op=request.op)
-            payload = _internal_error(request, exc)
+            _log_bug(request.op, exc)
+            payload = _refusal(request, exc)
         return self._pending(), payload
 
     def _pending(self) -> Batch | None:
@@ -213,16 +210,16 @@ class Server:
     def defer(self, request: Request) -> Deferred | None:
         """Queue a request of a batchable operation to run with the others that arrive
         while the current fsync round runs (see `run_deferred`). None when it is run
-        alone instead: not batchable, no group commit, or parameters that do not decode."""
+        alone instead: not batchable, or no group commit."""
         op = self.table.get(request.op)
         if op is None or op.batch is None or self.committer is None:
             return None
-        try:
-            params = ops.decode_params(op, request.params)
-        except RelayError:
-            return None
         self.requests += 1
-        item = Deferred(op, request, params, self.round)
+        item = Deferred(op, request, self.round)
+        try:
+            item.params = ops.decode_params(op, request.params)
+        except RelayError as exc:  # answered in its place, after the requests before it
+            item.payload = _refusal(request, exc)
         self.deferred.append(item)
         self.committer.poke()
         return item
@@ -236,29 +233,27 @@ class Server:
         batchable calls it first: that request may depend on the queued ones."""
         queued, self.deferred = self.deferred, []
         finished, self.round = self.round, anyio.Event()
+        runnable = [item for item in queued if item.payload is None]
         start = 0
-        while start < len(queued):
-            op = queued[start].op
+        while start < len(runnable):
+            op = runnable[start].op
             end = start
-            while end < len(queued) and queued[end].op is op:
+            while end < len(runnable) and runnable[end].op is op:
                 end += 1
-            group = queued[start:end]
+            group = runnable[start:end]
             start = end
-            assert op.batch is not None
             try:
-                outcomes = op.batch(self.store, [item.params for item in group])
-            except Exception as exc:  # a bug in an operation: every request of the group fails
-                log.exception("operation failed", op=op.name, batched=len(group))
-                for item in group:
-                    item.payload = _internal_error(item.request, exc)
-                continue
+                outcomes = ops.run_batch(self.store, op, [item.params for item in group])
+            except RelayError as exc:  # (a bug: every request of the group fails)
+                _log_bug(op.name, exc, batched=len(group))
+                outcomes = [exc] * len(group)
             for item, outcome in zip(group, outcomes):
                 try:
                     if isinstance(outcome, RelayError):
                         raise outcome
                     item.payload = _reply(item.request, outcome)
                 except RelayError as exc:
-                    item.payload = protocol.encode(Response(id=item.request.id, ok=False, error=protocol.error_body(exc)))
+                    item.payload = _refusal(item.request, exc)
         batch = self._pending()
         for item in queued:
             item.batch = batch
@@ -287,9 +282,14 @@ def _reply(request: Request, result: Any) -> bytes:
     return payload
 
 
-def _internal_error(request: Request, exc: Exception) -> bytes:
-    body = ErrorBody(code=Internal.code, message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
-    return protocol.encode(Response(id=request.id, ok=False, error=body))
+def _log_bug(op: str, exc: RelayError, **more: Any) -> None:
+    """A bug in an operation (ops.run made it an Internal error): its traceback goes to the log."""
+    if isinstance(exc, Internal) and exc.__cause__ is not None:
+        log.error("operation failed", op=op, exc_info=exc.__cause__, **more)
+
+
+def _refusal(request: Request, exc: RelayError) -> bytes:
+    return protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
 
 
 class Deferred:
@@ -298,10 +298,10 @@ class Deferred:
 
     __slots__ = ("op", "request", "params", "ran", "payload", "batch")
 
-    def __init__(self, op: ops.Operation | None, request: Request, params: Any, ran: anyio.Event) -> None:
+    def __init__(self, op: ops.Operation | None, request: Request, ran: anyio.Event) -> None:
         self.op = op
         self.request = request
-        self.params = params
+        self.params: Any = None  # decoded; a request whose params do not decode has its payload already
         self.ran = ran
         self.payload: bytes | None = None
         self.batch: Batch | None = None
@@ -485,7 +485,7 @@ class Peer:
         """A team-wide operation (the bridge decides it, asynchronously): its reply keeps
         its place in the outbox, and this connection reads and handles nothing more until
         it is decided -- the next request may depend on it."""
-        slot = Deferred(None, request, None, anyio.Event())
+        slot = Deferred(None, request, anyio.Event())
         self.unanswered += 1
         self._queue(slot)
         self._deciding = True
