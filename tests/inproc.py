@@ -12,6 +12,7 @@ tested on real relayd processes (tests/relayd_proc.py).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, TypeVar
@@ -64,6 +65,17 @@ async def serving(store_dir: str, socket_path: str, **server_options: Any) -> As
         store.close()
         if os.path.exists(socket_path):
             os.unlink(socket_path)
+
+
+def snapshot(root: str) -> dict[str, bytes]:
+    """Every file of a store by relative path (what 'nothing written' compares)."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                files[os.path.relpath(path, root)] = Path(path).read_bytes()
+    return files
 
 
 async def blocking(func: Callable[..., T], *args: Any) -> T:
