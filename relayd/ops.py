@@ -32,20 +32,25 @@ _decoders: dict[type, msgspec.json.Decoder] = {}
 
 
 def decode_params(op: Operation, params: object) -> msgspec.Struct:
-    """Validate parameters into the operation's Struct: a request's raw JSON text
-    (`msgspec.Raw`, as relayd receives it) is decoded once, straight into it; a mapping (a
-    client in direct mode, the CLI) is converted."""
+    """Validate parameters into the operation's Struct, always by one JSON decoder: a
+    request's params arrive as JSON text (`msgspec.Raw`) and are decoded once, straight
+    into the Struct; a client's mapping (direct mode, the CLI) is encoded first, so a
+    nested request's params (session_call's) stay JSON text on both paths and every
+    refusal reads the same."""
     if isinstance(params, op.params):
         return params
+    decoder = _decoders.get(op.params)
+    if decoder is None:
+        decoder = _decoders[op.params] = msgspec.json.Decoder(op.params)
     try:
-        if isinstance(params, msgspec.Raw):
-            decoder = _decoders.get(op.params)
-            if decoder is None:
-                decoder = _decoders[op.params] = msgspec.json.Decoder(op.params)
-            return decoder.decode(params)
-        return msgspec.convert(params if params is not None else {}, op.params, from_attributes=False)
-    except msgspec.ValidationError as exc:
+        if not isinstance(params, msgspec.Raw):
+            params = _encoder.encode(params if params is not None else {})
+        return decoder.decode(params)
+    except (msgspec.ValidationError, msgspec.EncodeError) as exc:
         raise UsageError(f"{op.name}: {exc}") from None
+
+
+_encoder = msgspec.json.Encoder()
 
 
 def lookup(name: str) -> Operation:
