@@ -4,7 +4,9 @@ Each connection (`Peer`) reads in a callback of the event loop (frames in, store
 operations run right here in the loop thread) and writes its replies in request order,
 each once the group commit that makes its writes durable is done; once subscribed, an
 event pump task sends events. Tasks live in the connection's task group; the connection
-is closed in `finally`.
+is closed in `finally`. When a connection is read, and whether a write goes straight out,
+is decided by its `PeerState` (relayd.daemon.peerstate, no I/O); every operation runs
+through `relayd.ops.run`, as in direct mode.
 """
 
 from __future__ import annotations
