@@ -31,6 +31,7 @@ from .delivery import RedeliverParams, forget_old_acks, redeliver
 from .errors import UnknownAgent, UsageError
 from .registry import operation
 from .records import Message, Reservation, reservation_decoder
+from .guard_index import directory_stamp, written_through
 from .reservations import is_expired, load_all
 from .retention import Trimmed, trim_all
 from .store import Store
@@ -90,6 +91,7 @@ def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:
     folder = store.top(layout.RESERVATIONS)
     removed = []
     with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+        before = directory_stamp(store.root)
         for name, r in load_all(store):
             if not is_expired(r):
                 continue
@@ -98,6 +100,7 @@ def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:
             removed.append(r)
         if removed and not dry_run:
             store.sync.dir(folder.fd)
+            written_through(store.root, before, [], [(r.repo, r.pattern) for r in removed if r.exclusive])
     # A damaged reservation file holds nothing; it goes too.
     for name in folder.listdir():
         if name.endswith(".json") and not name.startswith("."):

@@ -25,16 +25,18 @@ Building reads the files as the store does (no symlinks followed, damaged files 
 nothing) and skips, before decoding, files that cannot concern this repository.
 
 A commit that finds its index out of date pays for the rebuild (every reservation file
-read). While relayd runs it spares commits that: once reservations/ has changed and
-settled, relayd rebuilds every index a commit has made (`refresh`), so the next commit
-finds its index current.
+read). Relay spares commits that: every reserve, release and `gc` applies its change to
+the indexes commits have made before it lets go of the reservations lock
+(`written_through`), and relayd, once reservations/ has changed and settled, rebuilds any
+index a change outside relay left behind (`refresh`).
 """
 
 from __future__ import annotations
 
-import os
-import time
 import binascii
+import os
+import sys
+import time
 
 from . import jsonline, layout
 from .errors import RelayError
@@ -137,13 +139,10 @@ def _load(root, top: str, stamp: list[int]) -> list[Held] | None:
         return None
     finally:
         index.close()
-    if not raw:
+    body = _body(raw) if raw else None
+    if body is None:
         return None
-    head, _, body = raw.partition(b"\n")
     try:
-        magic, size, crc = head.rsplit(b" ", 2)
-        if magic != MAGIC or int(size) != len(body) or int(crc) != binascii.crc32(body):
-            return None
         doc = jsonline.loads(body)
         if doc["repo"] != top or doc["dir"] != stamp:
             return None
@@ -160,10 +159,21 @@ def _save(root, top: str, stamp: list[int], held: list[Held]) -> None:
     """Write the index (temp file and rename: a reader sees the old one or the new one).
     Unsynced: a file torn by a crash fails its CRC and is rebuilt. A store this user may
     not write to simply has no index."""
-    body = jsonline.dumps({"repo": top, "dir": stamp, "held": [h.row() for h in held]}).encode()
+    doc = {"dir": stamp, "repo": top, "held": [h.row() for h in held]}
+    # The same bytes either way. The hook never imports msgspec (that costs it more than
+    # encoding does); a reserve or relayd has it loaded, and it encodes ~60x faster.
+    msgspec = sys.modules.get("msgspec")
+    body = msgspec.json.encode(doc) if msgspec is not None else jsonline.dumps(doc).encode()
+    _write(root, top, body)
+
+
+def _write(root, top: str, body: bytes) -> None:
     data = MAGIC + b" %d %d\n" % (len(body), binascii.crc32(body)) + body
     try:
         with root.subdir(layout.GUARD_INDEX, create=True) as index:
+            # Removed first: ext4 flushes a file renamed over another (2-3 ms here, in every
+            # reserve); a commit between the two finds no index and reads the files.
+            index.unlink(index_name(top), missing_ok=True)
             index.replace(index_name(top), data, None)
     except (OSError, RelayError):
         pass
@@ -181,6 +191,47 @@ def directory_stamp(store_dir: str) -> list[int] | None:
 def settled(stamp: list[int], clock=None) -> bool:
     """Whether a directory in this state may be indexed now (see SETTLED_NS)."""
     return max(stamp[2], stamp[3]) + SETTLED_NS <= (clock or time.time_ns)()
+
+
+def written_through(store_dir: str, before: list[int] | None, added: list, removed: list[tuple[str, str]]) -> None:
+    """After relay changed reservations/, with the reservations lock still held: every
+    index a commit has made that described the directory as it was just before the change
+    (`before`, its identity then) gets the change (`added` reservations; `removed` (repo,
+    pattern) of exclusive ones) and describes the directory as it is now. So the next
+    commit finds its index current, relayd running or not. An index of an older state is
+    left to commits and relayd (`refresh`); it is only a cache, so a failure here is too.
+    An index whose repository the change is not in is only restamped (no decoding)."""
+    if before is None or not os.path.isdir(os.path.join(store_dir, layout.GUARD_INDEX)):
+        return
+    from .fsio import Dir
+
+    try:
+        after = directory_stamp(store_dir)
+        with Dir.open_root(store_dir) as root, root.subdir(layout.GUARD_INDEX) as index:
+            files = index.read_listed(SUFFIX)
+        if after is None:
+            return
+        old_head = b'{"dir":' + jsonline.dumps(before).encode() + b","
+        new_head = b'{"dir":' + jsonline.dumps(after).encode() + b","
+        with Dir.open_root(store_dir) as root:
+            for _, raw in files:
+                body = _body(raw)
+                if body is None or not body.startswith(old_head):
+                    continue
+                doc = jsonline.loads(body)
+                top = doc["repo"]
+                below = top + "/"
+                touched = [r for r in added if r.exclusive and (r.repo == top or r.repo.startswith(below))]
+                gone = {key for key in removed if key[0] == top or key[0].startswith(below)}
+                if not touched and not gone:
+                    _write(root, top, new_head + body[len(old_head):])
+                    continue
+                gone.update((r.repo, r.pattern) for r in touched)
+                held = [Held(*row) for row in doc["held"] if (row[2], row[1]) not in gone]
+                held += [Held(r.agent, r.pattern, r.repo, r.expires_at, r.reason) for r in touched]
+                _save(root, top, after, held)
+    except (OSError, RelayError, ValueError, TypeError, KeyError, AttributeError):
+        pass
 
 
 def refresh(store_dir: str, clock=None) -> list[str]:
@@ -209,14 +260,23 @@ def refresh(store_dir: str, clock=None) -> list[str]:
     return [repo for repo in repos if stamp is not None and _current(store_dir, repo, stamp)]
 
 
-def _repo_of(raw: bytes) -> str | None:
-    """The repository an index file is about, whatever state it names; None if damaged."""
+def _body(raw: bytes) -> bytes | None:
+    """An index file's body if its header vouches for it (magic, length, CRC-32)."""
     head, _, body = raw.partition(b"\n")
     try:
         magic, size, crc = head.rsplit(b" ", 2)
         if magic != MAGIC or int(size) != len(body) or int(crc) != binascii.crc32(body):
             return None
-        repo = jsonline.loads(body)["repo"]
+    except ValueError:
+        return None
+    return body
+
+
+def _repo_of(raw: bytes) -> str | None:
+    """The repository an index file is about, whatever state it names; None if damaged."""
+    body = _body(raw)
+    try:
+        repo = jsonline.loads(body)["repo"] if body is not None else None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return repo if isinstance(repo, str) else None

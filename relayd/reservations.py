@@ -21,6 +21,7 @@ import msgspec
 from . import layout, remote
 from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
 from .globs import PatternError, normalize, normalized_overlap
+from .guard_index import directory_stamp, written_through
 from .registry import operation
 from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
 from .store import Store
@@ -159,6 +160,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
     )
     folder = store.top(layout.RESERVATIONS)
     with store.root_dir().locked(layout.RESERVATIONS_LOCK, shared=p.check):
+        before = None if p.check else directory_stamp(store.root)
         held = load_all(store)
         conflicts = find_conflicts(candidate, [r for _, r in held])
         if p.check:
@@ -188,11 +190,14 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         # Switching between shared and exclusive leaves one reservation, not two.
         other_mode = reservation_key(repo, pattern, p.agent if candidate.exclusive else None)
         other = dict(held).get(other_mode)
+        unlinked = []
         if other is not None and other.agent == p.agent:
             folder.unlink(other_mode, missing_ok=True)
+            unlinked = [(other.repo, other.pattern)] if other.exclusive else []
         events.append(
             store.event("reservation", action="renewed" if renewed else "created", pattern=pattern, repo=repo, agent=p.agent)
         )
+        written_through(store.root, before, [candidate], unlinked)
     store.emit(*events)
     return ReserveResult(reserved=True, reservation=candidate, conflicts=conflicts, renewed=renewed, overridden=bool(conflicts))
 
@@ -220,6 +225,7 @@ def release(store: Store, p: ReleaseParams) -> ReleaseResult:
     folder = store.top(layout.RESERVATIONS)
     released: list[Reservation] = []
     with store.root_dir().locked(layout.RESERVATIONS_LOCK):
+        before = directory_stamp(store.root)
         if p.all:
             repo = check_repo(p.repo) if p.repo else None
             for name, r in load_all(store):
@@ -250,6 +256,7 @@ def release(store: Store, p: ReleaseParams) -> ReleaseResult:
             released.append(r)
         if released:
             store.sync.dir(folder.fd)
+            written_through(store.root, before, [], [(r.repo, r.pattern) for r in released if r.exclusive])
     store.emit(*(store.event("reservation", action="released", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in released))
     released.sort(key=lambda r: (r.repo, r.pattern))
     return ReleaseResult(released=released)

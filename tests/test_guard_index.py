@@ -257,41 +257,109 @@ def _current(store_dir: Path, repo: Path) -> bool:
 
 
 def test_refresh_brings_the_indexes_commits_made_up_to_date(repo: Path, store: Store, store_dir: Path, short_tmp: Path) -> None:
-    """What relayd runs once reservations/ has settled: each repository with an index gets
-    it rebuilt, with the same answer a commit reading the files would get; a repository no
-    commit has checked gets none."""
+    """What relayd runs once reservations/ has settled after a change outside relay: each
+    repository with an index gets it rebuilt, with the same answer a commit reading the
+    files would get; a repository no commit has checked gets none."""
     from relayd.guard_index import refresh
 
     other = short_tmp / "other"
     other.mkdir()
     git(other, "init", "-q")
     reserve(store, repo, "glacier", "src/**")
-    stage(repo, "src/a.py", "docs/b.md")
-    assert "glacier holds src/**" in check(repo, store_dir)  # the commit's check builds the index
-    next_tick(store_dir)
     reserve(store, repo, "storm", "docs/**")
     reserve(store, other, "storm", "lib/**")
+    stage(repo, "src/a.py", "docs/b.md")
+    assert "storm holds docs/**" in check(repo, store_dir)  # the commit's check builds the index
+    next_tick(store_dir)
+    [docs] = [p for p in (store_dir / layout.RESERVATIONS).iterdir() if b"docs/**" in p.read_bytes()]
+    docs.unlink()  # by hand: relay does not write the index through
     assert not _current(store_dir, repo)
 
     later = lambda: time.time_ns() + 10 * 1_000_000_000  # noqa: E731  the directory has settled
     assert refresh(str(store_dir), later) == [str(repo)]
     assert _current(store_dir, repo) and not index_file(store_dir, other.resolve()).exists()
     refused = check(repo, store_dir)
-    assert "glacier holds src/**" in refused and "storm holds docs/**" in refused
+    assert "glacier holds src/**" in refused and "docs/**" not in refused
 
 
-def test_relayd_keeps_a_repositorys_index_current_after_reservations_change(repo: Path, store_dir: Path, daemon, relayctl) -> None:
-    """With relayd running, the commit after a reservation change finds its index current
-    (relayd rebuilt it once the directory settled) instead of reading every reservation."""
+def test_relay_writes_the_index_through_on_every_reservation_change(repo: Path, store: Store, store_dir: Path) -> None:
+    """Reserve, release and gc rebuild the indexes under the reservations lock: the next
+    commit finds its index current at once, relayd running or not (here it is not)."""
+    reserve(store, repo, "glacier", "src/**")
+    stage(repo, "src/a.py", "docs/b.md", "lib/c.py")
+    assert "glacier holds src/**" in check(repo, store_dir)  # builds the index
+    next_tick(store_dir)
+    reserve(store, repo, "storm", "docs/**")
+    assert _current(store_dir, repo) and "storm holds docs/**" in check(repo, store_dir)
+    next_tick(store_dir)
+    release(store, repo, "glacier", "src/**")
+    assert _current(store_dir, repo) and "glacier" not in check(repo, store_dir)
+    next_tick(store_dir)
+    reserve(store, repo, "storm", "lib/**", ttl="1s")
+    time.sleep(1.1)  # the reservation's own 1 s life, which gc reads from the real clock
+    ops.call(store, "gc", {})
+    assert _current(store_dir, repo)
+    assert "lib/**" not in (check(repo, store_dir, after=timedelta(0)) or "")
+
+
+def test_relayd_rebuilds_an_index_a_change_outside_relay_left_behind(repo: Path, store_dir: Path, daemon, relayctl) -> None:
+    """A reservation file removed by hand (not through relay) leaves the index naming an old
+    state; relayd rebuilds it once the directory has settled, so commits need not."""
     relayctl("register", "glacier")
     relayctl("reserve", "src/**", "--repo", str(repo), agent="glacier")
-    stage(repo, "src/a.py")
-    assert "glacier holds src/**" in check(repo, store_dir)
-    next_tick(store_dir)
     relayctl("reserve", "docs/**", "--repo", str(repo), agent="glacier")
+    stage(repo, "src/a.py", "docs/b.md")
+    assert "glacier holds docs/**" in check(repo, store_dir)
+    next_tick(store_dir)
+    [docs] = [p for p in (store_dir / layout.RESERVATIONS).iterdir() if b"docs/**" in p.read_bytes()]
+    docs.unlink()
     assert not _current(store_dir, repo)
     from waiting import wait_for
 
     wait_for("relayd to rebuild the index", lambda: _current(store_dir, repo), timeout=20)
-    stage(repo, "docs/guide.md")
-    assert "glacier holds docs/**" in check(repo, store_dir)
+    refused = check(repo, store_dir)
+    assert "glacier holds src/**" in refused and "docs/**" not in refused
+
+
+def test_the_written_through_index_is_always_what_the_files_say(repo: Path, store: Store, store_dir: Path, short_tmp: Path) -> None:
+    """A run of reserves (exclusive, shared, forced over another's, renewed, switched between
+    the two), releases and gc in two repositories and a subdirectory of one: after each,
+    both indexes are current and hold exactly what reading every file gives."""
+    import random
+
+    from relayd.fsio import Dir
+    from relayd.guard_index import _load, _read_files, directory_stamp
+
+    other = short_tmp / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    other = other.resolve()
+    sub = repo / "pkg"
+    sub.mkdir()
+    for top in (repo, other):
+        reserve(store, top, "glacier", "seed/**")
+        stage(top, "seed/x.py")
+        check(top, store_dir)  # builds both indexes
+    rng = random.Random(7)
+    for step in range(40):
+        next_tick(store_dir)
+        where = rng.choice([repo, other, sub])
+        agent = rng.choice(["glacier", "storm"])
+        pattern = rng.choice(["src/**", "docs/*.md", "lib/a.py"])
+        action = rng.choice(["exclusive", "shared", "force", "release", "gc"])
+        try:
+            if action == "release":
+                release(store, where, agent, pattern)
+            elif action == "gc":
+                ops.call(store, "gc", {})
+            else:
+                ops.call(store, "reserve", {"agent": agent, "pattern": pattern, "repo": str(where), "ttl": "1h",
+                                            "shared": action == "shared", "force": action == "force"})
+        except Exception as exc:  # a conflict, or a release of what is not held: nothing changed
+            assert type(exc).__name__ in ("Conflict", "NotFound", "NotOwner"), exc
+        stamp = directory_stamp(str(store_dir))
+        with Dir.open_root(str(store_dir)) as root, root.subdir(layout.RESERVATIONS) as folder:
+            for top in (repo, other):
+                indexed = _load(root, str(top), stamp)
+                assert indexed is not None, (step, action, top)
+                assert sorted(h.row() for h in indexed) == sorted(h.row() for h in _read_files(folder, str(top))), (step, action, top)
