@@ -523,3 +523,21 @@ def lines_backward(fd: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK
             if line:
                 yield end, line
             end -= len(line) + 1
+
+
+def regions_holding(fd: int, needle: bytes, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[bytes, list[tuple[int, bytes]]]]:
+    """A byte search from the end: each region of `fd`'s complete lines, the last first,
+    with its lines that hold `needle` as (end offset, line), the last first. Only a region
+    holding the needle is split into lines, so a scan costs about a byte search."""
+    for offset, data, begin in regions_backward(fd, complete_end(fd), first, most):
+        region = data[begin:]
+        hits = []
+        if needle in region:
+            end = offset + len(data)
+            lines = region.split(b"\n")
+            lines.pop()
+            for line in reversed(lines):
+                if needle in line:
+                    hits.append((end, line))
+                end -= len(line) + 1
+        yield region, hits
