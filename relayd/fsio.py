@@ -19,7 +19,6 @@ import errno
 import fcntl
 import os
 import stat
-from contextlib import contextmanager
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
     from typing import Callable, Iterator
@@ -234,12 +233,13 @@ class Dir:
                 found.append((name, raw))
         return found
 
-    def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None) -> None:
+    def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None, mode: int | None = None) -> None:
         """Atomically replace `name`: temp file, fsync, rename, fsync the directory.
 
         `sync=None` skips the fsyncs (heartbeats: losing one costs nothing). `mtime` sets
         the file's modification time before it appears (delivery records keep their due
         time there, so a sweep can skip records that are not due without reading them).
+        `mode` sets its permissions (default FILE_MODE; files outside the store keep theirs).
         """
         tmp = f".{name}.{new_ulid()}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -247,6 +247,8 @@ class Dir:
             _write_all(fd, data, os.path.join(self.path, name))
             if mtime is not None:
                 os.utime(fd, (mtime, mtime))
+            if mode is not None:
+                os.fchmod(fd, mode)
             if sync is not None:
                 sync.file(fd)
         except BaseException:
@@ -313,15 +315,51 @@ class Dir:
         except OSError as exc:
             raise _os_error(exc, self.path) from exc
 
-    @contextmanager
-    def locked(self, lock_name: str, shared: bool = False) -> Iterator[None]:
-        """Hold flock on the sidecar lock file `lock_name` (created on first use)."""
-        fd = self.open(lock_name, os.O_RDWR | os.O_CREAT)
+    def locked(self, lock_name: str, shared: bool = False) -> "Flock":
+        """`with dir.locked(name):` holds flock on the sidecar lock file `lock_name`
+        (created on first use) for the block."""
+        return Flock(self, lock_name, shared)
+
+
+class Flock:
+    """The `with` block of Dir.locked. A class rather than contextlib.contextmanager:
+    contextlib's imports (collections, functools) cost the pre-commit guard, which loads
+    this module, more start-up than its whole index lookup."""
+
+    __slots__ = ("_dir", "_name", "_shared", "_fd")
+
+    def __init__(self, folder: Dir, lock_name: str, shared: bool) -> None:
+        self._dir, self._name, self._shared, self._fd = folder, lock_name, shared, -1
+
+    def __enter__(self) -> None:
+        fd = self._dir.open(self._name, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-            yield
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
             os.close(fd)  # closing releases the lock
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Atomically replace a file outside the store (a program's settings, a systemd unit)
+    by its path, as Dir.replace does inside the store: a crash leaves the old file or the
+    new one, never part of one. It keeps the old file's permissions; a new one gets what
+    the umask allows. OSError, or StoreError/UnsafePath as from Dir.replace."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with Dir(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), folder) as where:
+        where.replace(name, data, Syncer(), mode=mode)
 
 
 def check_regular(fd: int, what: str, writing: bool = True) -> os.stat_result:

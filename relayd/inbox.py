@@ -17,7 +17,7 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout, owed, presence, remote
+from . import layout, presence
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
 from .fsio import Dir, append_lines, blocks_forward, complete_lines, line_start_at, lines_backward, open_appending, regions_holding
@@ -106,6 +106,8 @@ def _closed_web_view(store: Store, name: str) -> bool:
 
 def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if p.broadcast:
+        from . import remote  # agents of other hosts (relayd --bridge): loaded when a send may concern them
+
         if p.to:
             raise UsageError("give recipients or --broadcast, not both")
         others = [name for name in store.known_agents() if name != sender and not _closed_web_view(store, name)] + remote.broadcast_targets(store, sender, p.ack)
@@ -117,8 +119,11 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     seen: list[str] = []
     for name in p.to:
         check_agent_name(name, "recipient")
-        if not store.is_agent(name) and remote.recipient_host(store, name, p.ack) is None:
-            raise store.unknown_agent(name)
+        if not store.is_agent(name):
+            from . import remote
+
+            if remote.recipient_host(store, name, p.ack) is None:
+                raise store.unknown_agent(name)
         if name not in seen:
             seen.append(name)
     return seen
@@ -335,6 +340,8 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         try:
             messages = build_messages(store, p)
             if p.ack:
+                from . import owed  # (here: only a send --ack needs it)
+
                 policy = owed.policy_for(store, p.ack_wait, p.max_deliver)
             if len(messages) > 1:
                 # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
@@ -382,6 +389,8 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                     # append's own round: a crash before the append delays the first delivery to
                     # the next sweep; the other order could leave an owed message nobody tracks.
                     if owing:
+                        from . import owed
+
                         owed.open_records(store, [owed.new_record(store, m, policies[i]) for i, m in owing])  # type: ignore[arg-type]
                         opened.extend(owing)
                     appends.append(recipient, [message for _, message in items])
@@ -442,6 +451,8 @@ def arrival(store: Store, m: Message) -> Event:
 
 def _cancel_owed(store: Store, messages: list[Message]) -> None:
     if messages:
+        from . import owed
+
         try:
             owed.cancel_records(store, messages)
         except RelayError:
@@ -829,7 +840,11 @@ def read(store: Store, p: ReadParams) -> ReadResult:
             snap.close()
     unique_bad = {(b.file, b.offset): b for b in bad}
     owing = [m.id for m in shown if m.ack]
-    delivery = owed.states(store, p.agent, owing) if owing else {}
+    delivery = {}
+    if owing:
+        from . import owed
+
+        delivery = owed.states(store, p.agent, owing)
     return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()), delivery=delivery)
 
 

@@ -17,6 +17,7 @@ ACKED = "acked"  # <to>.<id>.json: acknowledged, kept a while so a repeated ack 
 TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED)
 TEAMS = "teams"  # teams/<team>/: what `relayctl up` wrote (MCP configs, relayd.pid, relayd.log)
 BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
+GUARD_INDEX = "guard"  # guard/<crc32 of a repo>.idx: the pre-commit guard's index of one repository's reservations, a cache (relayd.guard_index)
 
 EVENTS = "events.jsonl"
 EVENTS_ROTATED = "events.jsonl.1"

@@ -28,7 +28,7 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout, owed
+from . import layout, notify, owed
 from .errors import NotFound, RelayError
 from .fsio import append_lines, lines_backward
 from .records import Message, json_encoder
@@ -110,7 +110,7 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         receipts = [
             Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
             for o in outcomes
-            if o.get("method") in TRIGGERED
+            if o.get("method") in notify.TRIGGERED
         ]
         write(store, receipts)
         for receipt in receipts:
@@ -127,9 +127,6 @@ def read_passed(store: Store, agent: str, newest: Message) -> None:
         write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
     except (RelayError, OSError):
         pass
-
-
-TRIGGERED = frozenset({"tmux", "zellij", "cmd", "unknown"})  # channel and hook announce elsewhere
 
 
 def _bounce(store: Store, failed: Receipt) -> None:
@@ -272,6 +269,63 @@ def track(store: Store, p: TrackParams) -> TrackResult:
         for way in ways:
             way.ack, way.acked_at = _ack_state(store, way.to, message_id)
     return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
+
+
+# -- each agent's latest announcement: status and the web view ---------------------------------
+
+ANNOUNCED_WINDOW_MS = 24 * 3600 * 1000  # how far back the delivery log is read for them
+
+
+class LastAnnouncement(Announcement):
+    """How an agent was last told of its mail; when that failed, the failures in a row it ends
+    (a failing pane or command is retried every few seconds, each try a receipt)."""
+
+    failures: int = 0  # announcements that failed in a row, up to the last one (0: it worked)
+    failing_since: str | None = None  # when the first of them failed
+    earlier: bool = False  # they go back past the log's window: they began before failing_since
+
+
+def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnouncement]:
+    """Each of `names`' newest announcement over the last day of the delivery log; an agent
+    not told in that time is left out. A trigger skipped because the last one is still
+    unread (a `note`) told nobody: it is shown only when there is nothing else."""
+    from datetime import timedelta
+
+    from .timefmt import now, to_iso
+
+    found: dict[str, LastAnnouncement] = {}
+    skipped: dict[str, LastAnnouncement] = {}
+    settled: set[str] = set()  # the newest announcement and the failures before it are known
+    wanted = set(names)
+    since = to_iso(now() - timedelta(milliseconds=ANNOUNCED_WINDOW_MS))
+    cut = False  # the log goes back further than was read
+    for receipt in newest_first(store, ""):
+        if receipt.ts < since:
+            cut = True
+            break
+        who = receipt.to
+        if receipt.step != "announced" or who not in wanted or who in settled:
+            continue
+        told = LastAnnouncement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
+        last = found.get(who)
+        if receipt.ok and receipt.note:
+            skipped.setdefault(who, told)
+        elif last is None:
+            found[who] = told
+            if receipt.ok:
+                settled.add(who)
+            else:
+                told.failures, told.failing_since = 1, receipt.ts
+        elif receipt.ok:
+            settled.add(who)  # the failures began after this success
+        else:
+            last.failures += 1
+            last.failing_since = receipt.ts
+        if len(settled) == len(wanted):
+            break
+    for who, last in found.items():
+        last.earlier = cut and not last.ok and who not in settled
+    return {**skipped, **found}
 
 
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
