@@ -34,9 +34,9 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
 # What every NDJSON reader reads at a time. One rule for a line longer than that: it is
-# never split or cut, the read grows (doubling) until it holds the whole line. No relay
-# writer makes a line near a chunk (a message body is capped at 256 KiB), so only a
-# hand-made file makes a read large.
+# never split or cut, the read grows (doubling) until it holds the whole line. Relay's
+# longest lines are messages (a body is capped at 256 KiB, under 2 MiB however escaped),
+# so only a hand-made file makes a read larger than that.
 LINE_CHUNK = 256 * 1024
 _RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
