@@ -24,8 +24,8 @@ import msgspec
 
 from . import layout
 from .errors import RelayError, UsageError
-from .fsio import Dir, Syncer, complete_end, lines_backward, regions_backward
-from .records import Message, message_decoder
+from .fsio import Dir, Syncer, lines_backward, regions_holding
+from .records import Message, first_line_ts, message_decoder
 from .timefmt import to_iso
 from .ulid import is_ulid, ulid_time_ms
 
@@ -35,13 +35,6 @@ REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox fo
 # covers millisecond rounding and a small clock step back. It bounds what a fresh send
 # scans: at 10 000 sends a second, about a hundred lines.
 _CLOCK_SLACK_MS = 10
-
-
-class _Stamp(msgspec.Struct):
-    ts: str = ""
-
-
-_stamp_decoder = msgspec.json.Decoder(_Stamp)
 
 
 def check_id(text: str) -> str:
@@ -73,7 +66,7 @@ def find_recent(agent: Dir, message_id: str, not_before_iso: str, sync: Syncer) 
         except FileNotFoundError:
             continue
         try:
-            found, older = _scan_back(fd, message_id.encode(), not_before_iso.encode())
+            found, older = _scan_back(fd, message_id.encode(), not_before_iso)
             if found is not None:
                 sync.file(fd)
         finally:
@@ -83,29 +76,22 @@ def find_recent(agent: Dir, message_id: str, not_before_iso: str, sync: Syncer) 
     return None
 
 
-def _scan_back(fd: int, needle: bytes, not_before: bytes) -> tuple[Message | None, bool]:
-    """(the message, or None; whether a line older than `not_before` was reached)."""
-    # Complete lines only: a torn tail is cut away by the next append, so a copy there is
-    # no copy (counting it would drop the retry that should replace it).
-    for _, data, begin in regions_backward(fd, complete_end(fd)):
-        region = data[begin:]
-        if needle in region:
-            for line in reversed(region.split(b"\n")):
-                if needle in line:
-                    try:
-                        message = message_decoder.decode(line)
-                    except (msgspec.DecodeError, msgspec.ValidationError):
-                        continue  # a torn or corrupt line is not a message
-                    if message.id == needle.decode():
-                        if message.ts.encode() < not_before:
-                            return None, True  # a copy from before the window: not a duplicate
-                        return message, True
-        oldest = region[: region.find(b"\n")] if b"\n" in region else region
-        try:
-            stamp = _stamp_decoder.decode(oldest).ts.encode()
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            stamp = b""
-        if stamp and stamp < not_before:
+def _scan_back(fd: int, needle: bytes, not_before: str) -> tuple[Message | None, bool]:
+    """(the message, or None; whether a line older than `not_before` was reached).
+    Complete lines only: a torn tail is cut away by the next append, so a copy there is no
+    copy (counting it would drop the retry that should replace it)."""
+    message_id = needle.decode()
+    for region, hits in regions_holding(fd, needle):
+        for _, line in hits:
+            try:
+                message = message_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # a corrupt line is not a message
+            if message.id == message_id:
+                if message.ts < not_before:
+                    return None, True  # a copy from before the window: not a duplicate
+                return message, True
+        if first_line_ts(region) < not_before:
             return None, True
     return None, False
 

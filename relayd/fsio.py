@@ -34,9 +34,9 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
 # What every NDJSON reader reads at a time. One rule for a line longer than that: it is
-# never split or cut, the read grows (doubling) until it holds the whole line. No relay
-# writer makes a line near a chunk (a message body is capped at 256 KiB), so only a
-# hand-made file makes a read large.
+# never split or cut, the read grows (doubling) until it holds the whole line. Relay's
+# longest lines are messages (a body is capped at 256 KiB, under 2 MiB however escaped),
+# so only a hand-made file makes a read larger than that.
 LINE_CHUNK = 256 * 1024
 _RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
@@ -561,3 +561,21 @@ def lines_backward(fd: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK
             if line:
                 yield end, line
             end -= len(line) + 1
+
+
+def regions_holding(fd: int, needle: bytes, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[bytes, list[tuple[int, bytes]]]]:
+    """A byte search from the end: each region of `fd`'s complete lines, the last first,
+    with its lines that hold `needle` as (end offset, line), the last first. Only a region
+    holding the needle is split into lines, so a scan costs about a byte search."""
+    for offset, data, begin in regions_backward(fd, complete_end(fd), first, most):
+        region = data[begin:]
+        hits = []
+        if needle in region:
+            end = offset + len(data)
+            lines = region.split(b"\n")
+            lines.pop()
+            for line in reversed(lines):
+                if needle in line:
+                    hits.append((end, line))
+                end -= len(line) + 1
+        yield region, hits

@@ -20,7 +20,7 @@ import msgspec
 from . import layout, presence
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
-from .fsio import Dir, append_lines, blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, open_appending, regions_backward
+from .fsio import Dir, append_lines, blocks_forward, complete_lines, line_start_at, lines_backward, open_appending, regions_holding
 from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
@@ -29,6 +29,7 @@ from .records import (
     Message,
     check_agent_name,
     cursor_decoder,
+    first_line_ts,
     json_encoder,
     message_decoder,
     meta_decoder,
@@ -897,7 +898,6 @@ class Copies(msgspec.Struct, kw_only=True):
 
 
 _SCAN_REGION = 1 << 20  # copies are looked for by byte search: up to large regions, few reads
-_TS_FIELD = b'"ts":"'
 
 
 def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> Copies | None:
@@ -905,7 +905,6 @@ def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> C
     time); None when it holds none. Reads newest first, decodes only lines holding the id,
     and stops at the first delivery (attempt 1, or a message without --ack, which an inbox
     holds once): it costs about a byte search of what arrived after the message."""
-    needle = message_id.encode()
     copies: list[tuple[Position, Message]] = []
     with store.agent_dir(agent_name) as agent:
         snap = _snapshot(agent)
@@ -914,21 +913,18 @@ def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> C
             for fd, rotated in ((snap.current, False), (snap.rotated, True)):
                 if fd < 0 or finished:
                     continue
-                for offset, data, begin in regions_backward(fd, complete_end(fd), most=_SCAN_REGION):
-                    region = data[begin:]
-                    if needle in region:
-                        line_end = offset + len(data)
-                        for line in reversed(region[:-1].split(b"\n")):
-                            if needle in line and not finished:
-                                try:
-                                    message = message_decoder.decode(line)
-                                except (msgspec.DecodeError, msgspec.ValidationError):
-                                    message = None
-                                if message is not None and message.id == message_id:
-                                    copies.append((Position(rotated, line_end), message))
-                                    finished = message.attempt in (None, 1)
-                            line_end -= len(line) + 1
-                    if finished or _first_ts(region) < since:
+                for region, hits in regions_holding(fd, message_id.encode(), most=_SCAN_REGION):
+                    for end, line in hits:
+                        try:
+                            message = message_decoder.decode(line)
+                        except (msgspec.DecodeError, msgspec.ValidationError):
+                            continue
+                        if message.id == message_id:
+                            copies.append((Position(rotated, end), message))
+                            if message.attempt in (None, 1):
+                                finished = True
+                                break
+                    if finished or first_line_ts(region) < since:
                         finished = True
                         break
         finally:
@@ -936,15 +932,6 @@ def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> C
     if not copies:
         return None
     return Copies(newest_first=[m for _, m in copies], read=copies[0][0].key() <= (0 if snap.cursor.rotated else 1, snap.cursor.offset))
-
-
-def _first_ts(region: bytes) -> str:
-    """The time of a region's first line; one that has none does not stop a scan early."""
-    at = region.find(_TS_FIELD, 0, region.find(b"\n"))
-    if at < 0:
-        return "\uffff"
-    at += len(_TS_FIELD)
-    return region[at : region.find(b'"', at)].decode(errors="replace")
 
 
 class UnreadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -130,6 +130,20 @@ reservation_decoder = msgspec.json.Decoder(Reservation)
 command_decoder = msgspec.json.Decoder(Command)
 
 
+_TS_FIELD = b'"ts":"'
+
+
+def first_line_ts(data: bytes, begin: int = 0) -> str:
+    """The `ts` of the message line starting at `begin`, found as bytes without decoding
+    (scans read back through the lines in time order and stop at an older one); "\uffff",
+    later than any time, when that line has none, so an unreadable line stops no scan."""
+    at = data.find(_TS_FIELD, begin, data.find(b"\n", begin))
+    if at < 0:
+        return "\uffff"
+    at += len(_TS_FIELD)
+    return data[at : data.find(b'"', at)].decode(errors="replace")
+
+
 def to_builtins(value: object) -> object:
     """Plain dicts/lists with the store's field names, for JSON output and the wire."""
     return msgspec.to_builtins(value)

@@ -29,7 +29,7 @@ import msgspec
 from . import layout
 from .errors import UsageError
 from .fsio import complete_end, regions_backward
-from .records import Message, check_agent_name, json_encoder, message_decoder
+from .records import Message, check_agent_name, first_line_ts, json_encoder, message_decoder
 from .store import Store
 from .timefmt import parse_since, to_iso
 
@@ -166,17 +166,9 @@ def _scan(fd: int, plan: _Plan, limit: int, found: list[Message]) -> int:
                 taken += 1
                 if taken >= limit:
                     return _FULL
-        if plan.since and _first_ts(data, cut) < plan.since:
+        if plan.since and first_line_ts(data, cut) < plan.since:
             return _OLDER
     return _MORE
-
-
-def _first_ts(data: bytes, begin: int) -> str:
-    newline = data.find(b"\n", begin)
-    try:
-        return message_decoder.decode(data[begin : newline if newline >= 0 else len(data)]).ts
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return "\uffff"  # unknown: keep walking
 
 
 def _check(q: SearchQuery) -> None:

@@ -15,7 +15,7 @@ import msgspec
 
 from . import layout
 from .errors import InvalidName, NotFound, StoreError, UnknownAgent, UnsafePath
-from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_file
+from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_file, open_appending
 from .records import Event, check_agent_name, json_encoder
 from .timefmt import now_iso
 from .ulid import new_ulid
@@ -207,7 +207,7 @@ class Store:
         if cached is not None:
             os.close(cached[0])
             del self._appending[name]
-        fd = root.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd = open_appending(root, name, 0, self.sync)  # (a file it creates has its directory fsynced)
         opened = os.fstat(fd)
         self._appending[name] = (fd, opened.st_dev, opened.st_ino)
         return fd

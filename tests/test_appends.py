@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from relayd import layout, ops, remote
+from relayd import layout, ops, receipts, remote
 from relayd.fsio import Syncer
 from relayd.records import Message
 from relayd.store import Store
@@ -48,7 +48,14 @@ def queue_for_another_host(store: Store) -> str:
     return os.path.join(store.root, layout.BRIDGE, layout.OUTBOX)
 
 
-@pytest.mark.parametrize("append", [emit_event, send_mail, queue_for_another_host], ids=["event log", "inbox", "bridge outbox"])
+def log_owed_record(store: Store) -> str:
+    receipts.write(store, [receipts.Receipt(ts=now_iso(), step="announced", to="bob", how="tmux")], durable=True)
+    return os.path.join(store.root, layout.DELIVERY_LOG)
+
+
+@pytest.mark.parametrize(
+    "append", [emit_event, send_mail, queue_for_another_host, log_owed_record], ids=["event log", "inbox", "bridge outbox", "delivery log"]
+)
 def test_creating_a_line_file_fsyncs_its_directory_and_the_data(store_dir, append) -> None:
     with Store(str(store_dir)) as store:
         for name in ("alice", "bob"):

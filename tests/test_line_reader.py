@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from relayd import ops
 from relayd.daemon.events import EventLog, Hub
-from relayd.fsio import blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, regions_backward
+from relayd.fsio import blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, regions_backward, regions_holding
 from relayd.inbox import read_all
 from relayd.records import Message, json_encoder
 from relayd.store import Store
@@ -77,6 +77,23 @@ def test_a_position_inside_a_line_moves_to_the_next_line_start(tmp_path_factory,
         assert line_start_at(fd, at) == min([s for s in starts if s >= at], default=len(data))
     finally:
         os.close(fd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.sampled_from([b"", b"ab", b"xaby", b"zz", b"b" * 50]), max_size=40), torn=torn_st, chunk=chunk_st)
+def test_a_byte_search_from_the_end_finds_every_complete_line_holding_the_needle(tmp_path_factory, lines, torn, chunk) -> None:
+    data = b"".join(line + b"\n" for line in lines) + torn + b"ab"
+    expected, end = [], 0
+    for line in lines:
+        end += len(line) + 1
+        if b"ab" in line:
+            expected.append((end, line))
+    fd = opened(tmp_path_factory, data)
+    try:
+        found = [hit for _, hits in regions_holding(fd, b"ab", chunk, chunk * 4) for hit in hits]
+    finally:
+        os.close(fd)
+    assert found == expected[::-1]  # the torn tail holds the needle too, and is no line
 
 
 def test_a_line_longer_than_the_chunk_is_read_whole_not_cut(tmp_path_factory) -> None:
