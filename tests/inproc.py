@@ -20,8 +20,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 import anyio
 from anyio.abc import SocketListener
 
-from relayd.daemon.commit import GroupCommit
-from relayd.daemon.events import EventLog, Hub
+from relayd.daemon.core import Core
 from relayd.daemon.lifecycle import bind_listener
 from relayd.daemon.server import Server
 from relayd.store import Store
@@ -42,13 +41,8 @@ async def serving(store_dir: str, socket_path: str, **server_options: Any) -> As
     """relayd's server for `store_dir` on `socket_path`, until the block ends."""
     store = Store(store_dir, fsync=True)
     store.root_dir(create=True)
-    committer = GroupCommit()
-    store.sync = committer
-    hub = Hub()
-    events = EventLog(store.root, hub, when_durable=committer.when_durable, on_event=lambda event: None)
-    server = Server(store, committer, hub, events, **server_options)
-    committer.inline_when = server.quiet
-    committer.collect = server.run_deferred
+    core = Core.assemble(store, **server_options)
+    committer, events, server = core.committer, core.events, core.server
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(committer.run)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -21,15 +20,14 @@ from relayd import __version__, layout
 from relayd.config import dedup_window
 from relayd.dedup import RecentIds, ms_to_iso
 from relayd.errors import RelayError
-from relayd.fsio import NoSync
 from relayd.records import Event
 from relayd.store import Store
 
 from .commit import GroupCommit
-from .events import EventLog, Hub
+from .core import Core
+from .events import Hub
 from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
 from .notifications import Notifier
-from .server import Server
 from .timers import StaleWatch, collect_garbage, redeliver_owed, refresh_guard_indexes
 
 log = structlog.get_logger()
@@ -89,10 +87,8 @@ def run(config: Config) -> int:
 
 async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     systemd = Systemd()
-    committer = None if isinstance(store.sync, NoSync) else GroupCommit()
-    if committer is not None:
-        store.sync = committer
-    hub = Hub()
+    core = Core.assemble(store, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
+    committer, hub, events, server = core.committer, core.hub, core.events, core.server
     notifier = Notifier(store.root, config.retry_interval)
     bridge = _bridge(config, store, committer, hub)
     then = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
@@ -103,13 +99,9 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
             recent.observed(event.id, event.agent, event.message_id, time.time_ns() // 1_000_000)
         then(event)
 
-    events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=on_event)
-    server = Server(store, committer, hub, events, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
+    events.on_event = on_event  # (nothing is delivered before events.run starts, below)
     if bridge is not None:
         server.team_ops.update(bridge.team_ops)
-    if committer is not None:
-        committer.inline_when = server.quiet
-        committer.collect = server.run_deferred
     stale = StaleWatch(store, config.stale_after)
     stale.start()
     stop = anyio.Event()
@@ -180,10 +172,6 @@ def _seed_recent_ids(store: Store, recent: RecentIds) -> None:
         for _, agent in opened:
             agent.close()
     log.debug("dedup window seeded", ids=len(recent), window_s=recent.window_ms / 1000)
-
-
-def _at_once(then: Callable[[], None]) -> None:
-    then()  # (--no-fsync: nothing to wait for)
 
 
 def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hub):

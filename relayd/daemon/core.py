@@ -1,0 +1,49 @@
+"""relayd's request path, assembled in one place: group commit (for a durable store), the
+event-log follower and its hub, and the socket server wired to both.
+
+`relayd` (main.py) builds its notifications, bridge and timers around it; tests/inproc.py
+runs it alone in a test's own event loop. Either way a request meets the same objects,
+wired the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from relayd.fsio import NoSync
+from relayd.records import Event
+from relayd.store import Store
+
+from .commit import GroupCommit
+from .events import EventLog, Hub
+from .server import Server
+
+
+@dataclass
+class Core:
+    store: Store
+    committer: GroupCommit | None  # None: a store without fsync (nothing to group)
+    hub: Hub
+    events: EventLog
+    server: Server
+
+    @classmethod
+    def assemble(cls, store: Store, on_event: Callable[[Event], None] = lambda event: None, **server_options: Any) -> "Core":
+        """Wire the request path for `store`; `on_event` sees every event the log delivers
+        (relayd's notifications and bridge). Starting it is the caller's: the committer's
+        `run`, then `events.run`, then `server.serve` on a listener."""
+        committer = None if isinstance(store.sync, NoSync) else GroupCommit()
+        if committer is not None:
+            store.sync = committer
+        hub = Hub()
+        events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=on_event)
+        server = Server(store, committer, hub, events, **server_options)
+        if committer is not None:
+            committer.inline_when = server.quiet  # fsync at once when nobody else is writing
+            committer.collect = server.run_deferred
+        return cls(store, committer, hub, events, server)
+
+
+def _at_once(then: Callable[[], None]) -> None:
+    then()
