@@ -94,6 +94,7 @@ class TeamReservations:
 
     async def _reserve(self, request: Request, execute):
         params = decode_params(lookup("reserve"), request.params)
+        request = msgspec.structs.replace(request, params=params)  # decoded once: ops.run takes the Struct as it is
         if params.check:
             return self._with_remote_conflicts(request, execute(request))
         buckets = self.connected()

@@ -119,6 +119,7 @@ class Bridge:
         name = ""
         try:
             params = decode_params(lookup("register"), request.params)
+            request = msgspec.structs.replace(request, params=params)  # decoded once: ops.run takes the Struct as it is
             name = check_agent_name(params.name)
             owner = self.directory.host_of(name)
             if owner is not None:
