@@ -2,10 +2,10 @@
 
 * The sweep with 100,000 owed messages among 1,000,000 stored, next to the same 100,000 owed
   among 10 stored: it reads only the delivery log past its mark and owed/, so the two should
-  match. Also the first sweep after the sends, which absorbs their 100,000 log lines into owed/.
+  match. Also the first sweep after the sends, which absorbs their 100,000 inbox lines into owed/.
 * A durable send through relayd three ways, interleaved from one persistent client: plain;
-  with `ack` (its owed record a line of the delivery log, fsynced in the same group commit
-  round as the inbox append: target within 10%); and to a recipient whose arrival mechanism
+  with `ack` (its owed record is its own inbox line, which carries the redelivery terms: no
+  write or fsync of its own; target within 10%); and to a recipient whose arrival mechanism
   runs (`cmd:true`), so each send also leaves an announcement receipt.
 * `track` (relayd.receipts) on a store whose inbox holds 1,000,000 messages of today: the
   newest message (the usual question, right after a send) and the oldest one (the whole
@@ -19,6 +19,7 @@ import shutil
 import sys
 
 from relayd import layout, ops, owed
+from relayd.inbox import append_messages
 from relayd.records import Message
 from relayd.store import Store
 from relayd.ulid import new_ulid
@@ -31,11 +32,12 @@ AREA = "delivery"
 
 
 def _owe(store: Store, count: int) -> None:
-    """`count` owed records addressed to `owes`, none due for an hour (the steady state)."""
+    """`count` owed messages in the inbox of `owes`, as sends with ack write them, none due for
+    an hour (the steady state)."""
     policy = owed.Policy(3600.0, 3600.0, 3)
     stamp = "2026-11-21T00:00:00.000Z"
     messages = [Message(id=new_ulid(), ts=stamp, from_="alice", to="owes", subject=f"owed {n}", body="must arrive", ack=True, attempt=1) for n in range(count)]
-    owed.open_records(store, [owed.new_record(store, m, policy) for m in messages])
+    append_messages(store, "owes", [owed.owing(store, m, policy) for m in messages])
 
 
 def sweep_cost(quick: bool) -> list[Row]:
@@ -63,7 +65,7 @@ def sweep_cost(quick: bool) -> list[Row]:
             Row(AREA, f"redelivery sweep, {owed_count:,} owed among {stored_big:,} stored", round(big, 2), "ms", note=note),
             Row(AREA, f"redelivery sweep, {owed_count:,} owed among 10 stored", round(medians[10], 2), "ms", note="the same sweep on a nearly empty store"),
             Row(AREA, f"sweep ratio, {stored_big:,} vs 10 stored", round(ratio, 2), "x", "~1 (independent of stored)", ratio <= 1.3 if not quick else None),
-            Row(AREA, f"first sweep after {owed_count:,} sends --ack (absorbs their log lines into owed/)", round(absorbing[stored_big], 1), "ms", note="once; later sweeps absorb only what was logged since"),
+            Row(AREA, f"first sweep after {owed_count:,} sends --ack (absorbs their inbox lines into owed/)", round(absorbing[stored_big], 1), "ms", note="once; later sweeps absorb only what was logged since"),
         ]
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -100,7 +102,7 @@ def ack_send_cost(quick: bool) -> list[Row]:
     note = f"{count} sequential durable sends each, one persistent client, interleaved"
     return [
         Row(AREA, "send through relayd, no ack: median", round(median["plain"], 3), "ms", note=note),
-        Row(AREA, "send through relayd, --ack: median", round(median["ack"], 3), "ms", note="owed record a delivery-log line, fsynced in the inbox append's round"),
+        Row(AREA, "send through relayd, --ack: median", round(median["ack"], 3), "ms", note="the owed record is the inbox line itself: no extra write or fsync"),
         Row(AREA, "send through relayd, recipient announced by cmd:true: median", round(median["receipts"], 3), "ms", note="relayd runs the command and logs a receipt after the reply"),
         Row(AREA, "send --ack vs without", round(ratio, 2), "x", "<= 1.10", ratio <= 1.10 if not quick else None),
         Row(AREA, "send with an announcement receipt vs without", round(receipts_ratio, 2), "x", note="no fsync for receipts; the command's process is the cost"),
