@@ -30,7 +30,7 @@ from typing import Literal
 
 import msgspec
 
-from . import layout, owed
+from . import due, layout, owed
 from .errors import NotFound, StoreError, UsageError
 from .inbox import append_messages, arrival, holds_since
 from .records import Message, check_agent_name
@@ -88,20 +88,28 @@ def ack(store: Store, p: AckParams) -> AckResult:
     answers = []
     settled = []
     with store.root_dir().locked(layout.DELIVERY_LOCK):
-        owed.absorb(store)  # records logged by sends since the last sweep
+        owed.absorb(store)  # records sends stored since the last sweep
+        parked = due.find(store, p.agent, [i for i in ids if not store.top(layout.OWED).exists(owed.record_name(p.agent, i))])
         for message_id in ids:
-            answer = _ack_one(store, p.agent, message_id)
+            answer = _ack_one(store, p.agent, message_id, parked.get(message_id))
             answers.append(answer)
             if answer.outcome == "acked":
                 settled.append(answer)
         if settled:
             store.sync.dir(store.top(layout.OWED).fd)
             store.sync.dir(store.top(layout.ACKED).fd)
+        # Acknowledged parked records leave their files only now that acked/ holds them.
+        by_file: dict[str, set[tuple[str, str]]] = {}
+        for answer in settled:
+            if answer.id in parked:
+                by_file.setdefault(parked[answer.id][0], set()).add((p.agent, answer.id))
+        for name, keys in by_file.items():
+            due.drop(store, name, keys)
     store.emit(*(store.event("inbox", action="ack", agent=p.agent, message_id=a.id) for a in settled))
     return AckResult(results=answers)
 
 
-def _ack_one(store: Store, agent: str, message_id: str) -> AckAnswer:
+def _ack_one(store: Store, agent: str, message_id: str, parked: tuple[str, owed.Record] | None) -> AckAnswer:
     name = owed.record_name(agent, message_id)
     record = owed.read(store, layout.OWED, name)
     if record is not None:
@@ -110,6 +118,10 @@ def _ack_one(store: Store, agent: str, message_id: str) -> AckAnswer:
         _move(store, layout.OWED, layout.ACKED, name, store.clock())
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
     state = owed.states(store, agent, [message_id]).get(message_id)
+    if state == layout.OWED and parked is not None:
+        record = parked[1]  # written to acked/ first; the caller then drops its parked line
+        owed.write(store, layout.ACKED, record, owed._writer(store, dirs=False), mtime=store.clock())
+        return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
     if state == layout.ACKED:
         return AckAnswer(id=message_id, outcome="already_acked")
     if state == layout.DEAD_LETTER:
@@ -119,6 +131,8 @@ def _ack_one(store: Store, agent: str, message_id: str) -> AckAnswer:
             parts = owed.split_name(other)
             if parts is not None and parts[1] == message_id and parts[0] != agent:
                 return AckAnswer(id=message_id, outcome="not_yours", owner=parts[0])
+    for owner in sorted(due.owners(store, message_id) - {agent}):
+        return AckAnswer(id=message_id, outcome="not_yours", owner=owner)
     return AckAnswer(id=message_id, outcome="not_owed")
 
 
@@ -183,10 +197,12 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
     events = []
     now = store.clock()
     names, upcoming = owed.due_names(store, now)
-    if names or owed.needs_absorbing(store):  # the lock only when there is work: an idle sweep writes nothing
+    if names or owed.needs_absorbing(store) or due.begun(store, now):  # the lock only when there is work: an idle sweep writes nothing
         with store.root_dir().locked(layout.DELIVERY_LOCK):
-            owed.absorb(store)  # the records sends logged since the last sweep, into owed/
+            owed.absorb(store)  # the records sends stored since the last sweep
+            due.unpark_begun(store, now)  # parked records whose minute has come, into owed/
             names, upcoming = owed.due_names(store, now)  # again: another sweep may have acted meanwhile
+            waiting = []  # redelivered records: parked again when their next delivery is a while off
             for name in names:
                 record = owed.read(store, layout.OWED, name)
                 if record is None:
@@ -196,8 +212,7 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     result.redelivered.append(Redelivered(id=message.id, to=message.to, attempt=record.attempt, of=record.last_attempt))
                     result.messages.append(message)
                     events.append(arrival(store, message))
-                    if upcoming is None or record.due < upcoming:
-                        upcoming = record.due
+                    waiting.append(record)
                 else:
                     escalations = _dead_letter_one(store, record, now)
                     m = record.message
@@ -205,8 +220,21 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     result.messages.extend(escalations)
                     events.append(store.event("inbox", action="dead_letter", agent=m.to, message_id=m.id))
                     events.extend(arrival(store, e) for e in escalations)
-    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name))
+            soon = due.park(store, waiting, now)
+            if len(soon) < len(waiting):
+                folder = store.top(layout.OWED)
+                for record in waiting:
+                    if record not in soon:  # parked (and durable there): its owed/ file goes
+                        folder.unlink(owed.record_name(record.message.to, record.message.id), missing_ok=True)
+                due.now_syncer(store).dir(folder.fd)
+            for record in soon:
+                if upcoming is None or record.due < upcoming:
+                    upcoming = record.due
+    parked, earliest = due.counts(store)
+    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name)) + sum(parked.values())
     store.emit(*events)
+    if earliest is not None and (upcoming is None or earliest < upcoming):
+        upcoming = earliest
     result.next_due = _iso(upcoming) if upcoming is not None else None
     return result
 

@@ -14,7 +14,8 @@ WAKE = "wake"
 DEAD_LETTER = "dead_letter"  # exhausted owed messages (<to>.<id>.json) and rotated-out unread mail (<agent>.<ulid>.jsonl)
 OWED = "owed"  # <to>.<id>.json: messages waiting for their recipient's acknowledgement
 ACKED = "acked"  # <to>.<id>.json: acknowledged, kept a while so a repeated ack is answered
-TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED)
+DUE = "due"  # <minute>.jsonl: owed records not due for a while, parked by the minute they come due (relayd.due)
+TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED, DUE)
 TEAMS = "teams"  # teams/<team>/: what `relayctl up` wrote (MCP configs, relayd.pid, relayd.log)
 BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
 

@@ -141,14 +141,15 @@ def _writer(store: Store, dirs: bool = True) -> Syncer:
     return store.sync if isinstance(store.sync, NoSync) else _DataFirst(store.sync if dirs else None)
 
 
-def write(store: Store, folder: str, record: Record, sync: Syncer | None = None) -> None:
-    """Replace the record in `folder` atomically; its mtime becomes its due time.
+def write(store: Store, folder: str, record: Record, sync: Syncer | None = None, mtime: float | None = None) -> None:
+    """Replace the record in `folder` atomically; its mtime becomes its due time (or `mtime`:
+    in acked/, when it was acknowledged).
 
     Its data is fsynced before the rename, also under relayd, where `store.sync` would only
     queue that fsync for the group commit round and a crash before the round ends could
     leave the new name with no data behind it. The directory fsync joins the round."""
     m = record.message
-    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due)
+    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due if mtime is None else mtime)
 
 
 def read(store: Store, folder: str, name: str) -> Record | None:
@@ -298,9 +299,10 @@ def _log_lines(store: Store, mark: Mark | None) -> tuple[Mark | None, list[tuple
                 os.close(fd)
 
 
-def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, list[Record]] | None:
-    """(the inbox's new mark, the records of its owed lines past `mark`); None when nothing was
-    appended since (a stat). Read under the inbox's lock, so no send is half way through."""
+def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, list[Record], bool] | None:
+    """(the inbox's new mark, the records of its owed lines past `mark`, whether `mark` was
+    no longer valid and the files were read whole); None when nothing was appended since (a
+    stat). Read under the inbox's lock, so no send is half way through."""
     with store.agent_dir(name) as agent:
         try:
             info = os.stat(layout.INBOX, dir_fd=agent.fd, follow_symlinks=False)
@@ -315,10 +317,11 @@ def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, li
             try:
                 found: list[Record] = []
                 end = 0
+                whole = mark is None or mark.ino not in (current_ino, rotated_ino)
                 for fd, start in _ranges(current, current_ino, rotated, rotated_ino, mark):
                     end, records = _owed_lines(fd, start)
                     found += records
-                return (Mark(current_ino, end) if current >= 0 else Mark(0, 0)), found
+                return (Mark(current_ino, end) if current >= 0 else Mark(0, 0)), found, whole and bool(found)
             finally:
                 for fd in (current, rotated):
                     if fd >= 0:
@@ -343,17 +346,45 @@ def unabsorbed(store: Store, agent: str | None = None) -> dict[tuple[str, str], 
     return pending
 
 
-_LIST_OVER = 256  # more records than this: list the state directories once instead of 3 stats a record
+def into_owed(store: Store, records: list[Record], held: set[str] | None = None) -> int:
+    """Write records into owed/ (each durable before its name, the directory once after),
+    skipping any that a state folder holds already (`held`: their file names, when the
+    caller listed them; else a lookup each). Returns how many it wrote."""
+    from .due import now_syncer
+
+    folder = store.top(layout.OWED)
+    sync = _writer(store, dirs=False)  # the directory once, after all of them
+    written = 0
+    for record in records:
+        name = record_name(record.message.to, record.message.id)
+        if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
+            continue
+        if held is not None:
+            held.add(name)
+        write(store, layout.OWED, record, sync)
+        written += 1
+    if written:
+        now_syncer(store).dir(folder.fd)
+    return written
+
+
+_LIST_OVER = 64  # more records than this: list the state folders once instead of 3 stats a record
 
 
 def absorb(store: Store) -> int:
-    """Move the new records of the inboxes and the log into owed/ (the caller holds
-    `delivery.lock`). Idempotent: a record that is in some folder already is left alone, so a
-    sweep killed before it wrote down how far it got only repeats work. Returns how many
-    records it wrote. A log absorbed to its end and past the rotation size is rotated."""
+    """Take the new records of the inboxes and the log into compact state: parked (relayd.due)
+    when not due for a while, else owed/ (the caller holds `delivery.lock`). Idempotent: a
+    record that a state folder holds already is left alone, so a sweep killed before it
+    wrote down how far it got only repeats work. Returns how many records it took. A log
+    absorbed to its end and past the rotation size is rotated."""
+    from .due import every, held_names, now_syncer, park
+
     marks = _marks(store)
     log_mark, lines = _log_lines(store, marks.log)
     inboxes: dict[str, Mark] = {}
+    # Lines read again from an inbox's start (its mark lost, or its files replaced) or handed
+    # over to the log may be records absorbed long ago and parked since: checked against those.
+    again = bool(lines)
     for name in store.known_agents():
         found = _inbox_records(store, name, marks.inboxes.get(name))
         if found is None:
@@ -361,35 +392,29 @@ def absorb(store: Store) -> int:
             continue
         inboxes[name] = found[0]
         lines.extend(((name, record.message.id), record) for record in found[1])
+        again = again or found[2]
     new = Marks(log=log_mark, inboxes=inboxes)
     if (new.log, new.inboxes) == (marks.log, marks.inboxes):
         return 0
-    folder = store.top(layout.OWED)
-    sync = _writer(store, dirs=False)  # the directory once, after all of them
-    held: set[str] | None = None  # every record file, when there are many to check
-    if len(lines) > _LIST_OVER:
-        held = {n for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) for n in names(store, f)}
-    written = 0
-    for (to, message_id), record in lines:
-        name = record_name(to, message_id)
-        if record is None:
-            folder.unlink(name, missing_ok=True)  # absorbed by a sweep before its send failed
-            if held is not None:
-                held.discard(name)
-            continue
-        if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
-            continue
-        if held is not None:
-            held.add(name)
-        write(store, layout.OWED, record, sync)
-        written += 1
-    if lines:
-        store.sync.dir(folder.fd)
+    pending: dict[tuple[str, str], Record] = {}
+    for key, record in lines:
+        if record is not None:
+            pending[key] = record
+        elif pending.pop(key, None) is None:  # a cancel (earlier versions) of a record absorbed before
+            store.top(layout.OWED).unlink(record_name(*key), missing_ok=True)
+    held: set[str] | None = None
+    if len(pending) > _LIST_OVER or again:
+        held = held_names(store)
+        if again:
+            held |= {record_name(r.message.to, r.message.id) for r in every(store)}
+    fresh = [r for (to, i), r in pending.items() if not (record_name(to, i) in held if held is not None else any(store.top(f).exists(record_name(to, i)) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)))]
+    soon = park(store, fresh, store.clock())
+    into_owed(store, soon, held)
     # Data first here too: a mark past records whose files a crash lost would lose them.
-    store.root_dir().replace(layout.DELIVERY_ABSORBED, json_encoder.encode(new) + b"\n", _writer(store))
+    store.root_dir().replace(layout.DELIVERY_ABSORBED, json_encoder.encode(new) + b"\n", now_syncer(store))
     if new.log is not None:
         _rotate_log(store, new.log)
-    return written
+    return len(fresh)
 
 
 def needs_absorbing(store: Store) -> bool:
@@ -472,6 +497,8 @@ def names(store: Store, folder: str) -> list[str]:
 
 def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
     """For messages of `to` sent with ack: "owed", "acked", "dead_letter", or absent (unknown)."""
+    from .due import find
+
     found: dict[str, str] = {}
     for folder in (layout.OWED, layout.ACKED, layout.DEAD_LETTER):
         opened = store.top_if_exists(folder)
@@ -483,11 +510,16 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
     if len(found) < len(ids):
         pending = unabsorbed(store, to)
         found.update({i: layout.OWED for i in ids if i not in found and (to, i) in pending})
+    if len(found) < len(ids):
+        found.update({i: layout.OWED for i in find(store, to, [i for i in ids if i not in found])})
     return found
 
 
 def count_by_agent(store: Store, folder: str) -> dict[str, int]:
-    """How many records each recipient has in `folder` (a listing, no file read)."""
+    """How many records each recipient has in `folder` (a listing, no file read; for owed, also
+    the parked records and those not absorbed yet)."""
+    from .due import counts as parked
+
     counts: dict[str, int] = {}
     listed = names(store, folder)
     for name in listed:
@@ -495,6 +527,8 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
         if parts is not None:
             counts[parts[0]] = counts.get(parts[0], 0) + 1
     if folder == layout.OWED:
+        for to, n in parked(store)[0].items():
+            counts[to] = counts.get(to, 0) + n
         there = set(listed)
         for to, message_id in unabsorbed(store):
             if record_name(to, message_id) not in there:
@@ -504,8 +538,11 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
 
 def owed_ids(store: Store, agent: str) -> set[str]:
     """Ids of the agent's messages that are still owed (gc keeps their lines)."""
+    from .due import every
+
     prefix = f"{agent}."
     found = {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
+    found |= {r.message.id for r in every(store) if r.message.to == agent}
     return found | {message_id for _, message_id in unabsorbed(store, agent)}
 
 

@@ -31,7 +31,7 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout, owed
+from . import due, layout, owed
 from .errors import NotFound, RelayError
 from .fsio import Syncer, append_lines, lines_backward, regions_backward
 from .records import Message, json_encoder
@@ -366,6 +366,6 @@ def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", 
             continue
         at = to_iso(datetime.fromtimestamp(st.st_mtime, timezone.utc)) if state == "acked" else None
         return state, at  # type: ignore[return-value]
-    if (to, message_id) in owed.unabsorbed(store, to):
+    if (to, message_id) in owed.unabsorbed(store, to) or due.is_parked(store, to, message_id):
         return "owed", None
     return None, None

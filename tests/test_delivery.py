@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd import delivery, layout, ops, owed
+from relayd import delivery, due, layout, ops, owed
 from relayd.errors import UsageError
 from relayd.inbox import read_all
 from relayd.store import Store
@@ -58,13 +58,14 @@ def copies(store: Store, agent: str, message_id: str) -> list[int]:
 
 
 def where(store_dir: Path, to: str, message_id: str) -> list[str]:
-    """The states holding the record: its files, and owed while its line waits in the delivery log
-    (absorbed into owed/ only where no folder holds it, so a file and a line count once)."""
+    """The states holding the record: its files, and owed while its inbox line waits for the
+    sweep or it is parked until its due minute (relayd.due); a line or a parked copy counts
+    only where no folder holds the record, so each counts once."""
     name = f"{to}.{message_id}.json"
     found = [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
     if not found:
         with Store(str(store_dir)) as store:
-            if (to, message_id) in owed.unabsorbed(store):
+            if (to, message_id) in owed.unabsorbed(store) or due.is_parked(store, to, message_id):
                 found.append(layout.OWED)
     return found
 
@@ -284,6 +285,7 @@ def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store
     assert where(store_dir, "bob", acked) == [layout.ACKED] and where(store_dir, "bob", dead) == [layout.DEAD_LETTER]
     assert copies(store, "bob", acked) == [1] and copies(store, "bob", dead) == [1, 2]
     assert all(where(store_dir, "bob", i) == [layout.OWED] for i in others_ids)
+    assert ops.call(store, "status", {})["delivery"]["owed"] == len(others_ids)  # each once, however often absorbed
 
 
 def test_a_failed_send_owes_nothing_where_its_append_was_taken_back(store: Store, store_dir: Path, monkeypatch) -> None:
@@ -386,8 +388,38 @@ def test_an_idle_sweep_reads_no_inbox(store: Store, clock: Clock, store_dir: Pat
     opened = []
     monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
     monkeypatch.setattr(relayd.owed, "_open", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
+    monkeypatch.setattr(relayd.owed, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
+    monkeypatch.setattr(due, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
     assert opened == []
+
+
+def test_records_due_later_are_parked_by_minute_and_come_back_at_their_moment(store: Store, clock: Clock, store_dir: Path) -> None:
+    """A record not due within the current minute is a line of due/<minute>.jsonl, not a file
+    of owed/: acknowledged from there, counted, tracked, and moved to owed/ when its minute begins."""
+    early, later = send_owed(store, ack_wait="1h", max_deliver=1), send_owed(store, ack_wait="1h", max_deliver=1)
+    swept = ops.call(store, "redeliver", {})
+    assert swept["owed"] == 2 and os.listdir(store_dir / layout.OWED) == [] and len(os.listdir(store_dir / layout.DUE)) >= 1
+    assert ops.call(store, "status", {})["delivery"]["owed_by_agent"] == {"bob": 2}
+    assert ops.call(store, "read", {"agent": "bob"})["delivery"] == {early: "owed", later: "owed"}
+    assert ops.call(store, "ack", {"agent": "leader", "ids": [early]})["results"] == [{"id": early, "outcome": "not_yours", "owner": "bob"}]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [early]})["results"] == [{"id": early, "outcome": "acked", "attempt": 1}]
+    assert where(store_dir, "bob", early) == [layout.ACKED] and ops.call(store, "track", {"id": early})["recipients"][0]["ack"] == "acked"
+    assert not any(early in p.read_text() for p in (store_dir / layout.DUE).iterdir())  # its parked line went
+    record = owed.unabsorbed(store) or {}
+    assert record == {}
+    due_at = [r.due for r in due.every(store)]
+    assert len(due_at) == 1 and swept["next_due"] is not None
+    clock.now = due_at[0] - 0.001  # its minute has begun (into owed/), its moment not yet
+    assert ops.call(store, "redeliver", {})["redelivered"] == [] and os.listdir(store_dir / layout.OWED) == [f"bob.{later}.json"]
+    assert os.listdir(store_dir / layout.DUE) == []
+    clock.now = due_at[0]
+    assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": later, "to": "bob", "attempt": 2, "of": 2}]
+    # Its next wait is an hour or so again: parked again, not left in owed/.
+    assert os.listdir(store_dir / layout.OWED) == [] and where(store_dir, "bob", later) == [layout.OWED]
+    clock.now += 3 * 3600
+    assert ops.call(store, "redeliver", {})["dead_lettered"][0]["id"] == later
+    assert where(store_dir, "bob", later) == [layout.DEAD_LETTER] and ops.call(store, "redeliver", {})["owed"] == 0
 
 
 # -- the CLI, with relayd up and down -------------------------------------------------------
