@@ -81,8 +81,8 @@ def owed_messages(store: Store) -> list[dict[str, Any]]:
         if record is None:
             continue  # acknowledged or dead-lettered meanwhile, or damaged: not owed here
         m = record.message
-        due = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
-        shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": due})
+        when = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
+        shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": when})
     shown.sort(key=lambda o: (o["due"], o["id"]))
     return shown[:OWED_SHOWN]
 
