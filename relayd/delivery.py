@@ -98,13 +98,13 @@ def ack(store: Store, p: AckParams) -> AckResult:
         if settled:
             store.sync.dir(store.top(layout.OWED).fd)
             store.sync.dir(store.top(layout.ACKED).fd)
-        # Acknowledged parked records leave their files only now that acked/ holds them.
+        # Acknowledged parked records are settled in their files only now that acked/ holds them.
         by_file: dict[str, set[tuple[str, str]]] = {}
         for answer in settled:
             if answer.id in parked:
                 by_file.setdefault(parked[answer.id][0], set()).add((p.agent, answer.id))
         for name, keys in by_file.items():
-            due.drop(store, name, keys)
+            due.settle(store, name, keys)
     store.emit(*(store.event("inbox", action="ack", agent=p.agent, message_id=a.id) for a in settled))
     return AckResult(results=answers)
 

@@ -12,7 +12,7 @@ Rules that keep each record in exactly one state (DESIGN §4), whatever crashes:
 * a parked line counts only while no state folder (owed/, acked/, dead_letter/) holds its
   record: the folders win. A record is written to a folder before its parked line goes
   (a redelivery parks the rewritten record, then removes its owed/ file; an ack writes
-  acked/ and then rewrites the parked file without the line), so a crash between the two
+  acked/ and then appends a line settling the parked one), so a crash between the two
   leaves it counted twice at most (until its minute comes), never lost or revived;
 * a parked file is appended to and replaced only under `delivery.lock`, its data fsynced
   before the marks or files that rely on it move on. A sweep that lost its marks parks a
@@ -37,11 +37,13 @@ SUFFIX = ".jsonl"
 
 
 class Parked(msgspec.Struct, kw_only=True):
-    """One line of a parked file; `to` and `id` come first, so a lookup decodes little."""
+    """One line of a parked file; `to` and `id` come first, so a lookup decodes little. A line
+    without a record settles its key's record in this file (written after an ack put the
+    record in acked/: the file is appended to, never rewritten for one ack)."""
 
     to: str
     id: str
-    record: Record
+    record: Record | None = None
 
 
 class _Key(msgspec.Struct):
@@ -109,15 +111,28 @@ def _lines(store: Store, name: str) -> Iterator[bytes]:
             yield line
 
 
-def read(store: Store, name: str) -> list[Record]:
-    """The records of one parked file (a torn or damaged line is none)."""
-    found = []
-    for line in _lines(store, name):
+def _entries(lines: Iterator[bytes]) -> tuple[dict[tuple[str, str], Record], set[tuple[str, str]]]:
+    """(the records by key, the keys settled) of a parked file's lines; a torn or damaged
+    line is neither. A record parked twice (a sweep that lost its marks) is one."""
+    records: dict[tuple[str, str], Record] = {}
+    settled: set[tuple[str, str]] = set()
+    for line in lines:
         try:
-            found.append(_parked_decoder.decode(line).record)
+            entry = _parked_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-    return found
+        if entry.record is None:
+            settled.add((entry.to, entry.id))
+        else:
+            records[(entry.to, entry.id)] = entry.record
+    for key in settled:
+        records.pop(key, None)
+    return records, settled
+
+
+def read(store: Store, name: str) -> list[Record]:
+    """The records of one parked file that are not settled."""
+    return list(_entries(_lines(store, name))[0].values())
 
 
 def held_names(store: Store) -> set[str]:
@@ -152,56 +167,39 @@ def find(store: Store, to: str, ids: list[str]) -> dict[str, tuple[str, Record]]
     """The parked records of `to` among `ids`: id -> (file name, record). A byte search of each
     parked file; only lines holding an id are decoded."""
     found: dict[str, tuple[str, Record]] = {}
-    wanted = {i.encode(): i for i in ids}
+    needles = [i.encode() for i in ids]
     for _, name in files(store):
-        folder = store.top(layout.DUE)
-        raw = folder.read_bytes(name) or b""
-        for needle, message_id in wanted.items():
-            if message_id in found or needle not in raw:
-                continue
-            for line in raw.split(b"\n"):
-                if needle in line:
-                    try:
-                        entry = _parked_decoder.decode(line)
-                    except (msgspec.DecodeError, msgspec.ValidationError):
-                        continue
-                    if entry.to == to and entry.id == message_id:
-                        found[message_id] = (name, entry.record)
+        raw = store.top(layout.DUE).read_bytes(name) or b""
+        hits = [n for n in needles if n in raw]
+        if hits:
+            records, _ = _entries(line for line in raw.split(b"\n") if any(n in line for n in hits))
+            found.update({i: (name, r) for (t, i), r in records.items() if t == to and i in ids})
     return found
 
 
 def owners(store: Store, message_id: str) -> set[str]:
     """Recipients with a parked record of this id."""
     needle = message_id.encode()
-    found = set()
+    found: set[str] = set()
     for _, name in files(store):
-        for line in _lines(store, name):
-            if needle in line:
-                try:
-                    key = _key_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                if key.id == message_id:
-                    found.add(key.to)
+        records, _ = _entries(line for line in _lines(store, name) if needle in line)
+        found |= {t for t, i in records if i == message_id}
     return found
 
 
-def drop(store: Store, name: str, keys: set[tuple[str, str]]) -> None:
-    """Rewrite a parked file without the records of `keys` (settled elsewhere already)."""
-    kept = []
-    for line in _lines(store, name):
-        try:
-            key = _key_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-        if (key.to, key.id) not in keys:
-            kept.append(line + b"\n")
+def settle(store: Store, name: str, keys: set[tuple[str, str]]) -> None:
+    """Mark the records of `keys` in one parked file as settled elsewhere (one append, fsynced)."""
     folder = store.top(layout.DUE)
-    if kept:
-        folder.replace(name, b"".join(kept), now_syncer(store))
-    else:
-        folder.unlink(name, missing_ok=True)
-        now_syncer(store).dir(folder.fd)
+    payload = b"".join(json_encoder.encode(Parked(to=to, id=i)) + b"\n" for to, i in sorted(keys))
+    try:
+        fd = folder.open(name, os.O_RDWR | os.O_APPEND)
+    except FileNotFoundError:
+        return  # moved into owed/ meanwhile: the state folders say the rest
+    try:
+        append_lines(fd, payload, os.path.join(folder.path, name))
+        now_syncer(store).file(fd)
+    finally:
+        os.close(fd)
 
 
 # Counting parked records reads every parked file; a sweep every second would read them all
@@ -230,12 +228,8 @@ def counts(store: Store) -> tuple[dict[str, int], float | None]:
         if cached is None or cached[0] != identity:
             per: dict[str, int] = {}
             first: float | None = None
-            seen: set[tuple[str, str]] = set()  # (a sweep that lost its marks parks a record again, in the same file)
-            for record in read(store, name):
-                m = record.message
-                if (m.to, m.id) not in seen:
-                    seen.add((m.to, m.id))
-                    per[m.to] = per.get(m.to, 0) + 1
+            for (to, _), record in _entries(_lines(store, name))[0].items():
+                per[to] = per.get(to, 0) + 1
                 first = record.due if first is None else min(first, record.due)
             cached = (identity, per, first)
             _counted[key] = cached
