@@ -105,15 +105,33 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 def policy_for(store: Store, ack_wait: str | None, max_deliver: int | None) -> Policy:
     """The store's defaults (config.json "delivery"), overridden per message."""
-    from .config import load_config
-
-    defaults = load_config(store).delivery
+    defaults = _delivery_defaults(store)
     base = _seconds(ack_wait if ack_wait is not None else defaults.ack_wait, "ack-wait")
     cap = _seconds(defaults.cap, "delivery.cap in config.json")
     count = defaults.max_deliver if max_deliver is None else max_deliver
     if not 1 <= count <= MAX_DELIVER_LIMIT:
         raise UsageError(f"max-deliver must be 1-{MAX_DELIVER_LIMIT} redeliveries, not {count}")
     return Policy(base, max(cap, base), count)
+
+
+# Every send --ack asks for the defaults: config.json is read again only when it changed.
+_defaults_seen: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+
+def _delivery_defaults(store: Store):  # -> config.Delivery
+    from .config import load_config
+
+    try:
+        info = os.stat(layout.CONFIG_FILE, dir_fd=store.root_dir().fd, follow_symlinks=False)
+        identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+    except FileNotFoundError:
+        identity = (0, 0, 0)
+    seen = _defaults_seen.get(store.root)
+    if seen is not None and seen[0] == identity:
+        return seen[1]
+    defaults = load_config(store).delivery
+    _defaults_seen[store.root] = (identity, defaults)
+    return defaults
 
 
 @functools.lru_cache(maxsize=64)  # every send --ack asks again for the same few durations
@@ -196,12 +214,13 @@ _MARKER = b',"owed":{'
 def owing(store: Store, message: Message, policy: Policy) -> OwedLine:
     """The inbox line of a message's first delivery with ack: it owes from the moment it is durable."""
     due = store.clock() + policy.wait(1, store.rand())
-    fields = {name: getattr(message, name) for name in Message.__struct_fields__}
-    return OwedLine(**fields, owed=Terms(due=due, base=policy.base, cap=policy.cap, max_deliver=policy.max_deliver))
+    return OwedLine(**msgspec.structs.asdict(message), owed=Terms(due=due, base=policy.base, cap=policy.cap, max_deliver=policy.max_deliver))
 
 
 def _record_of(line: OwedLine) -> Record:
-    message = Message(**{name: getattr(line, name) for name in Message.__struct_fields__})
+    fields = msgspec.structs.asdict(line)
+    del fields["owed"]
+    message = Message(**fields)
     t = line.owed
     return Record(message=message, attempt=1, last_attempt=1 + t.max_deliver, max_deliver=t.max_deliver, base=t.base, cap=t.cap, due=t.due, delivered_at=[message.ts])
 
