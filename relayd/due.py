@@ -46,13 +46,20 @@ class Parked(msgspec.Struct, kw_only=True):
     record: Record | None = None
 
 
-class _Key(msgspec.Struct):
+class _Due(msgspec.Struct):
+    due: float
+
+
+class _Light(msgspec.Struct):
+    """A parked line as counting needs it: whose, and when due (the message is skipped)."""
+
     to: str
     id: str
+    record: _Due | None = None
 
 
 _parked_decoder = msgspec.json.Decoder(Parked)
-_key_decoder = msgspec.json.Decoder(_Key)
+_light_decoder = msgspec.json.Decoder(_Light)
 
 
 def now_syncer(store: Store) -> Syncer:
@@ -170,19 +177,29 @@ def find(store: Store, to: str, ids: list[str]) -> dict[str, tuple[str, Record]]
     needles = [i.encode() for i in ids]
     for _, name in files(store):
         raw = store.top(layout.DUE).read_bytes(name) or b""
-        hits = [n for n in needles if n in raw]
-        if hits:
-            records, _ = _entries(line for line in raw.split(b"\n") if any(n in line for n in hits))
-            found.update({i: (name, r) for (t, i), r in records.items() if t == to and i in ids})
+        records, _ = _entries(_holding(raw, needles))
+        found.update({i: (name, r) for (t, i), r in records.items() if t == to and i in ids})
     return found
+
+
+def _holding(raw: bytes, needles: list[bytes]) -> Iterator[bytes]:
+    """The lines of `raw` that hold one of `needles` (found by byte search, not by splitting)."""
+    for needle in needles:
+        at = raw.find(needle)
+        while at >= 0:
+            start = raw.rfind(b"\n", 0, at) + 1
+            end = raw.find(b"\n", at)
+            if end < 0:
+                break  # a torn last line
+            yield raw[start:end]
+            at = raw.find(needle, end)
 
 
 def owners(store: Store, message_id: str) -> set[str]:
     """Recipients with a parked record of this id."""
-    needle = message_id.encode()
     found: set[str] = set()
     for _, name in files(store):
-        records, _ = _entries(line for line in _lines(store, name) if needle in line)
+        records, _ = _entries(_holding(store.top(layout.DUE).read_bytes(name) or b"", [message_id.encode()]))
         found |= {t for t, i in records if i == message_id}
     return found
 
@@ -226,11 +243,22 @@ def counts(store: Store) -> tuple[dict[str, int], float | None]:
         key = (folder.path, name)
         cached = _counted.get(key)
         if cached is None or cached[0] != identity:
+            dues: dict[tuple[str, str], float] = {}
+            settled = set()
+            for line in _lines(store, name):
+                try:
+                    entry = _light_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                if entry.record is None:
+                    settled.add((entry.to, entry.id))
+                else:
+                    dues[(entry.to, entry.id)] = entry.record.due
             per: dict[str, int] = {}
-            first: float | None = None
-            for (to, _), record in _entries(_lines(store, name))[0].items():
-                per[to] = per.get(to, 0) + 1
-                first = record.due if first is None else min(first, record.due)
+            for (to, message_id), when in dues.items():
+                if (to, message_id) not in settled:
+                    per[to] = per.get(to, 0) + 1
+            first = min((when for k, when in dues.items() if k not in settled), default=None)
             cached = (identity, per, first)
             _counted[key] = cached
         for to, n in cached[1].items():

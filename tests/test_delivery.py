@@ -389,7 +389,7 @@ def test_an_idle_sweep_reads_no_inbox(store: Store, clock: Clock, store_dir: Pat
     monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
     monkeypatch.setattr(relayd.owed, "_open", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
     monkeypatch.setattr(relayd.owed, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
-    monkeypatch.setattr(due, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
+    monkeypatch.setattr(due, "_lines", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
     assert opened == []
 
