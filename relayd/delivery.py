@@ -1,9 +1,10 @@
 """At-least-once delivery (DESIGN §4): acknowledging, redelivering, dead letters.
 
 A message sent with `ack` is *owed* until its recipient acknowledges it; reading alone does
-not settle it. Its record (`relayd.owed`) starts as a line of the delivery log; the sweep
-(and an ack) absorbs it into owed/, from where it moves owed -> acked, or owed ->
-dead_letter after its last delivery, only by rename.
+not settle it. Its record (`relayd.owed`) starts as the send's own inbox line; the sweep
+(and an ack) absorbs it into owed/, or parks it until its due minute (`relayd.due`), from
+where it moves owed -> acked, or owed -> dead_letter after its last delivery, only by rename
+(a parked record is acknowledged by writing it to acked/ and settling its parked line).
 
 The sweep (`redeliver`) is one store operation: relayd runs it on a timer, `relayctl
 redeliver` and `gc` run it without the daemon. For each owed record that is due:
@@ -11,6 +12,8 @@ redeliver` and `gc` run it without the daemon. For each owed record that is due:
   same message with attempt n+1 is appended to the inbox, and the `pending` flag is
   cleared so the recipient's arrival mechanism fires again. A crash between the two
   skips that attempt (the next one comes at the next due time); no attempt is made twice.
+  A record whose next delivery is not due within the current minute is parked again, then
+  its owed/ file removed.
 * none left: the record is rewritten with the reason and an escalation id, the escalation
   goes to the sender and the store's escalation agent under that id (a sweep resuming an
   interrupted one skips inboxes that already hold it), then the record is renamed into
@@ -18,9 +21,10 @@ redeliver` and `gc` run it without the daemon. For each owed record that is due:
 Every change holds `delivery.lock`, so an ack, relayd's sweep and a direct-mode sweep
 never interleave on one record.
 
-Cost: a sweep reads the delivery log past the point it absorbed last, lists owed/ and stats
-each record (its mtime is its due time); only due records are read. It grows with the owed
-messages, never with the stored ones.
+Cost: a sweep reads the inboxes and the delivery log past the point it absorbed last (a stat
+each when nothing is new), lists due/ and stats the records in owed/ (those due within the
+minute: a record's mtime is its due time); only due records are read. It grows with the
+messages due soon, not with all that are owed, and never with the stored ones.
 """
 
 from __future__ import annotations
@@ -117,11 +121,11 @@ def _ack_one(store: Store, agent: str, message_id: str, parked: tuple[str, owed.
             return AckAnswer(id=message_id, outcome="dead_lettered")  # caught half way there: too late
         _move(store, layout.OWED, layout.ACKED, name, store.clock())
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
-    state = owed.states(store, agent, [message_id]).get(message_id)
-    if state == layout.OWED and parked is not None:
-        record = parked[1]  # written to acked/ first; the caller then drops its parked line
+    if parked is not None and not any(store.top(f).exists(name) for f in (layout.ACKED, layout.DEAD_LETTER)):
+        record = parked[1]  # written to acked/ first; the caller then settles its parked line
         owed.write(store, layout.ACKED, record, owed._writer(store, dirs=False), mtime=store.clock())
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
+    state = owed.states(store, agent, [message_id]).get(message_id)
     if state == layout.ACKED:
         return AckAnswer(id=message_id, outcome="already_acked")
     if state == layout.DEAD_LETTER:

@@ -265,8 +265,9 @@ def counts(store: Store) -> tuple[dict[str, int], float | None]:
             total[to] = total.get(to, 0) + n
         if cached[2] is not None and (earliest is None or cached[2] < earliest):
             earliest = cached[2]
-    for key in [k for k in _counted if k[0] == folder.path and k[1] not in {n for _, n in listed}]:
-        del _counted[key]
+    there = {n for _, n in listed}
+    for gone in [k for k in list(_counted) if k[0] == folder.path and k[1] not in there]:  # (relayd's sweeper thread counts too)
+        _counted.pop(gone, None)
     return total, earliest
 
 
