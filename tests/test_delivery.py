@@ -655,3 +655,65 @@ def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(re
     assert states == Counter({layout.DEAD_LETTER: 75})
     with Store(str(store_dir)) as store:
         assert Counter(m.id for m in read_all(store, "bob").messages) == Counter({message_id: 3 for message_id in sent})
+
+
+_KILLED_WHILE_PARKED = """
+import os, signal, sys
+from relayd import delivery, due, ops
+from relayd.store import Store
+
+point, now, message_id = sys.argv[2], float(sys.argv[3]), sys.argv[4]
+real_park, real_settle = due.park, due.settle
+
+def park_then_die(store, records, when):
+    soon = real_park(store, records, when)
+    if len(soon) < len(records):  # a record parked again: killed before its owed/ file goes
+        os.kill(os.getpid(), signal.SIGKILL)
+    return soon
+
+def die_before_settling(*args):
+    os.kill(os.getpid(), signal.SIGKILL)  # acked/ holds the record; its parked line stays
+
+due.park = park_then_die if point == "redelivery" else real_park
+due.settle = die_before_settling
+with Store(sys.argv[1], clock=lambda: now, rand=lambda: 1.0) as store:
+    if point == "redelivery":
+        ops.call(store, "redeliver", {})
+    else:
+        ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})
+"""
+
+
+@pytest.mark.parametrize("point", ["redelivery", "ack"])
+def test_kill_9_between_a_parked_copy_and_its_state_file_leaves_one_state_and_no_repeat(store: Store, clock: Clock, store_dir: Path, point: str) -> None:
+    """A redelivery parks the record, then removes its owed/ file; an ack writes acked/, then
+    settles the parked line: SIGKILL between the two leaves the folder's state, which wins."""
+    store.rand = lambda: 1.0  # every wait its full length: an hour, then two
+    message_id = send_owed(store, ack_wait="1h", max_deliver=3)
+    ops.call(store, "redeliver", {})  # parked for its due minute
+    [first_due] = [r.due for r in due.every(store)]
+    when = first_due if point == "redelivery" else clock.now
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_PARKED, str(store_dir), point, repr(when), message_id], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    if point == "ack":
+        assert where(store_dir, "bob", message_id) == [layout.ACKED]
+        assert [r.message.id for r in due.every(store)] == [message_id]  # the parked line the kill left
+        clock.now = first_due + 10_000
+        assert ops.call(store, "redeliver", {})["messages"] == []  # its minute came: the folder wins, nothing delivered
+        assert ops.call(store, "status", {})["delivery"]["owed"] == 0 and os.listdir(store_dir / layout.DUE) == []
+        assert copies(store, "bob", message_id) == [1]
+        return
+    assert copies(store, "bob", message_id) == [1, 2]
+    assert where(store_dir, "bob", message_id) == [layout.OWED]  # its owed/ file (attempt 2) and a parked copy of it
+    record = owed.read(store, layout.OWED, f"bob.{message_id}.json")
+    assert record is not None and record.attempt == 2
+    clock.now = record.due - 1
+    swept = ops.call(store, "redeliver", {})
+    assert swept["redelivered"] == [] and copies(store, "bob", message_id) == [1, 2]  # no attempt twice
+    assert swept["announced"] == [{"id": message_id, "to": "bob"}]  # attempt 2's event, which the kill cut off
+    clock.now = record.due
+    assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 3, "of": 4}]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
+    clock.now += 100_000  # every parked minute has come: nothing more
+    assert ops.call(store, "redeliver", {})["messages"] == [] and ops.call(store, "redeliver", {})["owed"] == 0
+    assert copies(store, "bob", message_id) == [1, 2, 3] and where(store_dir, "bob", message_id) == [layout.ACKED]
