@@ -107,6 +107,8 @@ def ack(store: Store, p: AckParams) -> AckResult:
         for answer in settled:
             if answer.id in parked:
                 by_file.setdefault(parked[answer.id][0], set()).add((p.agent, answer.id))
+        if by_file:  # acked/'s entries durable first (under relayd its fsync above only joined the round)
+            due.now_syncer(store).dir(store.top(layout.ACKED).fd)
         for name, keys in by_file.items():
             due.settle(store, name, keys)
     store.emit(*(store.event("inbox", action="ack", agent=p.agent, message_id=a.id) for a in settled))
@@ -123,7 +125,7 @@ def _ack_one(store: Store, agent: str, message_id: str, parked: tuple[str, owed.
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
     if parked is not None and not any(store.top(f).exists(name) for f in (layout.ACKED, layout.DEAD_LETTER)):
         record = parked[1]  # written to acked/ first; the caller then settles its parked line
-        owed.write(store, layout.ACKED, record, owed._writer(store, dirs=False), mtime=store.clock())
+        owed.write(store, layout.ACKED, record, mtime=store.clock())
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
     state = owed.states(store, agent, [message_id]).get(message_id)
     if state == layout.ACKED:

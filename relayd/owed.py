@@ -468,8 +468,9 @@ def needs_absorbing(store: Store) -> bool:
 
 def hand_over(store: Store, agent: Dir, name: str) -> None:
     """Before an inbox rotation drops `inbox.jsonl.1` (under the inbox lock): its owed lines
-    that no sweep absorbed yet go to the delivery log, fsynced at once (also under relayd: the
-    rotation that follows must not be durable before they are). Rare: once per rotation size."""
+    that no sweep absorbed yet go to the delivery log, fsynced at once with the log's directory
+    entry (also under relayd: the rotation that follows must not be durable before they are).
+    Rare: once per rotation size."""
     mark = _marks(store).inboxes.get(name)
     current_ino = _ino(agent, layout.INBOX)
     if mark is not None and mark.ino == current_ino:
@@ -483,7 +484,11 @@ def hand_over(store: Store, agent: Dir, name: str) -> None:
     finally:
         os.close(rotated)
     if records:
-        open_records(store, records, _writer(store))
+        from .due import now_syncer
+
+        now = now_syncer(store)
+        open_records(store, records, now)
+        now.dir(store.root_dir().fd)  # (the log may have just been created)
 
 
 def _rotate_log(store: Store, mark: Mark) -> None:
