@@ -211,6 +211,23 @@ def _agent_line(a: dict) -> str:
     return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{pane}"
 
 
+def _arrival_line(a: dict) -> str:
+    """How the agent's mail reaches it (register --notify) and how that last went."""
+    from relayd.timefmt import ago, parse_iso, shown
+
+    told = a.get("announced")
+    line = f"  {a['name']:<16} {clip(a['arrives_by'], 20):<20} "
+    if told is None:
+        return line + "not told in 24h"
+    by = "" if told["how"] == a["arrives_by"].partition(":")[0] else f" by {told['how']}"
+    if told["ok"]:
+        return line + (f"told earlier{by}; not read since" if told.get("note") else f"told{by} {ago(parse_iso(told['at']))}")
+    since = ("before " if told.get("earlier") else "") + shown(told.get("failing_since") or told["at"])
+    times = told.get("failures") or 1
+    how_often = f"{times} times in a row, last {ago(parse_iso(told['at']))}" if times > 1 else "once"
+    return line + f"FAILING{by} since {since}, {how_often}: {clip(told.get('error'), 80)}"
+
+
 def _bridge_line(b: dict) -> str:
     line = f"bridge: {b['state']} ({b['url']}) as host {b['host']}, backlog {b.get('backlog', 0)}"
     if b.get("last_error") and b["state"] != "connected":
@@ -260,6 +277,12 @@ def render_status(r: dict, sections: set[str]) -> str:
         lines.append(f"AGENTS ({alive} alive, {len(agents) - alive - new} stale" + (f", {new} never seen)" if new else ")"))
         lines.extend(_agent_line(a) for a in agents)
         lines.append("")
+        if any(a.get("announced") or a.get("arrives_by", "channel") != "channel" for a in agents):
+            # Only when there is something to say: relay-mcp's channel that told nobody yet says nothing.
+            failing = sum(1 for a in agents if a.get("announced") and not a["announced"]["ok"])
+            lines.append(f"MAIL ARRIVAL ({failing} failing)")
+            lines.extend(_arrival_line(a) for a in agents)
+            lines.append("")
         if bridge is not None and bridge.get("agents"):
             remote = bridge["agents"]
             alive = sum(1 for a in remote if a.get("alive"))

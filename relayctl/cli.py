@@ -144,7 +144,7 @@ def _fail(message: str, status: int, code: str = "error") -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from relayd.errors import RelayError
+    from relayd.errors import Internal, RelayError
 
     try:
         # Not standalone: click returns a command's ctx.exit(status) instead of exiting
@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         status = cli.main(args=argv, prog_name="relayctl", standalone_mode=False)
         sys.exit(status if type(status) is int else 0)
     except RelayError as exc:
+        if isinstance(exc, Internal) and exc.__cause__ is not None and os.environ.get("RELAY_DEBUG"):
+            raise  # a bug in an operation run here (direct mode): its traceback on request
         _fail(exc.message, exc.exit_status, exc.code)
     except click.exceptions.Abort:
         _fail("aborted", 1)

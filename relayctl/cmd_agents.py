@@ -75,7 +75,9 @@ def set_status(status: str, task: str | None) -> None:
 @click.option("--stale", default="5m", show_default=True, metavar="DURATION", help="Heartbeat age after which an agent counts as stale.")
 def status(only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     """Show agents (alive or stale), reservations and pending commands, and whether relayd runs;
-    messages sent with --ack that are still owed or dead-lettered, when there are any.
+    how each agent's mail reaches it (register --notify) and, when announcing it keeps failing,
+    since when, how many times and the last error; messages sent with --ack that are still
+    owed or dead-lettered, when there are any.
 
     \b
     Examples:

@@ -52,7 +52,8 @@ def setup(hosts: str, out_dir: str, listen: str) -> None:
             state = "new key" if name in r["created"] else "kept"
             lines.append(f"  {name:<16} {r['creds'][name]}  ({state})")
         lines.append(f"start the server: nats-server -c {r['server_conf']}")
-        lines.append("on each host: relayd --bridge nats://SERVER:4222 --bridge-creds HOST.creds")
+        port = listen.rpartition(":")[2] or "4222"  # the port a new nats-server.conf listens on
+        lines.append(f"on each host: relayd --bridge nats://SERVER:{port} --bridge-creds HOST.creds")
         return "\n".join(lines)
 
     settings().out(result, human)

@@ -11,8 +11,9 @@ from .context import settings
 HELP = """A git pre-commit hook that refuses a commit touching another agent's exclusive
 reservation.
 
-The hook reads the reservations straight from the store (relayd need not run) and refuses a
-commit when a staged path (added, changed, deleted, either side of a rename) lies inside an
+The hook reads the reservations straight from the store (relayd need not run; per
+repository it keeps an index in the store's guard/ that is only a cache, rebuilt whenever a
+reservation changed) and refuses a commit when a staged path (added, changed, deleted, either side of a rename) lies inside an
 active exclusive reservation of the same repository held by an agent other than the
 committer, who is RELAY_AGENT (then OVLD_ROLE). Matching follows the rules of
 `relayctl reserve`. The refusal names each holder, pattern and expiry.

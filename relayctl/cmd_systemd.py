@@ -15,6 +15,8 @@ import subprocess
 import click
 
 from relayd import layout
+from relayd.errors import RelayError
+from relayd.fsio import replace_file
 
 from .context import installed_command, settings
 
@@ -173,13 +175,12 @@ def install(now: bool, force: bool) -> None:
         os.makedirs(target, exist_ok=True)
         for name, text in units.items():
             path = os.path.join(target, name)
-            temp = f"{path}.tmp-{os.getpid()}"
-            with open(temp, "w") as fh:
-                fh.write(text)
-            os.replace(temp, path)
+            replace_file(path, text.encode())
             s.note(f"wrote {path}")
     except OSError as exc:
         raise click.ClickException(f"cannot write the units to {target}: {exc.strerror or exc}") from None
+    except RelayError as exc:
+        raise click.ClickException(f"cannot write the units to {target}: {exc.message}") from None
     later = f"systemctl --user daemon-reload && systemctl --user enable --now {' '.join(ENABLED)}"
     failed = systemctl("daemon-reload")
     if failed:

@@ -6,6 +6,8 @@ import os
 
 import click
 
+from relayd.errors import RelayError
+
 from .context import settings
 
 _FILE = click.argument("file", required=False, metavar="[FILE]")
@@ -49,8 +51,12 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
             raise click.UsageError(f"{path} exists; start it with `relayctl up {path}`, or pass --force to overwrite it")
         if team_name is not None:
             teamfile.check_team_name(team_name, "--team")
-        with open(path, "w") as fh:
-            fh.write(teamfile.preset_text(preset, team_name, workers))
+        from relayd.fsio import replace_file
+
+        try:
+            replace_file(path, teamfile.preset_text(preset, team_name, workers).encode())
+        except OSError as exc:
+            raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
         s.note(f"wrote {path}: the {preset} team; edit it, then start it with: relayctl up" + (f" {path}" if file else ""))
         return
     if team_name or workers is not None or force:

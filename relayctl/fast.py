@@ -362,7 +362,7 @@ def _fast(argv: list[str]) -> int | None:
         command, fields, params = parse(argv, os.environ)
     except _Declined:
         return None
-    from relayd.errors import RelayError, VersionMismatch
+    from relayd.errors import Internal, RelayError, VersionMismatch
 
     from . import actions
     from .context import Settings, fail
@@ -384,6 +384,8 @@ def _fast(argv: list[str]) -> int | None:
     try:
         getattr(actions, command)(settings, **params)
     except RelayError as exc:
+        if isinstance(exc, Internal) and exc.__cause__ is not None and os.environ.get("RELAY_DEBUG"):
+            raise  # a bug in an operation run here (direct mode): its traceback on request
         fail(exc.message, exc.exit_status, exc.code)
         return exc.exit_status
     except KeyboardInterrupt:

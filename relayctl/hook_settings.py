@@ -21,10 +21,10 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
+from relayd.fsio import replace_file
 from relayd.names import check_agent_name
 
 from .cmd_hook import PROGRAMS
@@ -94,6 +94,32 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
                 group = {"matcher": spec.matcher[event], **group}
             groups.append(group)
     return Change(path, _save(path, data), events)
+
+
+def relay_alone(program: str, project: str) -> int | None:
+    """How many hook entries the project's settings hold, when every one is relay's; None
+    when the file holds anyone else's hooks too (or cannot be read)."""
+    try:
+        hooks = _load(settings_path(program, project)).get("hooks")
+    except RelayError:
+        return None
+    if not isinstance(hooks, dict):
+        return None
+    entries = [h for groups in hooks.values() if isinstance(groups, list) for g in groups if isinstance(g, dict)
+               for h in (g.get("hooks") if isinstance(g.get("hooks"), list) else [None])]
+    return len(entries) if entries and all(is_relay_hook(h) for h in entries) else None
+
+
+def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
+    """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
+    (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
+    path = settings_path("gemini", project)
+    data = _load(path)
+    servers = data.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise RelayError(f"{path}: \"mcpServers\" is not a JSON object; fix it by hand (relay did not change the file)")
+    servers[name] = entry
+    return Change(path, _save(path, data), ())
 
 
 def uninstall(program: str, project: str = ".") -> Change:
@@ -185,31 +211,11 @@ def _save(path: str, data: dict[str, Any]) -> bool:
                 return False
     except (OSError, ValueError):
         pass
-    folder = os.path.dirname(target)
     try:
-        os.makedirs(folder, exist_ok=True)
-        try:
-            mode = os.stat(target).st_mode & 0o777
-        except FileNotFoundError:
-            mode = None
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if mode is None:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
-            os.chmod(temp, mode)
-            os.replace(temp, target)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            raise
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        replace_file(target, text.encode("utf-8"))
     except OSError as exc:
         raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except RelayError as exc:
+        raise RelayError(f"cannot write {path}: {exc.message}") from None
     return True

@@ -6,7 +6,7 @@ import os
 
 import msgspec
 
-from . import layout, remote
+from . import layout
 from .errors import StoreError, UnknownAgent, UsageError
 from .fsio import Dir
 from .presence import archived, last_heartbeat, touch_heartbeat
@@ -78,6 +78,8 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
     if not store.is_agent(p.name):
         if p.join:
             _refuse_outside_fixed_team(store, p.name)
+        from . import remote
+
         remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")
     notify = _check_notify(p.notify)
     for field in ("program", "model", "task", "bead", "status", "session"):

@@ -24,7 +24,7 @@ import msgspec
 
 from . import layout
 from .errors import StoreError
-from .fsio import Dir, complete_lines
+from .fsio import Dir, complete_end, complete_lines
 from .records import Message
 from .store import Store
 from .timefmt import now_iso
@@ -134,19 +134,19 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
 def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter[str]) -> tuple[list[Message], Mark]:
     """Under the inbox lock: the lines past `mark` (without a valid one, back to `horizon`)
     that have no event among `announced`, oldest first, and the inbox's new mark."""
-    from .inbox import _backward, _complete_end, _forward
+    from .inbox import messages_backward, messages_forward
 
-    bad: list[object] = []  # corrupt lines are reported by reads, not here
+    # (corrupt lines are reported by reads, not here)
     current, current_ino = _open(agent, layout.INBOX)
     rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
     try:
         def forward(fd: int, start: int) -> Iterator[Message]:
             if fd >= 0:
-                yield from (m for _, m in _forward(fd, start, False, bad, ""))  # type: ignore[arg-type]
+                yield from (m for _, m in messages_forward(fd, start))
 
         def newest_first(fd: int) -> Iterator[Message]:
             if fd >= 0:
-                yield from (m for _, m in _backward(fd, False, bad, ""))  # type: ignore[arg-type]
+                yield from (m for _, m in messages_backward(fd))
 
         lines: Iterator[Message]
         if mark is not None and mark.ino == current_ino:
@@ -162,7 +162,7 @@ def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter
             else:
                 missing.append(message)
         missing.sort(key=lambda m: m.ts)
-        return missing, Mark(current_ino, _complete_end(current) if current >= 0 else 0)
+        return missing, Mark(current_ino, complete_end(current) if current >= 0 else 0)
     finally:
         for fd in (current, rotated):
             if fd >= 0:

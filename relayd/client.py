@@ -15,13 +15,18 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgspec
 
-from . import fsio, handshake, layout, protocol
+from . import fsio, layout
 from .errors import NO_ANSWER, PeerError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 from .store import Store
 from .ulid import new_ulid
 
 if TYPE_CHECKING:
     import socket
+
+    from . import protocol
+
+# relayd.protocol and relayd.handshake are imported where a connection to relayd is made or
+# used: a command that finds no relayd runs on the store and never needs them.
 
 RECEIVE_BYTES = 256 * 1024
 _RETRIES = 3  # reconnects for one request whose daemon vanished (a restart may be under way)
@@ -35,12 +40,16 @@ class _Line:
     """A blocking protocol connection to relayd."""
 
     def __init__(self, sock: socket.socket) -> None:
+        from . import protocol
+
         self.sock = sock
         self.conn = protocol.Connection("client")
         self.frames: list[protocol.Frame | protocol.Violation] = []
         self._poller: Any = None
 
     def send(self, frame: protocol.Frame) -> None:
+        from . import protocol
+
         self._write(protocol.encode(frame))
 
     def send_raw(self, frame: dict[str, object]) -> None:
@@ -53,6 +62,8 @@ class _Line:
             raise _Lost(str(exc)) from None
 
     def receive(self) -> protocol.Frame:
+        from . import protocol
+
         while not self.frames:
             try:
                 data = self.sock.recv(RECEIVE_BYTES)
@@ -133,6 +144,8 @@ class Client:
         except OSError as exc:
             sock.close()
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
+        from . import handshake
+
         line = _Line(sock)
         try:
             line.send_raw(handshake.hello(self.name))
@@ -180,6 +193,8 @@ class Client:
             line = self._daemon()
             if line is None:
                 return self._direct(op, params)
+            from . import protocol
+
             request_id = next(self._ids)
             try:
                 line.send(protocol.Request(id=request_id, op=op, params=params, parts=True))
@@ -213,6 +228,8 @@ class Client:
 
     def _reply(self, line: _Line, request_id: int) -> tuple[protocol.Response, Any]:
         """The response to `request_id` and its result (joined from its parts, if any)."""
+        from . import protocol
+
         pieces = protocol.Reassembly()
         while True:
             frame = line.receive()
@@ -253,6 +270,8 @@ class Client:
         line = self._open(self.timeout)
         if line is None:
             raise Unavailable(f"relayd is not running for {self.store_dir}; start it with 'relayctl daemon' (or 'relayd')")
+        from . import protocol
+
         try:
             line.send(protocol.Subscribe(topics=list(topics), agent=agent, after=after, scope=scope))  # type: ignore[arg-type]
             answer = line.receive()

@@ -24,7 +24,7 @@ import msgspec
 
 from . import layout
 from .errors import RelayError, UsageError
-from .fsio import Dir, Syncer, lines_backward, regions_backward
+from .fsio import Dir, Syncer, complete_end, lines_backward, regions_backward
 from .records import Message, message_decoder
 from .timefmt import to_iso
 from .ulid import is_ulid, ulid_time_ms
@@ -35,7 +35,6 @@ REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox fo
 # covers millisecond rounding and a small clock step back. It bounds what a fresh send
 # scans: at 10 000 sends a second, about a hundred lines.
 _CLOCK_SLACK_MS = 10
-_CHUNK = 64 * 1024
 
 
 class _Stamp(msgspec.Struct):
@@ -86,7 +85,10 @@ def find_recent(agent: Dir, message_id: str, not_before_iso: str, sync: Syncer) 
 
 def _scan_back(fd: int, needle: bytes, not_before: bytes) -> tuple[Message | None, bool]:
     """(the message, or None; whether a line older than `not_before` was reached)."""
-    for _, region in regions_backward(fd, os.fstat(fd).st_size, _CHUNK):
+    # Complete lines only: a torn tail is cut away by the next append, so a copy there is
+    # no copy (counting it would drop the retry that should replace it).
+    for _, data, begin in regions_backward(fd, complete_end(fd)):
+        region = data[begin:]
         if needle in region:
             for line in reversed(region.split(b"\n")):
                 if needle in line:
@@ -185,7 +187,7 @@ class RecentIds:
 def _recent_lines(fd: int, not_before: bytes, add) -> bool:
     """Pass each message written at or after `not_before` to `add`; True when an older
     line was reached (so an older file need not be read)."""
-    for line in lines_backward(fd, _CHUNK):
+    for _, line in lines_backward(fd):
         try:
             message = message_decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):

@@ -27,7 +27,7 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .fsio import NoSync, Syncer, append_lines
+from .fsio import NoSync, Syncer, append_file
 from .owed import Record, into_owed, names
 from .records import json_encoder
 from .store import Store
@@ -98,15 +98,8 @@ def park(store: Store, records: list[Record], now: float) -> list[Record]:
         folder = store.top(layout.DUE)
         sync = now_syncer(store)
         for when, parked in sorted(later.items()):
-            name = f"{when}{SUFFIX}"
             payload = b"".join(json_encoder.encode(Parked(to=r.message.to, id=r.message.id, record=r)) + b"\n" for r in parked)
-            fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-            try:
-                append_lines(fd, payload, os.path.join(folder.path, name))
-                sync.file(fd)
-            finally:
-                os.close(fd)
-        sync.dir(folder.fd)
+            append_file(folder, f"{when}{SUFFIX}", payload, sync)  # (a new file's directory entry is fsynced too)
     return soon
 
 
@@ -206,17 +199,8 @@ def owners(store: Store, message_id: str) -> set[str]:
 
 def settle(store: Store, name: str, keys: set[tuple[str, str]]) -> None:
     """Mark the records of `keys` in one parked file as settled elsewhere (one append, fsynced)."""
-    folder = store.top(layout.DUE)
     payload = b"".join(json_encoder.encode(Parked(to=to, id=i)) + b"\n" for to, i in sorted(keys))
-    try:
-        fd = folder.open(name, os.O_RDWR | os.O_APPEND)
-    except FileNotFoundError:
-        return  # moved into owed/ meanwhile: the state folders say the rest
-    try:
-        append_lines(fd, payload, os.path.join(folder.path, name))
-        now_syncer(store).file(fd)
-    finally:
-        os.close(fd)
+    append_file(store.top(layout.DUE), name, payload, now_syncer(store))
 
 
 # Counting parked records reads every parked file; a sweep every second would read them all

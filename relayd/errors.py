@@ -9,6 +9,7 @@ from __future__ import annotations
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+EXIT_BUG = 70  # EX_SOFTWARE: what relayctl exits with after a bug, in relayd or in itself
 
 
 class RelayError(Exception):
@@ -177,9 +178,11 @@ class StartupError(RelayError):
 
 
 class Internal(RelayError):
-    """A bug in relayd while running an operation; the message names the exception."""
+    """A bug in an operation, in relayd or in a client's direct mode (`relayd.ops.run`); the
+    message names the exception."""
 
     code = "internal"
+    exit_status = EXIT_BUG
 
 
 def _table() -> dict[str, type[RelayError]]:

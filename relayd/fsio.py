@@ -6,6 +6,11 @@ The rules (DESIGN §2): an append is one `write()` under an exclusive flock, aft
 back a torn tail; a short write is rolled back and reported; data is fsynced before an
 operation reports success (through a `Syncer`, which the daemon swaps for group commit);
 new files fsync their directory; replaced files go through temp + fsync + rename.
+
+The store's line files (inboxes, events.jsonl, delivery.jsonl, the bridge's files) are
+appended to with `append_lines`, opened (created, rotated) by `open_appending`, and read
+with the line readers at the end of this module, forward (`complete_lines`) and backward
+(`lines_backward`).
 """
 
 from __future__ import annotations
@@ -14,10 +19,9 @@ import errno
 import fcntl
 import os
 import stat
-from contextlib import contextmanager
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Callable, Iterator
 
 from .errors import StoreError, UnsafePath
 from .ulid import new_ulid
@@ -29,8 +33,11 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # opener (the daemon's only thread) wait for a peer that never comes; for a regular file
 # the flag changes nothing.
 _FILE_FLAGS = _NOFOLLOW | os.O_NONBLOCK
-_TAIL_CHUNK = 64 * 1024
-_LINES_CHUNK = 256 * 1024  # complete_lines reads this much at a time
+# What every NDJSON reader reads at a time. One rule for a line longer than that: it is
+# never split or cut, the read grows (doubling) until it holds the whole line. No relay
+# writer makes a line near a chunk (a message body is capped at 256 KiB), so only a
+# hand-made file makes a read large.
+LINE_CHUNK = 256 * 1024
 _RECORD_READ = 64 * 1024  # a record file shorter than this is read in one call
 
 
@@ -226,12 +233,13 @@ class Dir:
                 found.append((name, raw))
         return found
 
-    def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None) -> None:
+    def replace(self, name: str, data: bytes, sync: Syncer | None, mtime: float | None = None, mode: int | None = None) -> None:
         """Atomically replace `name`: temp file, fsync, rename, fsync the directory.
 
         `sync=None` skips the fsyncs (heartbeats: losing one costs nothing). `mtime` sets
         the file's modification time before it appears (delivery records keep their due
         time there, so a sweep can skip records that are not due without reading them).
+        `mode` sets its permissions (default FILE_MODE; files outside the store keep theirs).
         """
         tmp = f".{name}.{new_ulid()}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -239,6 +247,8 @@ class Dir:
             _write_all(fd, data, os.path.join(self.path, name))
             if mtime is not None:
                 os.utime(fd, (mtime, mtime))
+            if mode is not None:
+                os.fchmod(fd, mode)
             if sync is not None:
                 sync.file(fd)
         except BaseException:
@@ -305,15 +315,51 @@ class Dir:
         except OSError as exc:
             raise _os_error(exc, self.path) from exc
 
-    @contextmanager
-    def locked(self, lock_name: str, shared: bool = False) -> Iterator[None]:
-        """Hold flock on the sidecar lock file `lock_name` (created on first use)."""
-        fd = self.open(lock_name, os.O_RDWR | os.O_CREAT)
+    def locked(self, lock_name: str, shared: bool = False) -> "Flock":
+        """`with dir.locked(name):` holds flock on the sidecar lock file `lock_name`
+        (created on first use) for the block."""
+        return Flock(self, lock_name, shared)
+
+
+class Flock:
+    """The `with` block of Dir.locked. A class rather than contextlib.contextmanager:
+    contextlib's imports (collections, functools) cost the pre-commit guard, which loads
+    this module, more start-up than its whole index lookup."""
+
+    __slots__ = ("_dir", "_name", "_shared", "_fd")
+
+    def __init__(self, folder: Dir, lock_name: str, shared: bool) -> None:
+        self._dir, self._name, self._shared, self._fd = folder, lock_name, shared, -1
+
+    def __enter__(self) -> None:
+        fd = self._dir.open(self._name, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-            yield
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
             os.close(fd)  # closing releases the lock
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Atomically replace a file outside the store (a program's settings, a systemd unit)
+    by its path, as Dir.replace does inside the store: a crash leaves the old file or the
+    new one, never part of one. It keeps the old file's permissions; a new one gets what
+    the umask allows. OSError, or StoreError/UnsafePath as from Dir.replace."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    with Dir(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), folder) as where:
+        where.replace(name, data, Syncer(), mode=mode)
 
 
 def check_regular(fd: int, what: str, writing: bool = True) -> os.stat_result:
@@ -336,54 +382,15 @@ def _write_all(fd: int, data: bytes, what: str) -> None:
         raise _os_error(exc, what) from exc
 
 
-def regions_backward(fd: int, stop: int, chunk: int) -> Iterator[tuple[int, bytes]]:
-    """`fd`'s bytes before `stop`, last region first, as (offset, bytes): each region starts
-    at a line start (or the file's start) and ends where the one after it begins, so no
-    line is split between two. About `chunk` bytes each; a longer line makes a region
-    longer. How an inbox is read newest first, and how a fresh id is looked up."""
-    size = chunk
-    while stop > 0:
-        start = max(0, stop - size)
-        data = os.pread(fd, stop - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1  # the first line may begin before `start`
-            if cut == 0 or cut == len(data):  # one line longer than the chunk: read further back
-                size *= 2
-                continue
-        yield start + cut, data[cut:]
-        stop = start + cut
-        size = chunk
-
-
-def lines_backward(fd: int, chunk: int) -> Iterator[bytes]:
-    """`fd`'s non-empty lines, the last first, read in regions of about `chunk` bytes."""
-    for _, region in regions_backward(fd, os.fstat(fd).st_size, chunk):
-        for line in reversed(region.split(b"\n")):
-            if line:
-                yield line
-
-
 def repair_tail(fd: int, size: int) -> int:
     """Cut a torn last line (no trailing newline) back to the last complete line.
 
     Returns the new size. A crash can leave half a line; the next append must not glue
     its record onto it.
     """
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    end = size
-    while end > 0:
-        start = max(0, end - _TAIL_CHUNK)
-        chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            break
-        end = start
-    else:
-        keep = 0
-    os.ftruncate(fd, keep)
+    keep = complete_end(fd, size)
+    if keep != size:
+        os.ftruncate(fd, keep)
     return keep
 
 
@@ -412,25 +419,145 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
     return size
 
 
-def complete_lines(fd: int, start: int, end: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(end offset, line) for each complete line of `fd` from `start` (up to `end`).
-    A torn or unfinished tail is not a line yet."""
+def open_appending(folder: Dir, name: str, adding: int, sync: Syncer, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> int:
+    """An fd on the line file `folder/name` (created when absent) to append `adding` bytes
+    to, under the caller's lock. When the file holds something and the append would take
+    it past `rotate_bytes`, `rotate(size)` first moves it away (renames it), and a new file
+    is made. A file made here has its directory fsynced (DESIGN §2): the data fsynced into
+    it later must not be lost with its name. The fd is the caller's to close."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+    fd = folder.open(name, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if rotate is not None and rotate_bytes is not None and size and size + adding > rotate_bytes:
+            os.close(fd)
+            fd = -1
+            rotate(size)
+            fd = folder.open(name, flags)
+            size = os.fstat(fd).st_size
+        if size == 0:
+            sync.dir(folder.fd)  # the file may have just been created (or the old one renamed away)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def append_file(folder: Dir, name: str, payload: bytes, sync: Syncer, *, durable: bool = True, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
+    """Append whole lines to `folder/name` in one write, under the caller's lock: opened (and
+    rotated) by `open_appending`, fsynced unless not `durable`, closed."""
+    fd = open_appending(folder, name, len(payload), sync, rotate_bytes, rotate)
+    try:
+        append_lines(fd, payload, os.path.join(folder.path, name))
+        if durable:
+            sync.file(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading NDJSON files ------------------------------------------------------------
+# Every reader of the store's line files (inboxes, events.jsonl, delivery.jsonl, the bridge's
+# files) goes through these. Readers take complete lines only: a tail without its newline
+# is a write in progress (or torn by a crash, and cut back by the next append), not a line.
+
+
+def complete_end(fd: int, size: int | None = None) -> int:
+    """The offset just past the last newline before `size` (the file's size by default):
+    where the complete lines end. Reads back from the end only as far as that newline."""
+    end = os.fstat(fd).st_size if size is None else size
+    if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
+        return end
+    while end > 0:
+        start = max(0, end - LINE_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def line_start_at(fd: int, offset: int) -> int:
+    """`offset` if a line starts there, else the start of the line after it (a cursor
+    that points into a line); the file's size when no line starts at or after it."""
+    if offset <= 0:
+        return 0
+    if os.pread(fd, 1, offset - 1) == b"\n":
+        return offset
+    size = os.fstat(fd).st_size
+    while offset < size:
+        chunk = os.pread(fd, LINE_CHUNK, offset)
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return offset + newline + 1
+        offset += len(chunk)
+    return max(offset, size)
+
+
+def blocks_forward(fd: int, start: int, end: int | None = None, chunk: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(offset, block) from `start` (a line start) up to `end`: each block is whole lines,
+    newline included, about `chunk` bytes. For readers that look at many lines at once
+    (counting them, searching their bytes); `complete_lines` gives them one by one."""
     offset = start
-    want = _LINES_CHUNK
+    want = chunk
     while end is None or offset < end:
         size = want if end is None else min(want, end - offset)
         data = os.pread(fd, size, offset)
-        if not data:
-            return
-        last = data.rfind(b"\n")
-        if last < 0:
+        last = data.rfind(b"\n") + 1
+        if last == 0:
             if len(data) < size:
-                return
-            want *= 2  # one line longer than the chunk
+                return  # nothing more, or an unfinished line
+            want *= 2  # one line longer than the chunk: read it whole
             continue
-        want = _LINES_CHUNK
+        want = chunk
+        yield offset, data if last == len(data) else data[:last]
+        offset += last
+
+
+def complete_lines(fd: int, start: int, end: int | None = None, chunk: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each complete line of `fd` from `start` (up to `end`), the
+    first first; empty lines too. A line begins where the one before it ended (or at `start`)."""
+    for offset, block in blocks_forward(fd, start, end, chunk):
+        lines = block.split(b"\n")
+        lines.pop()  # (the block ends in a newline: nothing after it)
         position = offset
-        for line in data[:last].split(b"\n"):
+        for line in lines:
             position += len(line) + 1
             yield position, line
-        offset += last + 1
+
+
+def regions_backward(fd: int, stop: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes, int]]:
+    """`fd`'s bytes before `stop` (a line boundary), the last region first, as (offset,
+    data, begin): `data` was read at `offset`, and the region is `data[begin:]` -- whole
+    lines, no line split between two regions (given so, a large block needs no copy).
+
+    A backward read mostly wants only the newest lines (the last few messages, a fresh
+    id), so the first region is `first` bytes and each next one four times larger, up to
+    `most`; a line longer than a region makes that region longer."""
+    base = size = first
+    while stop > 0:
+        start = max(0, stop - size)
+        data = os.pread(fd, stop - start, start)
+        begin = 0
+        if start > 0:
+            begin = data.find(b"\n") + 1  # the first line may begin before `start`
+            if begin == 0 or begin == len(data):  # one line longer than the region: read further back
+                size *= 2
+                continue
+        yield start, data, begin
+        stop = start + begin
+        base = size = min(base * 4, most)
+
+
+def lines_backward(fd: int, first: int = LINE_CHUNK // 4, most: int = LINE_CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(end offset, line) for each non-empty complete line of `fd`, the last first."""
+    for offset, data, begin in regions_backward(fd, complete_end(fd), first, most):
+        end = offset + len(data)
+        lines = data[begin:].split(b"\n")
+        lines.pop()
+        for line in reversed(lines):
+            if line:
+                yield end, line
+            end -= len(line) + 1

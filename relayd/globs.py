@@ -18,9 +18,6 @@ segments, so the product also tracks "at a segment start" and refuses `/` there.
 
 from __future__ import annotations
 
-from collections import deque
-from functools import lru_cache
-
 from .errors import UsageError
 
 MAX_PATTERN = 1024
@@ -36,10 +33,34 @@ class PatternError(UsageError):
     """A pattern that cannot be read (unclosed `[`, `..`, empty)."""
 
 
+def _cached(maxsize: int):
+    """Memoize a pure function of hashable arguments, emptied when `maxsize` are held: what
+    functools.lru_cache gives these functions, without importing functools and collections
+    (several milliseconds of the start-up of the pre-commit guard, which loads this module)."""
+
+    def wrap(func):
+        memo: dict = {}
+
+        def cached(*args):
+            try:
+                return memo[args]
+            except KeyError:
+                if len(memo) >= maxsize:
+                    memo.clear()
+                value = memo[args] = func(*args)
+                return value
+
+        cached.__doc__, cached.__name__, cached.__wrapped__ = func.__doc__, func.__name__, func  # type: ignore[attr-defined]
+        cached.cache_clear = memo.clear  # type: ignore[attr-defined]
+        return cached
+
+    return wrap
+
+
 # -- character sets -----------------------------------------------------------------------
 
 
-@lru_cache(maxsize=65536)
+@_cached(65536)
 def _intersect(a: Charset, b: Charset) -> Charset:
     out = []
     i = j = 0
@@ -99,7 +120,7 @@ Atom = str | Charset  # STAR or a one-character set
 Segment = str | tuple[Atom, ...]  # GLOBSTAR or the atoms of one segment
 
 
-@lru_cache(maxsize=8192)
+@_cached(8192)
 def normalize(pattern: str) -> str:
     """The canonical text of a pattern (used for the reservation key and display)."""
     return _parse(pattern)[0]
@@ -273,7 +294,7 @@ class _Builder:
         self.moves[a].append((label, b))
 
 
-@lru_cache(maxsize=8192)
+@_cached(8192)
 def compile_glob(pattern: str) -> Glob:
     text, segments = _parse(pattern)
     b = _Builder()
@@ -364,9 +385,8 @@ def witness(a: Glob, b: Glob) -> str | None:
     """The shortest path that matches both, or None when no path does."""
     start = (a.start, b.start, True)
     parent: dict[tuple[int, int, bool], tuple[tuple[int, int, bool], Charset] | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        node = queue.popleft()
+    queue = [start]  # breadth first: a for loop over a list also visits what is appended during it
+    for node in queue:
         qa, qb, at_start = node
         if not at_start and qa in a.accepting and qb in b.accepting:
             chars = []
@@ -392,7 +412,7 @@ def witness(a: Glob, b: Glob) -> str | None:
 _overlap_cache: dict[tuple[str, str], bool] = {}
 
 
-@lru_cache(maxsize=16384)
+@_cached(16384)
 def _ends(text: str) -> tuple[bool, str, str]:
     """(no wildcard at all, literal prefix, literal suffix) of a normalized pattern, cheaply.
 
@@ -401,10 +421,14 @@ def _ends(text: str) -> tuple[bool, str, str]:
     after the last `]` is outside every set). The slash next to a `**` is dropped, since
     `a/**` also matches `a` and `**/b` also matches `b`.
     """
-    first = min((i for i in (text.find(ch) for ch in "*?[\\") if i >= 0), default=-1)
-    if first < 0:
+    first = len(text)
+    for ch in "*?[\\":  # a loop, not min() over generators: the guard calls this for 1,000 patterns at start-up
+        at = text.find(ch, 0, first)
+        if at >= 0:
+            first = at
+    if first == len(text):
         return True, text, text
-    last = max(text.rfind(ch) for ch in "*?]\\")
+    last = max(text.rfind("*"), text.rfind("?"), text.rfind("]"), text.rfind("\\"))
     return False, text[:first].rstrip("/"), text[last + 1 :].lstrip("/")
 
 
@@ -489,7 +513,7 @@ def _covers_directory(g: Glob, directory: str) -> bool:
     return bool(g.after(directory + "/") & _live_at_segment_start(g.text))
 
 
-@lru_cache(maxsize=8192)
+@_cached(8192)
 def _live_at_segment_start(text: str) -> frozenset[int]:
     """States from which, at the start of a segment, some non-empty rest of a path is accepted."""
     g = compile_glob(text)

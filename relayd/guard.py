@@ -7,7 +7,8 @@ by `guard uninstall`), then `hook()` below, in the Python that installed it (`-I
 
   1. asks git for the repository's top level and the staged paths (`git diff --cached
      --name-only --no-renames`: added, changed and deleted, both sides of a rename);
-  2. reads the reservation files straight from the store (relayd need not run);
+  2. reads the exclusive reservations in this repository straight from the store (relayd
+     need not run), through an index that is only a cache (relayd.guard_index);
   3. refuses (exit 1) when a staged path lies inside an active exclusive reservation held
      by an agent other than the committer (`RELAY_AGENT`, then `OVLD_ROLE`), deciding
      "inside" with the same pattern rules as `relayctl reserve` (relayd.globs), and names
@@ -25,13 +26,13 @@ import bisect
 import os
 import sys
 
-from . import layout
 from .errors import NotFound, UsageError
 
 HOOK = "pre-commit"
 CHAINED = "pre-commit.relay-chained"
 MARK = "# relay guard:"
 SHOWN_PATHS = 3  # per reservation in a refusal; the rest are counted
+SHOWN_RESERVATIONS = 20  # in a refusal; the rest are counted (and listed by `relayctl reservations`)
 
 # A Python script run by the Python that installed it, without site (-S: with an editable
 # install or many .pth files, site alone costs more than the whole check) and isolated (-I:
@@ -99,39 +100,46 @@ def staged_paths(top: str) -> list[str]:
     return [p for p in out.decode(errors="surrogateescape").split("\0") if p]
 
 
-def blocking(top: str, paths: list[str], reservations: list, committer: str | None) -> list[tuple[object, list[str]]]:
-    """(reservation, the staged paths inside it) for every active exclusive reservation of
-    another agent in `top` (or a directory inside it) that some staged path lies in."""
+def blocking(top: str, paths: list[str], held: list, committer: str | None, reference=None) -> list[tuple[object, list[str]]]:
+    """(reservation, the staged paths inside it) for every active reservation of another
+    agent in `held` (the exclusive ones in `top` or a directory inside it: guard_index)
+    that some staged path lies in; active at `reference` (default now)."""
     from .globs import PatternError, fixed_ends, matches_path
     from .timefmt import passed_test
 
-    passed = passed_test()
+    passed = passed_test(reference)
     by_repo: dict[str, list] = {}
-    for r in reservations:
-        if r.exclusive and r.agent != committer and (r.repo == top or r.repo.startswith(top + "/")):
+    for r in held:
+        if r.agent != committer:
             by_repo.setdefault(r.repo, []).append(r)
     found = []
-    for repo, held in sorted(by_repo.items()):
+    for repo, mine in by_repo.items():
         below = "" if repo == top else repo[len(top) + 1 :] + "/"
         # Paths relative to the reservation's repo, sorted, so a literal prefix is a bisect.
         local = sorted(p[len(below) :] for p in paths if p.startswith(below))
-        for r in sorted(held, key=lambda r: r.pattern):
-            if not local or passed(r.expires_at):
+        if not local:
+            continue
+        end = len(local)
+        for r in mine:
+            if passed(r.expires_at):
                 continue
+            pattern = r.pattern
             try:
-                prefix, suffix = fixed_ends(r.pattern)
-                if r.pattern[len(prefix) : len(prefix) + 1] == "/" and not r.pattern.startswith("**", len(prefix) + 1):
+                prefix, suffix = fixed_ends(pattern)
+                if pattern[len(prefix) : len(prefix) + 1] == "/" and not pattern.startswith("**", len(prefix) + 1):
                     prefix += "/"  # `pkg/p1/*.go` has nothing in `pkg/p1x/`; but `src/**` matches `src`
                 hits = []
-                for path in local[bisect.bisect_left(local, prefix) :]:
-                    if not path.startswith(prefix):
-                        break
-                    if path.endswith(suffix) and matches_path(r.pattern, path):
+                at = bisect.bisect_left(local, prefix)
+                while at < end and local[at].startswith(prefix):
+                    path = local[at]
+                    if path.endswith(suffix) and matches_path(pattern, path):
                         hits.append(below + path)
+                    at += 1
             except PatternError:
                 continue  # a hand-edited file with a broken pattern holds nothing
             if hits:
                 found.append((r, hits))
+    found.sort(key=lambda f: (f[0].repo, f[0].pattern, f[0].agent))
     return found
 
 
@@ -140,67 +148,33 @@ def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str
 
     who = f"you are {committer}" if committer else "no RELAY_AGENT is set, so every holder is someone else"
     lines = [f"relay guard: commit refused: it touches files reserved by other agents ({who}):"]
-    for r, hits in found:
-        left = (parse_iso(r.expires_at) - now()).total_seconds()
+    moment = now()
+    for r, hits in found[:SHOWN_RESERVATIONS]:
+        left = (parse_iso(r.expires_at) - moment).total_seconds()
         shown = ", ".join(hits[:SHOWN_PATHS]) + (f" and {len(hits) - SHOWN_PATHS} more" if len(hits) > SHOWN_PATHS else "")
         why = f" — {r.reason}" if r.reason else ""
         lines.append(f"  {r.agent} holds {r.pattern} (exclusive, until {r.expires_at}, in {short_span(left)}){why}: {shown}")
+    if len(found) > SHOWN_RESERVATIONS:
+        rest = found[SHOWN_RESERVATIONS:]
+        paths = sum(len(hits) for _, hits in rest)
+        lines.append(f"  and {len(rest)} more reservations of other agents, over {paths} more staged files (relayctl reservations lists them)")
     lines.append("Unstage those files, wait for the reservation to expire or be released, or ask its holder")
     lines.append("(relayctl send AGENT ...). To commit anyway: git commit --no-verify")
     return "\n".join(lines)
 
 
-def held_reservations(store_dir: str) -> list:
-    """Every readable reservation in the store, as objects with the record's fields.
+def check(top: str, store_dir: str, committer: str | None, moment=None) -> str | None:
+    """The refusal text, or None when the commit may go ahead. `moment` (a datetime; tests)
+    stands in for now, for the index's clock and for expiry alike."""
+    from .guard_index import held_in
 
-    Read with the standard library's json, not the store's msgspec records: the hook runs
-    on every commit and is start-up bound, and msgspec's import alone costs more than the
-    whole check (as for relayctl's fast path), and json's own import (its regular
-    expressions) costs more than reading the 2,000 files: relayd.jsonline parses with the
-    same C scanner. The files are read as the store reads them (relayd.fsio: no symlinks
-    followed; damaged files skipped)."""
-    from types import SimpleNamespace
-
-    from . import jsonline as json
-
-    from .fsio import Dir
-
-    try:
-        root = Dir.open_root(store_dir)
-    except FileNotFoundError:
-        return []  # no store: nothing reserved
-    try:
-        folder = root.subdir(layout.RESERVATIONS)
-    except FileNotFoundError:
-        return []
-    finally:
-        root.close()
-    held = []
-    try:
-        for _, raw in folder.read_listed(".json"):
-            try:
-                record = json.loads(raw)
-                held.append(SimpleNamespace(
-                    agent=str(record["agent"]), pattern=str(record["pattern"]), repo=str(record["repo"]),
-                    exclusive=record.get("exclusive", True) is not False, reason=record.get("reason"),
-                    expires_at=str(record["expires_at"]),
-                ))
-            except (ValueError, TypeError, KeyError, AttributeError):
-                continue  # a damaged file holds nothing
-    finally:
-        folder.close()
-    return held
-
-
-def check(top: str, store_dir: str, committer: str | None) -> str | None:
-    """The refusal text, or None when the commit may go ahead."""
     paths = staged_paths(top)
     if not paths:
         return None
-    held = held_reservations(store_dir)
+    held = held_in(store_dir, top, None if moment is None else lambda: int(moment.timestamp() * 1e9))
     if not held:
         return None
-    found = blocking(top, paths, held, committer)
+    found = blocking(top, paths, held, committer, moment)
     return refusal(found, committer) if found else None
 
 

@@ -17,10 +17,10 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout, owed, presence, remote
+from . import layout, presence
 from .errors import RelayError, StoreError, UnknownAgent, UsageError
 from .dedup import check_id, find_recent, not_before_iso
-from .fsio import Dir, append_lines, regions_backward
+from .fsio import Dir, append_lines, blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, open_appending, regions_backward
 from .registry import operation
 from .records import (
     SUBJECT_DEFAULT_CHARS,
@@ -45,7 +45,6 @@ MAX_BODY = 256 * 1024
 MAX_RESULT = 768 * 1024
 MAX_SUBJECT = 1024
 MAX_TAGS = 32
-_CHUNK = 256 * 1024
 
 
 # -- sending ---------------------------------------------------------------------------
@@ -106,6 +105,8 @@ def _closed_web_view(store: Store, name: str) -> bool:
 
 def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     if p.broadcast:
+        from . import remote  # agents of other hosts (relayd --bridge): loaded when a send may concern them
+
         if p.to:
             raise UsageError("give recipients or --broadcast, not both")
         others = [name for name in store.known_agents() if name != sender and not _closed_web_view(store, name)] + remote.broadcast_targets(store, sender, p.ack)
@@ -117,8 +118,11 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     seen: list[str] = []
     for name in p.to:
         check_agent_name(name, "recipient")
-        if not store.is_agent(name) and remote.recipient_host(store, name, p.ack) is None:
-            raise store.unknown_agent(name)
+        if not store.is_agent(name):
+            from . import remote
+
+            if remote.recipient_host(store, name, p.ack) is None:
+                raise store.unknown_agent(name)
         if name not in seen:
             seen.append(name)
     return seen
@@ -233,22 +237,13 @@ class _Appends:
         payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
         agent = self.dirs[recipient]
         store = self.store
-        fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd = open_appending(agent, layout.INBOX, len(payload), store.sync, store.rotate_bytes, lambda size: _rotate(store, agent, size))
         try:
-            size = os.fstat(fd).st_size
-            if size and size + len(payload) > store.rotate_bytes:
-                os.close(fd)
-                fd = -1
-                _rotate(store, agent, size)
-                fd = agent.open(layout.INBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-                store.sync.dir(agent.fd)
-            elif size == 0:
-                store.sync.dir(agent.fd)  # the file may have just been created
             start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
             self.written[recipient] = (fd, start)  # from here on, taking back cuts it off again
             store.sync.file(fd)
         except BaseException:
-            if fd >= 0 and recipient not in self.written:
+            if recipient not in self.written:
                 os.close(fd)
             raise
 
@@ -283,6 +278,8 @@ class _Appends:
 
 def _rotate(store: Store, agent: Dir, old_size: int) -> None:
     """Under the inbox lock: current -> `.1`, and carry the cursor along."""
+    from . import owed  # (here: rotations are rare, and most commands never load it)
+
     owed.hand_over(store, agent, os.path.basename(agent.path))  # the `.1` dropped now may owe records no sweep took yet
     cursor = read_cursor(agent)
     if cursor.rotated and agent.exists(layout.INBOX_ROTATED):
@@ -345,6 +342,8 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         try:
             messages = build_messages(store, p)
             if p.ack:
+                from . import owed  # (here: only a send --ack needs it)
+
                 policy = owed.policy_for(store, p.ack_wait, p.max_deliver)
             if len(messages) > 1:
                 # All or nothing as far as we can tell beforehand: not half a broadcast, then an error.
@@ -559,88 +558,53 @@ def _snapshot(agent: Dir) -> _Snapshot:
     return _Snapshot(cursor, current, rotated, current_ino, rotated_ino)
 
 
-def _forward(fd: int, start: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iterator[tuple[Position, Message]]:
-    """Complete lines from `start`; a torn tail is not a line yet, a corrupt one is reported."""
-    offset = start
-    pending = b""
-    while True:
-        chunk = os.pread(fd, _CHUNK, offset + len(pending))
-        if not chunk:
-            return
-        data = pending + chunk
-        line_start = 0
-        while (newline := data.find(b"\n", line_start)) >= 0:
-            line = data[line_start:newline]
-            end = offset + newline + 1
-            if line:
-                try:
-                    message = message_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    bad.append(CorruptLine(file=name, offset=offset + line_start))
-                else:
-                    yield Position(rotated, end), message
-            line_start = newline + 1
-        offset += line_start
-        pending = data[line_start:]
-
-
-def _complete_end(fd: int) -> int:
-    """The file size cut back to the last newline: a torn tail is not a message yet."""
-    end = os.fstat(fd).st_size
-    if end and os.pread(fd, 1, end - 1) != b"\n":
-        while end > 0:
-            start = max(0, end - _CHUNK)
-            cut = os.pread(fd, end - start, start).rfind(b"\n")
-            if cut >= 0:
-                return start + cut + 1
-            end = start
-    return end
-
-
-def _backward(fd: int, rotated: bool, bad: list[CorruptLine], name: str) -> Iterator[tuple[Position, Message]]:
-    """Complete lines from the last one back to the first."""
-    for offset, region in regions_backward(fd, _complete_end(fd), _CHUNK):  # (ends on a line boundary)
-        line_end = offset + len(region)
-        for line in reversed(region[:-1].split(b"\n")):
-            line_start = line_end - len(line) - 1
-            if line:
-                try:
-                    message = message_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+def messages_forward(fd: int, start: int, rotated: bool = False, bad: list[CorruptLine] | None = None, name: str = layout.INBOX) -> Iterator[tuple[Position, Message]]:
+    """The messages of an inbox file from `start` (a line start), each with where its line
+    ends; a torn tail is not a line yet, a corrupt line is reported in `bad` (as `name`)."""
+    line_start = start
+    for end, line in complete_lines(fd, start):
+        if line:
+            try:
+                message = message_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                if bad is not None:
                     bad.append(CorruptLine(file=name, offset=line_start))
-                else:
-                    yield Position(rotated, line_end), message
-            line_end = line_start
+            else:
+                yield Position(rotated, end), message
+        line_start = end
+
+
+def messages_backward(fd: int, rotated: bool = False, bad: list[CorruptLine] | None = None, name: str = layout.INBOX) -> Iterator[tuple[Position, Message]]:
+    """The messages of an inbox file from the last complete line back to the first."""
+    for end, line in lines_backward(fd):
+        try:
+            message = message_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            if bad is not None:
+                bad.append(CorruptLine(file=name, offset=end - len(line) - 1))
+        else:
+            yield Position(rotated, end), message
 
 
 def _at_line_start(fd: int, offset: int) -> int:
-    """`offset` if it starts a line; else the start of the next line (a damaged cursor)."""
-    if offset <= 0:
+    """Where unread lines begin for a cursor at `offset`: the start of the line it points
+    into or after (a damaged cursor), or 0 when it points past the end (the file was
+    replaced since the cursor was written: read it all)."""
+    if offset > os.fstat(fd).st_size:
         return 0
-    size = os.fstat(fd).st_size
-    if offset > size:
-        return 0  # the file was replaced since the cursor was written: read it all
-    if os.pread(fd, 1, offset - 1) == b"\n":
-        return offset
-    while offset < size:
-        chunk = os.pread(fd, _CHUNK, offset)
-        newline = chunk.find(b"\n")
-        if newline >= 0:
-            return offset + newline + 1
-        offset += len(chunk)
-    return size
+    return line_start_at(fd, offset)
 
 
 def _unread(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
     for fd, start, rotated in _unread_ranges(snap):
-        yield from _forward(fd, start, rotated, bad, layout.INBOX_ROTATED if rotated else layout.INBOX)
+        yield from messages_forward(fd, start, rotated, bad, layout.INBOX_ROTATED if rotated else layout.INBOX)
 
 
 def _newest_first(snap: _Snapshot, bad: list[CorruptLine]) -> Iterator[tuple[Position, Message]]:
     if snap.current >= 0:
-        yield from _backward(snap.current, False, bad, layout.INBOX)
+        yield from messages_backward(snap.current, False, bad, layout.INBOX)
     if snap.rotated >= 0:
-        yield from _backward(snap.rotated, True, bad, layout.INBOX_ROTATED)
+        yield from messages_backward(snap.rotated, True, bad, layout.INBOX_ROTATED)
 
 
 def _count_unread(snap: _Snapshot) -> int:
@@ -652,29 +616,9 @@ def _count_unread(snap: _Snapshot) -> int:
     """
     count = 0
     for fd, offset, _ in _unread_ranges(snap):
-        while chunk := os.pread(fd, _CHUNK, offset):
-            end = chunk.rfind(b"\n") + 1
-            if end == 0:
-                if len(chunk) < _CHUNK:
-                    break  # an unfinished last line: not a message yet
-                end = _line_end(fd, offset)  # one line longer than a chunk
-                if end < 0:
-                    break
-                chunk = os.pread(fd, end - offset, offset)
-            count += _messages_in(chunk[:end])
-            offset += end
+        for _, block in blocks_forward(fd, offset):
+            count += _messages_in(block)
     return count
-
-
-def _line_end(fd: int, offset: int) -> int:
-    """Offset just past the newline ending the line that starts at `offset`, or -1."""
-    pos = offset
-    while chunk := os.pread(fd, _CHUNK, pos):
-        newline = chunk.find(b"\n")
-        if newline >= 0:
-            return pos + newline + 1
-        pos += len(chunk)
-    return -1
 
 
 def _messages_in(lines: bytes) -> int:
@@ -702,12 +646,7 @@ def has_unread(store: Store, name: str) -> bool:
     with store.agent_dir(name) as agent:
         snap = _snapshot(agent)
         try:
-            for fd, offset, _ in _unread_ranges(snap):
-                while chunk := os.pread(fd, _CHUNK, offset):
-                    if b"\n" in chunk:
-                        return True
-                    offset += len(chunk)
-            return False
+            return any(next(blocks_forward(fd, offset), None) is not None for fd, offset, _ in _unread_ranges(snap))
         finally:
             snap.close()
 
@@ -882,7 +821,11 @@ def read(store: Store, p: ReadParams) -> ReadResult:
             snap.close()
     unique_bad = {(b.file, b.offset): b for b in bad}
     owing = [m.id for m in shown if m.ack]
-    delivery = owed.states(store, p.agent, owing) if owing else {}
+    delivery = {}
+    if owing:
+        from . import owed
+
+        delivery = owed.states(store, p.agent, owing)
     return ReadResult(messages=shown, unread=left, corrupt=list(unique_bad.values()), delivery=delivery)
 
 
@@ -899,9 +842,9 @@ def read_all(store: Store, agent_name: str) -> ReadResult:
             raise store.unknown_agent(agent_name)
         snap = _snapshot(agent)
         try:
-            messages = [m for _, m in _forward(snap.rotated, 0, True, bad, layout.INBOX_ROTATED)] if snap.rotated >= 0 else []
+            messages = [m for _, m in messages_forward(snap.rotated, 0, True, bad, layout.INBOX_ROTATED)] if snap.rotated >= 0 else []
             if snap.current >= 0:
-                messages += [m for _, m in _forward(snap.current, 0, False, bad, layout.INBOX)]
+                messages += [m for _, m in messages_forward(snap.current, 0, False, bad, layout.INBOX)]
             left = _count_unread(snap)
         finally:
             snap.close()
@@ -926,6 +869,64 @@ def holds_since(store: Store, agent_name: str, message_id: str, since: str) -> b
             return False
         finally:
             snap.close()
+
+
+class Copies(msgspec.Struct, kw_only=True):
+    """The copies of one message id in an inbox (a --ack message gets one per delivery)."""
+
+    newest_first: list[Message]
+    read: bool  # the agent's read cursor has passed the newest copy
+
+
+_SCAN_REGION = 1 << 20  # copies are looked for by byte search: up to large regions, few reads
+_TS_FIELD = b'"ts":"'
+
+
+def find_copies(store: Store, agent_name: str, message_id: str, since: str) -> Copies | None:
+    """The copies of `message_id` in the agent's inbox files, looking back to `since` (ISO
+    time); None when it holds none. Reads newest first, decodes only lines holding the id,
+    and stops at the first delivery (attempt 1, or a message without --ack, which an inbox
+    holds once): it costs about a byte search of what arrived after the message."""
+    needle = message_id.encode()
+    copies: list[tuple[Position, Message]] = []
+    with store.agent_dir(agent_name) as agent:
+        snap = _snapshot(agent)
+        try:
+            finished = False
+            for fd, rotated in ((snap.current, False), (snap.rotated, True)):
+                if fd < 0 or finished:
+                    continue
+                for offset, data, begin in regions_backward(fd, complete_end(fd), most=_SCAN_REGION):
+                    region = data[begin:]
+                    if needle in region:
+                        line_end = offset + len(data)
+                        for line in reversed(region[:-1].split(b"\n")):
+                            if needle in line and not finished:
+                                try:
+                                    message = message_decoder.decode(line)
+                                except (msgspec.DecodeError, msgspec.ValidationError):
+                                    message = None
+                                if message is not None and message.id == message_id:
+                                    copies.append((Position(rotated, line_end), message))
+                                    finished = message.attempt in (None, 1)
+                            line_end -= len(line) + 1
+                    if finished or _first_ts(region) < since:
+                        finished = True
+                        break
+        finally:
+            snap.close()
+    if not copies:
+        return None
+    return Copies(newest_first=[m for _, m in copies], read=copies[0][0].key() <= (0 if snap.cursor.rotated else 1, snap.cursor.offset))
+
+
+def _first_ts(region: bytes) -> str:
+    """The time of a region's first line; one that has none does not stop a scan early."""
+    at = region.find(_TS_FIELD, 0, region.find(b"\n"))
+    if at < 0:
+        return "\uffff"
+    at += len(_TS_FIELD)
+    return region[at : region.find(b'"', at)].decode(errors="replace")
 
 
 class UnreadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 
 from . import layout
 from .timefmt import now_iso, parse_duration
@@ -50,26 +49,49 @@ class _Failed(Exception):
     pass
 
 
+TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
+TRIGGERED = frozenset({*TRIGGERS, "unknown"})  # outcomes recorded here; channel and hook announce elsewhere
+
+
+class _Settings:
+    """config.json's notify settings, read when the first recipient with a trigger needs
+    them: mail told by relay-mcp's channel or a hook needs neither the file nor its imports."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.loaded: tuple[str, float, str] | None = None
+
+    def get(self) -> tuple[str, float, str]:
+        """(trigger line, timeout in seconds, prompt pattern)."""
+        if self.loaded is None:
+            from .config import load_config
+
+            notify = load_config(self.store).notify
+            self.loaded = (notify.trigger, parse_duration(notify.timeout).total_seconds(), notify.prompt)
+        return self.loaded
+
+
 def notify_new_messages(store, recipients: list[str]) -> list[dict]:
     """Trigger each recipient's configured arrival mechanism; never raises for a failed one."""
     outcomes = []
-    try:
-        from .config import load_config
-
-        config = load_config(store)
-        trigger, timeout = config.notify.trigger, parse_duration(config.notify.timeout).total_seconds()
-        prompt = config.notify.prompt
-    except Exception as exc:  # a broken config must not fail the send
-        return [{"agent": name, "method": "unknown", "ok": False, "error": str(exc)} for name in recipients]
+    settings = _Settings(store)
     for name in dict.fromkeys(recipients):
         try:
-            outcomes.append(_notify_one(store, name, trigger, timeout, prompt))
+            outcomes.append(_notify_one(store, name, settings))
+        except _BrokenConfig as exc:  # a broken config must not fail the send
+            outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": str(exc.__cause__)})
         except Exception as exc:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-    from .receipts import announced
+    told = [o for o in outcomes if o["method"] in TRIGGERED and not o.get("retry")]  # (a held trigger is recorded when it goes out)
+    if told:
+        from .receipts import announced
 
-    announced(store, [o for o in outcomes if not o.get("retry")])  # (a held trigger is recorded when it goes out)
+        announced(store, told)
     return outcomes
+
+
+class _BrokenConfig(Exception):
+    """config.json could not be read (the cause says why)."""
 
 
 def agents_awaiting_trigger(store) -> list[str]:
@@ -84,7 +106,7 @@ def agents_awaiting_trigger(store) -> list[str]:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
-                if kind not in ("tmux", "zellij", "cmd") or agent.exists(layout.PENDING):
+                if kind not in TRIGGERS or agent.exists(layout.PENDING):
                     continue
             if has_unread(store, name):
                 waiting.append(name)
@@ -93,7 +115,7 @@ def agents_awaiting_trigger(store) -> list[str]:
     return waiting
 
 
-def _notify_one(store, name: str, trigger: str, timeout: float, prompt: str) -> dict:
+def _notify_one(store, name: str, settings: _Settings) -> dict:
     from .agents import read_meta
 
     with store.agent_dir(name) as agent:
@@ -101,9 +123,13 @@ def _notify_one(store, name: str, trigger: str, timeout: float, prompt: str) -> 
         how = (meta.notify if meta else None) or "none"
         kind, _, target = how.partition(":")
         outcome: dict = {"agent": name, "method": kind}
-        if kind not in ("tmux", "zellij", "cmd"):
+        if kind not in TRIGGERS:
             outcome.update(ok=True, skipped=f"{kind}: nothing to trigger")
             return outcome
+        try:
+            trigger, timeout, prompt = settings.get()
+        except Exception as exc:
+            raise _BrokenConfig from exc
         if not agent.create_exclusive(layout.PENDING, f"{now_iso()}\n".encode(), None):
             outcome.update(ok=True, skipped="already notified; waiting for the inbox to be read")
             return outcome
@@ -259,6 +285,8 @@ def _zellij(target: str, trigger: str, timeout: float, session: str | None = Non
 
 
 def _command(target: str, name: str, trigger: str, timeout: float) -> None:
+    import shlex  # here: only a cmd: mechanism needs it
+
     try:
         argv = shlex.split(target)
     except ValueError as exc:

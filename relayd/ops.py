@@ -1,18 +1,21 @@
-"""The operation table: every store operation by name, with its parameter type.
+"""The operation table and the one way to run an operation.
 
-One definition serves everyone: the daemon decodes a request's `params` into the
-operation's Struct and calls the function; a client in direct mode calls the very same
-function. Results are converted to plain JSON-able data the same way on both paths, so
-the two modes give identical answers.
+One definition serves everyone: the daemon hands a request's `params` (the raw JSON text
+of them, decoded here once, straight into the operation's Struct) to `run`, and a client in
+direct mode hands its dict to the very same `run`. Both get the same checks (a looking
+operation needs a store that is there), the same errors (a bug in an operation is an
+`Internal` error with one text), and results converted to plain data the same way, so the
+two modes give identical answers.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
 
-from .errors import UsageError
+from .errors import Internal, RelayError, UsageError
 from .registry import REGISTERED, Operation
 from .store import Store
 
@@ -24,14 +27,30 @@ def table() -> dict[str, Operation]:
     return REGISTERED
 
 
+# One JSON decoder per parameter type, built on first use (msgspec: build once, reuse).
+_decoders: dict[type, msgspec.json.Decoder] = {}
+
+
 def decode_params(op: Operation, params: object) -> msgspec.Struct:
-    """Validate wire or CLI parameters into the operation's Struct."""
+    """Validate parameters into the operation's Struct, always by one JSON decoder: a
+    request's params arrive as JSON text (`msgspec.Raw`) and are decoded once, straight
+    into the Struct; a client's mapping (direct mode, the CLI) is encoded first, so a
+    nested request's params (session_call's) stay JSON text on both paths and every
+    refusal reads the same."""
     if isinstance(params, op.params):
         return params
+    decoder = _decoders.get(op.params)
+    if decoder is None:
+        decoder = _decoders[op.params] = msgspec.json.Decoder(op.params)
     try:
-        return msgspec.convert(params if params is not None else {}, op.params, from_attributes=False)
-    except msgspec.ValidationError as exc:
+        if not isinstance(params, msgspec.Raw):
+            params = _encoder.encode(params if params is not None else {})
+        return decoder.decode(params)
+    except (msgspec.ValidationError, msgspec.EncodeError) as exc:
         raise UsageError(f"{op.name}: {exc}") from None
+
+
+_encoder = msgspec.json.Encoder()
 
 
 def lookup(name: str) -> Operation:
@@ -49,10 +68,42 @@ def call(store: Store, name: str, params: object) -> Any:
 
 
 def run(store: Store, op: Operation, params: object) -> Any:
-    """Run `op` on `store`; returns what the operation returns."""
+    """Run `op` on `store` (the one dispatcher); returns what the operation returns.
+
+    Raises the operation's RelayError, or `Internal` (chained to the exception) for a bug."""
     params = decode_params(op, params)
-    if not op.mutates and op.name != "version":
-        # Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
-        # healthy-looking store instead of an error.
-        store.require_existing()
-    return op.run(store, params)
+    require_store(store, op)
+    try:
+        return op.run(store, params)
+    except RelayError:
+        raise
+    except Exception as exc:
+        raise internal(op.name, exc) from exc
+
+
+def run_batch(store: Store, op: Operation, params: list[msgspec.Struct]) -> list[Any]:
+    """Run many decoded requests of a batchable `op` as one: a result or a RelayError for
+    each, in order. The same checks and errors as `run`; a bug fails them all (`Internal`)."""
+    assert op.batch is not None
+    require_store(store, op)
+    try:
+        return op.batch(store, params)
+    except RelayError:
+        raise
+    except Exception as exc:
+        raise internal(op.name, exc) from exc
+
+
+def require_store(store: Store, op: Operation) -> None:
+    """Looking must not create: a mistyped RELAY_DIR would otherwise yield an empty,
+    healthy-looking store instead of an error. Checked by path, not by the open handle:
+    relayd (and relay-mcp in direct mode) keep the store open, and a store removed under
+    them is gone all the same."""
+    if op.mutates or op.name == "version" or os.path.isdir(store.root):
+        return
+    Store(store.root).require_existing()  # a handle that opened nothing: raises its NotFound
+
+
+def internal(name: str, exc: BaseException) -> Internal:
+    """A bug in operation `name`, in the one wording every path reports it with."""
+    return Internal(f"internal error in {name}: {type(exc).__name__}: {exc}")

@@ -1,10 +1,11 @@
-"""`status`: agents with presence, reservations and pending commands in one answer."""
+"""`status`: agents with presence and how their mail reaches them, reservations and pending commands in one answer."""
 
 from __future__ import annotations
 
 import msgspec
 
 from .agents import AgentState, agent_states
+from .receipts import LastAnnouncement, last_announcements
 from .registry import operation
 from .store import Store
 
@@ -13,8 +14,15 @@ class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stale: str = "5m"
 
 
+class AgentOverview(AgentState, kw_only=True):
+    """An agent as `status` shows it: presence, and how its mail reaches it."""
+
+    arrives_by: str = "channel"  # its arrival mechanism (register --notify); relay-mcp's channel when unset
+    announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
+
+
 class StatusResult(msgspec.Struct, kw_only=True):
-    agents: list[AgentState]
+    agents: list[AgentOverview]
     reservations: list[dict] = msgspec.field(default_factory=list)
     commands: list[dict] = msgspec.field(default_factory=list)
     delivery: "DeliveryCounts | None" = None
@@ -39,9 +47,17 @@ def delivery_counts(store: Store) -> DeliveryCounts:
     return DeliveryCounts(owed=sum(owed.values()), dead_letters=sum(dead.values()), owed_by_agent=owed, dead_letters_by_agent=dead)
 
 
+def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
+    told = last_announcements(store, [a.name for a in states])
+    return [
+        AgentOverview(**msgspec.structs.asdict(a), arrives_by=a.notify or "channel", announced=told.get(a.name))
+        for a in states
+    ]
+
+
 @operation("status", StatusParams, mutates=False)
 def status(store: Store, p: StatusParams) -> StatusResult:
-    """Everything `relayctl status` shows: agents alive/stale, reservations, pending commands, owed and dead-lettered messages."""
+    """Everything `relayctl status` shows: agents alive/stale and how their mail last reached them, reservations, pending commands, owed and dead-lettered messages."""
     from .commands import commands, CommandsParams
     from .reservations import listing
 
@@ -49,7 +65,7 @@ def status(store: Store, p: StatusParams) -> StatusResult:
     from .timefmt import parse_duration
 
     return StatusResult(
-        agents=agent_states(store, None, p.stale),
+        agents=overviews(store, agent_states(store, None, p.stale)),
         reservations=[msgspec.to_builtins(r) for r in listing(store, expired=True)],
         commands=[msgspec.to_builtins(c) for c in commands(store, CommandsParams(status="pending"))],
         delivery=delivery_counts(store),

@@ -336,6 +336,8 @@ def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, li
             now = Mark(0, 0)
         if mark is not None and (mark.ino, mark.offset) == (now.ino, now.offset):
             return None
+        if now.ino == 0 and not agent.exists(layout.INBOX_ROTATED):
+            return now, [], False  # no mail yet (and no lock file made for looking)
         with agent.locked(layout.INBOX_LOCK, shared=True):
             current, current_ino = _open(agent, layout.INBOX)
             rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)

@@ -36,6 +36,9 @@ ALL_TOPICS = "*"
 RequestId = Union[int, str]
 
 
+_NO_PARAMS = msgspec.Raw(b"{}")
+
+
 class Frame(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
     """Base of every wire message; the `type` field says which one it is."""
 
@@ -51,11 +54,15 @@ class Hello(Frame, tag="hello"):
 
 class Request(Frame, tag="request"):
     """Run operation `op` (a name from `relayd.ops.table()`) with `params`. `parts`: the
-    client takes a result longer than one line as `part` frames (see `Part`)."""
+    client takes a result longer than one line as `part` frames (see `Part`).
+
+    A received request holds its params as JSON text (`msgspec.Raw`), which
+    `relayd.ops.decode_params` decodes once, straight into the operation's own type. A
+    client may build one with a dict instead (msgspec encodes what a field holds)."""
 
     id: RequestId
     op: str
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    params: msgspec.Raw = _NO_PARAMS
     parts: bool = False
 
 
@@ -243,7 +250,11 @@ def encode_event_line(line: bytes) -> bytes:
 def decode(line: bytes) -> Frame | Violation:
     """One line (no newline) -> a frame, or the Violation that describes what is wrong."""
     try:
-        return _decoder.decode(line)
+        frame = _decoder.decode(line)
+        if type(frame) is Request:
+            # params are kept as JSON text, whose strings the decoder only skipped over
+            line.decode()
+        return frame
     except msgspec.ValidationError as exc:
         return Violation(ProtocolError.code, f"not a protocol frame: {exc}", fatal=False, request_id=_peek_id(line))
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:

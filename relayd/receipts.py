@@ -31,9 +31,9 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import due, layout, owed
+from . import due, layout, notify, owed
 from .errors import NotFound, RelayError
-from .fsio import Syncer, append_lines, lines_backward, regions_backward
+from .fsio import Syncer, append_lines, lines_backward
 from .records import Message, json_encoder
 from .registry import operation
 from .store import Store
@@ -41,7 +41,6 @@ from .timefmt import now_iso
 
 SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
-_CHUNK = 64 * 1024
 _OWED_STEP = b'"step":"owed"'
 _STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
 
@@ -102,7 +101,7 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
         except FileNotFoundError:
             continue
         try:
-            for line in lines_backward(fd, _CHUNK):
+            for _, line in lines_backward(fd):
                 if _OWED_STEP in line[:_STEP_WITHIN]:
                     continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
                 try:
@@ -127,7 +126,7 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         receipts = [
             Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
             for o in outcomes
-            if o.get("method") in TRIGGERED
+            if o.get("method") in notify.TRIGGERED
         ]
         write(store, receipts)
         for receipt in receipts:
@@ -144,9 +143,6 @@ def read_passed(store: Store, agent: str, newest: Message) -> None:
         write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
     except (RelayError, OSError):
         pass
-
-
-TRIGGERED = frozenset({"tmux", "zellij", "cmd", "unknown"})  # channel and hook announce elsewhere
 
 
 def _bounce(store: Store, failed: Receipt) -> None:
@@ -291,64 +287,77 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
 
 
+# -- each agent's latest announcement: status and the web view ---------------------------------
+
+ANNOUNCED_WINDOW_MS = 24 * 3600 * 1000  # how far back the delivery log is read for them
+
+
+class LastAnnouncement(Announcement):
+    """How an agent was last told of its mail; when that failed, the failures in a row it ends
+    (a failing pane or command is retried every few seconds, each try a receipt)."""
+
+    failures: int = 0  # announcements that failed in a row, up to the last one (0: it worked)
+    failing_since: str | None = None  # when the first of them failed
+    earlier: bool = False  # they go back past the log's window: they began before failing_since
+
+
+def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnouncement]:
+    """Each of `names`' newest announcement over the last day of the delivery log; an agent
+    not told in that time is left out. A trigger skipped because the last one is still
+    unread (a `note`) told nobody: it is shown only when there is nothing else."""
+    from datetime import timedelta
+
+    from .timefmt import now, to_iso
+
+    found: dict[str, LastAnnouncement] = {}
+    skipped: dict[str, LastAnnouncement] = {}
+    settled: set[str] = set()  # the newest announcement and the failures before it are known
+    wanted = set(names)
+    since = to_iso(now() - timedelta(milliseconds=ANNOUNCED_WINDOW_MS))
+    cut = False  # the log goes back further than was read
+    for receipt in newest_first(store, ""):
+        if receipt.ts < since:
+            cut = True
+            break
+        who = receipt.to
+        if receipt.step != "announced" or who not in wanted or who in settled:
+            continue
+        told = LastAnnouncement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
+        last = found.get(who)
+        if receipt.ok and receipt.note:
+            skipped.setdefault(who, told)
+        elif last is None:
+            found[who] = told
+            if receipt.ok:
+                settled.add(who)
+            else:
+                told.failures, told.failing_since = 1, receipt.ts
+        elif receipt.ok:
+            settled.add(who)  # the failures began after this success
+        else:
+            last.failures += 1
+            last.failing_since = receipt.ts
+        if len(settled) == len(wanted):
+            break
+    for who, last in found.items():
+        last.earlier = cut and not last.ok and who not in settled
+    return {**skipped, **found}
+
+
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
-    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none.
-
-    Reads the files newest first in large regions and decodes only lines holding the id, so
-    it costs about what a byte search of the part newer than the message costs; it stops at
-    the first delivery (attempt 1, or a message without --ack, which an inbox holds once)."""
+    mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none."""
     from .agents import read_meta
-    from .inbox import Position, _complete_end, _snapshot
-    from .records import message_decoder
+    from .inbox import find_copies
 
-    needle = message_id.encode()
+    found = find_copies(store, name, message_id, since)
+    if found is None:
+        return None
     with store.agent_dir(name) as agent:
-        snap = _snapshot(agent)
-        try:
-            copies: list[tuple[Position, Message]] = []
-            finished = False
-            for fd, rotated in ((snap.current, False), (snap.rotated, True)):
-                if fd < 0 or finished:
-                    continue
-                for offset, region in regions_backward(fd, _complete_end(fd), _SCAN_CHUNK):
-                    if needle in region:
-                        line_end = offset + len(region)
-                        for line in reversed(region[:-1].split(b"\n")):
-                            if needle in line and not finished:
-                                try:
-                                    message = message_decoder.decode(line)
-                                except (msgspec.DecodeError, msgspec.ValidationError):
-                                    message = None
-                                if message is not None and message.id == message_id:
-                                    copies.append((Position(rotated, line_end), message))
-                                    finished = message.attempt in (None, 1)
-                            line_end -= len(line) + 1
-                    if finished or _line_ts(region) < since:
-                        finished = True
-                        break
-            if not copies:
-                return None
-            newest = copies[0][0]
-            cursor = (0 if snap.cursor.rotated else 1, snap.cursor.offset)
-            meta = read_meta(agent)
-            mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
-            return copies[-1][1], len(copies), newest.key() <= cursor, mechanism, copies[0][1].ts
-        finally:
-            snap.close()
-
-
-_SCAN_CHUNK = 1 << 20
-_TS = b'"ts":"'
-
-
-def _line_ts(region: bytes) -> str:
-    """The time of a region's first line; one that has none does not stop a scan early."""
-    at = region.find(_TS, 0, region.find(b"\n"))
-    if at < 0:
-        return "\uffff"
-    at += len(_TS)
-    return region[at : region.find(b'"', at)].decode(errors="replace")
+        meta = read_meta(agent)
+    mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
+    copies = found.newest_first
+    return copies[-1], len(copies), found.read, mechanism, copies[0].ts
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:

@@ -27,11 +27,9 @@ import msgspec
 
 from . import layout
 from .errors import Unavailable, UsageError
-from .fsio import append_lines
+from .fsio import append_file, blocks_forward, complete_lines
 from .records import Message, json_encoder
 from .store import Store
-
-OUTBOX_READ_BYTES = 2 * 1024 * 1024  # more than the longest line a message can make
 
 
 class OutboxEntry(msgspec.Struct, kw_only=True):
@@ -171,14 +169,7 @@ def append_outbox(store: Store, host: str, messages: list[Message]) -> None:
     payload = b"".join(json_encoder.encode(OutboxEntry(host=host, message=m)) + b"\n" for m in messages)
     folder = bridge_dir(store)
     with folder.locked(layout.OUTBOX_LOCK):
-        fd = folder.open(layout.OUTBOX, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size == 0:
-                store.sync.dir(folder.fd)  # the file may have just been created
-            append_lines(fd, payload, os.path.join(folder.path, layout.OUTBOX))
-            store.sync.file(fd)
-        finally:
-            os.close(fd)
+        append_file(folder, layout.OUTBOX, payload, store.sync)
 
 
 def read_cursor(store: Store) -> OutboxCursor:
@@ -212,29 +203,24 @@ def pending(store: Store, limit: int = 512) -> tuple[list[tuple[OutboxCursor, Ou
     fd, ino = _outbox_fd(store)
     if fd < 0:
         return [], None, 0
-    try:
-        start = cursor.offset if cursor.ino == ino else 0
-        data = os.pread(fd, OUTBOX_READ_BYTES, start)
-    finally:
-        os.close(fd)
+    start = cursor.offset if cursor.ino == ino else 0
     out: list[tuple[OutboxCursor, OutboxEntry]] = []
     bad = 0
-    position = 0
-    while len(out) < limit and (newline := data.find(b"\n", position)) >= 0:
-        line = data[position:newline]
-        position = newline + 1
-        try:
-            entry = outbox_entry_decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            bad += 1
-            continue
-        out.append((OutboxCursor(offset=start + position, ino=ino), entry))
-    if position == 0 and len(data) == OUTBOX_READ_BYTES:
-        # one line longer than a read: no valid entry is that long (bodies are capped)
-        bad += 1
-        return [], OutboxCursor(offset=start + len(data), ino=ino), bad  # skips into it; the rest is cut at the next newline
-    end = OutboxCursor(offset=start + position, ino=ino) if position else None
-    return out, end, bad
+    position = start
+    try:
+        for end, line in complete_lines(fd, start):
+            if len(out) >= limit:
+                break
+            position = end
+            try:
+                entry = outbox_entry_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                bad += 1
+                continue
+            out.append((OutboxCursor(offset=end, ino=ino), entry))
+    finally:
+        os.close(fd)
+    return out, (OutboxCursor(offset=position, ino=ino) if position > start else None), bad
 
 
 def backlog(store: Store) -> int:
@@ -245,11 +231,7 @@ def backlog(store: Store) -> int:
         return 0
     try:
         offset = cursor.offset if cursor.ino == ino else 0
-        count = 0
-        while chunk := os.pread(fd, OUTBOX_READ_BYTES, offset):
-            count += chunk.count(b"\n")
-            offset += len(chunk)
-        return count
+        return sum(block.count(b"\n") for _, block in blocks_forward(fd, offset))
     finally:
         os.close(fd)
 

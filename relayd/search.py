@@ -28,6 +28,7 @@ import msgspec
 
 from . import layout
 from .errors import UsageError
+from .fsio import complete_end, regions_backward
 from .records import Message, check_agent_name, json_encoder, message_decoder
 from .store import Store
 from .timefmt import parse_since, to_iso
@@ -120,18 +121,6 @@ def _plan(q: SearchQuery, inbox_owner: str) -> _Plan:
     return _Plan(terms, from_, q.thread, since, needle, fold)
 
 
-def _complete_end(fd: int) -> int:
-    """The file size cut back to its last newline: a torn tail is not a message yet."""
-    end = os.fstat(fd).st_size
-    while end > 0:
-        start = max(0, end - _BLOCK)
-        cut = os.pread(fd, end - start, start).rfind(b"\n")
-        if cut >= 0:
-            return start + cut + 1
-        end = start
-    return 0
-
-
 def _lines_with(data: bytes, begin: int, needle: bytes, fold: bool) -> list[tuple[int, int]]:
     """(start, end) of each line of `data[begin:]` holding `needle`, in file order
     (`begin` follows a newline; offsets, not a slice: a copy of the block costs time)."""
@@ -161,18 +150,8 @@ _MORE, _FULL, _OLDER = range(3)
 def _scan(fd: int, plan: _Plan, limit: int, found: list[Message]) -> int:
     """Matches of one file, newest first, into `found`: _FULL once `limit` is reached,
     _OLDER once it met messages older than `since`, _MORE when the file ran out."""
-    end = _complete_end(fd)
-    block_size = _FIRST_BLOCK
     taken = 0
-    while end > 0:
-        start = max(0, end - block_size)
-        data = os.pread(fd, end - start, start)
-        cut = 0
-        if start > 0:
-            cut = data.find(b"\n") + 1  # the first line may begin before `start`
-            if cut == len(data):
-                block_size *= 2  # one line longer than the block: read further back
-                continue
+    for _, data, cut in regions_backward(fd, complete_end(fd), _FIRST_BLOCK, _BLOCK):
         plan.scanned += len(data) - cut
         spans = _all_lines(data, cut) if plan.needle is None else _lines_with(data, cut, plan.needle, plan.fold)
         for line_start, line_end in reversed(spans):
@@ -189,8 +168,6 @@ def _scan(fd: int, plan: _Plan, limit: int, found: list[Message]) -> int:
                     return _FULL
         if plan.since and _first_ts(data, cut) < plan.since:
             return _OLDER
-        end = start + cut
-        block_size = min(block_size * 4, _BLOCK)
     return _MORE
 
 

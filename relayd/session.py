@@ -27,7 +27,7 @@ from .store import Store
 class SessionCallParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str  # whose session this is
     op: str  # the operation to run
-    params: dict[str, Any] = msgspec.field(default_factory=dict)  # its parameters, as in a request of its own
+    params: msgspec.Raw = msgspec.Raw(b"{}")  # its parameters, as in a request of its own (JSON text: decoded once, by ops.run)
     touch: bool = True  # refresh the agent's last-seen first
     unread: bool = True  # count the agent's unread messages afterwards
 

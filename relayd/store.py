@@ -15,7 +15,7 @@ import msgspec
 
 from . import layout
 from .errors import InvalidName, NotFound, StoreError, UnknownAgent, UnsafePath
-from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_lines
+from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_file
 from .records import Event, check_agent_name, json_encoder
 from .timefmt import now_iso
 from .ulid import new_ulid
@@ -185,21 +185,7 @@ class Store:
         payload = b"".join(json_encoder.encode(event) + b"\n" for event in events)
         root = self.root_dir()
         with root.locked(layout.EVENTS_LOCK):
-            fd = root.open(layout.EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-            try:
-                size = os.fstat(fd).st_size
-                if size and size + len(payload) > self.rotate_bytes:
-                    os.close(fd)
-                    fd = -1
-                    root.rename(layout.EVENTS, layout.EVENTS_ROTATED)
-                    fd = root.open(layout.EVENTS, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-                    self.sync.dir(root.fd)
-                append_lines(fd, payload, os.path.join(self.root, layout.EVENTS))
-                if durable:
-                    self.sync.file(fd)
-            finally:
-                if fd >= 0:
-                    os.close(fd)
+            append_file(root, layout.EVENTS, payload, self.sync, durable=durable, rotate_bytes=self.rotate_bytes, rotate=lambda _: root.rename(layout.EVENTS, layout.EVENTS_ROTATED))
 
     @staticmethod
     def event(topic: str, **fields: object) -> Event:

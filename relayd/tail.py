@@ -14,9 +14,8 @@ from typing import Any, Callable
 import msgspec
 
 from . import layout
+from .fsio import complete_end, complete_lines
 
-_READ_CHUNK = 256 * 1024
-_MAX_LINE = 16 << 20  # a 256 KiB body stays far below this even with every character escaped
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -35,26 +34,14 @@ class InboxTail:
         except OSError:
             self.fd = -1
             return
-        self.offset = os.fstat(self.fd).st_size if at_end else 0
+        # At the end of the complete lines: a line still being written is new when it is done.
+        self.offset = complete_end(self.fd) if at_end else 0
 
     def _read(self, add: Callable[[dict[str, Any]], None]) -> None:
-        size = _READ_CHUNK
-        while True:
-            chunk = os.pread(self.fd, size, self.offset)
-            end = chunk.rfind(b"\n")
-            if end < 0:
-                if len(chunk) < size:
-                    return  # nothing new, or a line still being written: wait for its newline
-                if size < _MAX_LINE:
-                    size *= 2  # one long message: read further
-                    continue
-                self.offset += len(chunk)  # longer than any message can be: not one of ours
-                continue
-            for line in chunk[: end + 1].split(b"\n"):
-                if line:
-                    _decode(line, add)
-            self.offset += end + 1
-            size = _READ_CHUNK
+        for end, line in complete_lines(self.fd, self.offset):
+            self.offset = end
+            if line:
+                _decode(line, add)
 
     def drain(self, add: Callable[[dict[str, Any]], None]) -> None:
         """Pass each message appended since the last call to `add`, the oldest first."""

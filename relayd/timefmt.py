@@ -4,19 +4,30 @@ the short relative forms (`12s ago`, `in 42m`) the human output uses."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
+
+# datetime is imported in the functions that use it: the pre-commit guard's check needs
+# only passed_test, and the import (datetime.py runs whole before its C half replaces it)
+# was a tenth of the hook's start-up. None of these functions is on relayd's hot path
+# (messages and events are stamped by now_iso).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import datetime, timedelta
 
 _DURATION = r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)"
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def now() -> datetime:
+    from datetime import datetime, timezone
+
     return datetime.now(timezone.utc)
 
 
 def to_iso(moment: datetime) -> str:
+    from datetime import timezone
+
     # isoformat truncates to milliseconds as the stored form wants, at half strftime's cost
     # (every message and event is stamped: it showed in relayd's profile).
     return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
@@ -46,6 +57,8 @@ def shown(ts: str) -> str:
 
 def parse_iso(text: str) -> datetime:
     """Parse a stored or user-given timestamp; a date alone means its midnight UTC."""
+    from datetime import datetime, timezone
+
     raw = text.strip()
     try:
         moment = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw)
@@ -58,6 +71,7 @@ def parse_iso(text: str) -> datetime:
 
 def parse_duration(text: str) -> timedelta:
     """`90s`, `5m`, `1h30m`, `2d`; a bare number is seconds."""
+    from datetime import timedelta
     import re  # here: `status` and `read` show times through this module, and re costs
     # more start-up than the rest of their imports (tests/test_startup_imports.py)
 
@@ -118,14 +132,13 @@ def passed_test(reference: datetime | None = None):
     """A test for many stamps against one moment (default now): has this stamp passed?
     relay's own fixed-width stamps compare as text against the moment formatted once; an
     unreadable stamp counts as passed (an expiry nobody can read holds nothing)."""
-    moment = reference or now()
-    text = to_iso(moment)
+    text = to_iso(reference) if reference is not None else now_iso()
 
     def passed(stamp: str) -> bool:
         if len(stamp) == _ISO_LEN and stamp.endswith("Z"):
             return stamp <= text
         try:
-            return parse_iso(stamp) <= moment
+            return parse_iso(stamp) <= (reference or parse_iso(text))
         except UsageError:
             return True
 

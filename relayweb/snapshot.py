@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
-from relayd import due, layout, owed, receipts, timefmt
+from relayd import due, layout, owed, timefmt
 from relayd.client import Client
 from relayd.errors import RelayError
 from relayd.search import SearchQuery, SearchResult, search
@@ -44,19 +44,6 @@ def _clip(m: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
-ANNOUNCED_WINDOW = timedelta(days=1)  # how far back the delivery log is read for each agent's last announcement
-
-
-def last_announcements(store: Store) -> dict[str, dict[str, Any]]:
-    """Each recipient's newest announcement in the delivery log (the last day of it): how it
-    was told of new mail, when, and whether that worked -- a failing pane or command shows."""
-    newest: dict[str, dict[str, Any]] = {}
-    for receipt in receipts.newest_first(store, timefmt.to_iso(timefmt.now() - ANNOUNCED_WINDOW)):
-        if receipt.step == "announced" and receipt.to not in newest:
-            newest[receipt.to] = {"how": receipt.how, "ok": receipt.ok, "error": receipt.error, "note": receipt.note, "at": receipt.ts}
-    return newest
-
-
 def owed_messages(store: Store) -> list[dict[str, Any]]:
     """The copies sent with ack that are not acknowledged yet, soonest due first: who owes
     what to whom, which delivery this is of how many, and when the next one (or the dead
@@ -91,10 +78,7 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     status = client.call("status", {})
     delivery = status.get("delivery") or {}
     agents = status["agents"]
-    told = last_announcements(store)
-    for agent in agents:
-        agent["arrives_by"] = agent.get("notify") or "channel"  # as relayd announces: channel when unset
-        agent["announced"] = told.get(agent["name"])
+    for agent in agents:  # status gave each its arrival mechanism and how it was last told (relayd.receipts)
         try:
             unread = client.call("unread", {"agent": agent["name"]})
         except RelayError:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -595,26 +596,57 @@ def test_kill_9_of_relayd_and_of_direct_sweeps_leaves_every_message_in_exactly_o
     assert states == Counter({layout.ACKED: 10, layout.DEAD_LETTER: 30})
 
 
-@pytest.mark.slow
-def test_relayd_and_direct_sweeps_racing_never_deliver_one_attempt_twice(relayctl, relay_env, store_dir: Path) -> None:
+class Sweeps:
+    """relayd redelivering every 2 ms and direct-mode sweeps of the same store racing it."""
+
+    SWEEPER = "import sys, time\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store(sys.argv[1])\nfor _ in range(int(sys.argv[2])):\n    ops.call(store, 'redeliver', {})\n    time.sleep(0.002)\n"
+
+    def __init__(self, relayctl, relay_env: dict[str, str], store_dir: Path) -> None:
+        self.relayctl = relayctl
+        self.env = relay_env
+        self.store_dir = store_dir
+        self.daemon = Daemon(relay_env, "--redeliver-interval", "2ms")
+
+    def start_relayd(self) -> None:
+        self.daemon.start()
+
+    def direct(self, processes: int, rounds: int) -> list[subprocess.Popen]:
+        """Processes each running `rounds` direct-mode sweeps, 2 ms apart."""
+        return [
+            subprocess.Popen([sys.executable, "-c", self.SWEEPER, str(self.store_dir), str(rounds)], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(processes)
+        ]
+
+    def settle(self) -> None:
+        """Wait until nothing is owed any more (each message acknowledged or dead-lettered), then stop relayd."""
+        deadline = time.monotonic() + 60
+        while json.loads(self.relayctl("--json", "status").stdout)["delivery"]["owed"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        self.daemon.kill()
+
+
+@pytest.fixture
+def sweeps(relayctl, relay_env: dict[str, str], store_dir: Path) -> Iterator[Sweeps]:
+    """alice and bob in a fresh store, and `Sweeps` to race over it (relayd is stopped at the end)."""
     relayctl("init")
     for name in ("alice", "bob"):
         relayctl("register", name)
-    sent = [json.loads(relayctl("--json", "send", "bob", "race", "--ack", "--ack-wait", "20ms", "--max-deliver", "3", agent="alice").stdout)["id"] for _ in range(30)]
-    daemon = Daemon(relay_env, "--redeliver-interval", "2ms").start()
-    # Direct-mode sweeps on the same store while relayd sweeps it every 2 ms.
-    script = f"import time\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store({str(store_dir)!r})\nfor _ in range(300):\n    ops.call(store, 'redeliver', {{}})\n    time.sleep(0.002)\n"
+    racing = Sweeps(relayctl, relay_env, store_dir)
     try:
-        racers = [subprocess.Popen([sys.executable, "-c", script], env=relay_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(3)]
-        for racer in racers:
-            _, errors = racer.communicate(timeout=120)
-            assert racer.returncode == 0, errors
-        deadline = time.monotonic() + 60
-        while json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        yield racing
     finally:
-        daemon.kill()
+        racing.daemon.kill()
+
+
+@pytest.mark.slow
+def test_relayd_and_direct_sweeps_racing_never_deliver_one_attempt_twice(relayctl, sweeps: Sweeps, store_dir: Path) -> None:
+    sent = [json.loads(relayctl("--json", "send", "bob", "race", "--ack", "--ack-wait", "20ms", "--max-deliver", "3", agent="alice").stdout)["id"] for _ in range(30)]
+    sweeps.start_relayd()
+    for racer in sweeps.direct(processes=3, rounds=300):
+        _, errors = racer.communicate(timeout=120)
+        assert racer.returncode == 0, errors
+    sweeps.settle()
     states = _check_every_owed_message_in_exactly_one_state(store_dir, sent)
     assert states == Counter({layout.DEAD_LETTER: 30})
     with Store(str(store_dir)) as store:
@@ -622,34 +654,24 @@ def test_relayd_and_direct_sweeps_racing_never_deliver_one_attempt_twice(relayct
 
 
 @pytest.mark.slow
-def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(relayctl, relay_env, store_dir: Path) -> None:
+def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(sweeps: Sweeps, relay_env, store_dir: Path) -> None:
     """Direct-mode senders append records to the delivery log while relayd and direct sweeps
     absorb it: every message ends in exactly one state, each attempt delivered once."""
-    relayctl("init")
-    for name in ("alice", "bob"):
-        relayctl("register", name)
     sender = (
         "import json, sys\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store(sys.argv[1])\n"
         "ids = [ops.call(store, 'send', {'agent': 'alice', 'to': ['bob'], 'body': 'b', 'ack': True, 'ack_wait': '20ms', 'max_deliver': 2})['messages'][0]['id'] for _ in range(25)]\n"
         "print(json.dumps(ids))\n"
     )
-    sweeper = f"import time\nfrom relayd import ops\nfrom relayd.store import Store\nstore = Store({str(store_dir)!r})\nfor _ in range(200):\n    ops.call(store, 'redeliver', {{}})\n    time.sleep(0.002)\n"
-    daemon = Daemon(relay_env, "--redeliver-interval", "2ms").start()
-    try:
-        sweeps = [subprocess.Popen([sys.executable, "-c", sweeper], env=relay_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        senders = [subprocess.Popen([sys.executable, "-c", sender, str(store_dir)], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
-        sent = []
-        for proc in senders + sweeps:
-            out, errors = proc.communicate(timeout=120)
-            assert proc.returncode == 0, errors
-            if proc in senders:
-                sent += json.loads(out)
-        deadline = time.monotonic() + 60
-        while json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    finally:
-        daemon.kill()
+    sweeps.start_relayd()
+    racers = sweeps.direct(processes=2, rounds=200)
+    senders = [subprocess.Popen([sys.executable, "-c", sender, str(store_dir)], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    sent = []
+    for proc in senders + racers:
+        out, errors = proc.communicate(timeout=120)
+        assert proc.returncode == 0, errors
+        if proc in senders:
+            sent += json.loads(out)
+    sweeps.settle()
     assert len(sent) == 75
     states = _check_every_owed_message_in_exactly_one_state(store_dir, sent)
     assert states == Counter({layout.DEAD_LETTER: 75})

@@ -1,6 +1,7 @@
 """The sessions the docs show (`$ command` lines, each followed by what it printed) run as
 written, in one bash, and print what the docs say, up to what differs in every run: ids,
-times, ages. A store under /tmp/relay-* becomes a scratch directory of this test. Every
+times, ages. A store under /tmp/relay-* becomes a scratch directory of this test, and NATS's
+port 4222 a free one (docs/bridge.md's session starts a real nats-server). Every
 other block of commands in README.md and docs/*.md is run here too, or run by the test
 named beside it, or listed with the reason it cannot run on a test machine."""
 
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from nats_proc import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # (file, the heading the session sits under): every session there is run.
@@ -33,6 +36,7 @@ SESSIONS = [
     ("docs/coordination.md", "Agent-program hooks"),
     ("docs/coordination.md", "gc"),
     ("docs/ignite.md", "A session, as it ran"),
+    ("docs/bridge.md", "A session"),
 ]
 
 # Blocks of commands no test here runs, each with the reason (keyed by file and how the
@@ -49,6 +53,7 @@ _VOLATILE = [
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"), "<timestamp>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)?s ago\b"), "<age> ago"),
+    (re.compile(r"\bpid \d+"), "pid <pid>"),
 ]
 
 
@@ -97,6 +102,7 @@ def run_session(block: str, scratch: Path) -> list[tuple[str, str, list[str], li
     one by one in one bash; an id the docs' output showed is replaced in later commands by
     the one this run printed in its place, as a reader would."""
     block = re.sub(r"/tmp/(relay-[a-z0-9-]+)", lambda m: str(scratch / m.group(1)), block)
+    block = re.sub(r"(?<![0-9A-Za-z])4222(?![0-9A-Za-z])", str(free_port()), block)  # NATS's default port
     home = scratch / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OVLD_")) and k != "XDG_RUNTIME_DIR"}
     env["HOME"] = str(scratch / "home")
@@ -208,6 +214,7 @@ NOT_COMMANDS = {
     ("docs/architecture.md", "relayctl ──┐"): "a diagram (test_docs.py::test_the_architecture_map_names_only_what_exists checks its paths)",
     ("docs/bridge.md", 0): "a diagram",
     ("docs/cli.md", "AGENTS (3 alive, 0 stale)"): "output",
+    ("docs/cli.md", "MAIL ARRIVAL (1 failing)"): "output (test_receipts.py checks status prints it so)",
     ("docs/cli.md", "relayctl send TO MESSAGE ["): "usage",
     ("docs/cli.md", "relayctl track ID ["): "usage",
     ("docs/cli.md", "01JMHF3X... from alice: deploy at 14:00"): "output",
@@ -228,7 +235,6 @@ NOT_RUNNABLE = {
     ("README.md", "pip install 'relay-bus[bridge]'"): "installs from PyPI; test_install.py checks the hint, test_bridge.py runs the bridge with a real nats-server",
     ("README.md", "relayctl systemd install --now"): "needs a user systemd manager (systemctl --user); test_systemd_install.py runs it against one",
     ("README.md", "mkdir -p ~/.config/systemd/user"): "needs a user systemd manager (systemctl --user); test_systemd_units.py verifies the units",
-    ("docs/bridge.md", "$ mkdir /tmp/team && cd /tmp/team"): "not yet run as written (issue 25 stays open for it): the session binds the fixed port 4222 and /tmp/team; test_bridge.py runs the same steps (bridge setup, nats-server from its config, two relayd with their creds, mail across) on free ports",
     ("docs/coordination.md", '$ relayctl wake "bd-42 done"'): "needs an OpenClaw gateway; test_gateway_discovery.py runs wake against a real hook server",
     ("docs/coordination.md", "$ relayctl systemd install --now      # writes relayd.* and relay-wake.* with this installation's paths"): "needs a user systemd manager (systemctl --user)",
     ("docs/coordination.md", "$ cp contrib/systemd/relay-wake.path contrib/systemd/relay-wake.service ~/.config/systemd/user/"): "needs a user systemd manager (systemctl --user)",

@@ -170,3 +170,18 @@ def test_guard_check_says_what_the_hook_would(relayctl, repo: Repo) -> None:
     would = relayctl("guard", "check", "--repo", str(repo.path), agent="inferno", check=False)
     assert would.returncode == 1 and "glacier holds src/auth/**" in would.stderr
     assert relayctl("guard", "check", "--repo", str(repo.path), agent="glacier").returncode == 0
+
+
+def test_a_refusal_over_many_reservations_lists_twenty_and_counts_the_rest(relayctl, repo: Repo, store_dir: Path) -> None:
+    from relayd import ops
+    from relayd.store import Store
+
+    with Store(str(store_dir)) as store:
+        for i in range(25):
+            ops.call(store, "reserve", {"agent": "glacier", "pattern": f"mod{i:02d}/**", "repo": str(repo.path), "ttl": "1h"})
+    relayctl("guard", "install", "--repo", str(repo.path))
+    refused = repo.commit(*(f"mod{i:02d}/a.py" for i in range(25)), "mod03/b.py", agent="inferno")
+    assert refused.returncode != 0
+    held = [line for line in refused.stderr.splitlines() if "glacier holds" in line]
+    assert len(held) == 20 and "mod00/**" in held[0] and "mod19/**" in held[-1]
+    assert "and 5 more reservations of other agents, over 5 more staged files" in refused.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -16,6 +15,7 @@ import pytest
 from relayd import handshake, watch
 from relayd.client import Client
 from relayd.errors import VersionMismatch
+from unix_server import UnixServer
 
 
 class OtherRelayd:
@@ -25,32 +25,21 @@ class OtherRelayd:
     def __init__(self, path: str, store_dir: str, version: int) -> None:
         self.store_dir, self.version = store_dir, version
         self.hellos: list[dict] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.server = UnixServer(path, self._serve)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            with conn, conn.makefile("rwb") as stream:
-                line = stream.readline()
-                if not line:
-                    continue
-                self.hellos.append(json.loads(line))
-                answer = {"type": "hello", "version": self.version, "server": "relayd 0.0.9", "store": self.store_dir}
-                stream.write(json.dumps(answer).encode() + b"\n")
-                stream.flush()
-                stream.readline()  # until the client hangs up
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as stream:
+            line = stream.readline()
+            if not line:
+                return
+            self.hellos.append(json.loads(line))
+            answer = {"type": "hello", "version": self.version, "server": "relayd 0.0.9", "store": self.store_dir}
+            stream.write(json.dumps(answer).encode() + b"\n")
+            stream.flush()
+            stream.readline()  # until the client hangs up
 
     def close(self) -> None:
-        self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        self.thread.join(timeout=10)
+        self.server.close()
 
 
 @pytest.fixture

@@ -125,6 +125,22 @@ def test_a_symlinked_settings_file_stays_a_link(relayctl, project: Path, short_t
     assert json.loads(shared.read_text())["theme"] == "dark" and "AfterAgent" in json.loads(shared.read_text())["hooks"]
 
 
+def test_a_settings_file_keeps_its_permissions_and_a_new_one_gets_the_umasks(relayctl, project: Path) -> None:
+    """Written as the store writes its files (relayd.fsio.replace_file: temp file, fsync,
+    rename, directory fsync), with the permissions an editor saving it would keep."""
+    mine = project / FILES["claude"]
+    mine.parent.mkdir()
+    mine.write_text(json.dumps({"theme": "dark"}))
+    mine.chmod(0o640)
+    relayctl("hooks", "install", "--for", "claude", "--agent", "inferno", "--project", str(project))
+    relayctl("hooks", "install", "--for", "codex", "--agent", "inferno", "--project", str(project))
+    assert "Stop" in _settings(project, "claude")["hooks"] and mine.stat().st_mode & 0o777 == 0o640
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (project / FILES["codex"]).stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(os.listdir(mine.parent)) == ["settings.json"] and sorted(os.listdir(project / ".codex")) == ["hooks.json"]
+
+
 def test_install_needs_an_agent_name(relayctl, project: Path) -> None:
     proc = relayctl("hooks", "install", "--for", "codex", "--project", str(project), check=False)
     assert proc.returncode == 2 and "--agent" in proc.stderr

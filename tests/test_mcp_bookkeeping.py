@@ -8,12 +8,12 @@ import json
 import os
 import shutil
 import socket
-import threading
 from typing import Any, Iterator
 
 import msgspec
 import pytest
 from test_mcp_shim import mcp_client, start_relayd, stop_relayd, structured
+from unix_server import UnixServer
 
 from relayd import ops
 from relayd.store import Store
@@ -25,27 +25,13 @@ class RecordingProxy:
     def __init__(self, path: str, upstream: str) -> None:
         self.upstream = upstream
         self.requests: list[dict[str, Any]] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen()
-        self.connections: list[socket.socket] = []  # closed by close(), never left to the collector
-        self.pumps: list[threading.Thread] = []
-        self.acceptor = threading.Thread(target=self._accept, daemon=True)
-        self.acceptor.start()
+        self.server = UnixServer(path, self._connect)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.connections += [client, server]
-            server.connect(self.upstream)
-            for source, sink, record in ((client, server, True), (server, client, False)):
-                pump = threading.Thread(target=self._pump, args=(source, sink, record), daemon=True)
-                self.pumps.append(pump)
-                pump.start()
+    def _connect(self, client: socket.socket) -> None:
+        upstream = self.server.keep(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        upstream.connect(self.upstream)
+        self.server.spawn(self._pump, client, upstream, True)
+        self.server.spawn(self._pump, upstream, client, False)
 
     def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
         buffer = b""
@@ -71,18 +57,7 @@ class RecordingProxy:
         return [(r["op"], r["params"].get("op") if r["op"] == "session_call" else None) for r in taken]
 
     def close(self) -> None:
-        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the acceptor
-        self.listener.close()
-        self.acceptor.join(timeout=5)
-        for end in self.connections:
-            try:
-                end.shutdown(socket.SHUT_RDWR)  # wakes the pumps
-            except OSError:
-                pass
-        for pump in self.pumps:
-            pump.join(timeout=5)
-        for end in self.connections:
-            end.close()
+        self.server.close()
 
 
 @pytest.fixture

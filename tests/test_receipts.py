@@ -7,6 +7,7 @@ mechanism that always fails, `cmd:true` one that always works.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -175,3 +176,68 @@ def test_a_hook_handing_mail_to_the_model_is_its_announcement(team, relay_env: d
     assert hook.returncode == 0 and "review bd-7" in hook.stdout, hook.stderr
     [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
     assert way["announced"]["how"] == "hook" and way["announced"]["ok"] is True and way["read"]
+
+
+def agent_status(team, name: str) -> dict:
+    return next(a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"] if a["name"] == name)
+
+
+def test_status_says_when_announcements_keep_failing_and_when_they_work_again_relayd_up(team, relay_env: dict[str, str]) -> None:
+    """relayd retries a failing trigger; `status` (text and --json) says it fails, since
+    when, how many times and why, until a fixed target makes an announcement work."""
+    daemon = Daemon(relay_env, "--retry-interval", "0.2s").start()
+    try:
+        team("send", "bob,carol", "through relayd", agent="alice")
+        failing = until("retried failures", lambda: (a := agent_status(team, "bob")["announced"]) and a["failures"] >= 3 and a)
+        assert failing["ok"] is False and failing["how"] == "cmd" and "false exited 1" in failing["error"]
+        assert failing["failing_since"] < failing["at"] and "earlier" not in failing
+        assert agent_status(team, "carol")["announced"]["ok"] is True and agent_status(team, "bob")["arrives_by"] == "cmd:false"
+        text = team("status", "--agents").stdout
+        assert "MAIL ARRIVAL (1 failing)" in text
+        assert re.search(r"^  bob +cmd:false +FAILING since 20\d\d-\d\d-\d\d \d\d:\d\d UTC, \d+ times in a row, last \d+s ago: false exited 1$", text, re.M), text
+        assert re.search(r"^  carol +cmd:true +told \d+s ago$", text, re.M) and re.search(r"^  alice +channel +not told in 24h$", text, re.M), text
+        team("register", "bob", "--notify", "cmd:true")  # the fix; relayd's next retry tells bob of its unread mail
+        healthy = until("a working announcement", lambda: (a := agent_status(team, "bob")["announced"]) and a["ok"] and a)
+        assert "failures" not in healthy and "error" not in healthy and healthy["how"] == "cmd"
+        text = team("status", "--agents").stdout
+        assert "MAIL ARRIVAL (0 failing)" in text and re.search(r"^  bob +cmd:true +told \d+s ago$", text, re.M), text
+    finally:
+        daemon.stop()
+
+
+def test_status_says_when_announcements_keep_failing_relayd_down(team) -> None:
+    """In direct mode each send notifies; status reads the same record from the store."""
+    assert agent_status(team, "bob")["announced"] is None
+    assert re.search(r"^  bob +cmd:false +not told in 24h$", team("status", "--agents").stdout, re.M)
+    for subject in ("first", "second"):
+        team("send", "bob", subject, agent="alice")
+    failing = agent_status(team, "bob")["announced"]
+    assert failing["failures"] == 2 and failing["failing_since"] < failing["at"] and "false exited 1" in failing["error"]
+    text = team("status", "--agents").stdout
+    assert "relayd: not running" in text and re.search(r"^  bob +cmd:false +FAILING since .* UTC, 2 times in a row, last \d+s ago: false exited 1$", text, re.M), text
+    team("register", "bob", "--notify", "cmd:true")
+    team("send", "bob", "third", agent="alice")
+    healthy = agent_status(team, "bob")["announced"]
+    assert healthy["ok"] is True and "failures" not in healthy
+    assert "FAILING" not in team("status", "--agents").stdout and "MAIL ARRIVAL (0 failing)" in team("status").stdout
+
+
+def test_failures_older_than_the_window_read_are_marked_as_going_back_further(team, store_dir: Path) -> None:
+    """status reads a day of the delivery log: a run of failures that began before it says
+    so instead of claiming it began at the oldest failure read."""
+    from datetime import timedelta
+
+    from relayd import receipts
+    from relayd.timefmt import now, to_iso
+
+    reference = now()
+
+    def failed(days_ago: float, who: str) -> receipts.Receipt:
+        return receipts.Receipt(ts=to_iso(reference - timedelta(days=days_ago)), step="announced", to=who, how="cmd", ok=False, error="false exited 1")
+
+    with Store(str(store_dir)) as store:
+        receipts.write(store, [failed(3, "bob"), failed(0.5, "bob"), failed(0.1, "bob"), failed(0.5, "carol")])
+        told = receipts.last_announcements(store, ["bob", "carol", "alice"])
+    assert told["bob"].failures == 2 and told["bob"].earlier and told["bob"].failing_since == told["carol"].at
+    assert told["carol"].failures == 1 and told["carol"].earlier and "alice" not in told
+    assert "since before " in team("status", "--agents").stdout

@@ -70,6 +70,32 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     assert sorted(names & set(HEAVY)) == []
 
 
+# With relayd down, each command runs its operation on the store: msgspec and the store's
+# modules are needed, but not what only a rarer path uses: relayd's wire protocol (nobody to
+# talk to), what a send --ack owes, the bridge's agents of other hosts, and the pane or
+# command triggers with their receipts (the recipient here is told by relay-mcp's channel).
+RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.owed", "relayd.remote", "relayd.receipts", "shlex", "subprocess")
+
+
+@pytest.mark.parametrize(
+    "argv, expect, needed",
+    [
+        (["--agent", "storm", "send", "inferno", "hello"], "sent ", ()),
+        (["--agent", "inferno", "read", "--unread"], "hello", ()),
+        (["--agent", "storm", "heartbeat"], "", ()),
+        (["status"], "relayd: not running", ("relayd.owed", "relayd.receipts", "relayd.remote")),  # owed counts, announcements, bridge
+    ],
+    ids=["send", "read", "heartbeat", "status"],
+)
+def test_with_relayd_down_the_installed_script_loads_only_what_the_command_needs(relayctl, relay_env: dict[str, str], argv: list[str], expect: str, needed: tuple[str, ...]) -> None:
+    relayctl("init", "--preset", "overlord")
+    relayctl("--agent", "storm", "send", "inferno", "hello")
+    proc, names = imported(argv, relay_env)
+    assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
+    assert "relayd.client" in names and "msgspec" in names  # direct mode: the operation ran here
+    assert sorted(names & set(RARE)) == sorted(needed)
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),

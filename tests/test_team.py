@@ -151,7 +151,7 @@ def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relay
     wait_for("beta's program to start again", lambda: team.received("beta").count("started as beta in " + str(team.repo)) == 2, timeout=30)
 
 
-def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
+def test_up_without_tmux_says_so_in_one_line_and_starts_nothing(team: Team, relayctl, store_dir: Path) -> None:
     bin_dir = team.root / "bin-without-tmux"
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git"))  # the guard's git is there; tmux is not
@@ -159,10 +159,19 @@ def test_up_without_tmux_says_so_in_one_line(team: Team, relayctl) -> None:
     team.env["PATH"] = str(bin_dir)
     try:
         done = relayctl("up", str(team.file), check=False)
+        zellij_file = team.root / "zellij-team.toml"
+        zellij_file.write_text(team.file.read_text().replace('repo = "repo"\n', 'repo = "repo"\nmultiplexer = "zellij"\n', 1))
+        no_zellij = relayctl("up", str(zellij_file), check=False)
     finally:
         team.env["PATH"] = path
     assert done.returncode != 0
     assert done.stderr.splitlines() == ['error: tmux is not installed (not on PATH); install it, or set multiplexer = "zellij"']
+    assert no_zellij.returncode != 0
+    assert no_zellij.stderr.splitlines() == ['error: zellij is not installed (not on PATH); install it, or set multiplexer = "tmux"']
+    # Refused before anything happened: no store, no relayd, no hook in the repository.
+    assert not store_dir.exists()
+    assert _processes_of(store_dir) == []
+    assert not (team.repo / ".git" / "hooks" / "pre-commit").exists()
 
 
 def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> None:
@@ -183,6 +192,8 @@ def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> No
         assert done.returncode != 0 and said in done.stderr and len(done.stderr.splitlines()) == 1, (text, done.stderr)
     missing = relayctl("up", str(short_tmp / "nowhere.toml"), check=False)
     assert missing.returncode != 0 and "relayctl up --preset overlord" in missing.stderr
+    unwritable = relayctl("up", "--preset", "overlord", str(short_tmp / "no-such-dir" / "team.toml"), check=False)
+    assert unwritable.returncode == 1 and unwritable.stderr.startswith("error: cannot write") and len(unwritable.stderr.splitlines()) == 1
 
 
 def test_presets_write_a_team_file_that_up_reads(relayctl, short_tmp: Path) -> None:
@@ -201,6 +212,9 @@ def test_presets_write_a_team_file_that_up_reads(relayctl, short_tmp: Path) -> N
 
 
 def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, str], short_tmp: Path, store_dir: Path) -> None:
+    """The layout's pane scripts run for real (sh, as zellij would start them); zellij itself
+    is a recording stub. Run again, `up` opens a new pane only for the agent whose program
+    is not running."""
     bin_dir = short_tmp / "bin"
     bin_dir.mkdir()
     log = short_tmp / "zellij.log"
@@ -209,7 +223,8 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
     stub.chmod(0o755)
     relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
     team_file = short_tmp / "team.toml"
-    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sh -c \'echo hi\'"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
+    team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sleep 120"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
+    alpha = None
     try:
         relayctl("up", str(team_file))
         calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -219,9 +234,28 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
         assert kdl.count("pane name=") == 2 and "register alpha --notify zellij:$ZELLIJ_PANE_ID" in kdl
         assert "RELAY_AGENT=beta" in kdl and "--dangerously-load-development-channels server:relay --model opus" in kdl
         assert "register beta --notify channel" in kdl
+
+        # alpha's pane, as zellij would run it: registers pane 7, notes its pid, becomes `sleep 120`.
+        script = json.loads(next(line for line in kdl.splitlines() if "register alpha" in line).split('args "-c" ', 1)[1])
+        alpha = subprocess.Popen(["sh", "-c", script], env=dict(relayctl.env, ZELLIJ_PANE_ID="7"))
+        wait_for("alpha's pane to register", lambda: json.loads(relayctl("--json", "status").stdout) and any(
+            a["name"] == "alpha" and a.get("notify") == "zellij:7" for a in json.loads(relayctl("--json", "status").stdout)["agents"]))
+        pid_file = store_dir / layout.TEAMS / "zteam" / "alpha.pid"
+        wait_for("alpha's pid file", lambda: pid_file.exists() and pid_file.read_text().strip() == str(alpha.pid))
+
+        log.write_text("")
+        again = relayctl("up", str(team_file))
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [c[:5] for c in calls] == [["--session", "zteam", "action", "new-pane", "--name"]] and calls[0][5] == "beta", calls
+        assert "alpha            running" in again.stdout and "beta             restarted" in again.stdout
+
         relayctl("down", str(team_file))
         assert json.loads(log.read_text().splitlines()[-1]) == ["kill-session", "zteam"]
+        assert not pid_file.exists()
     finally:
+        if alpha is not None:
+            alpha.kill()
+            alpha.wait()
         relayctl("down", str(team_file), check=False)
 
 
@@ -259,3 +293,126 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
             raise AssertionError(f"the mail never reached the model; the pane shows:\n{screen()}\nrelayd's log:\n{log}") from None
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """Gemini CLI reads MCP servers from one project-wide settings file: `up` writes relay-mcp
+    there with the role `$RELAY_AGENT`, which the real Gemini CLI fills in from the pane's
+    environment. Mail for alpha reaches the pane's model (typed trigger, hooks), and the
+    model's answer through relay's send_message tool arrives as alpha's: the server spoke
+    for the agent of its own pane."""
+    from agent_programs import program
+    from model_gemini import function_call, gemini_responder, text, user_texts
+    from scripted_model import ScriptedModel
+
+    gemini = program("gemini")
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(team.repo.resolve()): "TRUST_FOLDER"}))
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"\n# was: "', 1))
+    settings = json.loads((team.repo / ".gemini" / "settings.json").read_text()) if (team.repo / ".gemini" / "settings.json").exists() else {}
+    assert "mcpServers" not in settings
+
+    def turn(request: dict) -> list[dict]:
+        answered = any("functionResponse" in part for content in request.get("contents", []) for part in content.get("parts", []))
+        if answered or not any("SUBJECT-FOR-ALPHA" in part for part in user_texts(request)):
+            return [text("Done.")]
+        return [function_call("mcp_relay_send_message", {"to": "boss", "subject": "hotfix deployed", "body": "as asked"})]
+
+    with ScriptedModel(gemini_responder(turn)) as model:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{gemini.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        relayctl("up", str(team.file))
+        written = json.loads((team.repo / ".gemini" / "settings.json").read_text())
+        assert written["mcpServers"]["relay"]["env"]["OVLD_ROLE"] == "$RELAY_AGENT"
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for("Gemini CLI's prompt", lambda: "Type your message" in screen(), timeout=90)
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
+        try:
+            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
+        except AssertionError:
+            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
+        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """`up` gives a Codex pane relay-mcp as `-c mcp_servers.relay=...` and relay's hooks, and
+    answers the hook review those hooks cause. Mail for alpha reaches the pane's model, and
+    the model's answer through relay's send_message tool arrives as alpha's."""
+    from agent_programs import program
+    from model_openai import codex_config, function_call, message, responses_responder
+    from scripted_model import ScriptedModel
+
+    codex = program("codex")
+    home = team.root / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "codex"\n# was: "', 1))
+
+    def turn(request: dict) -> list[dict]:
+        seen = json.dumps(request.get("input", []))
+        if "function_call_output" in seen or "SUBJECT-FOR-ALPHA" not in seen:
+            return [message("Done.")]
+        return [function_call("send_message", {"to": "boss", "subject": "hotfix deployed", "body": "as asked"}, namespace="mcp__relay")]
+
+    with ScriptedModel(responses_responder(turn)) as model:
+        # The folder trust is the person's own choice (Codex asks it of any project); it is given here.
+        (codex_home / "config.toml").write_text(codex_config(model.url) + f'\n[projects."{team.repo.resolve()}"]\ntrust_level = "trusted"\n')
+        team.env.update(HOME=str(home), CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted",
+                        PATH=f"{codex.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        started = relayctl("up", str(team.file))
+        assert "still shows" not in started.stdout, started.stdout  # the hook review was answered
+        pane = team.panes()["alpha"][0]
+        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+        wait_for("Codex's prompt", lambda: "Ask Codex to do anything" in screen(), timeout=90)
+
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
+        try:
+            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
+        except AssertionError:
+            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
+        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short_tmp: Path, monkeypatch) -> None:
+    """What `up` expects Codex to ask: the review of relay's hooks while Codex has no trust
+    recorded for them, or the file changed since; nothing once it is recorded; and never an
+    answer for a project whose hooks file holds someone else's hook too."""
+    from relayctl.team import clients
+    from relayctl.team.teamfile import Agent, Team as TeamFile
+
+    repo = short_tmp / "repo"
+    repo.mkdir()
+    codex_home = short_tmp / "codex"
+    codex_home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(codex_home))
+    agent = Agent(name="alpha", program="codex")
+    team = TeamFile(name="crew", multiplexer="tmux", repo=str(repo.resolve()), agents=[agent], path=str(short_tmp / "relay-team.toml"))
+    relayctl("hooks", "install", "--for", "codex", "--agent", "alpha", "--project", str(repo))
+    hooks_file = (repo / ".codex" / "hooks.json").resolve()
+
+    [question] = clients.startup_prompts(agent, team)
+    assert question.text == "4 hooks are new or changed" and question.expected
+
+    config = codex_home / "config.toml"
+    config.write_text("".join(f'[hooks.state."{hooks_file}:{event}:0:0"]\ntrusted_hash = "sha256:00"\n\n'
+                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop")))
+    os.utime(hooks_file, (1_000_000_000, 1_000_000_000))  # trusted after it was written
+    [question] = clients.startup_prompts(agent, team)
+    assert not question.expected
+
+    settings = json.loads(hooks_file.read_text())
+    settings["hooks"]["Stop"][0]["hooks"].append({"type": "command", "command": "./scripts/lint.sh"})
+    hooks_file.write_text(json.dumps(settings))
+    assert clients.startup_prompts(agent, team) == []

@@ -348,6 +348,8 @@ def test_each_agents_arrival_and_a_failed_announcement_show(web: WebView, page, 
     relayctl("send", "agent-bd-42", "Rebase onto main", agent="athena", check=False)  # warns: the announcement failed
     failed = page.wait_for_selector(f"{row} .badge.failed", timeout=2_000).text_content()
     assert "false exited 1" in failed and failed.startswith("failed ") and " UTC" in failed
+    relayctl("send", "agent-bd-42", "And the tags", agent="athena", check=False)  # fails again: the page counts the run
+    page.wait_for_selector(f"{row} .badge.failed:text-matches('^failed ([2-9]|\\\\d\\\\d+) times since .+ UTC: false exited 1$')", timeout=2_000)
 
 
 def test_a_dead_lettered_copy_is_marked_in_the_message_list(web: WebView, page, relayctl) -> None:

@@ -8,15 +8,16 @@ from relay and returns the argv its pane runs:
            development-channels flag that lets relay-mcp push mail into the session
   codex    relay-mcp given with `-c mcp_servers.relay=...` (no file to share), and relay's
            hooks in .codex/hooks.json
-  gemini   relay's hooks in .gemini/settings.json (its MCP servers live in one project-wide
-           settings file, which cannot carry a role per pane: mail comes by hook)
+  gemini   relay's hooks and relay-mcp in the repository's .gemini/settings.json: one
+           project-wide file for every Gemini pane, so the server's role is `$RELAY_AGENT`,
+           which Gemini CLI fills in from each pane's own environment
   other    the command line as written; the pane's environment names the agent
 
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
 they deliver, so the agents of one repository share one settings file.
 
-`startup_prompts(agent)` lists the questions relay's own configuration makes a program ask
-at start, with the keys that answer each (up.py watches the panes for them).
+`startup_prompts(agent, team)` lists the questions relay's own configuration makes a program
+ask at start, with the keys that answer each (up.py watches the panes for them).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tomllib
+from typing import NamedTuple
 
 from relayctl import hook_settings
-from relayctl.cmd_mcp import SERVER_NAME, codex_table, server_config
+from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, server_config
+from relayd.fsio import replace_file
 
 from .teamfile import Agent, Team
 
@@ -37,10 +41,46 @@ DEV_CHANNELS = ["--dangerously-load-development-channels", f"server:{SERVER_NAME
 # preselected "I am using this for local development". (No setting skips it in 2.1.330.)
 CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
 
+# Gemini CLI expands `$NAME` in its settings' strings from its own environment when it
+# loads them, so one project file names each pane's own agent.
+PANE_AGENT = "$RELAY_AGENT"
 
-def startup_prompts(agent: Agent) -> list[tuple[str, list[str]]]:
+
+class Question(NamedTuple):
+    text: str  # what the program's screen shows while it asks
+    keys: list[str]  # what answers it
+    expected: bool = True  # False: asked only sometimes; answered when seen, not missed when not
+
+
+def startup_prompts(agent: Agent, team: Team) -> list[Question]:
     """The questions relay's configuration makes this agent's program ask at start."""
-    return [CHANNEL_QUESTION] if agent.notify == "channel" else []
+    if agent.kind == "codex":
+        return _codex_hook_review(agent, team)
+    return [Question(*CHANNEL_QUESTION)] if agent.notify == "channel" else []
+
+
+def _codex_hook_review(agent: Agent, team: Team) -> list[Question]:
+    """Codex CLI asks to review hooks it has not trusted yet ("Hooks need review"), relay's
+    included. It is answered ("Trust all and continue") only when every hook it can be about
+    is relay's: the project's hooks file holds relay's alone and the count on the screen is
+    theirs. Anything more is the person's to review. Codex keeps what it trusted in
+    `[hooks.state."<hooks file>:<event>:..."]` of $CODEX_HOME/config.toml; a hooks file
+    written after that record is new to it again."""
+    count = hook_settings.relay_alone("codex", team.repo)
+    if count is None:
+        return []
+    text = f"{count} hook is new or changed" if count == 1 else f"{count} hooks are new or changed"
+    hooks_file = os.path.realpath(hook_settings.settings_path("codex", team.repo))
+    codex_home = agent.env.get("CODEX_HOME") or os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+    config = os.path.join(codex_home, "config.toml")
+    try:
+        with open(config, "rb") as fh:
+            state = tomllib.load(fh).get("hooks", {}).get("state", {})
+        trusted = sum(1 for key in state if key.startswith(hooks_file + ":"))
+        expected = trusted < count or os.stat(hooks_file).st_mtime > os.stat(config).st_mtime
+    except (OSError, ValueError, AttributeError):
+        expected = True
+    return [Question(text, ["Down", "Enter"], expected)]
 
 
 def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_dir: str) -> list[str]:
@@ -59,6 +99,8 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         return ["codex", "-c", f"mcp_servers.{SERVER_NAME}={table}", *model, *agent.args]
     if agent.kind == "gemini":
         hook_settings.install("gemini", None, team.repo, store_arg, socket)
+        server = gemini_config(PANE_AGENT, store_dir, socket, team.name)["mcpServers"][SERVER_NAME]
+        hook_settings.put_gemini_server(team.repo, SERVER_NAME, server)
         return ["gemini", *model, *agent.args]
     return [*shlex.split(agent.program), *agent.args]
 
@@ -83,7 +125,4 @@ def _default_store() -> str | None:
 
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = path + ".tmp"
-    with open(temp, "w") as fh:
-        fh.write(text)
-    os.replace(temp, path)
+    replace_file(path, text.encode())

@@ -27,11 +27,14 @@ class Pane:
     pid: int
 
 
+NOT_INSTALLED = 'tmux is not installed (not on PATH); install it, or set multiplexer = "zellij"'
+
+
 def _run(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(["tmux", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        raise UsageError("tmux is not installed (not on PATH); install it, or set multiplexer = \"zellij\"") from None
+        raise UsageError(NOT_INSTALLED) from None
 
 
 def tmux(*args: str, check: bool = True) -> str:

@@ -14,6 +14,7 @@ down: the session's panes and the session stopped, their processes gone; the rel
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -32,7 +33,20 @@ def state_dir(store_dir: str, team: Team) -> str:
     return os.path.join(store_dir, layout.TEAMS, team.name)
 
 
+def require_multiplexer(team: Team) -> None:
+    """Refuse before anything is written or started: without its multiplexer `up` would
+    otherwise create the store, register the agents and leave a relayd running for a team
+    it cannot start."""
+    if team.multiplexer == "zellij":
+        from .zellij import NOT_INSTALLED
+    else:
+        from .tmux import NOT_INSTALLED
+    if shutil.which(team.multiplexer) is None:
+        raise UsageError(NOT_INSTALLED)
+
+
 def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT) -> dict:
+    require_multiplexer(team)
     store_dir = s.dir
     socket = os.path.abspath(s.socket) if s.socket else None
     s.call("init", {})
@@ -86,7 +100,7 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
         target = "channel" if agent.notify == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
-    for pane_id, question in _answer_startup_questions(session, fresh, prompt_wait):
+    for pane_id, question in _answer_startup_questions(session, team, fresh, prompt_wait):
         say(f"pane {pane_id} still shows {question!r}: answer it there")
     say(f"attach with: tmux attach -t {team.name}    stop with: relayctl down")
     return {"team": team.name, "session": team.name, "agents": outcome, "relayd": daemon}
@@ -99,7 +113,7 @@ def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
     if team.multiplexer == "zellij":
         from .zellij import take_down as zellij_down
 
-        zellij_down(team)
+        zellij_down(team, state)
     else:
         from .tmux import TmuxTeam
 
@@ -206,15 +220,16 @@ def _guard(team: Team, store_dir: str) -> str | None:
 # -- start-up questions --------------------------------------------------------------------------
 
 
-def _answer_startup_questions(session, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
+def _answer_startup_questions(session, team: Team, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
     """Watch new panes for the questions relay's configuration makes their program ask
-    (clients.startup_prompts) and answer each once; the ones never seen are returned."""
-    waiting = {(pane, text): keys for agent, pane in fresh for text, keys in clients.startup_prompts(agent)}
+    (clients.startup_prompts) and answer each once, until every expected one is answered;
+    the expected ones never seen are returned."""
+    waiting = {(pane, q.text): q for agent, pane in fresh for q in clients.startup_prompts(agent, team)}
     deadline = time.monotonic() + wait
-    while waiting and time.monotonic() < deadline:
-        for (pane, text), keys in list(waiting.items()):
+    while any(q.expected for q in waiting.values()) and time.monotonic() < deadline:
+        for (pane, text), question in list(waiting.items()):
             if text in session.capture(pane):
-                session.send_keys(pane, *keys)
+                session.send_keys(pane, *question.keys)
                 del waiting[(pane, text)]
         time.sleep(0.2)
-    return list(waiting)
+    return [key for key, question in waiting.items() if question.expected]

@@ -30,8 +30,8 @@ import structlog
 
 from relayd import layout
 from relayd.errors import RelayError
-from relayd.fsio import append_lines
-from relayd.inbox import append_messages, check_message
+from relayd.fsio import Dir, append_file, complete_lines, line_start_at
+from relayd.inbox import append_messages, arrival, check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
 
@@ -85,23 +85,12 @@ class Receiver:
     def _load(self) -> None:
         folder = self.store.top(layout.BRIDGE)
         for name, target in ((layout.RECEIVED_ROTATED, self.older), (layout.RECEIVED, self.recent)):
-            raw = folder.read_bytes(name) or b""
-            self._ids(raw.split(b"\n"), target)
+            self._ids(_lines(folder, name), target)
         # A kill between an inbox append and the append to received.jsonl leaves ids that
         # only the inbox knows; they are its last lines, so the tail of each inbox is enough.
         for agent in self.store.known_agents():
             with self.store.agent_dir(agent) as folder:
-                try:
-                    fd = folder.open(layout.INBOX, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue
-                try:
-                    size = os.fstat(fd).st_size
-                    start = max(0, size - INBOX_TAIL_BYTES)
-                    lines = os.pread(fd, size - start, start).split(b"\n")
-                finally:
-                    os.close(fd)
-            self._ids(lines[1:] if start else lines, self.recent)
+                self._ids(_lines(folder, layout.INBOX, last=INBOX_TAIL_BYTES), self.recent)
 
     @staticmethod
     def _ids(lines: list[bytes], into: set[str]) -> None:
@@ -169,12 +158,7 @@ class Receiver:
                 # Held from now on, even if this task is cancelled before the ack (a lost
                 # connection): the appends are made and the group commit will sync them.
                 self.recent.update(_key(m) for m in fresh)
-            self.store.emit(
-                *(
-                    self.store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
-                    for m in delivered
-                )
-            )
+            self.store.emit(*(arrival(self.store, m) for m in delivered))
             await self.durable()
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.
@@ -188,27 +172,15 @@ class Receiver:
         self.delivered += len(delivered)
 
     def _remember(self, ids: list[str]) -> None:
-        folder = self.store.top(layout.BRIDGE)
-        try:
-            size = os.stat(layout.RECEIVED, dir_fd=folder.fd, follow_symlinks=False).st_size
-        except FileNotFoundError:
-            size = 0
-        if size > RECEIVED_ROTATE_BYTES:
-            folder.rename(layout.RECEIVED, layout.RECEIVED_ROTATED)
-            self.older, self.recent = self.recent, set()
-        self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids])
+        self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids], rotate_bytes=RECEIVED_ROTATE_BYTES, rotate=self._rotate_received)
 
-    def _append(self, name: str, lines: list[bytes]) -> None:
-        folder = self.store.top(layout.BRIDGE)
-        fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size == 0:
-                self.store.sync.dir(folder.fd)
-            append_lines(fd, b"".join(line + b"\n" for line in lines), os.path.join(folder.path, name))
-            self.store.sync.file(fd)
-        finally:
-            os.close(fd)
+    def _rotate_received(self, _size: int) -> None:
+        self.store.top(layout.BRIDGE).rename(layout.RECEIVED, layout.RECEIVED_ROTATED)
+        self.older, self.recent = self.recent, set()
 
+    def _append(self, name: str, lines: list[bytes], rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
+        payload = b"".join(line + b"\n" for line in lines)
+        append_file(self.store.top(layout.BRIDGE), name, payload, self.store.sync, rotate_bytes=rotate_bytes, rotate=rotate)
 
     async def _refusal(self, message: Message, sender: str) -> str | None:
         """Why `message`, published by host `sender`, is not stored here (None: it is)."""
@@ -231,6 +203,20 @@ class Receiver:
 def _refused(reason: str, host: str, data: bytes) -> bytes:
     kept = bytes(data[:KEPT_BYTES]).decode("utf-8", errors="replace")
     return json_encoder.encode(Refused(reason=reason, host=host, size=len(data), data=kept))
+
+
+def _lines(folder: Dir, name: str, last: int | None = None) -> list[bytes]:
+    """The complete lines of `folder/name` (of its last `last` bytes: the lines that start
+    there); none when it does not exist."""
+    try:
+        fd = folder.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return []
+    try:
+        start = 0 if last is None else line_start_at(fd, max(0, os.fstat(fd).st_size - last))
+        return [line for _, line in complete_lines(fd, start)]
+    finally:
+        os.close(fd)
 
 
 def _key(message: Message) -> str:

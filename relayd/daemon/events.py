@@ -20,7 +20,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from inotify_simple import INotify, flags
 
 from relayd import layout, protocol
-from relayd.fsio import complete_lines
+from relayd.fsio import complete_end, complete_lines
 from relayd.records import Event, event_decoder
 
 log = structlog.get_logger()
@@ -151,12 +151,8 @@ class EventLog:
 
     def start_at_end(self) -> None:
         if self._open_current():
-            size = os.fstat(self.fd).st_size
-            self.published = size
-            if size and os.pread(self.fd, 1, size - 1) != b"\n":
-                # an unfinished last line: publish it once its newline arrives
-                self.published = os.pread(self.fd, size, 0).rfind(b"\n") + 1
-            self.read_to = self.published
+            # After the last complete line: an unfinished one is published once its newline arrives.
+            self.published = self.read_to = complete_end(self.fd)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         watcher = INotify(nonblocking=True)

@@ -30,7 +30,7 @@ from .events import EventLog, Hub
 from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
 from .notifications import Notifier
 from .server import Server
-from .timers import StaleWatch, collect_garbage, redeliver_owed
+from .timers import StaleWatch, collect_garbage, redeliver_owed, refresh_guard_indexes
 
 log = structlog.get_logger()
 
@@ -123,6 +123,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.start_soon(collect_garbage, store, config.gc_interval)
         tasks.start_soon(redeliver_owed, store, config.redeliver_interval)
         tasks.start_soon(stale.run)
+        tasks.start_soon(refresh_guard_indexes, store)
         tasks.start_soon(_signals, stop)
         if bridge is not None:
             tasks.start_soon(_run_bridge, bridge, stop, refused)

@@ -4,7 +4,9 @@ Each connection (`Peer`) reads in a callback of the event loop (frames in, store
 operations run right here in the loop thread) and writes its replies in request order,
 each once the group commit that makes its writes durable is done; once subscribed, an
 event pump task sends events. Tasks live in the connection's task group; the connection
-is closed in `finally`.
+is closed in `finally`. When a connection is read, and whether a write goes straight out,
+is decided by its `PeerState` (relayd.daemon.peerstate, no I/O); every operation runs
+through `relayd.ops.run`, as in direct mode.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from relayd.store import Store
 
 from .commit import Batch, GroupCommit
 from .events import QUEUE_EVENTS, EventLog, Hub, Subscriber
+from .peerstate import PeerState, Reading
 
 log = structlog.get_logger()
 
@@ -198,13 +201,10 @@ class Server:
         self.requests += 1
         try:
             op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
-            result = op.run(self.store, ops.decode_params(op, request.params))
-            payload = _reply(request, result)
+            payload = _reply(request, ops.run(self.store, op, request.params))
         except RelayError as exc:
-            payload = protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
-        except Exception as exc:  # a bug in an operation: report it, keep serving
-            log.exception("operation failed", op=request.op)
-            payload = _internal_error(request, exc)
+            _log_bug(request.op, exc)
+            payload = _refusal(request, exc)
         return self._pending(), payload
 
     def _pending(self) -> Batch | None:
@@ -213,16 +213,16 @@ class Server:
     def defer(self, request: Request) -> Deferred | None:
         """Queue a request of a batchable operation to run with the others that arrive
         while the current fsync round runs (see `run_deferred`). None when it is run
-        alone instead: not batchable, no group commit, or parameters that do not decode."""
+        alone instead: not batchable, or no group commit."""
         op = self.table.get(request.op)
         if op is None or op.batch is None or self.committer is None:
             return None
-        try:
-            params = ops.decode_params(op, request.params)
-        except RelayError:
-            return None
         self.requests += 1
-        item = Deferred(op, request, params, self.round)
+        item = Deferred(op, request, self.round)
+        try:
+            item.params = ops.decode_params(op, request.params)
+        except RelayError as exc:  # answered in its place, after the requests before it
+            item.payload = _refusal(request, exc)
         self.deferred.append(item)
         self.committer.poke()
         return item
@@ -236,29 +236,27 @@ class Server:
         batchable calls it first: that request may depend on the queued ones."""
         queued, self.deferred = self.deferred, []
         finished, self.round = self.round, anyio.Event()
+        runnable = [item for item in queued if item.payload is None]
         start = 0
-        while start < len(queued):
-            op = queued[start].op
+        while start < len(runnable):
+            op = runnable[start].op
             end = start
-            while end < len(queued) and queued[end].op is op:
+            while end < len(runnable) and runnable[end].op is op:
                 end += 1
-            group = queued[start:end]
+            group = runnable[start:end]
             start = end
-            assert op.batch is not None
             try:
-                outcomes = op.batch(self.store, [item.params for item in group])
-            except Exception as exc:  # a bug in an operation: every request of the group fails
-                log.exception("operation failed", op=op.name, batched=len(group))
-                for item in group:
-                    item.payload = _internal_error(item.request, exc)
-                continue
+                outcomes = ops.run_batch(self.store, op, [item.params for item in group])
+            except RelayError as exc:  # (a bug: every request of the group fails)
+                _log_bug(op.name, exc, batched=len(group))
+                outcomes = [exc] * len(group)
             for item, outcome in zip(group, outcomes):
                 try:
                     if isinstance(outcome, RelayError):
                         raise outcome
                     item.payload = _reply(item.request, outcome)
                 except RelayError as exc:
-                    item.payload = protocol.encode(Response(id=item.request.id, ok=False, error=protocol.error_body(exc)))
+                    item.payload = _refusal(item.request, exc)
         batch = self._pending()
         for item in queued:
             item.batch = batch
@@ -287,9 +285,14 @@ def _reply(request: Request, result: Any) -> bytes:
     return payload
 
 
-def _internal_error(request: Request, exc: Exception) -> bytes:
-    body = ErrorBody(code=Internal.code, message=f"internal error in {request.op}: {type(exc).__name__}: {exc}")
-    return protocol.encode(Response(id=request.id, ok=False, error=body))
+def _log_bug(op: str, exc: RelayError, **more: Any) -> None:
+    """A bug in an operation (ops.run made it an Internal error): its traceback goes to the log."""
+    if isinstance(exc, Internal) and exc.__cause__ is not None:
+        log.error("operation failed", op=op, exc_info=exc.__cause__, **more)
+
+
+def _refusal(request: Request, exc: RelayError) -> bytes:
+    return protocol.encode(Response(id=request.id, ok=False, error=protocol.error_body(exc)))
 
 
 class Deferred:
@@ -298,10 +301,10 @@ class Deferred:
 
     __slots__ = ("op", "request", "params", "ran", "payload", "batch")
 
-    def __init__(self, op: ops.Operation | None, request: Request, params: Any, ran: anyio.Event) -> None:
+    def __init__(self, op: ops.Operation | None, request: Request, ran: anyio.Event) -> None:
         self.op = op
         self.request = request
-        self.params = params
+        self.params: Any = None  # decoded; a request whose params do not decode has its payload already
         self.ran = ran
         self.payload: bytes | None = None
         self.batch: Batch | None = None
@@ -330,25 +333,25 @@ class Peer:
         self.stream = stream
         self.raw: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self.conn = protocol.Connection("server")
+        self.state = PeerState(OUTBOX)  # every decision about reading and writing (relayd.daemon.peerstate)
         self.subscriber: Subscriber | None = None
-        self.unanswered = 0  # replies waiting for their batch to become durable
         self._last_deferred: Deferred | None = None
         self._group: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._pumping: anyio.CancelScope | None = None
         self.last_active = server.clock()
-        self._slow = False  # dropped for not reading: told so after what was queued
         self._outbox: deque[Reply] = deque()  # replies not yet written, in request order
         self._frames: deque[Any] = deque()  # received, not yet handled (waiting behind a team decision)
-        self._deciding = False  # a team-wide operation is being decided: later frames wait
         self._backlog: list[bytes] = []  # written but not yet taken by the socket
-        self._draining = False  # a task is writing the backlog
-        self._watching = False  # the loop calls _on_readable while set
-        self._read_done = anyio.Event()
+        self._read_done = anyio.Event()  # wakes `_read` once the state is finished
         self._read_failed: BaseException | None = None
         self._settled = anyio.Event()  # set when nothing is left to write
         self._drained = anyio.Event()  # set when the backlog went out
-        self._pump_waiting = False  # the event pump waits on an empty queue
+
+    @property
+    def unanswered(self) -> int:
+        """Replies waiting for their writes to become durable."""
+        return self.state.unanswered
 
     async def run(self) -> None:
         try:
@@ -358,7 +361,7 @@ class Peer:
                     await self._read()
                 # Done reading (EOF, fatal error or drain). Replies already queued still go
                 # out; a subscriber that half-closed keeps receiving events.
-                while self._outbox or self._backlog or self._draining:
+                while not self.state.settled():
                     self._settled = anyio.Event()
                     await self._settled.wait()
             if self.conn.closed:
@@ -368,6 +371,7 @@ class Peer:
             self.server.waiting.discard(self)
             if self.subscriber is not None:
                 self.server.hub.remove(self.subscriber)
+                self.subscriber.queue.close()
 
     def stop_reading(self) -> None:
         if self._reading is not None:
@@ -386,9 +390,8 @@ class Peer:
         """The hub dropped this subscriber (its queue is full). What was queued still goes
         out, then a `dropped` error frame, so a client can resume after its last event;
         one that does not read within DROP_DRAIN seconds is simply disconnected."""
-        if self._slow or self.subscriber is None:
+        if self.subscriber is None or not self.state.drop():
             return
-        self._slow = True
         self.subscriber.queue.close()  # the pump ends once the queue is drained
         if self._group is not None:
             self._group.start_soon(self._drop_deadline)
@@ -396,6 +399,13 @@ class Peer:
     async def _drop_deadline(self) -> None:
         await anyio.sleep(DROP_DRAIN)
         self._abort()
+
+    def _apply(self, reading: Reading) -> None:
+        """Do what the state decided about the socket's read watch."""
+        if reading is Reading.RESUME:
+            asyncio.get_running_loop().add_reader(self.raw.fileno(), self._on_readable)
+        elif reading is Reading.PAUSE:
+            asyncio.get_running_loop().remove_reader(self.raw.fileno())
 
     # -- reading ---------------------------------------------------------------------
     async def _read(self) -> None:
@@ -405,14 +415,17 @@ class Peer:
         the connection lives, and each readable turn takes one recv() and handles every
         complete request in it, with no task switch, wake-up or epoll (un)registration per
         request -- they were most of relayd's cost per request."""
-        self._resume()
+        self._apply(self.state.start())
         try:
             await self._read_done.wait()
         finally:
-            self._read_done.set()  # (also when stop_reading cancelled us: never resume)
-            self._pause()
+            self._finish()  # (also when stop_reading cancelled us: never resume)
         if self._read_failed is not None:
             raise self._read_failed
+
+    def _finish(self) -> None:
+        self._apply(self.state.finish())
+        self._read_done.set()
 
     def _on_readable(self) -> None:
         try:
@@ -427,36 +440,21 @@ class Peer:
                 self._take(data)
                 self._flush()
             if not data or self.conn.closed:
-                self._pause()
-                self._read_done.set()
+                self._finish()
         except Exception as exc:  # a bug: end this connection (the handler logs it), keep serving
             self._read_failed = exc
-            self._pause()
-            self._read_done.set()
-
-    def _pause(self) -> None:
-        if self._watching:
-            self._watching = False
-            asyncio.get_running_loop().remove_reader(self.raw.fileno())
-
-    def _resume(self) -> None:
-        """Read again, unless done, or replies pile up unread (a client that sends and
-        never reads stops being read)."""
-        if not self._watching and not self._read_done.is_set() and not self._deciding and not self._backlog and len(self._outbox) < OUTBOX:
-            self._watching = True
-            asyncio.get_running_loop().add_reader(self.raw.fileno(), self._on_readable)
+            self._finish()
 
     def _take(self, data: bytes) -> None:
         self._frames.extend(self.conn.receive_data(data))
         self._handle_frames()
 
     def _handle_frames(self) -> None:
-        while self._frames and not self._deciding:
+        while self._frames and not self.state.deciding:
             item = self._frames.popleft()
             if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
-                self.unanswered += 1
                 self._last_deferred = queued
-                self._queue(queued)
+                self._queue(queued, durable_later=True)
                 continue
             if self._last_deferred is not None and not self._last_deferred.ran.is_set():
                 self.server.run_deferred()  # this request may depend on the queued ones
@@ -466,9 +464,7 @@ class Peer:
                         self._decide(item, decide)
                         continue
                     batch, payload = self.server.execute(item)
-                    if batch is not None:
-                        self.unanswered += 1
-                    self._queue((batch, item.id, payload))
+                    self._queue((batch, item.id, payload), durable_later=batch is not None)
                 case Violation():
                     log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
                     self._queue((None, None, self.conn.violation_reply(item)))
@@ -485,33 +481,31 @@ class Peer:
         """A team-wide operation (the bridge decides it, asynchronously): its reply keeps
         its place in the outbox, and this connection reads and handles nothing more until
         it is decided -- the next request may depend on it."""
-        slot = Deferred(None, request, None, anyio.Event())
-        self.unanswered += 1
-        self._queue(slot)
-        self._deciding = True
-        self._pause()
+        slot = Deferred(None, request, anyio.Event())
+        self._queue(slot, durable_later=True)
+        self._apply(self.state.deciding_started())
         assert self._group is not None
         self._group.start_soon(self._decided, slot, decide)
 
     async def _decided(self, slot: Deferred, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
         slot.batch, slot.payload = await decide(slot.request, self.server.execute)
         slot.ran.set()
-        self._deciding = False
+        self.state.deciding_done()
         self._handle_frames()
         self._flush()
 
     # -- writing ---------------------------------------------------------------------
-    def _queue(self, item: Reply) -> None:
+    def _queue(self, item: Reply, durable_later: bool = False) -> None:
         self._outbox.append(item)
         self.server.waiting.add(self)
-        if len(self._outbox) >= OUTBOX:
-            self._pause()
+        self._apply(self.state.reply_queued(durable_later))
 
     def _flush(self) -> None:
         """Write every reply at the front of the outbox that is ready: its request has run
         and its writes are durable (a failed fsync turns it into that error)."""
         outbox = self._outbox
         out = []
+        waited = 0
         while outbox:
             item = outbox[0]
             if isinstance(item, Deferred):
@@ -519,13 +513,13 @@ class Peer:
                     break
                 assert item.payload is not None
                 batch, request_id, payload = item.batch, item.request.id, item.payload
-                self.unanswered -= 1
+                waited += 1
             else:
                 batch, request_id, payload = item
                 if batch is not None:
                     if not batch.done.is_set():
                         break
-                    self.unanswered -= 1
+                    waited += 1
             if batch is not None and batch.error is not None:
                 payload = protocol.encode(Response(id=request_id, ok=False, error=protocol.error_body(batch.error)))
             outbox.popleft()
@@ -534,16 +528,18 @@ class Peer:
             self._write(b"".join(out))
         if not outbox:
             self.server.waiting.discard(self)
-            if not self._backlog and not self._draining:
-                self._settled.set()
-        self._resume()
+        # (after the write: a short one pauses reading, which the written replies must not undo)
+        self._apply(self.state.replies_written(len(out), waited))
+        if self.state.settled():
+            self._settled.set()
 
     def _write(self, data: bytes) -> None:
         """Straight into the socket buffer when it has room (the usual case); what does
         not fit goes to a task that waits until the socket takes it, and everything
         written after it waits behind it."""
-        if self._backlog or self._draining:
+        if not self.state.write_now():
             self._backlog.append(data)
+            self._apply(self.state.backlogged())
             return
         try:
             sent = self.raw.send(data)
@@ -554,8 +550,7 @@ class Peer:
             return
         if sent < len(data):
             self._backlog.append(data[sent:])
-            self._pause()
-            self._draining = True
+            self._apply(self.state.sent_short())
             assert self._group is not None
             self._group.start_soon(self._drain)
 
@@ -564,12 +559,13 @@ class Peer:
             while self._backlog:
                 chunk = b"".join(self._backlog)
                 self._backlog.clear()
+                self._apply(self.state.drain_took())
                 await self.stream.send(chunk)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self._backlog.clear()
             self._abort()  # the peer is gone
         finally:
-            self._draining = False
+            self._apply(self.state.drained())
             self._drained.set()
         self._flush()
 
@@ -577,7 +573,7 @@ class Peer:
         """Write `data` (subscription events) and wait until the socket has taken it, so
         that a subscriber who stops reading fills its bounded queue and is dropped."""
         self._write(data)
-        while self._backlog or self._draining:
+        while not self.state.write_now():
             self._drained = anyio.Event()
             await self._drained.wait()
 
@@ -585,10 +581,9 @@ class Peer:
         """Events for this subscriber, written at once when nothing is ahead of them: the
         pump is idle (its queue empty, everything it took written) and the socket has no
         backlog. Otherwise they are queued, and so is everything after them, in order."""
-        if self._pump_waiting and not self._backlog and not self._draining:
+        if self.state.event_now():
             self._write(data)
             return True
-        self._pump_waiting = False
         return False
 
     def _subscribe(self, request: Subscribe) -> None:
@@ -630,13 +625,13 @@ class Peer:
                     try:
                         frame = events.receive_nowait()
                     except anyio.WouldBlock:
-                        self._pump_waiting = True  # meanwhile the hub may write events directly
+                        self.state.pump_waiting = True  # meanwhile the hub may write events directly
                         try:
                             frame = await events.receive()
                         except anyio.EndOfStream:
                             break
                         finally:
-                            self._pump_waiting = False
+                            self.state.pump_waiting = False
                     except anyio.EndOfStream:
                         break
                     out = [frame]
@@ -646,7 +641,7 @@ class Peer:
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
                     await self._send(b"".join(out))
-            if self._slow:
+            if self.state.slow:
                 body = ErrorBody(code=Dropped.code, message="dropped: not reading fast enough (resume with after = the last event id received)")
                 await self._send(protocol.encode(ErrorFrame(error=body, fatal=True)))
                 self._abort()

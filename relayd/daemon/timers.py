@@ -26,13 +26,10 @@ log = structlog.get_logger()
 async def collect_garbage(store: Store, every: float) -> None:
     while True:
         await anyio.sleep(every)
-        op = ops.table().get("gc")
-        if op is None:
-            continue  # no gc operation in this build yet
         try:
             result = ops.call(store, "gc", {})
-        except RelayError as exc:
-            log.warning("gc failed", error=exc.message)
+        except RelayError as exc:  # (a bug in it too: ops.run reports it as Internal; the timer goes on)
+            log.warning("gc failed", error=exc.message, exc_info=exc.__cause__)
         else:
             log.info("gc done", result=result)
 
@@ -52,7 +49,7 @@ async def redeliver_owed(store: Store, every: float) -> None:
             try:
                 result = await anyio.to_thread.run_sync(ops.call, sweeper, "redeliver", {"announce": announce})
             except RelayError as exc:
-                log.warning("redelivery sweep failed", error=exc.message)
+                log.warning("redelivery sweep failed", error=exc.message, exc_info=exc.__cause__)
                 continue
             announce = False
             for item in result["announced"]:
@@ -99,3 +96,24 @@ class StaleWatch:
                 self.check()
             except RelayError as exc:
                 log.warning("stale-agent check failed", error=exc.message)
+
+
+async def refresh_guard_indexes(store: Store, every: float = 1.0) -> None:
+    """Keep the pre-commit guard's per-repository indexes current (relayd.guard_index), so a
+    commit while relayd runs finds its index current instead of reading every reservation
+    file. One stat a tick while nothing changes; after a change, once the directory has
+    settled, the indexes commits have made are rebuilt in a worker thread."""
+    from relayd import guard_index
+
+    done: list[int] | None = None
+    while True:
+        await anyio.sleep(every)
+        stamp = guard_index.directory_stamp(store.root)
+        if stamp is None or stamp == done or not guard_index.settled(stamp):
+            continue
+        try:
+            await anyio.to_thread.run_sync(guard_index.refresh, store.root)
+        except (OSError, RelayError) as exc:
+            log.warning("guard index refresh failed", error=str(exc))
+            continue
+        done = stamp

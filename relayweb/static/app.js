@@ -50,7 +50,10 @@ function arrival(a) {
   const told = a.announced;
   const how = el("span", { class: "muted", title: "how new mail is announced to " + a.name + " (relayctl register --notify)", text: a.arrives_by });
   if (!told || told.ok) return el("td", {}, how);
-  return el("td", {}, how, " ", el("span", { class: "badge failed", title: `announcing by ${told.how} failed at ${shown(told.at)}: ${told.error || ""}`, text: "failed " + shown(told.at) + ": " + (told.error || "") }));
+  // Failing announcements are retried every few seconds: say since when and how often, as relayctl status does.
+  const since = (told.earlier ? "before " : "") + shown(told.failing_since || told.at);
+  const text = told.failures > 1 ? `failed ${told.failures} times since ${since}: ` : `failed ${shown(told.at)}: `;
+  return el("td", {}, how, " ", el("span", { class: "badge failed", title: `announcing by ${told.how} has failed ${told.failures || 1} times in a row since ${since}; last at ${shown(told.at)}: ${told.error || ""}`, text: text + (told.error || "") }));
 }
 
 function until(iso) {

@@ -1,0 +1,121 @@
+"""relayd's answers to requests and subscriptions, served in the test's own event loop.
+
+Request/response semantics need no relayd process: the server runs in this test's loop on
+a real Unix socket (tests/inproc.py) and a raw client speaks to it from a worker thread.
+What only a process shows (signals, crashes, start-up, memory) stays in tests/test_daemon.py.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from inproc import InProcess, blocking, serving, snapshot
+from relayd import ops
+from relayd.store import Store
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def overlord_store(short_tmp: Path) -> Iterator[Path]:
+    """A store with the overlord preset's agents, made directly (as `relayctl init` would)."""
+    store_dir = short_tmp / "store"
+    with Store(str(store_dir), fsync=False) as store:
+        ops.call(store, "init", {"preset": "overlord"})
+    yield store_dir
+
+
+HOSTILE = {
+    "invalid-utf8": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\xff\xfe"}}\n',
+    "lone-surrogate": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\\ud800"}}\n',
+    "nan": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"x","priority":NaN}}\n',
+    "deep-nesting": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","body":' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n",
+    "two-mib-line": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"' + b"a" * (2 << 20) + b'"}}\n',
+    "binary-garbage": bytes(range(256)) * 64 + b"\n",
+    "unknown-op": b'{"type":"request","id":1,"op":"format_disk","params":{}}\n',
+    "not-an-object": b"[1,2,3]\n",
+    "wrong-params": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":"inferno","body":5}}\n',
+}
+
+
+def _hostile_exchange(relayd: InProcess, payload: bytes) -> None:
+    before = snapshot(relayd.store_dir)
+    bystander = RawClient(relayd.socket_path)
+    hostile = RawClient(relayd.socket_path)
+    try:
+        bystander.subscribe(["*"])
+        try:
+            hostile.send_bytes(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed before we finished: the 2 MiB line
+        answers = []
+        try:
+            while (answer := hostile.line()) is not None:
+                answers.append(answer)
+                if answer.get("type") in ("response", "error"):
+                    break
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        assert answers, "no error reply"
+        error = answers[-1]
+        assert (error.get("ok") is False) or error.get("type") == "error"
+        assert error["error"]["code"] in {"protocol_error", "line_too_long", "invalid_argument"}
+        probe = RawClient(relayd.socket_path)
+        try:
+            assert probe.request("version")["ok"]  # still serving others
+        finally:
+            probe.close()
+        assert snapshot(relayd.store_dir) == before
+        bystander.sock.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            bystander.line()  # and no event was published
+    finally:
+        bystander.close()
+        hostile.close()
+
+
+@pytest.mark.parametrize("payload", list(HOSTILE), ids=list(HOSTILE))
+async def test_hostile_input_gets_an_error_and_writes_nothing(overlord_store: Path, short_tmp: Path, payload: str) -> None:
+    async with serving(str(overlord_store), str(short_tmp / "d.sock")) as relayd:
+        await blocking(_hostile_exchange, relayd, HOSTILE[payload])
+
+
+def _send(client: RawClient, to: str, text: str) -> None:
+    assert client.request("send", {"agent": "storm", "to": [to], "subject": text, "body": text})["ok"]
+
+
+def _filter_and_resume(relayd: InProcess) -> None:
+    sender = RawClient(relayd.socket_path)
+    first = RawClient(relayd.socket_path)
+    resumed = RawClient(relayd.socket_path)
+    try:
+        for text in ("one", "two", "three"):
+            _send(sender, "inferno", text)
+            _send(sender, "glacier", text)
+        first.subscribe(["inbox"], agent="inferno", after="0")  # everything still in the log
+        replayed = [first.line() or {} for _ in range(3)]
+        assert [e["subject"] for e in replayed] == ["one", "two", "three"]
+        assert {e["agent"] for e in replayed} == {"inferno"}
+
+        resumed.subscribe(["inbox"], agent="inferno", after=replayed[0]["id"])
+        assert [(resumed.line() or {})["subject"] for _ in range(2)] == ["two", "three"]
+        _send(sender, "inferno", "four")
+        assert (resumed.line() or {})["subject"] == "four"  # then live, nothing doubled or lost
+    finally:
+        for client in (sender, first, resumed):
+            client.close()
+
+
+async def test_agent_filter_and_resume_after_an_event_id(overlord_store: Path, short_tmp: Path) -> None:
+    async with serving(str(overlord_store), str(short_tmp / "d.sock")) as relayd:
+        await blocking(_filter_and_resume, relayd)
