@@ -158,7 +158,7 @@ def reset(store: Store, p: ResetParams) -> ResetResult:
                 trash.append(tomb)
                 removed.append(name)
             store.top(name)
-        for name in (layout.EVENTS, layout.EVENTS_ROTATED):
+        for name in (layout.EVENTS, layout.EVENTS_ROTATED, layout.DELIVERY_LOG, layout.DELIVERY_LOG_ROTATED, layout.DELIVERY_ABSORBED):
             if root.unlink(name, missing_ok=True):
                 removed.append(name)
         for tomb in trash:

@@ -1,9 +1,10 @@
 """At-least-once delivery (DESIGN §4): acknowledging, redelivering, dead letters.
 
 A message sent with `ack` is *owed* until its recipient acknowledges it; reading alone does
-not settle it. Its record (`relayd.owed`) starts as a line of the delivery log; the sweep
-(and an ack) absorbs it into owed/, from where it moves owed -> acked, or owed ->
-dead_letter after its last delivery, only by rename.
+not settle it. Its record (`relayd.owed`) starts as the send's own inbox line; the sweep
+(and an ack) absorbs it into owed/, or parks it until its due minute (`relayd.due`), from
+where it moves owed -> acked, or owed -> dead_letter after its last delivery, only by rename
+(a parked record is acknowledged by writing it to acked/ and settling its parked line).
 
 The sweep (`redeliver`) is one store operation: relayd runs it on a timer, `relayctl
 redeliver` and `gc` run it without the daemon. For each owed record that is due:
@@ -11,6 +12,8 @@ redeliver` and `gc` run it without the daemon. For each owed record that is due:
   same message with attempt n+1 is appended to the inbox, and the `pending` flag is
   cleared so the recipient's arrival mechanism fires again. A crash between the two
   skips that attempt (the next one comes at the next due time); no attempt is made twice.
+  A record whose next delivery is not due within the current minute is parked again, then
+  its owed/ file removed.
 * none left: the record is rewritten with the reason and an escalation id, the escalation
   goes to the sender and the store's escalation agent under that id (a sweep resuming an
   interrupted one skips inboxes that already hold it), then the record is renamed into
@@ -18,9 +21,10 @@ redeliver` and `gc` run it without the daemon. For each owed record that is due:
 Every change holds `delivery.lock`, so an ack, relayd's sweep and a direct-mode sweep
 never interleave on one record.
 
-Cost: a sweep reads the delivery log past the point it absorbed last, lists owed/ and stats
-each record (its mtime is its due time); only due records are read. It grows with the owed
-messages, never with the stored ones.
+Cost: a sweep reads the inboxes and the delivery log past the point it absorbed last (a stat
+each when nothing is new), lists due/ and stats the records in owed/ (those due within the
+minute: a record's mtime is its due time); only due records are read. It grows with the
+messages due soon, not with all that are owed, and never with the stored ones.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Literal
 
 import msgspec
 
-from . import layout, owed
+from . import due, layout, owed
 from .errors import NotFound, StoreError, UsageError
 from .inbox import append_messages, arrival, holds_since
 from .records import Message, check_agent_name
@@ -88,26 +92,40 @@ def ack(store: Store, p: AckParams) -> AckResult:
     answers = []
     settled = []
     with store.root_dir().locked(layout.DELIVERY_LOCK):
-        owed.absorb(store)  # records logged by sends since the last sweep
+        owed.absorb(store)  # records sends stored since the last sweep
+        parked = due.find(store, p.agent, [i for i in ids if not store.top(layout.OWED).exists(owed.record_name(p.agent, i))])
         for message_id in ids:
-            answer = _ack_one(store, p.agent, message_id)
+            answer = _ack_one(store, p.agent, message_id, parked.get(message_id))
             answers.append(answer)
             if answer.outcome == "acked":
                 settled.append(answer)
         if settled:
             store.sync.dir(store.top(layout.OWED).fd)
             store.sync.dir(store.top(layout.ACKED).fd)
+        # Acknowledged parked records are settled in their files only now that acked/ holds them.
+        by_file: dict[str, set[tuple[str, str]]] = {}
+        for answer in settled:
+            if answer.id in parked:
+                by_file.setdefault(parked[answer.id][0], set()).add((p.agent, answer.id))
+        if by_file:  # acked/'s entries durable first (under relayd its fsync above only joined the round)
+            due.now_syncer(store).dir(store.top(layout.ACKED).fd)
+        for name, keys in by_file.items():
+            due.settle(store, name, keys)
     store.emit(*(store.event("inbox", action="ack", agent=p.agent, message_id=a.id) for a in settled))
     return AckResult(results=answers)
 
 
-def _ack_one(store: Store, agent: str, message_id: str) -> AckAnswer:
+def _ack_one(store: Store, agent: str, message_id: str, parked: tuple[str, owed.Record] | None) -> AckAnswer:
     name = owed.record_name(agent, message_id)
     record = owed.read(store, layout.OWED, name)
     if record is not None:
         if record.escalation_id is not None:
             return AckAnswer(id=message_id, outcome="dead_lettered")  # caught half way there: too late
         _move(store, layout.OWED, layout.ACKED, name, store.clock())
+        return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
+    if parked is not None and not any(store.top(f).exists(name) for f in (layout.ACKED, layout.DEAD_LETTER)):
+        record = parked[1]  # written to acked/ first; the caller then settles its parked line
+        owed.write(store, layout.ACKED, record, mtime=store.clock())
         return AckAnswer(id=message_id, outcome="acked", attempt=record.attempt)
     state = owed.states(store, agent, [message_id]).get(message_id)
     if state == layout.ACKED:
@@ -119,6 +137,8 @@ def _ack_one(store: Store, agent: str, message_id: str) -> AckAnswer:
             parts = owed.split_name(other)
             if parts is not None and parts[1] == message_id and parts[0] != agent:
                 return AckAnswer(id=message_id, outcome="not_yours", owner=parts[0])
+    for owner in sorted(due.owners(store, message_id) - {agent}):
+        return AckAnswer(id=message_id, outcome="not_yours", owner=owner)
     return AckAnswer(id=message_id, outcome="not_owed")
 
 
@@ -183,10 +203,12 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
     events = []
     now = store.clock()
     names, upcoming = owed.due_names(store, now)
-    if names or owed.needs_absorbing(store):  # the lock only when there is work: an idle sweep writes nothing
+    if names or owed.needs_absorbing(store) or due.begun(store, now):  # the lock only when there is work: an idle sweep writes nothing
         with store.root_dir().locked(layout.DELIVERY_LOCK):
-            owed.absorb(store)  # the records sends logged since the last sweep, into owed/
+            owed.absorb(store)  # the records sends stored since the last sweep
+            due.unpark_begun(store, now)  # parked records whose minute has come, into owed/
             names, upcoming = owed.due_names(store, now)  # again: another sweep may have acted meanwhile
+            waiting = []  # redelivered records: parked again when their next delivery is a while off
             for name in names:
                 record = owed.read(store, layout.OWED, name)
                 if record is None:
@@ -196,8 +218,7 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     result.redelivered.append(Redelivered(id=message.id, to=message.to, attempt=record.attempt, of=record.last_attempt))
                     result.messages.append(message)
                     events.append(arrival(store, message))
-                    if upcoming is None or record.due < upcoming:
-                        upcoming = record.due
+                    waiting.append(record)
                 else:
                     escalations = _dead_letter_one(store, record, now)
                     m = record.message
@@ -205,8 +226,21 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
                     result.messages.extend(escalations)
                     events.append(store.event("inbox", action="dead_letter", agent=m.to, message_id=m.id))
                     events.extend(arrival(store, e) for e in escalations)
-    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name))
+            soon = due.park(store, waiting, now)
+            if len(soon) < len(waiting):
+                folder = store.top(layout.OWED)
+                for record in waiting:
+                    if record not in soon:  # parked (and durable there): its owed/ file goes
+                        folder.unlink(owed.record_name(record.message.to, record.message.id), missing_ok=True)
+                due.now_syncer(store).dir(folder.fd)
+            for record in soon:
+                if upcoming is None or record.due < upcoming:
+                    upcoming = record.due
+    parked, earliest = due.counts(store)
+    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name)) + sum(parked.values())
     store.emit(*events)
+    if earliest is not None and (upcoming is None or earliest < upcoming):
+        upcoming = earliest
     result.next_due = _iso(upcoming) if upcoming is not None else None
     return result
 

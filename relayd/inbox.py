@@ -279,6 +279,9 @@ class _Appends:
 
 def _rotate(store: Store, agent: Dir, old_size: int) -> None:
     """Under the inbox lock: current -> `.1`, and carry the cursor along."""
+    from . import owed  # (here: rotations are rare, and most commands never load it)
+
+    owed.hand_over(store, agent, os.path.basename(agent.path))  # the `.1` dropped now may owe records no sweep took yet
     cursor = read_cursor(agent)
     if cursor.rotated and agent.exists(layout.INBOX_ROTATED):
         _dead_letter_rotated(store, agent)
@@ -378,22 +381,14 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                 if outcomes[first] is not None and outcomes[index] is None:
                     outcomes[index] = outcomes[first]  # its "original" was never written
             failed_now = False
-            opened: list[tuple[int, Message]] = []  # owed records opened this round
             for recipient in local_inboxes:
                 items = [(i, m) for i, m in by_inbox[recipient] if outcomes[i] is None and (i, recipient) not in originals]
                 if not items:
                     continue  # every request with mail for this inbox has failed, or it had it already
-                owing = [(i, m) for i, m in items if policies[i] is not None]
                 try:
-                    # The owed records go first, as lines of the delivery log made durable in the
-                    # append's own round: a crash before the append delays the first delivery to
-                    # the next sweep; the other order could leave an owed message nobody tracks.
-                    if owing:
-                        from . import owed
-
-                        owed.open_records(store, [owed.new_record(store, m, policies[i]) for i, m in owing])  # type: ignore[arg-type]
-                        opened.extend(owing)
-                    appends.append(recipient, [message for _, message in items])
+                    # A message sent with ack is stored with its terms: that line is its owed
+                    # record (relayd.owed), durable with the append itself, gone if it is taken back.
+                    appends.append(recipient, [m if policies[i] is None else owed.owing(store, m, policies[i]) for i, m in items])  # type: ignore[arg-type]
                 except RelayError as exc:
                     failed_now = True
                     for index, _ in items:
@@ -411,12 +406,10 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                 else:
                     enqueued.update((index, recipient) for index, _ in items)
             if not failed_now or not appends.written:
-                _cancel_owed(store, [m for index, m in opened if outcomes[index] is not None])
                 break
             # A failed request may have copies in inboxes appended to before the failure:
-            # take every append back (and what it was owed) and write again for the requests still standing.
+            # take every append back (and with it what it owed) and write again for the requests still standing.
             appends.take_back()
-            _cancel_owed(store, [m for _, m in opened])
         for index, first in same_batch.items():
             if outcomes[first] is not None and outcomes[index] is None:
                 outcomes[index] = outcomes[first]
@@ -426,8 +419,7 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         try:
             store.emit(*events)
         except RelayError as exc:
-            # An error must be true: the messages are taken back with their events missing.
-            _cancel_owed(store, [m for index, m in fresh if policies[index] is not None])
+            # An error must be true: the messages are taken back (and what they owed) with their events missing.
             for index in done:
                 outcomes[index] = exc
             return outcomes  # type: ignore[return-value]  (no None is left)
@@ -447,16 +439,6 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
 def arrival(store: Store, m: Message) -> Event:
     """The event that announces an appended line: it wakes followers and triggers notifications."""
     return store.event("inbox", action="message", agent=m.to, message_id=m.id, from_=m.from_, priority=m.priority, subject=m.subject[:120])
-
-
-def _cancel_owed(store: Store, messages: list[Message]) -> None:
-    if messages:
-        from . import owed
-
-        try:
-            owed.cancel_records(store, messages)
-        except RelayError:
-            pass  # a record left behind is redelivered by the sweep: at least once, never lost
 
 
 def _find_originals(

@@ -1,13 +1,21 @@
 """Delivery records: what a message sent with `ack` owes, and where that record lives.
 
-A send writes its records as lines of the delivery log (`delivery.jsonl`, shared with
-the receipts of `relayd.receipts`), in the same write-then-fsync round as its inbox append:
-under relayd the same group commit, in direct mode the same single fsync path. No extra
-file, no directory fsync, so `--ack` costs about what a plain send costs. The sweep
-absorbs those lines into the compact state below (`absorb`, under `delivery.lock`); until
-then `unabsorbed` reads them, so a record is owed from the moment its line is durable.
-A torn line (a writer killed mid-write) is not a record, and its send never got as far
-as its inbox append.
+A send stores what it owes in the line it appends anyway: the inbox line of a first delivery
+with ack carries its terms (`"owed": {"due", "base", "cap", "max_deliver"}` after the
+message's own fields; readers decode the line as a plain message and never see them). That
+line is the owed record from the moment it is durable, in the append's own fsync (under
+relayd the group commit round it shares with every other send): `--ack` costs no extra file,
+write or fsync. If the append is taken back (a failed send), the record goes with it; a torn
+line is no record, and its send never reported success.
+
+The sweep absorbs those lines into the compact state below (`absorb`, under
+`delivery.lock`), reading each inbox only past its mark in `delivery.absorbed` (inode and
+offset, as `relayd.announce` does for events); until then `unabsorbed` reads them. An inbox
+rotation drops the previous `inbox.jsonl.1`; before it does (`hand_over`, under the inbox
+lock), the owed lines of that file no sweep absorbed yet are written to the delivery log
+as `owed` records and fsynced, so no record is lost however long no sweep runs. The log's
+owed lines (and those of earlier versions, which logged every record there) are absorbed
+the same way, past the log's own mark; once absorbed to its end the log is rotated.
 
 In compact state a record is one small JSON file whose directory is its state:
 
@@ -19,24 +27,26 @@ In compact state a record is one small JSON file whose directory is its state:
 A record leaves `owed/` only by rename, so whatever crashes, it is in exactly one of the
 three. It carries the whole message, so redelivering it needs nothing else. A record file's
 data is fsynced before it gets its final name, under relayd too (`write`): no crash leaves
-a named record without its data. Stores written before the log have only the files; they
-are read as they are. This module holds the record, its log lines and its paths;
+a named record without its data, and the marks move only after the records they pass are
+durable. Absorbing is idempotent (a record already in a folder is left alone), so a sweep
+killed half way only repeats work. This module holds the record, its lines and its paths;
 `relayd.delivery` holds the operations that move it (ack, the redelivery sweep, the
-dead-letter commands). `relayd.inbox` logs the first record of a send through
-`open_records`, before the inbox append.
+dead-letter commands).
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 
 import msgspec
 
 from . import layout
+from .announce import Mark, _open
 from .errors import UsageError
-from .fsio import NoSync, Syncer
-from .records import Message, json_encoder
+from .fsio import Dir, NoSync, Syncer, complete_lines
+from .records import Message, json_encoder, message_decoder
 from .store import Store
 from .timefmt import now_iso, parse_duration
 
@@ -95,15 +105,33 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 def policy_for(store: Store, ack_wait: str | None, max_deliver: int | None) -> Policy:
     """The store's defaults (config.json "delivery"), overridden per message."""
-    from .config import load_config
-
-    defaults = load_config(store).delivery
+    defaults = _delivery_defaults(store)
     base = _seconds(ack_wait if ack_wait is not None else defaults.ack_wait, "ack-wait")
     cap = _seconds(defaults.cap, "delivery.cap in config.json")
     count = defaults.max_deliver if max_deliver is None else max_deliver
     if not 1 <= count <= MAX_DELIVER_LIMIT:
         raise UsageError(f"max-deliver must be 1-{MAX_DELIVER_LIMIT} redeliveries, not {count}")
     return Policy(base, max(cap, base), count)
+
+
+# Every send --ack asks for the defaults: config.json is read again only when it changed.
+_defaults_seen: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+
+def _delivery_defaults(store: Store):  # -> config.Delivery
+    from .config import load_config
+
+    try:
+        info = os.stat(layout.CONFIG_FILE, dir_fd=store.root_dir().fd, follow_symlinks=False)
+        identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+    except FileNotFoundError:
+        identity = (0, 0, 0)
+    seen = _defaults_seen.get(store.root)
+    if seen is not None and seen[0] == identity:
+        return seen[1]
+    defaults = load_config(store).delivery
+    _defaults_seen[store.root] = (identity, defaults)
+    return defaults
 
 
 @functools.lru_cache(maxsize=64)  # every send --ack asks again for the same few durations
@@ -131,14 +159,15 @@ def _writer(store: Store, dirs: bool = True) -> Syncer:
     return store.sync if isinstance(store.sync, NoSync) else _DataFirst(store.sync if dirs else None)
 
 
-def write(store: Store, folder: str, record: Record, sync: Syncer | None = None) -> None:
-    """Replace the record in `folder` atomically; its mtime becomes its due time.
+def write(store: Store, folder: str, record: Record, sync: Syncer | None = None, mtime: float | None = None) -> None:
+    """Replace the record in `folder` atomically; its mtime becomes its due time (or `mtime`:
+    in acked/, when it was acknowledged).
 
     Its data is fsynced before the rename, also under relayd, where `store.sync` would only
     queue that fsync for the group commit round and a crash before the round ends could
     leave the new name with no data behind it. The directory fsync joins the round."""
     m = record.message
-    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due)
+    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due if mtime is None else mtime)
 
 
 def read(store: Store, folder: str, name: str) -> Record | None:
@@ -157,129 +186,339 @@ def new_record(store: Store, message: Message, policy: Policy) -> Record:
     return Record(message=message, attempt=1, last_attempt=1 + policy.max_deliver, max_deliver=policy.max_deliver, base=policy.base, cap=policy.cap, due=due, delivered_at=[message.ts])
 
 
-def open_records(store: Store, records: list[Record]) -> None:
-    """Before a send appends: its owed records, one log write, durable with the append's round."""
+# -- the inbox line is the record until the sweep absorbs it ----------------------------------
+
+
+class Terms(msgspec.Struct, kw_only=True):
+    """What a first delivery owes, carried by its inbox line (see the module docstring)."""
+
+    due: float  # epoch seconds: when the first redelivery (or the dead letter) is due
+    base: float
+    cap: float
+    max_deliver: int
+
+
+class OwedLine(Message, kw_only=True):
+    """An inbox line of a message sent with ack, first delivery: the message and its terms.
+    Readers decode it as a plain `Message` (the extra field is ignored)."""
+
+    owed: Terms
+
+
+# How an owed line is told from the others without decoding them: the key only a real field
+# can spell (quotes inside strings are escaped), placed last by the encoder.
+_MARKER = b',"owed":{'
+
+
+def owing(store: Store, message: Message, policy: Policy) -> OwedLine:
+    """The inbox line of a message's first delivery with ack: it owes from the moment it is durable."""
+    due = store.clock() + policy.wait(1, store.rand())
+    return OwedLine(**msgspec.structs.asdict(message), owed=Terms(due=due, base=policy.base, cap=policy.cap, max_deliver=policy.max_deliver))
+
+
+class _TermsOf(msgspec.Struct):
+    owed: Terms
+
+
+_terms_decoder = msgspec.json.Decoder(_TermsOf)
+
+
+def _record_of(line: bytes) -> Record:
+    """The record an owed line stands for (two decodes of the line: the message, the terms;
+    cheaper than copying the fields from one into the other)."""
+    message = message_decoder.decode(line)
+    t = _terms_decoder.decode(line).owed
+    return Record(message=message, attempt=1, last_attempt=1 + t.max_deliver, max_deliver=t.max_deliver, base=t.base, cap=t.cap, due=t.due, delivered_at=[message.ts])
+
+
+def _owed_lines(fd: int, start: int) -> tuple[int, list[Record]]:
+    """(end of the complete lines, the records of the owed lines) of `fd` from `start`."""
+    end = start
+    found = []
+    for end, line in complete_lines(fd, start):
+        if _MARKER in line:
+            try:
+                found.append(_record_of(line))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # damaged: never guessed at (reads report it)
+    return end, found
+
+
+def open_records(store: Store, records: list[Record], sync: Syncer | None = None) -> None:
+    """Records as `owed` lines of the delivery log, durable before this returns (through `sync`,
+    by default the store's). Sends no longer write these; an inbox rotation hands over the
+    unabsorbed owed lines of the file it drops this way (`hand_over`)."""
     from .receipts import Receipt, write as log
 
     now = now_iso()
-    log(store, [Receipt(ts=now, step="owed", to=r.message.to, record=r) for r in records], durable=True)
+    log(store, [Receipt(ts=now, step="owed", to=r.message.to, record=r) for r in records], sync=sync or store.sync)
 
 
-def open_record(store: Store, message: Message, policy: Policy) -> None:
-    open_records(store, [new_record(store, message, policy)])
+# -- how far the sweep absorbed: the delivery log and each inbox ------------------------------
 
 
-def cancel_records(store: Store, messages: list[Message]) -> None:
-    """The append these records were opened for failed: the sender is told so, and nothing is owed.
+class Marks(msgspec.Struct, kw_only=True):
+    """`delivery.absorbed`: everything before these (inode, offset) marks is in compact state."""
 
-    A `cancelled` line: a sweep that absorbed the record meanwhile removes it at its next
-    absorb (taking `delivery.lock` here could deadlock: a sweep holds it while appending)."""
-    from .receipts import Receipt, write as log
-
-    now = now_iso()
-    log(store, [Receipt(ts=now, step="cancelled", to=m.to, ids=[m.id]) for m in messages], durable=True)
+    log: Mark | None = None
+    inboxes: dict[str, Mark] = msgspec.field(default_factory=dict)
 
 
-# -- the log's records: absorbed by the sweep, read by everyone until then -------------------
+_marks_decoder = msgspec.json.Decoder(Marks)
 
 
-def _absorbed_at(store: Store) -> tuple[int, int]:
-    """(inode, offset) of the log up to which records are in compact state."""
+def _marks(store: Store) -> Marks:
     raw = store.root_dir().read_bytes(layout.DELIVERY_ABSORBED) or b""
+    if raw.startswith(b"{"):
+        try:
+            return _marks_decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return Marks()  # damaged: read everything again (absorbing is idempotent)
     try:
-        ino, offset = (int(x) for x in raw.split())
+        ino, offset = (int(x) for x in raw.split())  # written before inboxes had marks: the log's alone
     except ValueError:
-        return 0, 0
-    return ino, offset
+        return Marks()
+    return Marks(log=Mark(ino, offset))
 
 
-def _log_lines(store: Store) -> tuple[int, int, list[tuple[tuple[str, str], Record | None]]]:
-    """(inode, end offset, [((to, id), record or None for a cancel)]) past the absorbed point."""
-    from .fsio import complete_lines
+def _ranges(current: int, current_ino: int, rotated: int, rotated_ino: int, mark: Mark | None) -> list[tuple[int, int]]:
+    """(fd, offset) to read past `mark`, oldest first: from the mark in the file it names (the
+    current file, or the rotated one and then the current), else both files whole."""
+    if mark is not None and mark.ino == current_ino and current >= 0:
+        ranges = [(current, mark.offset)]
+    elif mark is not None and mark.ino == rotated_ino and rotated >= 0:
+        ranges = [(rotated, mark.offset), (current, 0)]
+    else:
+        ranges = [(rotated, 0), (current, 0)]
+    return [(fd, start if start <= os.fstat(fd).st_size else 0) for fd, start in ranges if fd >= 0]
+
+
+def _log_lines(store: Store, mark: Mark | None) -> tuple[Mark | None, list[tuple[tuple[str, str], Record | None]]]:
+    """(the log's new mark, [((to, id), record or None for a cancel)]) past `mark`."""
     from .receipts import _receipt_decoder
 
+    root = store.root_dir()
+    current, current_ino = _open(root, layout.DELIVERY_LOG)
+    rotated, rotated_ino = _open(root, layout.DELIVERY_LOG_ROTATED)
     try:
-        fd = store.root_dir().open(layout.DELIVERY_LOG, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0, 0, []
-    try:
-        info = os.fstat(fd)
-        ino, start = _absorbed_at(store)
-        if ino != info.st_ino or start > info.st_size:
-            start = 0  # a new log (or none was absorbed yet)
-        end = start
+        new_mark = None
         found: list[tuple[tuple[str, str], Record | None]] = []
-        for end, line in complete_lines(fd, start):
-            if b'"step":"owed"' not in line and b'"step":"cancelled"' not in line:
-                continue  # a receipt: nothing to absorb (and not worth decoding)
-            try:
-                entry = _receipt_decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue  # damaged: never guessed at
-            if entry.step == "owed" and entry.record is not None:
-                found.append(((entry.to, entry.record.message.id), entry.record))
-            elif entry.step == "cancelled":
-                found.extend(((entry.to, i), None) for i in entry.ids)
-        return info.st_ino, end, found
+        for fd, start in _ranges(current, current_ino, rotated, rotated_ino, mark):
+            end = start
+            for end, line in complete_lines(fd, start):
+                if b'"step":"owed"' not in line and b'"step":"cancelled"' not in line:
+                    continue  # a receipt: nothing to absorb (and not worth decoding)
+                try:
+                    entry = _receipt_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue  # damaged: never guessed at
+                if entry.step == "owed" and entry.record is not None:
+                    found.append(((entry.to, entry.record.message.id), entry.record))
+                elif entry.step == "cancelled":  # written by sends of earlier versions whose append failed
+                    found.extend(((entry.to, i), None) for i in entry.ids)
+            new_mark = Mark(current_ino if fd == current else rotated_ino, end)  # the last file read
+        return new_mark, found
     finally:
-        os.close(fd)
+        for fd in (current, rotated):
+            if fd >= 0:
+                os.close(fd)
 
 
-def unabsorbed(store: Store) -> dict[tuple[str, str], Record]:
-    """Records logged by sends and not yet absorbed, by (to, id): owed, whatever the folders say
-    (a record is absorbed only into a folder that lacks it)."""
+def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, list[Record], bool] | None:
+    """(the inbox's new mark, the records of its owed lines past `mark`, whether `mark` was
+    no longer valid and the files were read whole); None when nothing was appended since (a
+    stat). Read under the inbox's lock, so no send is half way through."""
+    with store.agent_dir(name) as agent:
+        try:
+            info = os.stat(layout.INBOX, dir_fd=agent.fd, follow_symlinks=False)
+            now = Mark(info.st_ino, info.st_size)
+        except FileNotFoundError:
+            now = Mark(0, 0)
+        if mark is not None and (mark.ino, mark.offset) == (now.ino, now.offset):
+            return None
+        if now.ino == 0 and not agent.exists(layout.INBOX_ROTATED):
+            return now, [], False  # no mail yet (and no lock file made for looking)
+        with agent.locked(layout.INBOX_LOCK, shared=True):
+            current, current_ino = _open(agent, layout.INBOX)
+            rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+            try:
+                found: list[Record] = []
+                end = 0
+                whole = mark is None or mark.ino not in (current_ino, rotated_ino)
+                for fd, start in _ranges(current, current_ino, rotated, rotated_ino, mark):
+                    end, records = _owed_lines(fd, start)
+                    found += records
+                return (Mark(current_ino, end) if current >= 0 else Mark(0, 0)), found, whole and bool(found)
+            finally:
+                for fd in (current, rotated):
+                    if fd >= 0:
+                        os.close(fd)
+
+
+def unabsorbed(store: Store, agent: str | None = None) -> dict[tuple[str, str], Record]:
+    """Records not yet absorbed, by (to, id): owed lines of inboxes past their marks (one
+    agent's, or all) and `owed` lines of the delivery log. Owed, whatever the folders say (a
+    record is absorbed only into a folder that lacks it)."""
+    marks = _marks(store)
     pending: dict[tuple[str, str], Record] = {}
-    for key, record in _log_lines(store)[2]:
+    for key, record in _log_lines(store, marks.log)[1]:
         if record is None:
             pending.pop(key, None)
-        else:
+        elif agent is None or key[0] == agent:
             pending[key] = record
+    for name in [agent] if agent is not None else store.known_agents():
+        found = _inbox_records(store, name, marks.inboxes.get(name))
+        for record in found[1] if found else []:
+            pending[(name, record.message.id)] = record
     return pending
 
 
-_LIST_OVER = 256  # more lines than this: list the state directories once instead of 3 stats a line
+def into_owed(store: Store, records: list[Record], held: set[str] | None = None) -> int:
+    """Write records into owed/ (each durable before its name, the directory once after),
+    skipping any that a state folder holds already (`held`: their file names, when the
+    caller listed them; else a lookup each). Returns how many it wrote."""
+    from .due import now_syncer
 
-
-def absorb(store: Store) -> int:
-    """Move the log's new records into owed/ (the caller holds `delivery.lock`). Idempotent:
-    a record that is in some folder already is left alone, so a sweep killed before it
-    wrote down how far it got only repeats work. Returns how many records it wrote."""
-    ino, end, lines = _log_lines(store)
-    if ino and (ino, end) == _absorbed_at(store):
-        return 0
     folder = store.top(layout.OWED)
     sync = _writer(store, dirs=False)  # the directory once, after all of them
-    held: set[str] | None = None  # every record file, when there are many lines to check
-    if len(lines) > _LIST_OVER:
-        held = {n for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) for n in names(store, f)}
     written = 0
-    for (to, message_id), record in lines:
-        name = record_name(to, message_id)
-        if record is None:
-            folder.unlink(name, missing_ok=True)  # absorbed by a sweep before its send failed
-            if held is not None:
-                held.discard(name)
-            continue
+    for record in records:
+        name = record_name(record.message.to, record.message.id)
         if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
             continue
         if held is not None:
             held.add(name)
         write(store, layout.OWED, record, sync)
         written += 1
-    if lines:
-        store.sync.dir(folder.fd)
-    # Data first here too: an empty file would send the next sweep back to the log's start.
-    store.root_dir().replace(layout.DELIVERY_ABSORBED, f"{ino} {end}\n".encode(), _writer(store))
+    if written:
+        now_syncer(store).dir(folder.fd)
     return written
 
 
+_LIST_OVER = 64  # more records than this: list the state folders once instead of 3 stats a record
+
+
+def absorb(store: Store) -> int:
+    """Take the new records of the inboxes and the log into compact state: parked (relayd.due)
+    when not due for a while, else owed/ (the caller holds `delivery.lock`). Idempotent: a
+    record that a state folder holds already is left alone, so a sweep killed before it
+    wrote down how far it got only repeats work. Returns how many records it took. A log
+    absorbed to its end and past the rotation size is rotated."""
+    from .due import every, held_names, now_syncer, park
+
+    marks = _marks(store)
+    log_mark, lines = _log_lines(store, marks.log)
+    inboxes: dict[str, Mark] = {}
+    # Lines read again from an inbox's start (its mark lost, or its files replaced) or handed
+    # over to the log may be records absorbed long ago and parked since: checked against those.
+    again = bool(lines)
+    for name in store.known_agents():
+        found = _inbox_records(store, name, marks.inboxes.get(name))
+        if found is None:
+            inboxes[name] = marks.inboxes[name]
+            continue
+        inboxes[name] = found[0]
+        lines.extend(((name, record.message.id), record) for record in found[1])
+        again = again or found[2]
+    new = Marks(log=log_mark, inboxes=inboxes)
+    if (new.log, new.inboxes) == (marks.log, marks.inboxes):
+        return 0
+    pending: dict[tuple[str, str], Record] = {}
+    for key, record in lines:
+        if record is not None:
+            pending[key] = record
+        elif pending.pop(key, None) is None:  # a cancel (earlier versions) of a record absorbed before
+            store.top(layout.OWED).unlink(record_name(*key), missing_ok=True)
+    held: set[str] | None = None
+    if len(pending) > _LIST_OVER or again:
+        held = held_names(store)
+        if again:
+            held |= {record_name(r.message.to, r.message.id) for r in every(store)}
+    fresh = [r for (to, i), r in pending.items() if not (record_name(to, i) in held if held is not None else any(store.top(f).exists(record_name(to, i)) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)))]
+    soon = park(store, fresh, store.clock())
+    into_owed(store, soon, held)
+    # Data first here too: a mark past records whose files a crash lost would lose them.
+    store.root_dir().replace(layout.DELIVERY_ABSORBED, json_encoder.encode(new) + b"\n", now_syncer(store))
+    if new.log is not None:
+        _rotate_log(store, new.log)
+    return len(fresh)
+
+
 def needs_absorbing(store: Store) -> bool:
-    """Whether the log grew past the absorbed point (a stat and a small read: no lock)."""
+    """Whether the log or an inbox grew past its mark (a stat each, and a small read: no lock)."""
+    marks = _marks(store)
+    root = store.root_dir()
     try:
-        info = os.stat(layout.DELIVERY_LOG, dir_fd=store.root_dir().fd, follow_symlinks=False)
+        info = os.stat(layout.DELIVERY_LOG, dir_fd=root.fd, follow_symlinks=False)
+        if marks.log is None or (marks.log.ino, marks.log.offset) != (info.st_ino, info.st_size):
+            return True
     except FileNotFoundError:
-        return False
-    return _absorbed_at(store) != (info.st_ino, info.st_size)
+        pass
+    agents = store.top(layout.AGENTS)
+    for name in store.known_agents():
+        mark = marks.inboxes.get(name)
+        try:
+            info = os.stat(f"{name}/{layout.INBOX}", dir_fd=agents.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            if mark is None:
+                return True
+            continue
+        if mark is None or (mark.ino, mark.offset) != (info.st_ino, info.st_size):
+            return True
+    return False
+
+
+def hand_over(store: Store, agent: Dir, name: str) -> None:
+    """Before an inbox rotation drops `inbox.jsonl.1` (under the inbox lock): its owed lines
+    that no sweep absorbed yet go to the delivery log, fsynced at once with the log's directory
+    entry (also under relayd: the rotation that follows must not be durable before they are).
+    Rare: once per rotation size."""
+    mark = _marks(store).inboxes.get(name)
+    current_ino = _ino(agent, layout.INBOX)
+    if mark is not None and mark.ino == current_ino:
+        return  # the sweep is past the file being dropped
+    rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+    if rotated < 0:
+        return
+    try:
+        start = mark.offset if mark is not None and mark.ino == rotated_ino else 0
+        records = _owed_lines(rotated, start)[1]
+    finally:
+        os.close(rotated)
+    if records:
+        from .due import now_syncer
+
+        now = now_syncer(store)
+        open_records(store, records, now)
+        now.dir(store.root_dir().fd)  # (the log may have just been created)
+
+
+def _rotate_log(store: Store, mark: Mark) -> None:
+    """`delivery.jsonl` -> `delivery.jsonl.1` once absorbed to its end and past the rotation size.
+    Under the log's own lock, which every writer takes (and then checks that its descriptor
+    still is the log's), so nothing lands in the old file after it was absorbed; the previous
+    `.1` was absorbed to its end before the mark moved on to this file."""
+    root = store.root_dir()
+    try:
+        fd = root.open(layout.DELIVERY_LOG, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        info = os.fstat(fd)
+        if info.st_ino != mark.ino or info.st_size != mark.offset or info.st_size < store.rotate_bytes:
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_size == mark.offset:  # nothing appended since it was read
+            root.rename(layout.DELIVERY_LOG, layout.DELIVERY_LOG_ROTATED)
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def _ino(folder: Dir, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=folder.fd, follow_symlinks=False).st_ino
+    except FileNotFoundError:
+        return -1
 
 
 def names(store: Store, folder: str) -> list[str]:
@@ -290,8 +529,9 @@ def names(store: Store, folder: str) -> list[str]:
 
 def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
     """For messages of `to` sent with ack: "owed", "acked", "dead_letter", or absent (unknown)."""
-    pending = unabsorbed(store)
-    found: dict[str, str] = {i: layout.OWED for i in ids if (to, i) in pending}
+    from .due import find
+
+    found: dict[str, str] = {}
     for folder in (layout.OWED, layout.ACKED, layout.DEAD_LETTER):
         opened = store.top_if_exists(folder)
         if opened is None:
@@ -299,11 +539,19 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
         for message_id in ids:
             if message_id not in found and opened.exists(record_name(to, message_id)):
                 found[message_id] = folder
+    if len(found) < len(ids):
+        pending = unabsorbed(store, to)
+        found.update({i: layout.OWED for i in ids if i not in found and (to, i) in pending})
+    if len(found) < len(ids):
+        found.update({i: layout.OWED for i in find(store, to, [i for i in ids if i not in found])})
     return found
 
 
 def count_by_agent(store: Store, folder: str) -> dict[str, int]:
-    """How many records each recipient has in `folder` (a listing, no file read)."""
+    """How many records each recipient has in `folder` (a listing, no file read; for owed, also
+    the parked records and those not absorbed yet)."""
+    from .due import counts as parked
+
     counts: dict[str, int] = {}
     listed = names(store, folder)
     for name in listed:
@@ -311,6 +559,8 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
         if parts is not None:
             counts[parts[0]] = counts.get(parts[0], 0) + 1
     if folder == layout.OWED:
+        for to, n in parked(store)[0].items():
+            counts[to] = counts.get(to, 0) + n
         there = set(listed)
         for to, message_id in unabsorbed(store):
             if record_name(to, message_id) not in there:
@@ -320,9 +570,12 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
 
 def owed_ids(store: Store, agent: str) -> set[str]:
     """Ids of the agent's messages that are still owed (gc keeps their lines)."""
+    from .due import every
+
     prefix = f"{agent}."
     found = {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
-    return found | {message_id for to, message_id in unabsorbed(store) if to == agent}
+    found |= {r.message.id for r in every(store) if r.message.to == agent}
+    return found | {message_id for _, message_id in unabsorbed(store, agent)}
 
 
 def due_names(store: Store, now: float) -> tuple[list[str], float | None]:

@@ -11,10 +11,13 @@ Per recipient, four steps:
   dead letter).
 
 Announcements and read times need writing down: the other steps are read off the store
-when asked. They go to `delivery.jsonl`, the append-only delivery log (which also holds the
-owed records of `relayd.owed`), one line per announcement or cursor advance (per recipient
-and moment, not per message: one trigger tells a recipient about all of its unread mail),
-without an fsync -- a lost receipt loses a report, never a message.
+when asked. They go to `delivery.jsonl`, the append-only delivery log (which also holds
+owed records that an inbox rotation handed over, see `relayd.owed`), one line per
+announcement or cursor advance (per recipient and moment, not per message: one trigger
+tells a recipient about all of its unread mail), without an fsync -- a lost receipt loses
+a report, never a message. The sweep rotates the log to `delivery.jsonl.1` once it has
+absorbed it to its end; receipts are read from both, so a message's way shows as long as
+the rotated log reaches back to it.
 
 An announcement that fails comes back to the senders of the mail it was for, once, as a
 message from `relay` (a bounce); the log remembers which messages were bounced.
@@ -28,9 +31,9 @@ from typing import Iterator, Literal
 
 import msgspec
 
-from . import layout, notify, owed
+from . import due, layout, notify, owed
 from .errors import NotFound, RelayError
-from .fsio import append_lines, lines_backward
+from .fsio import Syncer, append_lines, lines_backward
 from .records import Message, json_encoder
 from .registry import operation
 from .store import Store
@@ -60,43 +63,56 @@ class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
 _receipt_decoder = msgspec.json.Decoder(Receipt)
 
 
-def write(store: Store, receipts: list[Receipt], durable: bool = False) -> None:
-    """Append lines to the delivery log in one write. `durable` (owed records) fsyncs it
-    through `store.sync`: under relayd in the round that also makes the send's inbox append
-    durable. Receipts are not fsynced: a lost one loses a report, never a message."""
+def write(store: Store, receipts: list[Receipt], sync: Syncer | None = None) -> None:
+    """Append lines to the delivery log in one write; `sync` (owed records handed over by an
+    inbox rotation) makes them durable. Receipts are not fsynced: a lost one loses a report,
+    never a message."""
     if not receipts:
         return
     payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
-    fd = store.append_fd(layout.DELIVERY_LOG)
-    # Writers lock the log itself (a sidecar lock file would cost an open and a close a line).
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    while True:
+        fd = store.append_fd(layout.DELIVERY_LOG)
+        # Writers lock the log itself (a sidecar lock file would cost an open and a close a line).
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_nlink == 0 or _renamed(store, fd):
+                continue  # rotated away since it was opened (relayd.owed): append to the new log
+            append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
+            if sync is not None:
+                sync.file(fd)
+            return
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _renamed(store: Store, fd: int) -> bool:
     try:
-        append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
-        if durable:
-            store.sync.file(fd)
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        return os.stat(layout.DELIVERY_LOG, dir_fd=store.root_dir().fd, follow_symlinks=False).st_ino != os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return True
 
 
 def newest_first(store: Store, since: str) -> Iterator[Receipt]:
-    """Receipts from the newest back to the first older than `since` (ISO time)."""
-    try:
-        fd = store.root_dir().open(layout.DELIVERY_LOG, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        for _, line in lines_backward(fd):
-            if _OWED_STEP in line[:_STEP_WITHIN]:
-                continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
-            try:
-                receipt = _receipt_decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue  # a torn tail or a damaged line: not a receipt
-            if receipt.ts < since:
-                return
-            yield receipt
-    finally:
-        os.close(fd)
+    """Receipts from the newest back to the first older than `since` (ISO time), through
+    the log and the rotated one before it."""
+    for name in (layout.DELIVERY_LOG, layout.DELIVERY_LOG_ROTATED):
+        try:
+            fd = store.root_dir().open(name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            for _, line in lines_backward(fd):
+                if _OWED_STEP in line[:_STEP_WITHIN]:
+                    continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
+                try:
+                    receipt = _receipt_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue  # a torn tail or a damaged line: not a receipt
+                if receipt.ts < since:
+                    return
+                yield receipt
+        finally:
+            os.close(fd)
 
 
 # -- recording announcements and bouncing failed ones -------------------------------------------
@@ -349,13 +365,16 @@ def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", 
     from datetime import datetime, timezone
 
     name = owed.record_name(to, message_id)
-    if (to, message_id) in owed.unabsorbed(store):
-        return "owed", None
     for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
+        opened = store.top_if_exists(folder)
         try:
-            st = os.stat(name, dir_fd=store.top(folder).fd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=opened.fd, follow_symlinks=False) if opened is not None else None
         except FileNotFoundError:
+            st = None
+        if st is None:
             continue
         at = to_iso(datetime.fromtimestamp(st.st_mtime, timezone.utc)) if state == "acked" else None
         return state, at  # type: ignore[return-value]
+    if (to, message_id) in owed.unabsorbed(store, to) or due.is_parked(store, to, message_id):
+        return "owed", None
     return None, None

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from relayd import layout, owed, timefmt
+from relayd import due, layout, owed, timefmt
 from relayd.client import Client
 from relayd.errors import RelayError
 from relayd.search import SearchQuery, SearchResult, search
@@ -47,19 +47,29 @@ def _clip(m: dict[str, Any]) -> dict[str, Any]:
 def owed_messages(store: Store) -> list[dict[str, Any]]:
     """The copies sent with ack that are not acknowledged yet, soonest due first: who owes
     what to whom, which delivery this is of how many, and when the next one (or the dead
-    letter) comes. Read from owed/ (one small file each) and from the delivery log's records
-    that the sweep has not moved there yet; at most OWED_SHOWN."""
+    letter) comes. Read from owed/ (one small file each), from the inbox lines the sweep has
+    not taken yet, and from the parked records (due later than all of those) until enough
+    are found; at most OWED_SHOWN."""
     listed = owed.names(store, layout.OWED)
     records = [owed.read(store, layout.OWED, name) for name in listed]
     there = set(listed)
     records += [record for (to, message_id), record in owed.unabsorbed(store).items() if owed.record_name(to, message_id) not in there]
+    if len(records) < OWED_SHOWN:
+        held = due.held_names(store)
+        for record in due.every(store):
+            name = owed.record_name(record.message.to, record.message.id)
+            if name not in held:
+                held.add(name)
+                records.append(record)
+            if len(records) >= OWED_SHOWN:
+                break
     shown = []
     for record in records:
         if record is None:
             continue  # acknowledged or dead-lettered meanwhile, or damaged: not owed here
         m = record.message
-        due = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
-        shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": due})
+        when = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
+        shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": when})
     shown.sort(key=lambda o: (o["due"], o["id"]))
     return shown[:OWED_SHOWN]
 

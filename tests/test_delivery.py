@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from relayd import delivery, layout, ops, owed
+from relayd import delivery, due, layout, ops, owed
 from relayd.errors import UsageError
 from relayd.inbox import read_all
 from relayd.store import Store
@@ -59,13 +59,14 @@ def copies(store: Store, agent: str, message_id: str) -> list[int]:
 
 
 def where(store_dir: Path, to: str, message_id: str) -> list[str]:
-    """The states holding the record: its files, and owed while its line waits in the delivery log
-    (absorbed into owed/ only where no folder holds it, so a file and a line count once)."""
+    """The states holding the record: its files, and owed while its inbox line waits for the
+    sweep or it is parked until its due minute (relayd.due); a line or a parked copy counts
+    only where no folder holds the record, so each counts once."""
     name = f"{to}.{message_id}.json"
     found = [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
     if not found:
         with Store(str(store_dir)) as store:
-            if (to, message_id) in owed.unabsorbed(store):
+            if (to, message_id) in owed.unabsorbed(store) or due.is_parked(store, to, message_id):
                 found.append(layout.OWED)
     return found
 
@@ -172,68 +173,100 @@ def test_dlq_retry_makes_a_fresh_owed_message_that_can_be_acknowledged(store: St
         ops.call(store, "dlq_drop", {"id": message_id})
 
 
-def test_a_send_that_died_before_its_append_is_delivered_by_the_sweep_once(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
+def test_a_send_that_died_before_its_append_owes_nothing(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
     import relayd.inbox
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt  # stands in for kill -9 between the record and the append
+        raise KeyboardInterrupt  # stands in for kill -9 before the inbox append
 
     monkeypatch.setattr(relayd.inbox._Appends, "append", crash)  # send's inbox append
     with pytest.raises(KeyboardInterrupt):
         send_owed(store)
     monkeypatch.undo()
-    [(to, message_id)] = owed.unabsorbed(store)  # the record's line in the delivery log, durable before the append
-    assert to == "bob" and os.listdir(store_dir / layout.OWED) == []
-    assert copies(store, "bob", message_id) == []
+    assert owed.unabsorbed(store) == {} and read_all(store, "bob").messages == []
     clock.now += 10
-    ops.call(store, "redeliver", {})
-    ops.call(store, "redeliver", {})
-    assert copies(store, "bob", message_id) == [2]
+    assert ops.call(store, "redeliver", {})["owed"] == 0
+    assert os.listdir(store_dir / layout.OWED) == [] and read_all(store, "bob").messages == []
 
 
-# -- the delivery log: owed records as lines, absorbed by the sweep --------------------------
+# -- the inbox line is the record: absorbed by the sweep, handed over at rotation ------------
 
 _KILLED_BETWEEN_THE_APPENDS = """
 import os, signal, sys
-import relayd.inbox
 from relayd import ops
 from relayd.store import Store
 
 def die(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGKILL)  # after the delivery log's append, before the inbox's
+    os.kill(os.getpid(), signal.SIGKILL)  # after the inbox append, before the event log's
 
-relayd.inbox._Appends.append = die
+Store.emit = die
 with Store(sys.argv[1]) as store:
-    ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "killed mid-send", "ack": True, "ack_wait": "1s"})
+    ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "killed mid-send", "ack": True, "ack_wait": "1s", "max_deliver": 5})
 """
 
 
-def test_kill_9_between_the_log_append_and_the_inbox_append_owes_the_message_once(store: Store, store_dir: Path) -> None:
+def test_kill_9_between_the_inbox_append_and_the_event_owes_the_message_once_with_its_terms(store: Store, store_dir: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_THE_APPENDS, str(store_dir)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     [(to, message_id)] = owed.unabsorbed(store)
-    assert to == "bob" and copies(store, "bob", message_id) == [] and where(store_dir, "bob", message_id) == [layout.OWED]
+    assert to == "bob" and copies(store, "bob", message_id) == [1] and where(store_dir, "bob", message_id) == [layout.OWED]
     assert ops.call(store, "status", {})["delivery"]["owed"] == 1
-    store.clock.now += 10  # type: ignore[attr-defined]
+    # The sweep announces the line that has no event, absorbs it, and (the test's clock is
+    # years past the send's due time) delivers it again, once.
+    swept = ops.call(store, "redeliver", {})
+    assert swept["announced"] == [{"id": message_id, "to": "bob"}] and swept["owed"] == 1
+    assert swept["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 2, "of": 6}]  # the send's own terms
+    assert owed.read(store, layout.OWED, f"bob.{message_id}.json").base == 1.0  # type: ignore[union-attr]
     ops.call(store, "redeliver", {})
-    ops.call(store, "redeliver", {})
-    assert copies(store, "bob", message_id) == [2]  # the delivery it was owed, once
+    assert copies(store, "bob", message_id) == [1, 2]
     assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
     assert where(store_dir, "bob", message_id) == [layout.ACKED]
 
 
-def test_a_torn_log_line_owes_nothing_and_the_next_send_repairs_the_tail(store: Store, clock: Clock, store_dir: Path) -> None:
+def test_an_ack_send_writes_and_fsyncs_the_very_files_a_plain_send_does(store: Store, store_dir: Path, monkeypatch) -> None:
+    """What makes --ack cost what a plain send costs: no file, write or fsync of its own."""
+    from relayd.fsio import NoSync
+
+    class Recording(NoSync):
+        def __init__(self) -> None:
+            self.synced: list[str] = []
+
+        def file(self, fd: int) -> None:
+            self.synced.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), store_dir))
+
+        dir = file
+
+    def one_send(**extra) -> tuple[list[str], list[str]]:
+        before = {p: p.stat().st_size for p in store_dir.rglob("*") if p.is_file()}
+        monkeypatch.setattr(store, "sync", Recording())
+        send_owed(store, **extra)
+        synced = store.sync.synced  # type: ignore[attr-defined]
+        monkeypatch.undo()
+        after = {p: p.stat().st_size for p in store_dir.rglob("*") if p.is_file()}
+        return sorted(str(p.relative_to(store_dir)) for p in after if before.get(p) != after[p]), synced
+
+    one_send(ack=False)  # the first send to bob creates its lock files
+    plain, with_ack = one_send(ack=False), one_send()
+    assert with_ack == plain and plain[0] == ["agents/bob/inbox.jsonl", "events.jsonl"]
+    line = json.loads((store_dir / "agents/bob/inbox.jsonl").read_bytes().splitlines()[-1])
+    assert line["ack"] is True and set(line["owed"]) == {"due", "base", "cap", "max_deliver"}
+    shown = ops.call(store, "read", {"agent": "bob"})["messages"][-1]
+    assert shown["id"] == line["id"] and "owed" not in shown  # readers see the message, not its terms
+
+
+def test_a_torn_inbox_line_owes_nothing_and_the_next_send_repairs_the_tail(store: Store, clock: Clock, store_dir: Path) -> None:
     kept = send_owed(store)
-    log_path = store_dir / layout.DELIVERY_LOG
-    whole = log_path.read_bytes()
+    inbox = store_dir / "agents/bob/inbox.jsonl"
+    whole = inbox.read_bytes()
     torn = send_owed(store)
-    # kill -9 in the middle of the second send's log write: half its line, no newline.
-    with open(log_path, "r+b") as f:
-        f.truncate(len(whole) + (log_path.stat().st_size - len(whole)) // 2)
+    # kill -9 in the middle of the second send's append: half its line, no newline.
+    with open(inbox, "r+b") as f:
+        f.truncate(len(whole) + (inbox.stat().st_size - len(whole)) // 2)
     assert set(owed.unabsorbed(store)) == {("bob", kept)}
+    ops.call(store, "redeliver", {})  # absorbs up to the torn tail, not into it
     later = send_owed(store)
-    assert set(owed.unabsorbed(store)) == {("bob", kept), ("bob", later)}
-    assert all(json.loads(line) for line in log_path.read_bytes().splitlines())  # the torn half was cut back
+    assert set(owed.unabsorbed(store)) == {("bob", later)}
+    assert all(json.loads(line) for line in inbox.read_bytes().splitlines())  # the torn half was cut back
     ops.call(store, "redeliver", {})
     assert sorted(os.listdir(store_dir / layout.OWED)) == sorted(f"bob.{i}.json" for i in (kept, later))
     assert where(store_dir, "bob", torn) == [] and owed.unabsorbed(store) == {}
@@ -253,74 +286,141 @@ def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store
     assert where(store_dir, "bob", acked) == [layout.ACKED] and where(store_dir, "bob", dead) == [layout.DEAD_LETTER]
     assert copies(store, "bob", acked) == [1] and copies(store, "bob", dead) == [1, 2]
     assert all(where(store_dir, "bob", i) == [layout.OWED] for i in others_ids)
+    assert ops.call(store, "status", {})["delivery"]["owed"] == len(others_ids)  # each once, however often absorbed
 
 
-def test_a_failed_send_logs_its_records_as_cancelled(store: Store, store_dir: Path, monkeypatch) -> None:
+def test_a_failed_send_owes_nothing_where_its_append_was_taken_back(store: Store, store_dir: Path, monkeypatch) -> None:
     import relayd.inbox
     from relayd.errors import StoreError
 
-    def full(*args, **kwargs):
-        raise StoreError("inbox.jsonl: No space left on device")  # the append fails after the records were logged
+    real_append = relayd.inbox._Appends.append
+
+    def full(self, recipient, messages):
+        if recipient == "leader":
+            raise StoreError("inbox.jsonl: No space left on device")  # after bob's append was written
+        real_append(self, recipient, messages)
 
     monkeypatch.setattr(relayd.inbox._Appends, "append", full)
     with pytest.raises(StoreError):
-        send_owed(store)
+        ops.call(store, "send", {"agent": "alice", "to": ["bob", "leader"], "body": "to both", "ack": True})
     monkeypatch.undo()
-    assert b'"step":"cancelled"' in (store_dir / layout.DELIVERY_LOG).read_bytes()
-    assert owed.unabsorbed(store) == {}
+    assert read_all(store, "bob").messages == [] and owed.unabsorbed(store) == {}
     ops.call(store, "redeliver", {})
     assert os.listdir(store_dir / layout.OWED) == []
 
 
-def test_record_files_of_older_stores_are_honoured(store: Store, clock: Clock, store_dir: Path) -> None:
-    """Stores written before the log hold one file per owed record and no log: swept, acked, tracked as before."""
-    message_id = send_owed(store)
+def test_records_of_older_stores_are_honoured(store: Store, clock: Clock, store_dir: Path) -> None:
+    """Stores written before hold one file per owed record, or an `owed` line in the delivery log
+    with the log's mark as "<inode> <offset>", and inbox lines without terms: swept, acked, tracked as before."""
+    from relayd.inbox import append_messages
+    from relayd.records import Message
+
+    policy = owed.policy_for(store, None, None)
+    filed, logged = (Message(id=i, ts="2030-03-17T17:46:40.000Z", from_="alice", to="bob", subject=i[-4:], body="old", ack=True, attempt=1) for i in (ANOTHER_ULID, "01ARZ3NDEKTSV4RRFFQ69G5FAW"))
+    append_messages(store, "bob", [filed, logged])
     with store.root_dir().locked(layout.DELIVERY_LOCK):
-        owed.absorb(store)
-    for name in (layout.DELIVERY_LOG, layout.DELIVERY_ABSORBED):
-        (store_dir / name).unlink()
-    assert os.listdir(store_dir / layout.OWED) == [f"bob.{message_id}.json"]
-    assert ops.call(store, "status", {})["delivery"]["owed"] == 1
+        owed.absorb(store)  # (the inbox lines hold no terms: nothing to absorb from them)
+    owed.write(store, layout.OWED, owed.new_record(store, filed, policy))
+    size = (store_dir / layout.DELIVERY_LOG).stat().st_size if (store_dir / layout.DELIVERY_LOG).exists() else 0
+    owed.open_records(store, [owed.new_record(store, logged, policy)])
+    (store_dir / layout.DELIVERY_ABSORBED).write_text(f"{(store_dir / layout.DELIVERY_LOG).stat().st_ino} {size}\n")
+    assert ops.call(store, "status", {})["delivery"]["owed"] == 2
     clock.now += 10
-    assert [r["id"] for r in ops.call(store, "redeliver", {})["redelivered"]] == [message_id]
-    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
-    assert ops.call(store, "track", {"id": message_id})["recipients"][0]["ack"] == "acked"
-    assert where(store_dir, "bob", message_id) == [layout.ACKED]
+    assert sorted(r["id"] for r in ops.call(store, "redeliver", {})["redelivered"]) == sorted([filed.id, logged.id])
+    assert all(r["outcome"] == "acked" for r in ops.call(store, "ack", {"agent": "bob", "ids": [filed.id, logged.id]})["results"])
+    assert ops.call(store, "track", {"id": logged.id})["recipients"][0]["ack"] == "acked"
+    assert where(store_dir, "bob", filed.id) == where(store_dir, "bob", logged.id) == [layout.ACKED]
 
 
-def test_a_sweep_that_died_while_dead_lettering_tells_nobody_twice(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
-    message_id = send_owed(store, max_deliver=1)
-    clock.now += 5
-    ops.call(store, "redeliver", {})  # attempt 2
-    clock.now += 100
-    real_move = delivery._move
+def test_an_inbox_rotated_twice_before_any_sweep_loses_no_record(store_dir: Path, clock: Clock) -> None:
+    """Each rotation drops the older `.1`: its owed lines no sweep took yet are handed to the
+    delivery log first, so the sweep finds every record, however late it runs."""
+    with Store(str(store_dir), fsync=False, clock=clock, rand=random.Random(7).random, rotate_bytes=4096) as small:
+        ops.call(small, "init", {})
+        for name in ("alice", "bob"):
+            ops.call(small, "register", {"name": name})
+        sent = []
+        for round_ in range(6):
+            sent.append(send_owed(small, ack_wait="1s", max_deliver=1))
+            for _ in range(15):  # ~200 bytes each: a rotation every two rounds or so
+                ops.call(small, "send", {"agent": "alice", "to": ["bob"], "body": f"chatter {round_} " + "x" * 100})
+        assert not any(m.id == sent[0] for m in read_all(small, "bob").messages)  # its file is gone
+        assert set(owed.unabsorbed(small)) == {("bob", i) for i in sent}
+        assert ops.call(small, "status", {})["delivery"]["owed"] == len(sent)
+        clock.now += 10
+        swept = ops.call(small, "redeliver", {})
+        assert sorted(r["id"] for r in swept["redelivered"]) == sorted(sent)
+        assert all(where(store_dir, "bob", i) == [layout.OWED] for i in sent)
 
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt  # after the escalations were appended, before the rename
 
-    monkeypatch.setattr(delivery, "_move", crash)
-    with pytest.raises(KeyboardInterrupt):
-        ops.call(store, "redeliver", {})
-    monkeypatch.setattr(delivery, "_move", real_move)
-    assert where(store_dir, "bob", message_id) == [layout.OWED]
-    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "dead_lettered"
-    ops.call(store, "redeliver", {})
-    assert where(store_dir, "bob", message_id) == [layout.DEAD_LETTER]
-    for told in ("alice", "leader"):
-        assert len([m for m in read_all(store, told).messages if m.type == "escalation"]) == 1
+def test_the_delivery_log_rotates_once_absorbed_and_receipts_are_read_from_both(store_dir: Path, clock: Clock) -> None:
+    with Store(str(store_dir), fsync=False, clock=clock, rotate_bytes=2048) as small:
+        ops.call(small, "init", {})
+        for name in ("alice", "bob"):
+            ops.call(small, "register", {"name": name})
+        message_id = ops.call(small, "send", {"agent": "alice", "to": ["bob"], "body": "hello"})["messages"][0]["id"]
+        ops.call(small, "announced", {"agent": "bob", "how": "hook"})
+        for _ in range(40):
+            ops.call(small, "announced", {"agent": "alice", "how": "channel"})  # ~100 bytes each, past 2 KiB
+        ops.call(small, "redeliver", {})  # absorbed to its end: rotated
+        log, rotated = store_dir / layout.DELIVERY_LOG, store_dir / layout.DELIVERY_LOG_ROTATED
+        assert rotated.exists() and not log.exists()
+        ops.call(small, "announced", {"agent": "alice", "how": "channel"})  # a new log
+        assert log.stat().st_size < 200
+        way = ops.call(small, "track", {"id": message_id})["recipients"][0]
+        assert way["announced"]["how"] == "hook"  # found in the rotated log
+        first_rotated = rotated.stat().st_ino
+        for _ in range(40):
+            ops.call(small, "announced", {"agent": "alice", "how": "channel"})
+        ops.call(small, "redeliver", {})
+        assert rotated.stat().st_ino != first_rotated and not log.exists()
 
 
-def test_the_sweep_reads_only_owed_records(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
-    """Cost: a sweep opens due records only; it never reads an inbox to find them."""
+def test_an_idle_sweep_reads_no_inbox(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
+    """Cost: the sweep reads an inbox only past the point it absorbed (a stat says there is
+    nothing new), and opens due records only."""
     owed_ids = [send_owed(store, ack_wait="1h") for _ in range(5)]
     for _ in range(50):
         ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "chatter"})
+    assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
     import relayd.inbox
+    import relayd.owed
 
     opened = []
     monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
+    monkeypatch.setattr(relayd.owed, "_open", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
+    monkeypatch.setattr(relayd.owed, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
+    monkeypatch.setattr(due, "_lines", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
     assert opened == []
+
+
+def test_records_due_later_are_parked_by_minute_and_come_back_at_their_moment(store: Store, clock: Clock, store_dir: Path) -> None:
+    """A record not due within the current minute is a line of due/<minute>.jsonl, not a file
+    of owed/: acknowledged from there, counted, tracked, and moved to owed/ when its minute begins."""
+    early, later = send_owed(store, ack_wait="1h", max_deliver=1), send_owed(store, ack_wait="1h", max_deliver=1)
+    swept = ops.call(store, "redeliver", {})
+    assert swept["owed"] == 2 and os.listdir(store_dir / layout.OWED) == [] and len(os.listdir(store_dir / layout.DUE)) >= 1
+    assert ops.call(store, "status", {})["delivery"]["owed_by_agent"] == {"bob": 2}
+    assert ops.call(store, "read", {"agent": "bob"})["delivery"] == {early: "owed", later: "owed"}
+    assert ops.call(store, "ack", {"agent": "leader", "ids": [early]})["results"] == [{"id": early, "outcome": "not_yours", "owner": "bob"}]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [early]})["results"] == [{"id": early, "outcome": "acked", "attempt": 1}]
+    assert where(store_dir, "bob", early) == [layout.ACKED] and ops.call(store, "track", {"id": early})["recipients"][0]["ack"] == "acked"
+    assert early not in [r.message.id for r in due.every(store)]  # its parked line is settled
+    record = owed.unabsorbed(store) or {}
+    assert record == {}
+    due_at = [r.due for r in due.every(store)]
+    assert len(due_at) == 1 and swept["next_due"] is not None
+    clock.now = due_at[0] - 0.001  # its minute has begun (into owed/), its moment not yet
+    assert ops.call(store, "redeliver", {})["redelivered"] == [] and os.listdir(store_dir / layout.OWED) == [f"bob.{later}.json"]
+    assert f"{due.minute(due_at[0])}.jsonl" not in os.listdir(store_dir / layout.DUE)  # emptied into owed/, removed
+    clock.now = due_at[0]
+    assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": later, "to": "bob", "attempt": 2, "of": 2}]
+    # Its next wait is an hour or so again: parked again, not left in owed/.
+    assert os.listdir(store_dir / layout.OWED) == [] and where(store_dir, "bob", later) == [layout.OWED]
+    clock.now += 3 * 3600
+    assert ops.call(store, "redeliver", {})["dead_lettered"][0]["id"] == later
+    assert where(store_dir, "bob", later) == [layout.DEAD_LETTER] and ops.call(store, "redeliver", {})["owed"] == 0
 
 
 # -- the CLI, with relayd up and down -------------------------------------------------------
@@ -578,3 +678,64 @@ def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(sw
     with Store(str(store_dir)) as store:
         assert Counter(m.id for m in read_all(store, "bob").messages) == Counter({message_id: 3 for message_id in sent})
 
+
+_KILLED_WHILE_PARKED = """
+import os, signal, sys
+from relayd import delivery, due, ops
+from relayd.store import Store
+
+point, now, message_id = sys.argv[2], float(sys.argv[3]), sys.argv[4]
+real_park, real_settle = due.park, due.settle
+
+def park_then_die(store, records, when):
+    soon = real_park(store, records, when)
+    if len(soon) < len(records):  # a record parked again: killed before its owed/ file goes
+        os.kill(os.getpid(), signal.SIGKILL)
+    return soon
+
+def die_before_settling(*args):
+    os.kill(os.getpid(), signal.SIGKILL)  # acked/ holds the record; its parked line stays
+
+due.park = park_then_die if point == "redelivery" else real_park
+due.settle = die_before_settling
+with Store(sys.argv[1], clock=lambda: now, rand=lambda: 1.0) as store:
+    if point == "redelivery":
+        ops.call(store, "redeliver", {})
+    else:
+        ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})
+"""
+
+
+@pytest.mark.parametrize("point", ["redelivery", "ack"])
+def test_kill_9_between_a_parked_copy_and_its_state_file_leaves_one_state_and_no_repeat(store: Store, clock: Clock, store_dir: Path, point: str) -> None:
+    """A redelivery parks the record, then removes its owed/ file; an ack writes acked/, then
+    settles the parked line: SIGKILL between the two leaves the folder's state, which wins."""
+    store.rand = lambda: 1.0  # every wait its full length: an hour, then two
+    message_id = send_owed(store, ack_wait="1h", max_deliver=3)
+    ops.call(store, "redeliver", {})  # parked for its due minute
+    [first_due] = [r.due for r in due.every(store)]
+    when = first_due if point == "redelivery" else clock.now
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_PARKED, str(store_dir), point, repr(when), message_id], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    if point == "ack":
+        assert where(store_dir, "bob", message_id) == [layout.ACKED]
+        assert [r.message.id for r in due.every(store)] == [message_id]  # the parked line the kill left
+        clock.now = first_due + 10_000
+        assert ops.call(store, "redeliver", {})["messages"] == []  # its minute came: the folder wins, nothing delivered
+        assert ops.call(store, "status", {})["delivery"]["owed"] == 0 and os.listdir(store_dir / layout.DUE) == []
+        assert copies(store, "bob", message_id) == [1]
+        return
+    assert copies(store, "bob", message_id) == [1, 2]
+    assert where(store_dir, "bob", message_id) == [layout.OWED]  # its owed/ file (attempt 2) and a parked copy of it
+    record = owed.read(store, layout.OWED, f"bob.{message_id}.json")
+    assert record is not None and record.attempt == 2
+    clock.now = record.due - 1
+    swept = ops.call(store, "redeliver", {})
+    assert swept["redelivered"] == [] and copies(store, "bob", message_id) == [1, 2]  # no attempt twice
+    assert swept["announced"] == [{"id": message_id, "to": "bob"}]  # attempt 2's event, which the kill cut off
+    clock.now = record.due
+    assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 3, "of": 4}]
+    assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
+    clock.now += 100_000  # every parked minute has come: nothing more
+    assert ops.call(store, "redeliver", {})["messages"] == [] and ops.call(store, "redeliver", {})["owed"] == 0
+    assert copies(store, "bob", message_id) == [1, 2, 3] and where(store_dir, "bob", message_id) == [layout.ACKED]

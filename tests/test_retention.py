@@ -8,7 +8,7 @@ from pathlib import Path
 
 from relayd import ops
 from relayd.inbox import append_messages, read_all
-from relayd.owed import open_record, policy_for
+from relayd.owed import owing, policy_for
 from relayd.records import Message
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
@@ -32,9 +32,9 @@ def _rotated_inbox(store_dir: Path, read_first: int, ages: list[int] = [40] * 10
         ops.call(store, "register", {"name": "bob"})
         olds = [_message("bob", f"old-{n}", timedelta(days=age)) for n, age in enumerate(ages)]
         if owed is not None:
-            olds[owed].ack = True
+            olds[owed].ack, olds[owed].attempt = True, 1
             store.rand = lambda: 1.0  # the full wait: not due again during the test
-            open_record(store, olds[owed], policy_for(store, "1h", None))  # as a send with ack does
+            olds[owed] = owing(store, olds[owed], policy_for(store, "1h", None))  # its line owes, as a send with ack writes it
         append_messages(store, "bob", olds)
         if read_first:
             ops.call(store, "read", {"agent": "bob", "unread": True, "last": read_first, "mark_read": True})

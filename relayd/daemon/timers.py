@@ -4,7 +4,7 @@ GC runs store functions in the loop thread like any request. The redelivery swee
 in a worker thread on a store of its own with direct-mode fsyncs, exactly as a
 `relayctl redeliver` beside relayd would (delivery.lock keeps them apart, its events reach
 subscribers and notifications through the event log): absorbing many owed records
-(relayd.owed) creates a file each, which must not hold up every client's request. A stale agent is announced
+(relayd.owed) reads inboxes and writes records, which must not hold up every client's request. A stale agent is announced
 once, as a `presence` event with action `stale` appended to events.jsonl (so it reaches
 subscribers the same way as everything else); it is announced again only after it has
 been alive in between.
