@@ -295,6 +295,22 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+def _mail_to_alpha_is_answered_as_alpha(team: Team, relayctl, ready: str) -> None:
+    """Once alpha's pane shows `ready`, mail for alpha reaches its program's model (which is
+    scripted to answer through relay's send_message), and the answer arrives as alpha's."""
+    pane = team.panes()["alpha"][0]
+    screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
+    wait_for(f"{ready!r} in alpha's pane", lambda: ready in screen(), timeout=90)
+    relayctl("register", "boss")
+    relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+    inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
+    try:
+        wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
+    except AssertionError:
+        raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
+    assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+
+
 def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
     """Gemini CLI reads MCP servers from one project-wide settings file: `up` writes relay-mcp
     there with the role `$RELAY_AGENT`, which the real Gemini CLI fills in from the pane's
@@ -326,18 +342,7 @@ def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agen
         relayctl("up", str(team.file))
         written = json.loads((team.repo / ".gemini" / "settings.json").read_text())
         assert written["mcpServers"]["relay"]["env"]["OVLD_ROLE"] == "$RELAY_AGENT"
-        pane = team.panes()["alpha"][0]
-        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
-        wait_for("Gemini CLI's prompt", lambda: "Type your message" in screen(), timeout=90)
-
-        relayctl("register", "boss")
-        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
-        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
-        try:
-            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
-        except AssertionError:
-            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
-        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Type your message")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
@@ -369,18 +374,7 @@ def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent
                         PATH=f"{codex.parent}:{team.env['PATH']}", TERM="xterm-256color")
         started = relayctl("up", str(team.file))
         assert "still shows" not in started.stdout, started.stdout  # the hook review was answered
-        pane = team.panes()["alpha"][0]
-        screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
-        wait_for("Codex's prompt", lambda: "Ask Codex to do anything" in screen(), timeout=90)
-
-        relayctl("register", "boss")
-        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
-        inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731
-        try:
-            wait_for("the model's answer in boss's inbox", lambda: inbox(), timeout=120)
-        except AssertionError:
-            raise AssertionError(f"no answer came through relay-mcp; the pane shows:\n{screen()}") from None
-        assert [(m["from"], m["subject"]) for m in inbox()] == [("alpha", "hotfix deployed")]
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Ask Codex to do anything")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
