@@ -6,6 +6,7 @@ import click
 
 from . import actions
 from .context import settings
+from .options import declared
 
 
 @click.command()
@@ -39,7 +40,7 @@ def register(name: str, program, model, task, bead, notify, session) -> None:
 
 
 @click.command()
-@click.option("--task", metavar="TEXT", help="Also update the task description.")
+@declared("heartbeat", "--task", metavar="TEXT", help="Also update the task description.")
 def heartbeat(task: str | None) -> None:
     """Refresh your heartbeat so others see you as alive (run it every minute or so).
 
@@ -69,10 +70,10 @@ def set_status(status: str, task: str | None) -> None:
 
 
 @click.command()
-@click.option("--agents", "only_agents", is_flag=True, help="Show only agents.")
-@click.option("--reservations", "only_reservations", is_flag=True, help="Show only reservations.")
-@click.option("--commands", "only_commands", is_flag=True, help="Show only pending commands.")
-@click.option("--stale", default="5m", show_default=True, metavar="DURATION", help="Heartbeat age after which an agent counts as stale.")
+@declared("status", "--agents", help="Show only agents.")
+@declared("status", "--reservations", help="Show only reservations.")
+@declared("status", "--commands", help="Show only pending commands.")
+@declared("status", "--stale", show_default=True, metavar="DURATION", help="Heartbeat age after which an agent counts as stale.")
 def status(only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     """Show agents (alive or stale), reservations and pending commands, and whether relayd runs;
     how each agent's mail reaches it (register --notify) and, when announcing it keeps failing,

@@ -5,29 +5,29 @@ from __future__ import annotations
 import click
 
 import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
-from relayd.records import PRIORITIES
 
 from . import actions
 from .actions import render_message  # noqa: F401  (cmd_delivery prints dead letters with it)
 from .context import settings
+from .options import declared
 
 
 @click.command()
 @click.argument("args", nargs=-1, metavar="[TO] MESSAGE")
-@click.option("--subject", metavar="TEXT", help="Subject line. [default: the first 80 characters of the message]")
-@click.option("--thread", metavar="ID", help="Thread id, e.g. a bead or ticket id.")
-@click.option("--priority", default="normal", show_default=True, type=click.Choice([*PRIORITIES, "critical"], case_sensitive=False), help="critical is accepted as urgent.")
-@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
-@click.option("--broadcast", is_flag=True, help="Send to every registered agent except yourself.")
-@click.option("--type", "type_", metavar="TYPE", help="Message type: one of the IGNITE types listed above (another word is stored too, with a warning).")
-@click.option("--ack", is_flag=True, help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
-@click.option("--ack-wait", metavar="DURATION", help="With --ack: backoff base; the wait after delivery n is random(0, min(cap, ACK_WAIT*2^(n-1))). [config.json delivery.ack_wait, 5s]")
-@click.option("--max-deliver", type=int, metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
-@click.option("--wake", is_flag=True, help="Also wake the orchestrator after sending (see relayctl wake).")
-@click.option("--mime", "mime_files", multiple=True, metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
-@click.option("--id", "message_id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
-@click.option("--wait", "wait_for", type=click.Choice(["read", "ack"]), help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
-@click.option("--timeout", default="5m", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
+@declared("send", "--subject", metavar="TEXT", help="Subject line. [default: the first 80 characters of the message]")
+@declared("send", "--thread", metavar="ID", help="Thread id, e.g. a bead or ticket id.")
+@declared("send", "--priority", show_default=True, help="critical is accepted as urgent.")
+@declared("send", "--tag", metavar="TAG", help="Add a tag (repeatable).")
+@declared("send", "--broadcast", help="Send to every registered agent except yourself.")
+@declared("send", "--type", metavar="TYPE", help="Message type: one of the IGNITE types listed above (another word is stored too, with a warning).")
+@declared("send", "--ack", help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
+@declared("send", "--ack-wait", metavar="DURATION", help="With --ack: backoff base; the wait after delivery n is random(0, min(cap, ACK_WAIT*2^(n-1))). [config.json delivery.ack_wait, 5s]")
+@declared("send", "--max-deliver", metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
+@declared("send", "--wake", help="Also wake the orchestrator after sending (see relayctl wake).")
+@declared("send", "--mime", metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
+@declared("send", "--id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
+@declared("send", "--wait", help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
+@declared("send", "--timeout", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
 def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
@@ -61,14 +61,14 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
 
 
 @click.command()
-@click.option("--from", "from_", metavar="AGENT", help="Only messages from AGENT.")
-@click.option("--thread", metavar="ID", help="Only messages in thread ID.")
-@click.option("--since", metavar="WHEN", help="Only newer messages: a duration (30m, 1h) or a date (2026-02-16).")
-@click.option("--unread", is_flag=True, help="Only messages past your read cursor, oldest first.")
-@click.option("--last", default=20, show_default=True, metavar="N", type=click.IntRange(min=0), help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
-@click.option("--mark-read", is_flag=True, help="Move your read cursor past the messages shown.")
-@click.option("--tail", is_flag=True, help="Then keep printing each new message once, in order, until Ctrl-C (with --mark-read: every unread one, marked read as shown).")
-@click.option("--format", "format_", type=click.Choice(["text", "mime"]), default="text", show_default=True, help="mime: each message as an IGNITE message file (Subject and X-Relay-* headers keep relay's own fields).")
+@declared("read", "--from", metavar="AGENT", help="Only messages from AGENT.")
+@declared("read", "--thread", metavar="ID", help="Only messages in thread ID.")
+@declared("read", "--since", metavar="WHEN", help="Only newer messages: a duration (30m, 1h) or a date (2026-02-16).")
+@declared("read", "--unread", help="Only messages past your read cursor, oldest first.")
+@declared("read", "--last", show_default=True, metavar="N", help="At most N messages (the newest N; with --unread the oldest N unread). 0 = no limit.")
+@declared("read", "--mark-read", help="Move your read cursor past the messages shown.")
+@declared("read", "--tail", help="Then keep printing each new message once, in order, until Ctrl-C (with --mark-read: every unread one, marked read as shown).")
+@declared("read", "--format", show_default=True, help="mime: each message as an IGNITE message file (Subject and X-Relay-* headers keep relay's own fields).")
 def read(from_, thread, since, unread, last, mark_read, tail, format_) -> None:
     """Read your inbox. Reading never deletes; --mark-read moves your cursor.
 

@@ -47,15 +47,19 @@ PRIORITIES = ("low", "normal", "high", "urgent", "critical")  # a choice, matche
 
 
 class Spec:
-    """What the fast path accepts of one command: its options (spelling -> parameter,
-    kind), every parameter's default (those of options it leaves to click too), whether
-    it takes positional arguments, and whether its operation changes the store."""
+    """One command's options, the one definition both front ends read: `options` are those
+    the fast path parses (spelling -> parameter, kind, default), `full_only` those only the
+    click command takes (it declines them here; their defaults still fill the call). The
+    click command is built from both (relayctl.options.declared), so a spelling, parameter
+    name, kind or default cannot differ between the two. Also: whether the command takes
+    positional arguments, and whether its operation changes the store."""
 
-    __slots__ = ("options", "defaults", "positional", "mutates", "module")
+    __slots__ = ("options", "defaults", "declared", "positional", "mutates", "module")
 
-    def __init__(self, options: dict[str, tuple[str, Any]], defaults: dict[str, Any], positional: str | None, mutates: bool, module: str) -> None:
-        self.options = options
-        self.defaults = defaults
+    def __init__(self, options: dict[str, tuple[str, Any, Any]], full_only: dict[str, tuple[str, Any, Any]], positional: str | None, mutates: bool, module: str) -> None:
+        self.declared = {**options, **full_only}
+        self.options = {spelling: (param, kind) for spelling, (param, kind, _) in options.items()}
+        self.defaults = {param: default for param, _, default in self.declared.values()}
         self.positional = positional
         self.mutates = mutates
         self.module = module  # registers the operation, for direct mode (ops.table() would load them all)
@@ -64,40 +68,53 @@ class Spec:
 COMMANDS: dict[str, Spec] = {
     "send": Spec(
         {
-            "--subject": ("subject", TEXT),
-            "--thread": ("thread", TEXT),
-            "--priority": ("priority", PRIORITIES),
-            "--tag": ("tags", MANY),
-            "--broadcast": ("broadcast", FLAG),
-            "--type": ("type_", TEXT),
-            "--ack": ("ack", FLAG),
-            "--ack-wait": ("ack_wait", TEXT),
-            "--max-deliver": ("max_deliver", INT),
-            "--id": ("message_id", TEXT),
-        },  # --wake, --mime, --wait: the full CLI
-        {"subject": None, "thread": None, "priority": "normal", "tags": (), "broadcast": False, "type_": None, "ack": False, "ack_wait": None, "max_deliver": None, "wake": False, "mime_files": (), "message_id": None, "wait_for": None, "timeout": "5m"},
+            "--subject": ("subject", TEXT, None),
+            "--thread": ("thread", TEXT, None),
+            "--priority": ("priority", PRIORITIES, "normal"),
+            "--tag": ("tags", MANY, ()),
+            "--broadcast": ("broadcast", FLAG, False),
+            "--type": ("type_", TEXT, None),
+            "--ack": ("ack", FLAG, False),
+            "--ack-wait": ("ack_wait", TEXT, None),
+            "--max-deliver": ("max_deliver", INT, None),
+            "--id": ("message_id", TEXT, None),
+        },
+        {
+            "--wake": ("wake", FLAG, False),
+            "--mime": ("mime_files", MANY, ()),
+            "--wait": ("wait_for", ("read", "ack"), None),
+            "--timeout": ("timeout", TEXT, "5m"),
+        },
         "args",
         True,
         "relayd.inbox",
     ),
     "read": Spec(
         {
-            "--from": ("from_", TEXT),
-            "--thread": ("thread", TEXT),
-            "--since": ("since", TEXT),
-            "--unread": ("unread", FLAG),
-            "--last": ("last", COUNT),
-            "--mark-read": ("mark_read", FLAG),
-        },  # --tail, --format: the full CLI
-        {"from_": None, "thread": None, "since": None, "unread": False, "last": 20, "mark_read": False, "tail": False, "format_": "text"},
+            "--from": ("from_", TEXT, None),
+            "--thread": ("thread", TEXT, None),
+            "--since": ("since", TEXT, None),
+            "--unread": ("unread", FLAG, False),
+            "--last": ("last", COUNT, 20),
+            "--mark-read": ("mark_read", FLAG, False),
+        },
+        {
+            "--tail": ("tail", FLAG, False),
+            "--format": ("format_", ("text", "mime"), "text"),
+        },
         None,
         True,
         "relayd.inbox",
     ),
-    "heartbeat": Spec({"--task": ("task", TEXT)}, {"task": None}, None, True, "relayd.agents"),
+    "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents"),
     "status": Spec(
-        {"--agents": ("only_agents", FLAG), "--reservations": ("only_reservations", FLAG), "--commands": ("only_commands", FLAG), "--stale": ("stale", TEXT)},
-        {"only_agents": False, "only_reservations": False, "only_commands": False, "stale": "5m"},
+        {
+            "--agents": ("only_agents", FLAG, False),
+            "--reservations": ("only_reservations", FLAG, False),
+            "--commands": ("only_commands", FLAG, False),
+            "--stale": ("stale", TEXT, "5m"),
+        },
+        {},
         None,
         False,
         "relayd.overview",
