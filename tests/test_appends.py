@@ -49,7 +49,7 @@ def queue_for_another_host(store: Store) -> str:
 
 
 def log_owed_record(store: Store) -> str:
-    receipts.write(store, [receipts.Receipt(ts=now_iso(), step="announced", to="bob", how="tmux")], durable=True)
+    receipts.write(store, [receipts.Receipt(ts=now_iso(), step="announced", to="bob", how="tmux")], sync=store.sync)  # as an inbox rotation hands owed lines over
     return os.path.join(store.root, layout.DELIVERY_LOG)
 
 
