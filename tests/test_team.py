@@ -339,6 +339,7 @@ def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agen
     with ScriptedModel(gemini_responder(turn)) as model:
         team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="scripted-key",
                         PATH=f"{gemini.parent}:{team.env['PATH']}", TERM="xterm-256color")
+        team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
         relayctl("up", str(team.file))
         written = json.loads((team.repo / ".gemini" / "settings.json").read_text())
         assert written["mcpServers"]["relay"]["env"]["OVLD_ROLE"] == "$RELAY_AGENT"
