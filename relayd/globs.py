@@ -18,6 +18,11 @@ segments, so the product also tracks "at a segment start" and refuses `/` there.
 
 from __future__ import annotations
 
+try:
+    from _functools import _lru_cache_wrapper
+except ImportError:  # pragma: no cover - an interpreter without CPython's C helpers
+    from functools import _lru_cache_wrapper  # type: ignore[attr-defined,no-redef]
+
 from .errors import UsageError
 
 MAX_PATTERN = 1024
@@ -34,27 +39,21 @@ class PatternError(UsageError):
 
 
 def _cached(maxsize: int):
-    """Memoize a pure function of hashable arguments, emptied when `maxsize` are held: what
-    functools.lru_cache gives these functions, without importing functools and collections
-    (several milliseconds of the start-up of the pre-commit guard, which loads this module)."""
+    """functools.lru_cache(maxsize), built on the C wrapper it uses, `_functools`, which is
+    part of the interpreter: functools itself imports collections and more (several
+    milliseconds of the start-up of the pre-commit guard, which loads this module), and a
+    memo written in Python costs every call more than the conflict check can spare."""
 
     def wrap(func):
-        memo: dict = {}
-
-        def cached(*args):
-            try:
-                return memo[args]
-            except KeyError:
-                if len(memo) >= maxsize:
-                    memo.clear()
-                value = memo[args] = func(*args)
-                return value
-
-        cached.__doc__, cached.__name__, cached.__wrapped__ = func.__doc__, func.__name__, func  # type: ignore[attr-defined]
-        cached.cache_clear = memo.clear  # type: ignore[attr-defined]
+        cached = _lru_cache_wrapper(func, maxsize, False, _cache_info)
+        cached.__doc__, cached.__name__, cached.__wrapped__ = func.__doc__, func.__name__, func
         return cached
 
     return wrap
+
+
+def _cache_info(hits: int, misses: int, maxsize: int, currsize: int) -> tuple[int, int, int, int]:
+    return hits, misses, maxsize, currsize
 
 
 # -- character sets -----------------------------------------------------------------------
