@@ -11,7 +11,7 @@ two modes give identical answers.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -71,23 +71,20 @@ def run(store: Store, op: Operation, params: object) -> Any:
     """Run `op` on `store` (the one dispatcher); returns what the operation returns.
 
     Raises the operation's RelayError, or `Internal` (chained to the exception) for a bug."""
-    params = decode_params(op, params)
-    require_store(store, op)
-    try:
-        return op.run(store, params)
-    except RelayError:
-        raise
-    except Exception as exc:
-        raise internal(op.name, exc) from exc
+    return _checked(store, op, op.run, decode_params(op, params))
 
 
 def run_batch(store: Store, op: Operation, params: list[msgspec.Struct]) -> list[Any]:
     """Run many decoded requests of a batchable `op` as one: a result or a RelayError for
     each, in order. The same checks and errors as `run`; a bug fails them all (`Internal`)."""
     assert op.batch is not None
+    return _checked(store, op, op.batch, params)
+
+
+def _checked(store: Store, op: Operation, func: Callable[[Store, Any], Any], params: Any) -> Any:
     require_store(store, op)
     try:
-        return op.batch(store, params)
+        return func(store, params)
     except RelayError:
         raise
     except Exception as exc:
