@@ -300,7 +300,10 @@ def _mail_to_alpha_is_answered_as_alpha(team: Team, relayctl, ready: str) -> Non
     scripted to answer through relay's send_message), and the answer arrives as alpha's."""
     pane = team.panes()["alpha"][0]
     screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
-    wait_for(f"{ready!r} in alpha's pane", lambda: ready in screen(), timeout=90)
+    try:
+        wait_for(f"{ready!r} in alpha's pane", lambda: ready in screen(), timeout=90)
+    except AssertionError:
+        raise AssertionError(f"{ready!r} never showed; the pane shows:\n{screen()}") from None
     relayctl("register", "boss")
     relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
     inbox = lambda: json.loads(relayctl("--json", "read", agent="boss").stdout)  # noqa: E731

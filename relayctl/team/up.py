@@ -27,6 +27,9 @@ from . import clients
 from .teamfile import Team
 
 PROMPT_WAIT = 40.0  # seconds to watch new panes for start-up questions
+SETTLE = 0.5  # seconds a question stays on the screen before it is answered
+ANSWERED_AGAIN = 3.0  # seconds after which a question still shown is answered again
+ANSWERS = 3  # at most, per question
 
 
 def state_dir(store_dir: str, team: Team) -> str:
@@ -222,14 +225,29 @@ def _guard(team: Team, store_dir: str) -> str | None:
 
 def _answer_startup_questions(session, team: Team, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
     """Watch new panes for the questions relay's configuration makes their program ask
-    (clients.startup_prompts) and answer each once, until every expected one is answered;
-    the expected ones never seen are returned."""
+    (clients.startup_prompts) and answer each, until every expected one is answered; the
+    expected ones never answered are returned. A question is answered once it has stayed on
+    the screen for SETTLE seconds (a program draws a dialog before it reads keys), and
+    answered again if it is still there ANSWERED_AGAIN seconds later (keys a busy program
+    dropped), at most ANSWERS times."""
     waiting = {(pane, q.text): q for agent, pane in fresh for q in clients.startup_prompts(agent, team)}
+    seen: dict[tuple[str, str], float] = {}  # first seen on the screen
+    sent: dict[tuple[str, str], list[float]] = {}  # when its keys were sent
     deadline = time.monotonic() + wait
     while any(q.expected for q in waiting.values()) and time.monotonic() < deadline:
-        for (pane, text), question in list(waiting.items()):
-            if text in session.capture(pane):
+        now = time.monotonic()
+        for key, question in list(waiting.items()):
+            pane, text = key
+            if text not in session.capture(pane):
+                if key in sent:
+                    del waiting[key]  # answered: it left the screen
+                seen.pop(key, None)
+                continue
+            seen.setdefault(key, now)
+            times = sent.setdefault(key, [])
+            due = seen[key] + SETTLE if not times else times[-1] + ANSWERED_AGAIN
+            if now >= due and len(times) < ANSWERS:
                 session.send_keys(pane, *question.keys)
-                del waiting[(pane, text)]
+                times.append(now)
         time.sleep(0.2)
     return [key for key, question in waiting.items() if question.expected]
