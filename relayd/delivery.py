@@ -236,8 +236,9 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
             for record in soon:
                 if upcoming is None or record.due < upcoming:
                     upcoming = record.due
-    parked, earliest = due.counts(store)
-    result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name)) + sum(parked.values())
+    with store.root_dir().locked(layout.DELIVERY_LOCK, shared=True):  # not amid another sweep's move (owed.count_by_agent)
+        parked, earliest = due.counts(store)
+        result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name)) + sum(parked.values())
     store.emit(*events)
     if earliest is not None and (upcoming is None or earliest < upcoming):
         upcoming = earliest

@@ -550,21 +550,32 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
 def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     """How many records each recipient has in `folder` (a listing, no file read; for owed, also
     the parked records and those not absorbed yet)."""
+    if folder != layout.OWED:
+        return _per_recipient(names(store, folder))
     from .due import counts as parked
 
-    counts: dict[str, int] = {}
-    listed = names(store, folder)
-    for name in listed:
-        parts = split_name(name)
-        if parts is not None:
-            counts[parts[0]] = counts.get(parts[0], 0) + 1
-    if folder == layout.OWED:
+    # A sweep writes a record's new place (a parked line, an owed/ file) before it leaves the
+    # old one (an inbox line past the mark, a parked file, an owed/ file), all under
+    # delivery.lock: counted in between, the record would count twice. A shared hold waits
+    # for the sweep's move to end (as an ack does) and lets other counts run alongside.
+    with store.root_dir().locked(layout.DELIVERY_LOCK, shared=True):
+        listed = names(store, folder)
+        counts = _per_recipient(listed)
         for to, n in parked(store)[0].items():
             counts[to] = counts.get(to, 0) + n
         there = set(listed)
         for to, message_id in unabsorbed(store):
             if record_name(to, message_id) not in there:
                 counts[to] = counts.get(to, 0) + 1
+    return counts
+
+
+def _per_recipient(listed: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in listed:
+        parts = split_name(name)
+        if parts is not None:
+            counts[parts[0]] = counts.get(parts[0], 0) + 1
     return counts
 
 

@@ -289,6 +289,52 @@ def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store
     assert ops.call(store, "status", {})["delivery"]["owed"] == len(others_ids)  # each once, however often absorbed
 
 
+@pytest.mark.parametrize("point", ["absorbed, mark not moved", "parked again, owed file not removed", "unparked, parked file not removed"])
+def test_status_counts_each_owed_message_once_while_a_sweep_moves_it(store: Store, clock: Clock, store_dir: Path, monkeypatch, point: str) -> None:
+    """A sweep writes a record's new place before it leaves the old one; `relayctl status`
+    asked in between (another process, or relayd's loop while its sweeper thread works) still
+    counts every owed message once."""
+    import threading
+
+    soon = [send_owed(store, ack_wait="5s", max_deliver=3) for _ in range(3)]
+    later = [send_owed(store, ack_wait="1h", max_deliver=3) for _ in range(4)]
+    expected = len(soon) + len(later)
+    if point != "absorbed, mark not moved":
+        ops.call(store, "redeliver", {})  # absorbed: `soon` in owed/, `later` parked
+        clock.now += 2 * 3600  # every record due: `later` leaves due/, and all are parked again
+    counted: list[int] = []
+
+    def count_meanwhile() -> None:
+        with Store(str(store_dir)) as other:
+            counted.append(ops.call(other, "status", {})["delivery"]["owed"])
+
+    def at_the_point(original):
+        def wrapped(*args, **kwargs):
+            result = original(*args, **kwargs)
+            counter = threading.Thread(target=count_meanwhile)
+            counter.start()
+            counter.join(0.5)  # it may wait for the sweep: counted again below
+            holders.append(counter)
+            return result
+
+        return wrapped
+
+    holders: list[threading.Thread] = []
+    if point == "absorbed, mark not moved":
+        monkeypatch.setattr(owed, "into_owed", at_the_point(owed.into_owed))
+    elif point == "parked again, owed file not removed":
+        monkeypatch.setattr(due, "park", at_the_point(due.park))
+    else:
+        monkeypatch.setattr(due, "into_owed", at_the_point(owed.into_owed))
+    swept = ops.call(store, "redeliver", {})
+    monkeypatch.undo()
+    for counter in holders:
+        counter.join(10)
+    assert point == "absorbed, mark not moved" or len(swept["redelivered"]) == expected
+    assert holders and counted and all(n == expected for n in counted), counted
+    assert ops.call(store, "status", {})["delivery"]["owed"] == expected
+
+
 def test_a_failed_send_owes_nothing_where_its_append_was_taken_back(store: Store, store_dir: Path, monkeypatch) -> None:
     import relayd.inbox
     from relayd.errors import StoreError
