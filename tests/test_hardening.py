@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -304,14 +305,18 @@ def test_relayctl_subscribe_reconnects_after_a_restart_and_resumes(relay_env, re
 
 SLOW_READER = textwrap.dedent(
     """
-    import subprocess, sys, time
+    import subprocess, sys
     # relayctl subscribe writing into a pipe nobody reads until told to
     proc = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "presence"], stdout=subprocess.PIPE, stderr=sys.stderr)
+    for line in proc.stdout:  # the test's probe heartbeats: subscribed once one arrives
+        if b'"agent":"inferno"' in line:
+            break
     print(proc.pid, flush=True)
     sys.stdin.readline()
-    count = 0
     ids = []
     for line in proc.stdout:
+        if b'"agent":"storm"' not in line:
+            continue  # probes sent before this process noticed the first one
         ids.append(line.split(b'"id":"', 1)[1][:26])
         if len(ids) >= int(sys.argv[1]):
             break
@@ -321,12 +326,15 @@ SLOW_READER = textwrap.dedent(
 )
 
 
-def test_relayctl_subscribe_says_when_it_was_dropped_and_misses_nothing(relay_env, daemon):
+def test_relayctl_subscribe_says_when_it_was_dropped_and_misses_nothing(relay_env, relayctl, daemon):
     kernel_buffer = int(Path("/proc/sys/net/core/wmem_default").read_text())
     total = 4096 + 2 * (kernel_buffer + 65536) // 100 + 1000
     reader = subprocess.Popen([sys.executable, "-c", SLOW_READER, str(total)], env=relay_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not select.select([reader.stdout], [], [], 0.3)[0]:  # until its subscription is live
+        assert time.monotonic() < deadline and reader.poll() is None, "relayctl subscribe never received an event"
+        relayctl("heartbeat", agent="inferno")
     subscriber_pid = int(reader.stdout.readline())
-    time.sleep(0.5)
     os.kill(subscriber_pid, signal.SIGSTOP)  # stops reading relayd's events
     writer = RawClient(daemon.socket_path, timeout=60)
     batch = 300

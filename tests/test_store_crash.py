@@ -52,14 +52,17 @@ def test_sigkilled_writers_lose_no_acknowledged_send_and_leave_no_corrupt_record
             )
             for name in senders
         ]
-        time.sleep(rng.uniform(0.3, 0.8))  # let them get going (interpreter start included)
+        # Each writer has a send through before the kills (on a loaded machine an interpreter
+        # can take longer to start than any fixed pause), then runs on for a random while.
+        first = [proc.stdout.readline() for proc in procs]
+        time.sleep(rng.uniform(0, 0.3))
         for proc in rng.sample(procs, len(procs)):
             time.sleep(rng.uniform(0, 0.05))
             proc.send_signal(signal.SIGKILL)
-        for proc in procs:
+        for proc, line in zip(procs, first):
             out, _ = proc.communicate(timeout=30)
             assert proc.returncode == -signal.SIGKILL
-            acknowledged += _acknowledged(out)
+            acknowledged += _acknowledged(line + out)
         if inbox.stat().st_size and not inbox.read_bytes().endswith(b"\n"):
             torn_tails += 1
 
