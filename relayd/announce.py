@@ -23,7 +23,6 @@ from typing import Iterator
 import msgspec
 
 from . import layout
-from .errors import StoreError
 from .fsio import Dir, complete_end, complete_lines
 from .records import Message
 from .store import Store
@@ -96,8 +95,8 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
 
     mark = marks.events
     announced: dict[str, Counter[str]] = {}
-    current, current_ino = _open(root, layout.EVENTS)
-    rotated, rotated_ino = _open(root, layout.EVENTS_ROTATED)
+    current, current_ino = root.open_reading(layout.EVENTS)
+    rotated, rotated_ino = root.open_reading(layout.EVENTS_ROTATED)
     try:
         continued = mark is not None and mark.ino in (current_ino, rotated_ino)
         if mark is not None and mark.ino == current_ino:
@@ -137,8 +136,8 @@ def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter
     from .inbox import messages_backward, messages_forward
 
     # (corrupt lines are reported by reads, not here)
-    current, current_ino = _open(agent, layout.INBOX)
-    rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+    current, current_ino = agent.open_reading(layout.INBOX)
+    rotated, rotated_ino = agent.open_reading(layout.INBOX_ROTATED)
     try:
         def forward(fd: int, start: int) -> Iterator[Message]:
             if fd >= 0:
@@ -179,13 +178,3 @@ def _until(newest_first: Iterator[Message], horizon: str) -> Iterator[Message]:
         if message.ts < horizon:
             return
         yield message
-
-
-def _open(folder: Dir, name: str) -> tuple[int, int]:
-    try:
-        fd = folder.open(name, os.O_RDONLY)
-    except FileNotFoundError:
-        return -1, -1
-    except OSError as exc:
-        raise StoreError(f"{folder.path}/{name}: {exc.strerror or exc}") from exc
-    return fd, os.fstat(fd).st_ino

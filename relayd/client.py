@@ -42,15 +42,16 @@ class _Line:
     def __init__(self, sock: socket.socket) -> None:
         from . import protocol
 
+        # Kept here: a request's path uses it several times, and an import statement in a
+        # function runs the import machinery's Python code at every call.
+        self.protocol = protocol
         self.sock = sock
         self.conn = protocol.Connection("client")
         self.frames: list[protocol.Frame | protocol.Violation] = []
         self._poller: Any = None
 
     def send(self, frame: protocol.Frame) -> None:
-        from . import protocol
-
-        self._write(protocol.encode(frame))
+        self._write(self.protocol.encode(frame))
 
     def send_raw(self, frame: dict[str, object]) -> None:
         self._write(msgspec.json.encode(frame) + b"\n")
@@ -62,8 +63,6 @@ class _Line:
             raise _Lost(str(exc)) from None
 
     def receive(self) -> protocol.Frame:
-        from . import protocol
-
         while not self.frames:
             try:
                 data = self.sock.recv(RECEIVE_BYTES)
@@ -75,7 +74,7 @@ class _Line:
                 raise _Lost("relayd closed the connection")
             self.frames.extend(self.conn.receive_data(data))
         item = self.frames.pop(0)
-        if isinstance(item, protocol.Violation):
+        if isinstance(item, self.protocol.Violation):
             raise PeerError(f"relayd sent something that is not relay's protocol: {item.message}")
         return item
 
@@ -193,11 +192,9 @@ class Client:
             line = self._daemon()
             if line is None:
                 return self._direct(op, params)
-            from . import protocol
-
             request_id = next(self._ids)
             try:
-                line.send(protocol.Request(id=request_id, op=op, params=params, parts=True))
+                line.send(line.protocol.Request(id=request_id, op=op, params=params, parts=True))
             except _Lost:
                 self._drop()  # died since our last call, before seeing this request: safe to redo
                 lost += 1
@@ -228,8 +225,7 @@ class Client:
 
     def _reply(self, line: _Line, request_id: int) -> tuple[protocol.Response, Any]:
         """The response to `request_id` and its result (joined from its parts, if any)."""
-        from . import protocol
-
+        protocol = line.protocol
         pieces = protocol.Reassembly()
         while True:
             frame = line.receive()
@@ -270,8 +266,7 @@ class Client:
         line = self._open(self.timeout)
         if line is None:
             raise Unavailable(f"relayd is not running for {self.store_dir}; start it with 'relayctl daemon' (or 'relayd')")
-        from . import protocol
-
+        protocol = line.protocol
         try:
             line.send(protocol.Subscribe(topics=list(topics), agent=agent, after=after, scope=scope))  # type: ignore[arg-type]
             answer = line.receive()

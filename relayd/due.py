@@ -22,7 +22,7 @@ Rules that keep each record in exactly one state (DESIGN §4), whatever crashes:
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgspec
 
@@ -111,14 +111,15 @@ def _lines(store: Store, name: str) -> Iterator[bytes]:
             yield line
 
 
-def _entries(lines: Iterator[bytes]) -> tuple[dict[tuple[str, str], Record], set[tuple[str, str]]]:
+def _entries(lines: Iterator[bytes], decoder: msgspec.json.Decoder = _parked_decoder) -> tuple[dict[tuple[str, str], Any], set[tuple[str, str]]]:
     """(the records by key, the keys settled) of a parked file's lines; a torn or damaged
-    line is neither. A record parked twice (a sweep that lost its marks) is one."""
-    records: dict[tuple[str, str], Record] = {}
+    line is neither. A record parked twice (a sweep that lost its marks) is one. With
+    `_light_decoder`, a record is only its due time."""
+    records: dict[tuple[str, str], Any] = {}
     settled: set[tuple[str, str]] = set()
     for line in lines:
         try:
-            entry = _parked_decoder.decode(line)
+            entry = decoder.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
         if entry.record is None:
@@ -227,22 +228,11 @@ def counts(store: Store) -> tuple[dict[str, int], float | None]:
         key = (folder.path, name)
         cached = _counted.get(key)
         if cached is None or cached[0] != identity:
-            dues: dict[tuple[str, str], float] = {}
-            settled = set()
-            for line in _lines(store, name):
-                try:
-                    entry = _light_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                if entry.record is None:
-                    settled.add((entry.to, entry.id))
-                else:
-                    dues[(entry.to, entry.id)] = entry.record.due
+            dues, _ = _entries(_lines(store, name), _light_decoder)
             per: dict[str, int] = {}
-            for (to, message_id), when in dues.items():
-                if (to, message_id) not in settled:
-                    per[to] = per.get(to, 0) + 1
-            first = min((when for k, when in dues.items() if k not in settled), default=None)
+            for to, _id in dues:
+                per[to] = per.get(to, 0) + 1
+            first = min((r.due for r in dues.values()), default=None)
             cached = (identity, per, first)
             _counted[key] = cached
         for to, n in cached[1].items():

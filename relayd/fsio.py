@@ -168,6 +168,23 @@ class Dir:
             raise
         return fd, info
 
+    def open_reading(self, name: str) -> tuple[int, int]:
+        """(descriptor, inode) of a file opened to read, or (-1, -1) when it does not exist.
+        A reader compares the inode with the one it noted last time, to tell the file it
+        read from one that has replaced it (a rotation)."""
+        try:
+            fd, info = self._open_checked(name, os.O_RDONLY)
+        except FileNotFoundError:
+            return -1, -1
+        return fd, info.st_ino
+
+    def inode(self, name: str) -> int:
+        """The inode of `name` (a symlink's own), -1 when it does not exist."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            return -1
+
     def exists(self, name: str) -> bool:
         try:
             os.stat(name, dir_fd=self.fd, follow_symlinks=False)

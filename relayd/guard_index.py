@@ -207,13 +207,13 @@ def written_through(store_dir: str, before: list[int] | None, added: list, remov
 
     try:
         after = directory_stamp(store_dir)
-        with Dir.open_root(store_dir) as root, root.subdir(layout.GUARD_INDEX) as index:
-            files = index.read_listed(SUFFIX)
         if after is None:
             return
         old_head = b'{"dir":' + jsonline.dumps(before).encode() + b","
         new_head = b'{"dir":' + jsonline.dumps(after).encode() + b","
         with Dir.open_root(store_dir) as root:
+            with root.subdir(layout.GUARD_INDEX) as index:
+                files = index.read_listed(SUFFIX)
             for _, raw in files:
                 body = _body(raw)
                 if body is None or not body.startswith(old_head):

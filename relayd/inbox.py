@@ -287,7 +287,7 @@ def _rotate(store: Store, agent: Dir, old_size: int) -> None:
         _dead_letter_rotated(store, agent)
     agent.rename(layout.INBOX, layout.INBOX_ROTATED)
     # A crash right here leaves the old cursor, which read_cursor recognises by its inode.
-    rotated_ino = _ino(agent, layout.INBOX_ROTATED)
+    rotated_ino = agent.inode(layout.INBOX_ROTATED)
     if cursor.rotated:
         # The previous `.1` went to dead_letter/ with its unread mail; start at the file rotated now.
         moved = Cursor(offset=0, rotated=True, ino=rotated_ino)
@@ -295,7 +295,7 @@ def _rotate(store: Store, agent: Dir, old_size: int) -> None:
         moved = Cursor(offset=cursor.offset, rotated=True, ino=rotated_ino)
     else:
         moved = Cursor(offset=0)
-    _write_cursor(store, agent, moved)
+    write_cursor(store, agent, moved)
 
 
 def _dead_letter_rotated(store: Store, agent: Dir) -> None:
@@ -496,17 +496,17 @@ def read_cursor(agent: Dir) -> Cursor:
         # Older stores kept a bare byte offset.
         text = raw.decode(errors="replace").strip()
         return Cursor(offset=int(text)) if text.isdigit() else Cursor()
-    if not cursor.ino or _ino(agent, layout.INBOX_ROTATED if cursor.rotated else layout.INBOX) == cursor.ino:
+    if not cursor.ino or agent.inode(layout.INBOX_ROTATED if cursor.rotated else layout.INBOX) == cursor.ino:
         return cursor
     # A rotation renamed the inbox but died before moving the cursor along.
-    rotated_ino = _ino(agent, layout.INBOX_ROTATED)
+    rotated_ino = agent.inode(layout.INBOX_ROTATED)
     if not cursor.rotated and rotated_ino == cursor.ino:
         return Cursor(offset=cursor.offset, rotated=True, ino=cursor.ino)
     # The file it pointed into was rotated away (the policy drops it): begin at what is kept.
     return Cursor(offset=0, rotated=rotated_ino >= 0, ino=max(rotated_ino, 0))
 
 
-def _write_cursor(store: Store, agent: Dir, cursor: Cursor) -> None:
+def write_cursor(store: Store, agent: Dir, cursor: Cursor) -> None:
     agent.replace(layout.CURSOR, json_encoder.encode(cursor) + b"\n", store.sync)
 
 
@@ -668,8 +668,8 @@ def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> 
     that happened while the messages were being read. False when it did not move."""
     file_ino = snap.rotated_ino if to.rotated else snap.current_ino
     with agent.locked(layout.INBOX_LOCK):
-        now_current = _ino(agent, layout.INBOX)
-        now_rotated = _ino(agent, layout.INBOX_ROTATED)
+        now_current = agent.inode(layout.INBOX)
+        now_rotated = agent.inode(layout.INBOX_ROTATED)
         if file_ino == now_current:
             target = Position(False, to.offset)
         elif file_ino == now_rotated:
@@ -683,7 +683,7 @@ def _advance_cursor(store: Store, agent: Dir, snap: _Snapshot, to: Position) -> 
         if was.key() >= target.key():
             return False  # another reader already moved it further
         ino = now_rotated if target.rotated else now_current
-        _write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated, ino=ino))
+        write_cursor(store, agent, Cursor(offset=target.offset, rotated=target.rotated, ino=ino))
         return True
 
 
@@ -692,13 +692,6 @@ def _size(agent: Dir, name: str) -> int:
         return os.stat(name, dir_fd=agent.fd, follow_symlinks=False).st_size
     except FileNotFoundError:
         return 0
-
-
-def _ino(agent: Dir, name: str) -> int:
-    try:
-        return os.stat(name, dir_fd=agent.fd, follow_symlinks=False).st_ino
-    except FileNotFoundError:
-        return -1
 
 
 class ReadParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -43,7 +43,7 @@ import os
 import msgspec
 
 from . import layout
-from .announce import Mark, _open
+from .announce import Mark
 from .errors import UsageError
 from .fsio import Dir, NoSync, Syncer, complete_lines
 from .records import Message, json_encoder, message_decoder
@@ -295,11 +295,11 @@ def _ranges(current: int, current_ino: int, rotated: int, rotated_ino: int, mark
 
 def _log_lines(store: Store, mark: Mark | None) -> tuple[Mark | None, list[tuple[tuple[str, str], Record | None]]]:
     """(the log's new mark, [((to, id), record or None for a cancel)]) past `mark`."""
-    from .receipts import _receipt_decoder
+    from .receipts import receipt_decoder
 
     root = store.root_dir()
-    current, current_ino = _open(root, layout.DELIVERY_LOG)
-    rotated, rotated_ino = _open(root, layout.DELIVERY_LOG_ROTATED)
+    current, current_ino = root.open_reading(layout.DELIVERY_LOG)
+    rotated, rotated_ino = root.open_reading(layout.DELIVERY_LOG_ROTATED)
     try:
         new_mark = None
         found: list[tuple[tuple[str, str], Record | None]] = []
@@ -309,7 +309,7 @@ def _log_lines(store: Store, mark: Mark | None) -> tuple[Mark | None, list[tuple
                 if b'"step":"owed"' not in line and b'"step":"cancelled"' not in line:
                     continue  # a receipt: nothing to absorb (and not worth decoding)
                 try:
-                    entry = _receipt_decoder.decode(line)
+                    entry = receipt_decoder.decode(line)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue  # damaged: never guessed at
                 if entry.step == "owed" and entry.record is not None:
@@ -339,8 +339,8 @@ def _inbox_records(store: Store, name: str, mark: Mark | None) -> tuple[Mark, li
         if now.ino == 0 and not agent.exists(layout.INBOX_ROTATED):
             return now, [], False  # no mail yet (and no lock file made for looking)
         with agent.locked(layout.INBOX_LOCK, shared=True):
-            current, current_ino = _open(agent, layout.INBOX)
-            rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+            current, current_ino = agent.open_reading(layout.INBOX)
+            rotated, rotated_ino = agent.open_reading(layout.INBOX_ROTATED)
             try:
                 found: list[Record] = []
                 end = 0
@@ -474,10 +474,10 @@ def hand_over(store: Store, agent: Dir, name: str) -> None:
     entry (also under relayd: the rotation that follows must not be durable before they are).
     Rare: once per rotation size."""
     mark = _marks(store).inboxes.get(name)
-    current_ino = _ino(agent, layout.INBOX)
+    current_ino = agent.inode(layout.INBOX)
     if mark is not None and mark.ino == current_ino:
         return  # the sweep is past the file being dropped
-    rotated, rotated_ino = _open(agent, layout.INBOX_ROTATED)
+    rotated, rotated_ino = agent.open_reading(layout.INBOX_ROTATED)
     if rotated < 0:
         return
     try:
@@ -512,13 +512,6 @@ def _rotate_log(store: Store, mark: Mark) -> None:
             root.rename(layout.DELIVERY_LOG, layout.DELIVERY_LOG_ROTATED)
     finally:
         os.close(fd)  # (releases the lock)
-
-
-def _ino(folder: Dir, name: str) -> int:
-    try:
-        return os.stat(name, dir_fd=folder.fd, follow_symlinks=False).st_ino
-    except FileNotFoundError:
-        return -1
 
 
 def names(store: Store, folder: str) -> list[str]:

@@ -60,7 +60,7 @@ class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
     record: owed.Record | None = None  # owed: what a send --ack owes
 
 
-_receipt_decoder = msgspec.json.Decoder(Receipt)
+receipt_decoder = msgspec.json.Decoder(Receipt)
 
 
 def write(store: Store, receipts: list[Receipt], sync: Syncer | None = None) -> None:
@@ -105,7 +105,7 @@ def newest_first(store: Store, since: str) -> Iterator[Receipt]:
                 if _OWED_STEP in line[:_STEP_WITHIN]:
                     continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
                 try:
-                    receipt = _receipt_decoder.decode(line)
+                    receipt = receipt_decoder.decode(line)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue  # a torn tail or a damaged line: not a receipt
                 if receipt.ts < since:

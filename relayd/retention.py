@@ -23,7 +23,7 @@ import msgspec
 from . import layout
 from .errors import UsageError
 from .fsio import Dir
-from .inbox import _ino, _write_cursor, read_cursor
+from .inbox import read_cursor, write_cursor
 from .owed import owed_ids
 from .records import Cursor, message_decoder
 from .store import Store
@@ -81,12 +81,12 @@ def _rewrite(store: Store, agent: Dir, kept: bytes, cursor: Cursor, new_offset: 
         agent.unlink(layout.INBOX_ROTATED)
         store.sync.dir(agent.fd)
         if cursor.rotated:  # everything in `.1` was read: reading goes on at the current file
-            current = _ino(agent, layout.INBOX)
-            _write_cursor(store, agent, Cursor(offset=0, ino=max(current, 0)))
+            current = agent.inode(layout.INBOX)
+            write_cursor(store, agent, Cursor(offset=0, ino=max(current, 0)))
         return
     agent.replace(layout.INBOX_ROTATED, kept, store.sync)
     if cursor.rotated:
-        _write_cursor(store, agent, Cursor(offset=new_offset, rotated=True, ino=_ino(agent, layout.INBOX_ROTATED)))
+        write_cursor(store, agent, Cursor(offset=new_offset, rotated=True, ino=agent.inode(layout.INBOX_ROTATED)))
 
 
 def trim_all(store: Store, cutoff: datetime, dry_run: bool) -> list[Trimmed]:
