@@ -429,12 +429,13 @@ def test_an_idle_sweep_reads_no_inbox(store: Store, clock: Clock, store_dir: Pat
     for _ in range(50):
         ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "chatter"})
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
+    import relayd.fsio
     import relayd.inbox
     import relayd.owed
 
     opened = []
     monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
-    monkeypatch.setattr(relayd.owed, "_open", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
+    monkeypatch.setattr(relayd.fsio.Dir, "open_reading", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
     monkeypatch.setattr(relayd.owed, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
     monkeypatch.setattr(due, "_lines", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
