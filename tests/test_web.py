@@ -404,3 +404,26 @@ def test_the_pages_identity_leaves_the_team_when_the_view_stops(mode: str, team,
         assert lead()["alive"] and "lead" in broadcast_reaches()
     finally:
         view.stop()
+
+
+def test_a_30_mib_dead_letter_list_shows_on_the_page_through_relayd(store_dir: Path, relay_env, relayctl, page) -> None:
+    """A dead-letter list thirty times what one protocol line holds: relayd hands it over in
+    parts, relayctl prints all of it, and the page lists every letter."""
+    from test_long_replies import _dead_letters
+
+    sent = _dead_letters(store_dir, 90)  # 250 KB bodies with escaped and multi-byte characters
+    daemon = Daemon(relay_env, "--redeliver-interval", "1h").start()
+    view = WebView(relay_env)
+    try:
+        printed = relayctl("--json", "dlq", "list").stdout
+        assert len(printed.encode()) > 30 << 20
+        assert sorted(d["id"] for d in json.loads(printed)["dead_letters"]) == sorted(sent)
+        page.goto(view.url)
+        page.wait_for_selector(f"#dead-letters tr[data-dead='{sent[-1]}']", timeout=30_000)
+        shown = page.eval_on_selector_all("#dead-letters tr[data-dead]", "rows => rows.map(r => r.dataset.dead)")
+        assert sorted(shown) == sorted(sent) and page.errors == []
+        state = json.loads(view.get("/api/state", {"X-Relay-Token": view.token})[1])
+        assert state["relayd"] is True  # the list came through relayd, not from the files
+    finally:
+        view.stop()
+        daemon.stop()
