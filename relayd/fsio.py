@@ -424,11 +424,17 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
         os.ftruncate(fd, size)
         raise _os_error(exc, what) from exc
     if written != len(payload):
-        # Usually a full disk (or a file size limit): writing the rest says which, then
-        # everything is rolled back either way.
+        # Usually a full disk or a file size limit; everything is rolled back either way.
+        # Which one: the free space right now says a full disk (writing the rest would not
+        # always: another writer rolling back its own short write may free some meanwhile),
+        # else the error of writing the rest says why.
         why = "short write"
         try:
-            os.write(fd, payload[written:])
+            free = os.fstatvfs(fd)
+            if free.f_bavail * free.f_frsize < len(payload) - written:
+                why = "no space left on device"
+            else:
+                os.write(fd, payload[written:])
         except OSError as exc:
             why = str(_os_error(exc, what)).removeprefix(f"{what}: ")
         os.ftruncate(fd, size)

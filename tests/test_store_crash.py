@@ -164,3 +164,35 @@ def test_a_cut_short_append_is_rolled_back_and_reported(relay_env: dict[str, str
         result = msgspec.to_builtins(read_all(store, "bob"))
     assert result["corrupt"] == []
     assert [m["body"][:5] for m in result["messages"]] == ["xxxxx", "later"]
+
+
+def test_a_short_write_on_a_full_disk_says_so_even_when_space_frees_up_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Writers sharing a full disk: one's rollback can free space before another writes the
+    rest of its short write. The append is still rolled back (DESIGN §2), and the error
+    names the full disk rather than a bare "short write"."""
+    from types import SimpleNamespace
+
+    from relayd import fsio
+    from relayd.errors import StoreError
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a":1}\n')
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    real_write, real_statvfs = os.write, os.fstatvfs
+    writes = []
+
+    def short_then_fine(f: int, data) -> int:
+        if f != fd:
+            return real_write(f, data)
+        writes.append(len(data))
+        return real_write(f, bytes(data[:10]) if len(writes) == 1 else data)  # the second finds room
+
+    monkeypatch.setattr(fsio.os, "write", short_then_fine)
+    monkeypatch.setattr(fsio.os, "fstatvfs", lambda f: SimpleNamespace(f_bavail=0, f_frsize=4096) if f == fd else real_statvfs(f))
+    try:
+        with pytest.raises(StoreError, match=r"log.jsonl: no space left on device \(10 of 72 bytes written, rolled back\)"):
+            fsio.append_lines(fd, b'{"bb":2}\n' * 8, "log.jsonl")
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
+    assert path.read_bytes() == b'{"a":1}\n'
