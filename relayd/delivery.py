@@ -236,9 +236,8 @@ def redeliver(store: Store, p: RedeliverParams) -> SweepResult:
             for record in soon:
                 if upcoming is None or record.due < upcoming:
                     upcoming = record.due
-    with store.root_dir().locked(layout.DELIVERY_LOCK, shared=True):  # not amid another sweep's move (owed.count_by_agent)
-        parked, earliest = due.counts(store)
-        result.owed = sum(1 for name in owed.names(store, layout.OWED) if owed.split_name(name)) + sum(parked.values())
+    counts, earliest = owed.owed_counts(store, unabsorbed_too=False)  # (what came since the absorb above: the next sweep's)
+    result.owed = sum(counts.values())
     store.emit(*events)
     if earliest is not None and (upcoming is None or earliest < upcoming):
         upcoming = earliest

@@ -545,6 +545,12 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     the parked records and those not absorbed yet)."""
     if folder != layout.OWED:
         return _per_recipient(names(store, folder))
+    return owed_counts(store, unabsorbed_too=True)[0]
+
+
+def owed_counts(store: Store, unabsorbed_too: bool) -> tuple[dict[str, int], float | None]:
+    """Owed records per recipient: in owed/, parked, and (`unabsorbed_too`) inbox and log lines
+    no sweep has absorbed yet; and the earliest parked due time."""
     from .due import counts as parked
 
     # A sweep writes a record's new place (a parked line, an owed/ file) before it leaves the
@@ -552,15 +558,17 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     # delivery.lock: counted in between, the record would count twice. A shared hold waits
     # for the sweep's move to end (as an ack does) and lets other counts run alongside.
     with store.root_dir().locked(layout.DELIVERY_LOCK, shared=True):
-        listed = names(store, folder)
+        listed = names(store, layout.OWED)
         counts = _per_recipient(listed)
-        for to, n in parked(store)[0].items():
+        per_parked, earliest = parked(store)
+        for to, n in per_parked.items():
             counts[to] = counts.get(to, 0) + n
-        there = set(listed)
-        for to, message_id in unabsorbed(store):
-            if record_name(to, message_id) not in there:
-                counts[to] = counts.get(to, 0) + 1
-    return counts
+        if unabsorbed_too:
+            there = set(listed)
+            for to, message_id in unabsorbed(store):
+                if record_name(to, message_id) not in there:
+                    counts[to] = counts.get(to, 0) + 1
+    return counts, earliest
 
 
 def _per_recipient(listed: list[str]) -> dict[str, int]:
