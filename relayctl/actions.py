@@ -260,11 +260,19 @@ def _command_line(c: dict) -> str:
     return f"  {c['id'][:13]}...   {c['from']} → {c['target_session']}   {clip((c['command'] + ' ' + c.get('args', '')).strip(), 40)}   {ago(parse_iso(c['ts']))}"
 
 
+def _daemon_state(daemon: dict) -> str:
+    if daemon.get("running"):
+        return "running"
+    if daemon.get("hung"):
+        return "not answering (stopped or stuck?; direct mode)"
+    return "not running (direct mode)"
+
+
 def render_status(r: dict, sections: set[str]) -> str:
     lines = []
     daemon = r.get("daemon")
     if daemon is not None:
-        lines.append(f"relayd: {'running' if daemon.get('running') else 'not running (direct mode)'}")
+        lines.append(f"relayd: {_daemon_state(daemon)}")
         lines.append("")
     bridge = r.get("bridge")
     if bridge is not None:
@@ -320,7 +328,9 @@ def render_status(r: dict, sections: set[str]) -> str:
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
     _pane_states(result.get("agents", []))
-    result["daemon"] = {"running": getattr(s.client(), "mode", "direct") == "daemon", "socket": s.client().socket_path}
+    client = s.client()
+    # hung: relayd is there (its socket accepts) and did not answer within the answer wait
+    result["daemon"] = {"running": getattr(client, "mode", "direct") == "daemon", "hung": getattr(client, "silent", False), "socket": client.socket_path}
     chosen = {name for name, on in (("agents", only_agents), ("reservations", only_reservations), ("commands", only_commands)) if on} or {"agents", "reservations", "commands"}
     for name in {"agents", "reservations", "commands"} - chosen:  # --json shows what the text shows
         del result[name]

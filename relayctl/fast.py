@@ -221,6 +221,7 @@ class QuickClient:
         self._given_socket = given_socket
         self._absent = False  # no relayd serves this store: calls run on it directly
         self.mode = "daemon"
+        self.silent = False  # relayd is there and does not answer (as relayd.client.Client says)
         self._sock: Any = None
         self._buffer = b""
         self._full: Any = None
@@ -236,19 +237,23 @@ class QuickClient:
             return True  # no daemon can listen at such a path: direct mode
         import _socket
 
+        from relayd import handshake
+
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-        sock.settimeout(TIMEOUT)
+        sock.settimeout(handshake.ANSWER_WAIT)  # (the whole timeout for a request, in call)
         try:
             sock.connect(self.socket_path)
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             sock.close()
             self._absent = True
             return True  # no daemon: direct mode
+        except TimeoutError:
+            sock.close()
+            return self._hung()
         except OSError:
             sock.close()
             return False
         self._sock = sock
-        from relayd import handshake
         from relayd.errors import VersionMismatch
 
         try:
@@ -258,6 +263,9 @@ class QuickClient:
             self.close()
             self._absent = True
             return True  # it was shutting down: as good as absent
+        except TimeoutError:
+            self.close()
+            return self._hung()
         except VersionMismatch:
             self.close()
             raise  # the user must restart one side; nothing else would work
@@ -268,6 +276,12 @@ class QuickClient:
             self.close()
             self._absent = True
             return True  # a daemon for another store: not ours
+        return True
+
+    def _hung(self) -> bool:
+        """No greeting within the answer wait: relayd is stopped or stuck, and has seen no
+        request of ours, so this command runs on the store directly."""
+        self._absent = self.silent = True
         return True
 
     def call(self, op: str, params: dict[str, Any]) -> Any:
@@ -284,6 +298,7 @@ class QuickClient:
         except _Lost:
             return self._full_call(op, params)  # relayd never saw it: safe to do it elsewhere
         pieces: list[str] = []  # a long result arrives as "part" frames before its response
+        waited = False  # the answer wait is over and this request waits out the rest
         while True:
             try:
                 frame = self._line()
@@ -294,9 +309,16 @@ class QuickClient:
                     raise went_away(op) from None
                 return self._full_call(op, params)  # (Client retries, reconnecting; a send keeps its id)
             except TimeoutError:
+                if op == "send" or not MUTATES.get(op, True):
+                    self._hung()  # safe to run here (relayd.client.Client._patient says why)
+                    return self._full_call(op, params)
+                if not waited:
+                    waited = True
+                    self._sock.settimeout(TIMEOUT - self._sock.gettimeout())
+                    continue
                 from relayd.errors import no_answer
 
-                raise no_answer(op, params.get("id")) from None
+                raise no_answer(op) from None
             except ValueError:
                 from relayd.errors import PeerError
 

@@ -5,13 +5,20 @@
 store) the very same store function runs in this process instead; any other failure is
 reported, never masked by a silent fallback. Blocking sockets only: no event loop, so
 a command starts in milliseconds.
+
+A relayd that is there but does not answer (stopped with SIGSTOP, or stuck) counts as
+absent for a request it has not seen -- no greeting within `handshake.ANSWER_WAIT` -- and
+for one it may have seen when running that request here cannot do it twice: a send,
+whose message id is chosen before the first attempt (relayd.dedup), and a request that
+changes nothing. Any other request waits for relayd's answer up to the full timeout.
+`silent` then says so (`status` shows relayd as not answering).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import msgspec
 
@@ -36,16 +43,21 @@ class _Lost(Exception):
     """The daemon went away mid-conversation."""
 
 
+class _Silent(Exception):
+    """The daemon said nothing within the answer wait, for a request safe to run here."""
+
+
 class _Line:
     """A blocking protocol connection to relayd."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, wait: float) -> None:
         from . import protocol
 
         # Kept here: a request's path uses it several times, and an import statement in a
         # function runs the import machinery's Python code at every call.
         self.protocol = protocol
         self.sock = sock
+        self.wait = wait  # for an answer, before relayd counts as hung (handshake.ANSWER_WAIT)
         self.conn = protocol.Connection("client")
         self.frames: list[protocol.Frame | protocol.Violation] = []
         self._poller: Any = None
@@ -116,7 +128,9 @@ class Client:
         self._line: _Line | None = None
         self._ids = itertools.count(1)
         self._try_daemon = daemon
+        self._fresh = False  # the connection was opened (and greeted) for the current call
         self.mode = "direct"  # "daemon" once a call went through relayd
+        self.silent = False  # the last call found relayd there but not answering
 
     # -- connecting ------------------------------------------------------------------
     def _open(self, timeout: float | None) -> _Line | None:
@@ -125,16 +139,23 @@ class Client:
             return None  # no daemon can listen at such a path: direct mode
         import socket  # here: a call in direct mode never needs it
 
+        from . import handshake
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(timeout)
+        # (never below half a second, however short the timeout: relayd reads the inbox for
+        # a send older than dedup.LATE_MS, so a copy this client stores after giving up on
+        # relayd is found there when relayd wakes up and runs the request too)
+        wait = handshake.ANSWER_WAIT if timeout is None else min(handshake.ANSWER_WAIT, max(timeout, 0.5))
+        sock.settimeout(wait)
         try:
             sock.connect(self.socket_path)
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             sock.close()  # no socket there (or its directory is not one): no daemon
             return None
         except socket.timeout:
-            sock.close()
-            raise TimedOut(f"connecting to relayd at {self.socket_path} timed out") from None
+            sock.close()  # its backlog is full and nobody accepts: hung, and it saw nothing
+            self.silent = True
+            return None
         except PermissionError:
             sock.close()
             if _unreadable(self.store_dir):  # the socket beside the store: the store is the trouble
@@ -143,15 +164,17 @@ class Client:
         except OSError as exc:
             sock.close()
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
-        from . import handshake
-
-        line = _Line(sock)
+        line = _Line(sock, wait)
         try:
             line.send_raw(handshake.hello(self.name))
             ours = handshake.ours(msgspec.to_builtins(line.receive()), self.store_dir, self.name)
         except _Lost:
             line.close()
             return None  # it was shutting down: as good as absent
+        except TimedOut:
+            line.close()  # accepted by the kernel, never greeted: hung, and no request sent
+            self.silent = True
+            return None
         except RelayError:
             line.close()
             raise
@@ -163,6 +186,7 @@ class Client:
     def _daemon(self) -> _Line | None:
         if self._line is not None and self._line.stale():
             self._drop()  # relayd closed it meanwhile (idle, or restarted): open a fresh one
+        self._fresh = self._line is None
         if self._line is None and self._try_daemon:
             self._line = self._open(self.timeout)
         return self._line
@@ -186,15 +210,28 @@ class Client:
         id, through a restarted daemon or in direct mode: the store appends it once.
         """
         params = _with_send_id(op, params or {})
-        inner_op, inner = _inner(op, params)
+        inner_op, _ = _inner(op, params)
         lost = 0
+        self.silent = False
         while True:
             line = self._daemon()
             if line is None:
                 return self._direct(op, params)
-            request_id = next(self._ids)
+            line.sock.settimeout(line.wait)
+            if not self._fresh and not _repeatable(inner_op):
+                # A connection kept from an earlier call: relayd may have stopped since. A
+                # request it has not seen can run here, so ask first whether it answers.
+                try:
+                    self._reply(line, self._request(line, "version", {}), _give_up)
+                except _Silent:
+                    self._drop()
+                    self.silent = True
+                    return self._direct(op, params)
+                except _Lost:
+                    self._drop()
+                    continue  # reconnect: its greeting asks the same
             try:
-                line.send(line.protocol.Request(id=request_id, op=op, params=params, parts=True))
+                request_id = self._request(line, op, params)
             except _Lost:
                 self._drop()  # died since our last call, before seeing this request: safe to redo
                 lost += 1
@@ -202,19 +239,23 @@ class Client:
                     return self._direct(op, params)
                 continue
             try:
-                reply, result = self._reply(line, request_id)
+                reply, result = self._reply(line, request_id, lambda: self._patient(line, inner_op))
+            except _Silent:
+                self._drop()  # a late answer on this connection would be misread: close it
+                self.silent = True
+                return self._direct(op, params)
             except _Lost:
                 self._drop()
                 lost += 1
-                idempotent = inner_op == "send" or not _mutates(inner_op)  # (a session_call's touch may repeat)
+                idempotent = _repeatable(inner_op)  # (a session_call's touch may repeat)
                 if idempotent and lost <= _RETRIES:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
                     return self._direct(op, params)
                 raise went_away(inner_op) from None
-            except TimedOut as exc:
+            except TimedOut:
                 self._drop()
-                raise no_answer(inner_op, inner.get("id"), exc.message) from None
+                raise no_answer(inner_op) from None
             except RelayError:
                 self._drop()
                 raise
@@ -223,12 +264,34 @@ class Client:
                 raise from_wire(msgspec.to_builtins(reply.error) if reply.error else {})
             return result
 
-    def _reply(self, line: _Line, request_id: int) -> tuple[protocol.Response, Any]:
-        """The response to `request_id` and its result (joined from its parts, if any)."""
+    def _request(self, line: _Line, op: str, params: dict[str, Any]) -> int:
+        request_id = next(self._ids)
+        line.send(line.protocol.Request(id=request_id, op=op, params=params, parts=True))
+        return request_id
+
+    def _patient(self, line: _Line, op: str) -> None:
+        """relayd has said nothing for the answer wait: raise _Silent when running `op` here
+        is safe (see the module's docstring), else wait out the rest of the timeout."""
+        if _repeatable(op):
+            raise _Silent
+        line.sock.settimeout(None if self.timeout is None else max(self.timeout - line.wait, 0.001))
+
+    def _reply(self, line: _Line, request_id: int, on_silence: Callable[[], None]) -> tuple[protocol.Response, Any]:
+        """The response to `request_id` and its result (joined from its parts, if any).
+        The first time relayd says nothing for the socket's timeout, `on_silence` decides
+        (raise, or go on waiting); the second time is TimedOut."""
         protocol = line.protocol
         pieces = protocol.Reassembly()
+        waited = False
         while True:
-            frame = line.receive()
+            try:
+                frame = line.receive()
+            except TimedOut:
+                if waited:
+                    raise
+                waited = True
+                on_silence()
+                continue
             if isinstance(frame, protocol.Part) and frame.id == request_id:
                 pieces.add(frame)
             elif isinstance(frame, protocol.Response) and frame.id == request_id:
@@ -264,6 +327,8 @@ class Client:
         daemon goes away (the caller may fall back to watching files itself).
         """
         line = self._open(self.timeout)
+        if line is None and self.silent:
+            raise Unavailable(f"relayd at {self.socket_path} is not answering (stopped or stuck?)")
         if line is None:
             raise Unavailable(f"relayd is not running for {self.store_dir}; start it with 'relayctl daemon' (or 'relayd')")
         protocol = line.protocol
@@ -318,6 +383,16 @@ def _with_send_id(op: str, params: dict[str, Any]) -> dict[str, Any]:
         return params
     inner = dict(inner, id=new_ulid())
     return dict(params, params=inner) if inner_op != op else inner
+
+
+def _give_up() -> None:
+    raise _Silent
+
+
+def _repeatable(op: str) -> bool:
+    """Whether `op` may run again (here, or through relayd once more) after an attempt
+    whose outcome is unknown: a send, by its message id, and anything that changes nothing."""
+    return op == "send" or not _mutates(op)
 
 
 def _mutates(op: str) -> bool:

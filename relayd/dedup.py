@@ -11,7 +11,10 @@ Where an id is looked up:
   no copy of a message is written before its id exists), so a fresh send looks at the
   last few lines only;
 * relayd keeps `RecentIds`, the ids appended within the window (seeded from the inbox
-  tails at start), and reads the inbox only for an id it holds: a retry.
+  tails at start), and reads the inbox only for an id it holds: a retry, or for an id
+  made more than `LATE_MS` before: a request that waited (in a stopped relayd's socket,
+  say) while its client, getting no answer, stored it directly -- an append relayd may
+  not have seen in the event log yet.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox fo
 # covers millisecond rounding and a small clock step back. It bounds what a fresh send
 # scans: at 10 000 sends a second, about a hundred lines.
 _CLOCK_SLACK_MS = 10
+# A send is "late" when its id is older than this: a client gives up waiting for relayd no
+# sooner than this (handshake.ANSWER_WAIT is far longer), so a younger id cannot have been
+# stored by another route yet. Fresh sends, nearly all of them, skip the inbox read.
+LATE_MS = 200
 
 
 def check_id(text: str) -> str:
@@ -136,6 +143,8 @@ class RecentIds:
     def may_hold(self, agent: str, message_id: str, now_ms: int) -> bool:
         if f"{agent}/{message_id}" in self._seen:
             return True
+        if now_ms - ulid_time_ms(message_id) > LATE_MS:
+            return True  # late: its client may have stored it itself meanwhile
         return self.complete_since_ms > now_ms - self.window_ms
 
     def _prune(self, now_ms: int) -> None:

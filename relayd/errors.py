@@ -207,12 +207,10 @@ BY_CODE: dict[str, type[RelayError]] = _table()  # complete at import: every cla
 NO_ANSWER = "relayd did not answer in time (is it stopped or overloaded?)"
 
 
-def no_answer(op: str, message_id: str | None = None, text: str = NO_ANSWER) -> TimedOut:
-    """relayd did not answer within the client's timeout (or `text` says what timed out).
-    A send may have been done or not: the message says how to make sure it is done once."""
-    if op == "send" and message_id:
-        return TimedOut(f"{text}; the send may or may not have been done: repeat it with --id {message_id} to make sure it is done once", id=message_id)
-    return TimedOut(text)
+def no_answer(op: str) -> TimedOut:
+    """relayd did not answer within the client's timeout a request that is not safe to run
+    again (a send or a read is run by the client itself instead: relayd.client)."""
+    return TimedOut(f"{NO_ANSWER}; {op!r} may or may not have been done (check before repeating it)")
 
 
 def went_away(op: str) -> Unavailable:

@@ -188,28 +188,3 @@ def test_a_send_interrupted_by_a_vanishing_daemon_is_repeated_with_its_id_and_la
     assert request["params"]["id"] == result["messages"][0]["id"]  # chosen before the first attempt
     assert result["duplicates"] == ["inferno"]
     assert [m["body"] for m in inbox(store_dir, "inferno")] == ["exactly once"]
-
-
-def test_a_send_relayd_does_not_answer_in_time_names_the_id_to_repeat_it_with(daemon, store_dir) -> None:
-    import signal
-
-    from relayd.errors import TimedOut
-
-    with Client(str(store_dir), daemon.socket_path, timeout=0.5) as client:
-        client.call("version")  # connected and greeted while relayd runs
-        os.kill(daemon.proc.pid, signal.SIGSTOP)  # then it answers nothing
-        try:
-            with pytest.raises(TimedOut) as raised:
-                client.call("send", {"agent": "storm", "to": ["inferno"], "body": "stuck"})
-            with pytest.raises(TimedOut) as plain:
-                client.call("status", {})
-        finally:
-            os.kill(daemon.proc.pid, signal.SIGCONT)
-    chosen = raised.value.details["id"]
-    assert raised.value.message == f"relayd did not answer in time (is it stopped or overloaded?); the send may or may not have been done: repeat it with --id {chosen} to make sure it is done once"
-    assert plain.value.message == "relayd did not answer in time (is it stopped or overloaded?)"
-    # Repeating it with that id, once relayd is back, delivers it exactly once.
-    with Client(str(store_dir), daemon.socket_path) as client:
-        client.call("send", {"agent": "storm", "to": ["inferno"], "body": "stuck", "id": chosen})
-    with Store(str(store_dir)) as store:
-        assert [m.body for m in read_all(store, "inferno").messages if m.id == chosen] == ["stuck"]
