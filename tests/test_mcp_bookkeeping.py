@@ -104,13 +104,15 @@ async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], Recordin
         assert [m["body"] for m in msgspec.json.decode(relayctl("--json", "read", agent="inferno").stdout)] == ["on it"]
 
         read = await glacier.call_tool("check_inbox", {})
-        assert proxy.take() == [("session_call", "read")]
+        # marking read is not safe to repeat: relay-mcp first asks whether relayd answers
+        # at all (docs/daemon.md, "When relayd does not answer"), then reads
+        assert proxy.take() == [("version", None), ("session_call", "read")]
         assert [m["body"] for m in structured(read)["messages"]] == ["frontend is blocked on you"]
         assert "notice" not in structured(read)
 
         # an operation a bridged relayd decides team-wide goes alone: bookkeeping apart, as before
         await glacier.call_tool("reserve_files", {"pattern": "src/ui/**", "repo": "/tmp/somewhere"})
-        assert proxy.take() == [("touch", None), ("reserve", None), ("unread", None)]
+        assert proxy.take() == [("version", None), ("touch", None), ("version", None), ("reserve", None), ("unread", None)]
 
         failed = await glacier.call_tool("send_message", {"to": "nobody", "subject": "hi", "body": "hello?"})
         assert failed.is_error and "unknown agent 'nobody'" in failed.content[0].text
@@ -121,7 +123,7 @@ async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], Recordin
 async def test_a_new_role_is_registered_then_its_call_runs(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
     env, proxy = proxied
     async with mcp_client(env, "reviewer", "legacy") as reviewer:
-        assert proxy.take() == [("touch", None), ("register", None)]  # the session's start registers the new role
+        assert proxy.take() == [("touch", None), ("version", None), ("register", None)]  # the session's start registers the new role
         status = structured(await reviewer.call_tool("check_hub_status", {}))
         assert proxy.take() == [("session_call", "unread"), ("session_call", "agents")]
         assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
@@ -129,7 +131,7 @@ async def test_a_new_role_is_registered_then_its_call_runs(proxied: tuple[dict[s
         # gone meanwhile (e.g. collected as stale): the next tool call registers it again first
         shutil.rmtree(os.path.join(env["RELAY_DIR"], "agents", "reviewer"))
         status = structured(await reviewer.call_tool("check_hub_status", {}))
-        assert proxy.take() == [("session_call", "unread"), ("touch", None), ("register", None), ("session_call", "unread"), ("session_call", "agents")]
+        assert proxy.take() == [("session_call", "unread"), ("version", None), ("touch", None), ("version", None), ("register", None), ("session_call", "unread"), ("session_call", "agents")]
         assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
         assert heartbeat(env, "reviewer")  # registered
 
