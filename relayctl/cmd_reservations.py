@@ -42,24 +42,26 @@ def render_holder(r: dict) -> str:
 def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     """Reserve the files matching PATTERN before editing them.
 
-    PATTERN is a glob relative to the repo: * and ? stay inside one path segment,
-    [a-z] / [!a-z] are character sets, ** is any number of segments, a trailing / means
-    the whole directory. Two patterns conflict when some path could match both (exact,
-    not a text comparison); shared + shared and expired reservations never conflict.
-    Reserving a pattern you already hold renews it with the new TTL.
+    PATTERN is read as .gitignore and CODEOWNERS read one, relative to the repo: with
+    no / (other than a trailing one) it matches at any depth ("*.go" is every Go file),
+    a leading / roots it at the repo's top ("/*.go"), as does a / in the middle
+    ("src/*.go"). * and ? stay inside one path segment, [a-z] / [!a-z] are character
+    sets, ** is any number of segments, a trailing / means the whole directory. Two
+    patterns conflict when some path could match both (exact, not a text comparison);
+    shared + shared and expired reservations never conflict. Reserving a pattern you
+    already hold renews it with the new TTL.
 
     \b
     Examples:
       relayctl reserve "src/auth/**" --reason "bd-42 auth refactor"
       relayctl reserve "*.go" --shared --ttl 2h
-      relayctl reserve README.md --check
+      relayctl reserve /README.md --check
       relayctl reserve "src/auth/**" --repo ~/oathkeeper --force
     """
     s = settings()
     if repo is not None and not os.path.isdir(repo_path(repo)):
         # Most likely a typo: a reservation there would protect nobody's files.
         raise UsageError(f"--repo {repo}: no such directory (give the repository's path on this machine)")
-    _warn_if_top_level_only(s, pattern, repo_path(repo))
     params = {
         "agent": s.require_agent("reserve"),
         "pattern": pattern,
@@ -84,32 +86,6 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")
     s.out(result, _render_reserved)
-
-
-MAX_LOOKED_AT = 20000  # directory entries looked at for a deeper match before giving up
-
-
-def _warn_if_top_level_only(s, pattern: str, repo: str) -> None:
-    """`*.go` takes only the repo's top directory; say so when deeper files it would
-    seem to mean exist (src/main.go), and give the pattern that takes them too."""
-    from relayd.globs import compile_glob, everywhere
-
-    wider = everywhere(pattern)
-    if wider is None:
-        return
-    glob = compile_glob(pattern)
-    looked = 0
-    for directory, dirs, names in os.walk(repo):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")  # .git, vendored packages
-        if directory != repo:
-            for name in sorted(names):
-                if glob.matches(name):
-                    deeper = os.path.relpath(os.path.join(directory, name), repo)
-                    s.warn(f"{pattern} covers only the top directory of {repo} (a * never crosses '/'), not {deeper}; for every such file use {wider!r}")
-                    return
-        looked += len(names) + len(dirs)
-        if looked > MAX_LOOKED_AT:
-            return
 
 
 def _render_check(r: dict, pattern: str, repo: str) -> str:

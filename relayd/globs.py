@@ -1,13 +1,24 @@
 """Glob patterns as automata, and an exact answer to "can one path match both?".
 
-Patterns are repo-relative, `/`-separated:
+Patterns are repo-relative, `/`-separated, and read as .gitignore and CODEOWNERS read
+them:
   `*`        any run of characters inside one segment (never `/`)
   `?`        one character other than `/`
   `[...]`    one character from a set: `[abc]`, ranges `[a-z]`, negation `[!a-z]` / `[^a-z]`;
              a set never matches `/`; `]` first in the set is literal
   `**`       a whole segment: zero or more segments (`src/**` covers `src` and all below)
   `\\c`      the character c itself
+Where a pattern matches: one with no `/` other than a trailing one matches at any depth
+(`*.go` is `**/*.go`, `build/` is `**/build/**`); one with a `/` at the start or in the
+middle is relative to the repository's root (`/Makefile`, `src/*.go`).
 A trailing `/` means the directory and everything in it (`src/` is `src/**`).
+
+The normal form (`normalize`, what a reservation stores) spells that out and reads the
+same again: `*.go` -> `**/*.go`, `/Makefile` -> `/Makefile` (the one form with a leading
+`/`: a single segment at the root), `/src/x.go` -> `src/x.go`. Every function here that
+takes a stored pattern reads it through `normalize`, so a pattern stored before this
+reading (`*.go`, meant for the top directory only) now covers what it says to a reader
+of .gitignore: every `.go` file (docs/coordination.md says so).
 
 Two patterns conflict when some path matches both. That is decided by building each
 pattern's automaton over path characters (transitions labelled with character sets, so
@@ -125,19 +136,6 @@ def normalize(pattern: str) -> str:
     return _parse(pattern)[0]
 
 
-def everywhere(pattern: str) -> str | None:
-    """For a root-anchored one-segment pattern with `*` (`*.go`), the pattern that also
-    reaches every directory below (`**/*.go`); None for any other pattern.
-
-    `*.go` matching only the top directory is right (a `*` never crosses `/`), but whoever
-    reserves it has almost always meant every Go file (seed 004 US-012's `*.go` vs
-    `src/main.go`), so the CLI warns and suggests this form."""
-    _, segments = _parse(pattern)
-    if len(segments) == 1 and segments[0] != GLOBSTAR and STAR in segments[0]:
-        return f"{GLOBSTAR}/{normalize(pattern)}"
-    return None
-
-
 def _parse(pattern: str) -> tuple[str, tuple[Segment, ...]]:
     if not isinstance(pattern, str) or not pattern.strip():
         raise PatternError("empty pattern: give a path or glob, e.g. 'src/auth/**'")
@@ -146,6 +144,7 @@ def _parse(pattern: str) -> tuple[str, tuple[Segment, ...]]:
     if "\x00" in pattern or "\n" in pattern:
         raise PatternError("pattern contains a NUL or newline character")
     text = pattern.strip()
+    rooted = "/" in text.rstrip("/")  # at the start or in the middle; one at the end only says "directory"
     if text.endswith("/"):
         text += GLOBSTAR
     parts: list[str] = []
@@ -159,7 +158,11 @@ def _parse(pattern: str) -> tuple[str, tuple[Segment, ...]]:
         parts.append(part)
     if not parts:
         raise PatternError(f"pattern {pattern!r} names no path")
+    if not rooted and parts[0] != GLOBSTAR:
+        parts.insert(0, GLOBSTAR)  # at any depth
     segments = tuple(GLOBSTAR if part == GLOBSTAR else _parse_segment(part, pattern) for part in parts)
+    if len(parts) == 1 and parts[0] != GLOBSTAR:
+        return "/" + parts[0], segments  # rooted, one segment: the `/` keeps it so when read again
     return "/".join(parts), segments
 
 
@@ -411,15 +414,22 @@ def witness(a: Glob, b: Glob) -> str | None:
 _overlap_cache: dict[tuple[str, str], bool] = {}
 
 
+def _rooted_body(text: str) -> str:
+    """A normal form without the `/` of a one-segment rooted pattern (`/Makefile`): the
+    text that the paths it matches start with."""
+    return text[1:] if text[:1] == "/" else text
+
+
 @_cached(16384)
 def _ends(text: str) -> tuple[bool, str, str]:
-    """(no wildcard at all, literal prefix, literal suffix) of a normalized pattern, cheaply.
+    """(no wildcard at all, literal prefix, literal suffix) of a pattern, cheaply.
 
     Every path the pattern matches starts with the prefix and ends with the suffix: the
     prefix stops before the first `*?[\\`, the suffix starts after the last `*?]\\` (text
     after the last `]` is outside every set). The slash next to a `**` is dropped, since
     `a/**` also matches `a` and `**/b` also matches `b`.
     """
+    text = _rooted_body(normalize(text))  # (a stored pattern: see the module's docstring)
     first = len(text)
     for ch in "*?[\\":  # a loop, not min() over generators: the guard calls this for 1,000 patterns at start-up
         at = text.find(ch, 0, first)
@@ -432,25 +442,26 @@ def _ends(text: str) -> tuple[bool, str, str]:
 
 
 def fixed_ends(pattern: str) -> tuple[str, str]:
-    """(prefix, suffix) that every path a normalized pattern matches starts and ends with."""
+    """(prefix, suffix) that every path a stored pattern matches starts and ends with."""
     return _ends(pattern)[1:]
 
 
 def matches_path(pattern: str, path: str) -> bool:
-    """Does one concrete path (a file in a commit) match a normalized pattern? The same
+    """Does one concrete path (a file in a commit) match a stored pattern? The same
     answer as `normalized_overlap` with the path as a literal pattern, without building
     an automaton for the path, and for most patterns only for their wildcard tail:
-    `pkg/p1/*.go` and `pkg/p2/*.go` share the one for `*.go`."""
+    `pkg/p1/*.go` and `pkg/p2/*.go` share the one for `/*.go`."""
     literal, prefix, _ = _ends(pattern)
     if literal:
-        return path == pattern
+        return path == prefix
     if _is_directory(pattern):
         return path == pattern[:-3] or path.startswith(pattern[:-2])
     cut = pattern.rfind("/", 0, len(prefix) + 1) + 1  # the literal directories before the first wildcard
-    if not cut:
+    if cut <= 1:
         return compile_glob(pattern).matches(path)
     # Only `L/**` (above) also matches L itself: any other match lies below those directories.
-    return len(path) > cut and path.startswith(pattern[:cut]) and compile_glob(pattern[cut:]).matches(path[cut:])
+    # The tail is read from that directory: rooted there, hence the `/`.
+    return len(path) > cut and path.startswith(pattern[:cut]) and compile_glob("/" + pattern[cut:]).matches(path[cut:])
 
 
 def patterns_overlap(a: str, b: str) -> bool:
@@ -459,7 +470,9 @@ def patterns_overlap(a: str, b: str) -> bool:
 
 
 def normalized_overlap(a: str, b: str) -> bool:
-    """`patterns_overlap` for patterns already in normal form (as reservations store them)."""
+    """`patterns_overlap` for patterns as reservations store them. (Only their text is
+    looked at here, through `_ends`, which reads it in normal form; the automata read any
+    spelling as `normalize` does.)"""
     literal_a, prefix_a, suffix_a = _ends(a)
     literal_b, prefix_b, suffix_b = _ends(b)
     if not (prefix_a.startswith(prefix_b) or prefix_b.startswith(prefix_a)):
@@ -467,7 +480,7 @@ def normalized_overlap(a: str, b: str) -> bool:
     if not (suffix_a.endswith(suffix_b) or suffix_b.endswith(suffix_a)):
         return False
     if literal_a and literal_b:
-        return a == b
+        return prefix_a == prefix_b  # (the paths themselves)
     key = (a, b) if a <= b else (b, a)
     found = _overlap_cache.get(key)
     if found is None:
@@ -478,9 +491,9 @@ def normalized_overlap(a: str, b: str) -> bool:
         elif _is_directory(b):
             found = _covers_directory(compile_glob(a), b[:-3])
         elif literal_a:
-            found = compile_glob(b).matches(a)
+            found = compile_glob(b).matches(prefix_a)
         elif literal_b:
-            found = compile_glob(a).matches(b)
+            found = compile_glob(a).matches(prefix_b)
         else:
             ga, gb = compile_glob(a), compile_glob(b)
             if ga.literal:  # escaped wildcards only, e.g. `src/\*.go`
@@ -502,7 +515,12 @@ def overlaps(a: Glob, b: Glob) -> bool:
 
 def _is_directory(text: str) -> bool:
     """`L/**` with L a plain path: it matches L and everything below L."""
-    return text.endswith("/**") and len(text) > 3 and _ends(text[:-3])[0]
+    if not text.endswith("/**") or len(text) <= 3:
+        return False
+    for ch in "*?[\\":  # L without a wildcard (`_ends` would read a one-segment L as `**/L`)
+        if ch in text[:-3]:
+            return False
+    return True
 
 
 def _covers_directory(g: Glob, directory: str) -> bool:

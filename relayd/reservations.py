@@ -53,16 +53,22 @@ def pattern_in_repo(pattern: str, repo: str) -> str:
     """The canonical pattern, relative to `repo`.
 
     Editors and agents name files by absolute path; such a pattern is made relative to
-    the repo so it meets the same reservations as its relative spelling. One outside the
-    repo cannot be reserved in it.
+    the repo's root (`/src/x.go`), so it meets the same reservations as that spelling.
+    Any other pattern with a leading `/` is rooted at the repo, as in .gitignore
+    (`/Makefile`), unless its first name is one of the file system's top directories and
+    not one of the repo's (`/etc/passwd`, `/home/...`): that is a path outside the repo,
+    which cannot be reserved in it.
     """
     if isinstance(pattern, str) and pattern.strip().startswith("/"):
         text = pattern.strip()
-        if text == repo or text == repo + "/":
+        top = repo.rstrip("/")
+        if text in (repo, top + "/"):
             return normalize("**")
-        if not text.startswith(repo.rstrip("/") + "/"):
+        if text.startswith(top + "/"):
+            return normalize(text[len(top) :])
+        first = text.lstrip("/").split("/")[0]
+        if first and os.path.lexists("/" + first) and not os.path.lexists(os.path.join(repo, first)):
             raise UsageError(f"{text} is outside the repository {repo}; give a path inside it, or set --repo")
-        pattern = text[len(repo.rstrip("/")) + 1 :]
     return normalize(pattern)
 
 
@@ -104,6 +110,22 @@ def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[
         except PatternError:
             continue  # a hand-edited file with a broken pattern holds nothing
     return found
+
+
+def _stored_otherwise(store: Store, repo: str, pattern: str, agent: str) -> tuple[str, Reservation] | None:
+    """A reservation of `pattern` filed under another spelling: one stored before patterns
+    were read as .gitignore reads them (`*.go`, filed by that text, reads `**/*.go`).
+    The caller's own first, as release looks for it."""
+    same = [(name, r) for name, r in load_all(store) if r.repo == repo and _reads_as(r.pattern, pattern)]
+    same.sort(key=lambda found: found[1].agent != agent)
+    return same[0] if same else None
+
+
+def _reads_as(stored: str, pattern: str) -> bool:
+    try:
+        return normalize(stored) == pattern
+    except PatternError:
+        return False
 
 
 def describe(r: Reservation) -> str:
@@ -244,6 +266,8 @@ def release(store: Store, p: ReleaseParams) -> ReleaseResult:
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         raise StoreError(f"reservation file {key} is damaged; remove it or run relayctl gc") from None
                     break
+            if found is None:
+                found = _stored_otherwise(store, repo, pattern, p.agent)
             if found is None:
                 raise NotFound(f"no reservation of {pattern} in {repo}")
             key, r = found

@@ -1,5 +1,6 @@
 """Glob overlap: a table of cases people reserve, then brute force against an independent
-matcher (fnmatch per segment, recursion for `**`)."""
+matcher (fnmatch per segment, recursion for `**`, .gitignore's rule for where a pattern
+matches)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ OVERLAP_TABLE = [
     ("src/**", "src/auth/login.go", True),
     ("src/**", "src", True),
     ("src/**", "srcs/x", False),
-    ("*.go", "src/main.go", False),
+    ("*.go", "src/main.go", True),  # no slash: at any depth, as in .gitignore
+    ("/*.go", "src/main.go", False),  # a leading slash: the root only
+    ("/*.go", "main.go", True),
     ("**/*.go", "src/main.go", True),
     ("**/*.go", "main.go", True),
     ("**/*.go", "**/*.py", False),
@@ -45,14 +48,19 @@ OVERLAP_TABLE = [
     ("src/?", "src/ab", False),
     ("src/??", "src/ab", True),
     ("src/?.go", "src/*.go", True),
-    ("*", "a/b", False),
+    ("*", "a/b", True),
+    ("/*", "a/b", False),
     ("*/*", "a/b", True),
-    ("*/*", "*", False),
+    ("*/*", "/*", False),
+    ("*/*", "*", True),
     ("src/*_test.go", "src/*.go", True),
     ("src/*_test.go", "src/*.py", False),
     ("src/*a*b*", "src/*b*a*", True),
     ("src/x*y", "src/*z", False),
     ("lib/", "lib/util.js", True),
+    ("lib/", "src/lib/util.js", True),  # a trailing slash alone does not root a pattern
+    ("/lib/", "src/lib/util.js", False),
+    ("src/lib/", "vendor/src/lib/x.js", False),  # a slash in the middle does
     ("./lib/util.js", "lib/util.js", True),
     (r"src/\*.go", "src/a.go", False),
     (r"src/\*.go", "src/*.go", True),
@@ -94,6 +102,47 @@ def test_normalize() -> None:
     assert normalize("/src/**/**/x") == "src/**/x"
 
 
+# Every shape of pattern, its normal form (what a reservation stores: the same pattern
+# when read again), paths it takes and paths it does not.
+SHAPES = [
+    ("main.go", "**/main.go", ["main.go", "cmd/main.go", "a/b/main.go"], ["main.go.orig", "cmd/main.go/x"]),
+    ("*.go", "**/*.go", ["main.go", "src/main.go", "a/b/c.go"], ["main.py", "src/go"]),
+    ("/main.go", "/main.go", ["main.go"], ["cmd/main.go"]),
+    ("/*.go", "/*.go", ["main.go"], ["src/main.go"]),
+    ("src/main.go", "src/main.go", ["src/main.go"], ["x/src/main.go", "main.go"]),
+    ("/src/main.go", "src/main.go", ["src/main.go"], ["x/src/main.go"]),
+    ("src/*.go", "src/*.go", ["src/a.go"], ["src/a/b.go", "x/src/a.go"]),
+    ("build/", "**/build/**", ["build", "build/x", "a/build/x/y"], ["builds/x", "a/rebuild/x"]),
+    ("/build/", "build/**", ["build/x"], ["a/build/x"]),
+    ("src/build/", "src/build/**", ["src/build/x"], ["a/src/build/x"]),
+    ("**/test", "**/test", ["test", "a/test", "a/b/test"], ["test/x", "a/tests"]),
+    ("src/**", "src/**", ["src", "src/a", "src/a/b"], ["x/src/a"]),
+    ("a/**/b", "a/**/b", ["a/b", "a/x/b", "a/x/y/b"], ["x/a/b", "a/b/c"]),
+    ("**", "**", ["a", "a/b/c"], []),
+    ("te?t.[ch]", "**/te?t.[ch]", ["test.c", "x/text.h"], ["test.o", "tet.c"]),
+]
+
+
+@pytest.mark.parametrize(("pattern", "normal", "taken", "free"), SHAPES)
+def test_every_pattern_shape_reads_as_gitignore_does(pattern: str, normal: str, taken: list[str], free: list[str]) -> None:
+    assert normalize(pattern) == normal
+    assert normalize(normal) == normal  # stored, then read again: the same pattern
+    for path in taken:
+        assert matches_path(normal, path) and compile_glob(pattern).matches(path), path
+        assert patterns_overlap(pattern, "/" + path) and patterns_overlap(normal, path if "/" in path else "/" + path), path
+    for path in free:
+        assert not matches_path(normal, path) and not compile_glob(pattern).matches(path), path
+        assert not patterns_overlap(pattern, "/" + path), path
+
+
+def test_a_pattern_stored_before_the_any_depth_reading_is_read_with_it() -> None:
+    """Reservations stored `*.go` and `Makefile` meaning the top directory only; they are
+    read as .gitignore reads them now: at any depth (only more conflicts, never fewer)."""
+    assert matches_path("*.go", "src/main.go") and matches_path("Makefile", "docs/Makefile")
+    assert patterns_overlap("*.go", "/src/main.go")
+    assert matches_path("src/*.go", "src/a.go") and not matches_path("src/*.go", "x/src/a.go")  # as before
+
+
 def test_the_unicode_alphabet_is_covered() -> None:
     assert patterns_overlap("docs/[!a-z]*", "docs/日本*")
     assert witness(compile_glob("docs/[!a-z]"), compile_glob("docs/?")) is not None
@@ -103,12 +152,19 @@ def test_the_unicode_alphabet_is_covered() -> None:
 
 
 def ref_match(pattern: str, path: str) -> bool:
-    """Independent matcher: fnmatch on each segment, recursion for `**`.
+    """Independent matcher: fnmatch on each segment, recursion for `**`; a pattern with no
+    `/` but a trailing one matches at any depth (.gitignore), a trailing `/` is `/**`.
 
     fnmatch knows neither `[^...]` nor backslash escapes: they are spelled its way first.
     """
-    spelled = re.sub(r"\\(.)", lambda m: "[" + m.group(1) + "]", pattern.replace("[^", "[!"))
-    return _ref(spelled.split("/"), path.split("/")) and all(path.split("/"))
+    spelled = re.sub(r"\\(.)", lambda m: "[" + m.group(1) + "]", pattern.replace("[^", "[!")).strip()
+    rooted = "/" in spelled.rstrip("/")
+    if spelled.endswith("/"):
+        spelled += "**"
+    segments = [s for s in spelled.split("/") if s not in ("", ".")]
+    if not rooted:
+        segments.insert(0, "**")
+    return _ref(segments, path.split("/")) and all(path.split("/"))
 
 
 def _ref(pat: list[str], segs: list[str]) -> bool:
@@ -184,5 +240,5 @@ def test_a_path_in_a_commit_is_matched_as_reserve_decides_overlap(pattern: str, 
     path, spelled as a literal pattern, with the reservation."""
     text = normalize(pattern)
     for path in paths:
-        literal = re.sub(r"([*?\[\\])", r"\\\1", path)
+        literal = "/" + re.sub(r"([*?\[\\])", r"\\\1", path)  # rooted: this one path
         assert matches_path(text, path) is ref_match(text, path) is patterns_overlap(literal, text), (text, path)

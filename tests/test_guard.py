@@ -119,6 +119,26 @@ def test_a_reservation_made_from_a_subdirectory_holds_paths_below_it(relayctl, r
     assert repo.commit("auth/login.py", agent="inferno").returncode == 0  # auth/ at the top is not src/auth/
 
 
+def test_patterns_are_read_as_gitignore_reads_them(relayctl, repo: Repo, store_dir: Path) -> None:
+    relayctl("reserve", "*.py", "--repo", str(repo.path), agent="glacier")  # every Python file
+    relayctl("reserve", "/README.md", "--repo", str(repo.path), agent="storm")  # the top one only
+    relayctl("guard", "install", "--repo", str(repo.path))
+    deep = repo.commit("src/auth/login.py", agent="inferno")
+    assert deep.returncode != 0 and "glacier holds **/*.py" in deep.stderr and "src/auth/login.py" in deep.stderr
+    repo.git("reset", "-q", "--hard")
+    assert repo.commit("docs/README.md", agent="inferno").returncode == 0
+    top = repo.commit("README.md", agent="inferno")
+    assert top.returncode != 0 and "storm holds /README.md" in top.stderr
+    repo.git("reset", "-q", "--hard")
+    # A reservation stored before this reading (`*.sh`, then the top directory only) is read with it.
+    with Store(str(store_dir)) as store:
+        old = Reservation(id="01J0000000000000000000000B", agent="storm", pattern="*.sh", repo=str(repo.path),
+                          created_at="2026-01-01T00:00:00.000Z", expires_at="2099-01-01T00:00:00.000Z")
+        store.top(layout.RESERVATIONS).replace(reservation_key(str(repo.path), "*.sh"), json_encoder.encode(old) + b"\n", store.sync)
+    stored = repo.commit("tools/build.sh", agent="inferno")
+    assert stored.returncode != 0 and "storm holds *.sh" in stored.stderr and "tools/build.sh" in stored.stderr
+
+
 def test_odd_file_names_are_matched_as_names(relayctl, repo: Repo) -> None:
     relayctl("reserve", "data/[a-c]*.csv", "--repo", str(repo.path), agent="glacier")
     relayctl("guard", "install", "--repo", str(repo.path))

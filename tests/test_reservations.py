@@ -79,7 +79,7 @@ def test_shared_and_exclusive(relayctl, team, repo) -> None:
     relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="inferno")
     relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="glacier")  # shared + shared: fine
     refused = relayctl("reserve", "main.go", "--repo", repo, agent="storm", check=False)
-    assert refused.returncode == 1 and "inferno holds *.go" in refused.stderr and "glacier holds *.go" in refused.stderr
+    assert refused.returncode == 1 and "inferno holds **/*.go" in refused.stderr and "glacier holds **/*.go" in refused.stderr
     listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
     assert sorted((r["agent"], r["exclusive"]) for r in listed) == [("glacier", False), ("inferno", False)]
 
@@ -95,21 +95,36 @@ def test_check_reports_without_reserving(relayctl, team, repo) -> None:
     assert len(json.loads(relayctl("--json", "reservations").stdout)) == 1
 
 
-def test_a_top_level_star_pattern_warns_when_deeper_files_exist(relayctl, team, repo) -> None:
-    # seed 004 US-012: `*.go` vs `src/main.go` is free (a * never crosses '/'), but the
-    # person who reserved `*.go` almost certainly meant every Go file
-    (Path(repo) / "main.go").write_text("package main\n")
-    quiet = relayctl("reserve", "*.go", "--repo", repo, "--check", agent="inferno")
-    assert quiet.stderr == ""  # only top-level Go files: it means what it says
-    (Path(repo) / "src").mkdir()
-    (Path(repo) / "src" / "main.go").write_text("package main\n")
-    for extra in (["--check"], []):
-        proc = relayctl("reserve", "*.go", "--repo", repo, *extra, agent="inferno")
-        [line] = proc.stderr.strip().splitlines()
-        assert line.startswith("warning: *.go covers only the top directory") and "src/main.go" in line and "'**/*.go'" in line
-    assert relayctl("reserve", "src/main.go", "--repo", repo, "--check", agent="glacier").returncode == 0  # still free, as the glob says
-    for precise in ("**/*.go", "src/*.go", "main.go"):
-        assert relayctl("reserve", precise, "--repo", repo, "--check", agent="glacier", check=False).stderr.startswith("warning") is False
+def test_a_pattern_without_a_slash_takes_every_depth_for_reserve_check_and_release(relayctl, team, repo) -> None:
+    # seed 004 US-012 and .gitignore: `*.go` is every Go file, `/*.go` the top directory's
+    held = relayctl("--json", "reserve", "*.go", "--repo", repo, agent="inferno")
+    assert json.loads(held.stdout)["reservation"]["pattern"] == "**/*.go" and held.stderr == ""
+    checked = relayctl("reserve", "src/main.go", "--repo", repo, "--check", agent="glacier", check=False)
+    assert checked.returncode == 1 and checked.stdout.startswith("src/main.go in ") and "inferno holds **/*.go" in checked.stdout
+    refused = relayctl("reserve", "src/main.go", "--repo", repo, agent="glacier", check=False)
+    assert refused.returncode == 1 and "inferno holds **/*.go" in refused.stderr
+    relayctl("release", "*.go", "--repo", repo, agent="inferno")
+    relayctl("reserve", "/*.go", "--repo", repo, agent="inferno")
+    assert relayctl("reserve", "src/main.go", "--repo", repo, "--check", agent="glacier").stdout.startswith("free")
+    taken = relayctl("reserve", "main.go", "--repo", repo, "--check", agent="glacier", check=False)  # main.go at any depth
+    assert taken.returncode == 1 and "inferno holds /*.go" in taken.stdout
+    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+    assert [r["pattern"] for r in listed] == ["/*.go"]
+
+
+def test_a_reservation_stored_before_the_any_depth_reading_is_read_with_it_and_released(relayctl, team, repo, store_dir) -> None:
+    """A file written by the earlier version: `*.go` in normal form, then meant the top
+    directory only. It is read as written: every Go file; `release *.go` finds it."""
+    from relayd import layout
+    from relayd.reservations import reservation_key
+
+    stored = {"id": "01JMHF3XYZ0000000000000000", "agent": "inferno", "pattern": "*.go", "repo": repo, "exclusive": True, "created_at": "2026-01-01T00:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z"}
+    (Path(store_dir) / layout.RESERVATIONS / reservation_key(repo, "*.go")).write_text(json.dumps(stored))
+    checked = relayctl("reserve", "src/main.go", "--repo", repo, "--check", agent="glacier", check=False)
+    assert checked.returncode == 1 and "inferno holds *.go" in checked.stdout
+    released = json.loads(relayctl("--json", "release", "*.go", "--repo", repo, agent="inferno").stdout)
+    assert [r["pattern"] for r in released["released"]] == ["*.go"]
+    assert relayctl("reserve", "src/main.go", "--repo", repo, agent="glacier").returncode == 0
 
 
 def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
