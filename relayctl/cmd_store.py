@@ -43,7 +43,9 @@ def init(preset: str | None, workers: int | None, allow_new_agents: bool | None)
 def reset(yes: bool) -> None:
     """Delete every agent, message, reservation, command and event in the store.
 
-    The store directory and its config file stay. Asks first unless --yes.
+    The store directory and its config file stay, except a fixed team's definition
+    (init --preset): it goes with the agents, so agent programs can register again;
+    'relayctl init --preset NAME' makes the team again. Asks first unless --yes.
 
     \b
     Examples:
@@ -58,7 +60,14 @@ def reset(yes: bool) -> None:
             raise click.UsageError("reset needs confirmation: run it in a terminal, or pass --yes")
         click.confirm(f"Delete all agents and messages in {s.dir}?", abort=True)
     result = s.call("reset", {"confirm": True})
-    s.out(result, lambda r: f"reset {r['dir']}: removed {', '.join(r['removed']) or 'nothing'}")
+    s.out(result, _render_reset)
+
+
+def _render_reset(r: dict) -> str:
+    text = f"reset {r['dir']}: removed {', '.join(r['removed']) or 'nothing'}"
+    if r.get("unfixed"):
+        text += f"; the fixed team (preset {r['unfixed']}) went with its agents: make it again with 'relayctl init --preset {r['unfixed']}'"
+    return text
 
 
 @click.command()

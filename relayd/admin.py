@@ -134,16 +134,20 @@ class ResetParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class ResetResult(msgspec.Struct, kw_only=True):
     dir: str
     removed: list[str]
+    unfixed: str | None = None  # the preset of the fixed team whose definition went with its agents
 
 
 @operation("reset", ResetParams)
 def reset(store: Store, p: ResetParams) -> ResetResult:
     """Remove every agent, message, reservation, command and event.
 
-    The configuration file and the daemon's lock stay.
+    The configuration file and the daemon's lock stay, except its fixed-team definition
+    (`team`): with the agents gone it would refuse every name, so it goes with them
+    (`unfixed` says which preset; `init --preset` makes the team again).
     """
     if not p.confirm:
         raise UsageError("reset deletes every message and agent; confirm it (relayctl reset --yes)")
+    unfixed = _forget_fixed_team(store)
     root = store.root_dir()
     removed = []
     trash = []
@@ -167,7 +171,20 @@ def reset(store: Store, p: ResetParams) -> ResetResult:
         raise StoreError(f"reset of {store.root} failed: {exc.strerror or exc}") from exc
     store.sync.dir(root.fd)
     store.emit(store.event("agent", action="reset"))
-    return ResetResult(dir=store.root, removed=removed)
+    return ResetResult(dir=store.root, removed=removed, unfixed=unfixed)
+
+
+def _forget_fixed_team(store: Store) -> str | None:
+    """Drop config.json's `team` when it fixes the team; the preset it named, or None."""
+    import json
+
+    config = _config_json(store)
+    team = config.get("team", {})
+    if team.get("allow_new", True) is not False:
+        return None
+    del config["team"]
+    store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+    return str(team.get("preset") or "none")
 
 
 class VersionParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

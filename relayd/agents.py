@@ -120,6 +120,14 @@ def _refuse_outside_fixed_team(store: Store, name: str) -> None:
     if team.allow_new:
         return
     known = store.known_agents()
+    if not known:
+        preset = f"relayctl init --preset {team.preset}" if team.preset else "relayctl init --preset NAME"
+        raise UnknownAgent(
+            f"unknown agent {name!r}: this store's team is fixed (preset {team.preset or 'none'}) and has no agents (was it reset?); "
+            f"make the team again with '{preset}', or add this one with 'relayctl register {name}'",
+            agent=name,
+            known=known,
+        )
     raise UnknownAgent(
         f"unknown agent {name!r}: this store's team is fixed (preset {team.preset or 'none'}); known agents: {', '.join(known)}. "
         f"Use one of those names, or add this one on purpose with 'relayctl register {name}'",

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from relayd import ops
 from relayd.names import MESSAGE_TYPES
 from relayd.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens_conservative
+from relayd.store import Store
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -191,6 +193,30 @@ def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl
         assert client.call("register", {"name": "newcomer", "join": True})["name"] == "newcomer"
     names = {a["name"] for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
     assert {"reviewer", "newcomer"} <= names and "infern" not in names
+
+
+def test_reset_takes_the_fixed_team_definition_with_its_agents(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
+    from relayd.client import Client
+    from relayd.errors import UnknownAgent
+
+    relayctl("init", "--preset", "overlord")
+    with Store(str(store_dir)) as store:  # a store reset by an earlier relay: still fixed, nobody in it
+        ops.call(store, "reset", {"confirm": True})
+        (store_dir / "config.json").write_text(json.dumps({"team": {"preset": "overlord", "allow_new": False}}))
+        with pytest.raises(UnknownAgent) as empty:
+            ops.call(store, "register", {"name": "inferno", "join": True})
+    assert empty.value.message == (
+        "unknown agent 'inferno': this store's team is fixed (preset overlord) and has no agents (was it reset?); "
+        "make the team again with 'relayctl init --preset overlord', or add this one with 'relayctl register inferno'"
+    )
+    relayctl("init", "--preset", "overlord")
+    done = relayctl("reset", "--yes").stdout
+    assert "the fixed team (preset overlord) went with its agents: make it again with 'relayctl init --preset overlord'" in done
+    assert "team" not in json.loads((store_dir / "config.json").read_text())
+    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:  # what relay-mcp sends for its role
+        assert client.call("register", {"name": "inferno", "join": True})["name"] == "inferno"
+    assert "the team is fixed" in relayctl("init", "--preset", "overlord").stdout  # made again, fixed again
+    assert json.loads((store_dir / "config.json").read_text())["team"] == {"preset": "overlord", "allow_new": False}
 
 
 @pytest.mark.parametrize("kind", ["cli", "mcp"])
