@@ -92,11 +92,16 @@ class ToolFailed(Exception):
 
 
 class Context:
-    """What a tool handler may use: the caller's role and the store operations."""
+    """What a tool handler may use: the caller's role, the store operations, and a clock
+    and a pause (a test may give its own) for waiting on an announcement."""
 
-    def __init__(self, role: str, call: Callable[[str, dict[str, Any]], Any]) -> None:
+    def __init__(self, role: str, call: Callable[[str, dict[str, Any]], Any], clock: Callable[[], float] | None = None, pause: Callable[[float], None] | None = None) -> None:
+        import time
+
         self.role = role
         self.call = call
+        self.clock = clock or time.monotonic
+        self.pause = pause or time.sleep
 
 
 NOTICE = "notice"  # the unread-mail notice inside structuredContent, which is all Claude Code shows a model
@@ -126,15 +131,24 @@ class Tool:
         return entry
 
 
+# With relayd up, how long send_message waits for relayd's own triggers (tmux, zellij,
+# cmd) to report, so a failed one is in the tool result rather than only in a bounce
+# later. A trigger normally reports within ~100 ms; a tmux one waits for the pane's echo
+# (relayd.notify.ECHO_WAIT). Channel and hook announcements come from the recipient's own
+# session, maybe much later: they are never waited for.
+ANNOUNCE_WAIT = 3.0
+_ANNOUNCE_POLL = 0.05
+
+
 def _sent(result: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """The stored messages, how each recipient is announced (`announced`), and the recipients
     whose notification failed (`not_notified`): their mail is in the inbox, but they were
     not told, so they see it only when they look."""
     sent: dict[str, Any] = {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
-    failed = [{"to": n.get("agent"), "method": n.get("method"), "error": n.get("error") or "failed"} for n in result.get("notifications", []) if not n.get("ok", True)]
+    announced = _announced(result, ctx)
+    failed = [{"to": a["to"], "method": a["how"], "error": a.get("error") or "failed"} for a in announced if a.get("ok") is False]
     if failed:
         sent["not_notified"] = failed
-    announced = _announced(result, ctx)
     if announced:
         sent["announced"] = announced
     return sent
@@ -142,18 +156,26 @@ def _sent(result: dict[str, Any], ctx: Context) -> dict[str, Any]:
 
 def _announced(result: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
     """Without relayd the send itself announced (its `notifications`); with relayd the
-    announcement follows the reply, so the message's track says what happened so far:
-    done (`ok`) or `pending` (a failure comes back later as a bounce from relay)."""
+    announcement follows the reply, so the message's track says what happened: done
+    (`ok`, with `error` when it failed) or still `pending` -- after waiting up to
+    ANNOUNCE_WAIT for relayd's own triggers; a failure found later comes back as a bounce."""
     if result.get("notifications"):  # (through relayd the list is empty)
         return [{"to": n.get("agent"), "how": n.get("method"), "ok": bool(n.get("ok", True)), **({"error": n["error"]} if n.get("error") else {})} for n in result["notifications"]]
     from relayd.errors import RelayError
+    from relayd.notify import TRIGGERS
 
     out = []
+    deadline = ctx.clock() + ANNOUNCE_WAIT
     for message_id in dict.fromkeys(m["id"] for m in result["messages"]):
-        try:
-            ways = ctx.call("track", {"id": message_id})["recipients"]
-        except RelayError:
-            continue  # a report, not the send: the mail is stored either way
+        while True:
+            try:
+                ways = ctx.call("track", {"id": message_id})["recipients"]
+            except RelayError:
+                ways = []  # a report, not the send: the mail is stored either way
+                break
+            if not any(way.get("announced") is None and way["mechanism"] in TRIGGERS for way in ways) or ctx.clock() >= deadline:
+                break
+            ctx.pause(_ANNOUNCE_POLL)
         for way in ways:
             told = way.get("announced")
             if told:
