@@ -88,7 +88,7 @@ def build(from_, to, cc, type_, priority, thread_id, in_reply_to, repo, issue, s
       relayctl mime build --from coordinator --to ignitian_1 ignitian_2 --type task_assignment --body-file task.yaml
     """
     if body_file:
-        text = _read_text(body_file)
+        text = _read_text(body_file).replace("\r\n", "\n")  # line ends as IGNITE's tool writes them (LF)
     else:
         text = body or ""
     message = mime.build(

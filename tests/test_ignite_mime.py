@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from relayd.ignite import mime
+from relayd.ulid import ulid_time_ms
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "ignite"
 SEED_FILE = "task_assignment_1770263544123456"
@@ -91,6 +92,12 @@ def test_build_body_file_and_stdin(relayctl, short_tmp: Path) -> None:
     assert text.endswith("\n\na: 1\n")
     text = relayctl("mime", "build", "--from", "user", "--to", "leader", "--type", "user_goal", "--body-file", "-", input="b: 2\n").stdout
     assert text.endswith("\n\nb: 2\n")
+    # a body file saved with CRLF (an editor on Windows) is written with LF, as IGNITE's tool writes it
+    body.write_bytes(b'task_id: "t-1"\r\nnotes: |\r\n  two\r\n  lines\r\n')
+    built = short_tmp / "built.mime"
+    relayctl("mime", "build", "--from", "user", "--to", "leader", "--type", "user_goal", "--body-file", str(body), "-o", str(built))
+    assert b"\r" not in built.read_bytes()
+    assert built.read_bytes().endswith(b'\n\ntask_id: "t-1"\nnotes: |\n  two\n  lines\n')
 
 
 def test_update_status_keeps_crlf_folding_order_and_body(relayctl, short_tmp: Path) -> None:
@@ -229,7 +236,12 @@ def test_round_trip_relay_to_mime_to_relay_keeps_every_field(relayctl, team, sho
     fields = json.loads(relayctl("mime", "parse", str(path)).stdout)
     assert (fields["from"], fields["to"], fields["type"], fields["priority"], fields["thread_id"]) == ("coordinator", ["ignitian_2"], "task_assignment", "critical", "bd-42")
     assert (fields["repository"], fields["issue"], fields["body"]) == ("owner/repo", "42", body.replace("\r\n", "\n"))  # as IGNITE's tool reads it
-    assert fields["message_id"] == f"<{original['id']}@ignite.local>"
+    # IGNITE's form: <{epoch}.{pid}.{hash}@ignite.local>, the epoch being when the message's id was made
+    epoch, pid, digest = re.fullmatch(r"<(\d+)\.(\d+)\.([0-9a-f]{12})@ignite\.local>", fields["message_id"]).groups()
+    assert int(epoch) == ulid_time_ms(original["id"]) // 1000 and int(pid) > 0
+    again_exported = short_tmp / "again.mime"
+    relayctl("mime", "export", original["id"], "-o", str(again_exported))
+    assert json.loads(relayctl("mime", "parse", str(again_exported)).stdout)["message_id"].endswith(f".{digest}@ignite.local>")  # the message's own hash
     again = json.loads(relayctl("--json", "send", "--mime", str(path)).stdout)[0]
     for key in ("from", "to", "subject", "body", "thread", "priority", "tags", "type", "ack"):
         assert again[key] == original[key], key

@@ -124,7 +124,7 @@ def from_message(m: dict) -> mime.MimeMessage:
         thread_id=thread,
         repository=repo if repo and _header_safe(repo) else None,
         issue=issue if issue and _header_safe(issue) else None,
-        message_id=f"<{m['id']}@{mime.DOMAIN}>",
+        message_id=mime.new_message_id(of=m["id"]),
         date=email.utils.format_datetime(parse_iso(m["ts"]).astimezone()),
         extra=extra,
     )

@@ -200,8 +200,17 @@ def read_bytes(path: str, *, follow: bool = True) -> bytes:
 # -- building ------------------------------------------------------------------------
 
 
-def new_message_id(now: float | None = None) -> str:
-    """`<{epoch}.{pid}.{random}@ignite.local>`, the shape IGNITE's tools write."""
+def new_message_id(now: float | None = None, of: str | None = None) -> str:
+    """`<{epoch}.{pid}.{hash}@ignite.local>`, the shape IGNITE's tools write (seed 003).
+    `of`: the relay message the file carries (its id is also in X-Relay-Id): the epoch is
+    when that id was made and the hash is taken from it, so each relay message gets a
+    Message-ID of its own; without it, now and random bits."""
+    if of is not None:
+        import hashlib
+
+        from ..ulid import ulid_time_ms
+
+        return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{hashlib.sha256(of.encode()).hexdigest()[:12]}@{DOMAIN}>"
     epoch = int(time.time() if now is None else now)
     return f"<{epoch}.{os.getpid()}.{random.getrandbits(48):012x}@{DOMAIN}>"
 
