@@ -53,3 +53,32 @@ def test_relayd_refuses_such_a_path_in_one_line_naming_the_way_out(short_tmp: Pa
         assert RelayCtl(env)("status").stdout.startswith("relayd: running")
     finally:
         daemon.kill()
+
+
+def _relayd_refusal(env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, "-m", "relayd.daemon"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    return proc.stderr
+
+
+def test_a_socket_in_a_sticky_directory_anyone_may_write_is_served_when_the_name_is_ours(short_tmp: Path, relay_env: dict[str, str]) -> None:
+    RelayCtl(relay_env)("init")
+    # the seed's own spelling: /tmp itself (sticky, root's, writable by all)
+    env = dict(relay_env, RELAY_SOCKET=f"/tmp/relay-{os.getpid()}-{short_tmp.name}.sock")
+    daemon = Daemon(env).start()
+    try:
+        assert os.stat(env["RELAY_SOCKET"]).st_mode & 0o777 == 0o600
+        assert RelayCtl(env)("status").stdout.startswith("relayd: running")
+    finally:
+        daemon.stop()
+    assert not os.path.exists(env["RELAY_SOCKET"])  # removed on the way out
+
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    (shared / "relay.sock").symlink_to(short_tmp / "elsewhere.sock")  # someone's trap
+    refused = _relayd_refusal(dict(relay_env, RELAY_SOCKET=str(shared / "relay.sock")))
+    assert f"{shared / 'relay.sock'} is a symbolic link in a directory others can write to" in refused
+    os.chmod(shared, 0o777)  # not sticky: anyone may replace the socket, so no
+    refused = _relayd_refusal(dict(relay_env, RELAY_SOCKET=str(shared / "other.sock")))
+    assert f"socket directory {shared} is writable by others or not yours" in refused

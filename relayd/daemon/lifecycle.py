@@ -3,7 +3,9 @@
 * One daemon per store: an exclusive flock on `<store>/relayd.lock`, held for the process
   lifetime (the kernel releases it on any exit, so there is no stale-PID guessing).
 * The socket: a leftover file that does not answer is removed; one that answers means
-  another daemon owns that path. The directory is 0700 and the socket 0600 from bind on.
+  another daemon owns that path. The directory is 0700 (or, like /tmp, sticky and
+  owned by root or us, with the socket's name free or ours and not a symlink) and the
+  socket 0600 from bind on.
 * systemd: `sd_notify` messages and socket activation (`LISTEN_FDS`).
 """
 
@@ -72,11 +74,30 @@ def _prepare_directory(path: str) -> None:
         except OSError as exc:
             raise StartupError(f"cannot create socket directory {directory}: {exc.strerror}") from None
     info = os.stat(directory)
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StartupError(
-            f"socket directory {directory} is writable by others or not yours; "
-            "use a private directory (e.g. $XDG_RUNTIME_DIR/relay) with --socket or RELAY_SOCKET"
-        )
+    private = info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if private:
+        return
+    if info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.getuid()):
+        _own_or_absent(path)  # /tmp: others may add names, but not remove or rename ours
+        return
+    raise StartupError(
+        f"socket directory {directory} is writable by others or not yours; "
+        "use a private directory (e.g. $XDG_RUNTIME_DIR/relay) with --socket or RELAY_SOCKET"
+    )
+
+
+def _own_or_absent(path: str) -> None:
+    """In a sticky directory anyone may write, the socket's name must be free or hold a
+    socket of ours: not a symlink, not someone else's file (whoever made it could listen
+    there in our place, or point us at their own target)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise StartupError(f"{path} is a symbolic link in a directory others can write to; remove it or choose another --socket")
+    if info.st_uid != os.getuid():
+        raise StartupError(f"{path} belongs to another user (uid {info.st_uid}) in a directory others can write to; choose another --socket")
 
 
 def _answers(path: str) -> bool:
