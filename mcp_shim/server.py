@@ -102,19 +102,26 @@ class Shim:
         from relayd.presence import touch_if_registered
 
         try:
-            if not touch_if_registered(self.identity.store_dir, self.identity.role):
+            if self.identity.title:
+                self.seen(title=self.identity.title)  # seed 002: name and role registered (or updated) at start
+            elif not touch_if_registered(self.identity.store_dir, self.identity.role):
                 self.seen()  # a role the store does not know yet: register it (loads the client)
         except Exception as exc:  # the session goes on; a tool call will say what is wrong
             logs.info(f"could not register {self.identity.role} at start: {exc}")
 
-    def seen(self) -> None:
-        """Refresh last-seen; a role nobody registered yet is registered now (seed 002)."""
+    def seen(self, title: str | None = None) -> None:
+        """Refresh last-seen; a role nobody registered yet is registered now (seed 002).
+        `title`: seed 002's role, written into the agent's presence as well."""
         from relayd.errors import UnknownAgent
 
         try:
             self.call("touch", {"agent": self.identity.role})
+            if title:
+                self.call("register", {"name": self.identity.role, "role": title})
         except UnknownAgent:
             params: dict[str, Any] = {"name": self.identity.role, "program": "claude-code", "join": True}
+            if title:
+                params["role"] = title
             if self.follower is not None or (self.session.channel and self.push not in PUSH_OFF):
                 params["notify"] = "channel"  # this session is how the new agent gets its mail
             if self.identity.session:
@@ -238,6 +245,7 @@ class ToolCall:
 
 
 USAGE = """usage: relay-mcp [--role NAME]
+       relay-mcp -sender NAME [-role ROLE]     (seed 002: the name, and what it does)
 
 An MCP server on stdio for one agent of a relay team; MCP clients such as Claude Code
 start it (see `relayctl mcp-config`). The role is registered (or its presence refreshed)
@@ -251,18 +259,21 @@ as soon as the client connects. Configured by the environment:
 """
 
 
-def _role_argument(args: list[str]) -> tuple[str | None, list[str]]:
-    """`--role NAME`, `--role=NAME` or seed 002's `-role NAME`: (role or None, other args).
-    A flag without its value gives the role ""."""
-    role, rest, it = None, [], iter(args)
+def _arguments(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`--role NAME` and seed 002's `-sender NAME -role ROLE`, each also `--x`, `-x=V` or
+    `--x=V`: ({"role": ..., "sender": ...} as given, other args). A flag without its value
+    gives ""."""
+    given: dict[str, str] = {}
+    rest: list[str] = []
+    it = iter(args)
     for arg in it:
-        if arg in ("--role", "-role"):
-            role = next(it, "")
-        elif arg.startswith(("--role=", "-role=")):
-            role = arg.partition("=")[2]
+        flag, equals, value = arg.partition("=")
+        name = flag.lstrip("-")
+        if name in ("role", "sender") and flag in (f"-{name}", f"--{name}"):
+            given[name] = value if equals else next(it, "")
         else:
             rest.append(arg)
-    return role, rest
+    return given, rest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,15 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--version"]:
         sys.stdout.write(f"relay-mcp {__version__}\n")
         return 0
-    role, rest = _role_argument(args)
+    given, rest = _arguments(args)
     if rest:
-        logs.info(f"error: relay-mcp takes only --role NAME (got {' '.join(rest)}); see relay-mcp --help")
+        logs.info(f"error: relay-mcp takes only --role NAME, or -sender NAME -role ROLE (got {' '.join(rest)}); see relay-mcp --help")
         return 2
-    if role == "":
-        logs.info("error: --role needs a NAME, e.g. --role inferno")
-        return 2
+    for flag, example in (("role", "inferno"), ("sender", "alice")):
+        if given.get(flag) == "":
+            logs.info(f"error: --{flag} needs a NAME, e.g. --{flag} {example}")
+            return 2
     try:
-        identity = from_env(role=role)
+        identity = from_env(role=given.get("role"), sender=given.get("sender"))
     except IdentityError as exc:
         logs.info(f"error: {exc}")
         return 2

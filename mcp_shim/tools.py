@@ -71,6 +71,7 @@ _AGENT = {
     "type": "object",
     "properties": {
         "name": _STR,
+        "role": _NULLABLE_STR,
         "status": _NULLABLE_STR,
         "task": _NULLABLE_STR,
         "last_seen": _NULLABLE_STR,
@@ -234,6 +235,7 @@ def _check_inbox(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 def _presence(state: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": state["name"],
+        **({"role": state["role"]} if state.get("role") else {}),  # (only when set: a model pays for every key)
         "status": state.get("status"),
         "task": state.get("task"),
         "last_seen": state.get("last_heartbeat"),

@@ -207,8 +207,9 @@ def _agent_line(a: dict) -> str:
     else:
         beat = f"{short_span(a['age_seconds'] or 0)} ago"
     status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
+    role = f"   role: {clip(a['role'], 20)}" if a.get("role") else ""
     pane = f"   pane {a['pane']['id']} {a['pane']['state']}" if a.get("pane") else ""
-    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{pane}"
+    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{role}{pane}"
 
 
 def _arrival_line(a: dict) -> str:

@@ -11,13 +11,14 @@ from .options import declared
 
 @click.command()
 @click.argument("name")
+@click.option("--role", metavar="TEXT", help='What the agent does in the team, e.g. "reviewer" (shown in presence).')
 @click.option("--program", metavar="TEXT", help='Agent program, e.g. "claude-code", "codex".')
 @click.option("--model", metavar="TEXT", help='Model name, e.g. "opus".')
 @click.option("--task", metavar="TEXT", help="Current task.")
 @click.option("--bead", metavar="ID", help="Associated bead / ticket id.")
 @click.option("--notify", metavar="HOW", help="How new mail reaches the agent: tmux:TARGET, zellij:PANE_ID, cmd:ARGV..., channel, hook or none.")
 @click.option("--session", metavar="NAME", help="Session name for slash commands, e.g. agent:main:main; with --notify zellij:..., the zellij session (default: $OVLD_SESSION, then $ZELLIJ_SESSION_NAME).")
-def register(name: str, program, model, task, bead, notify, session) -> None:
+def register(name: str, role, program, model, task, bead, notify, session) -> None:
     """Register agent NAME (or update it): creates its inbox, meta.json and heartbeat.
 
     Names are 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit.
@@ -26,6 +27,7 @@ def register(name: str, program, model, task, bead, notify, session) -> None:
     Examples:
       relayctl register agent-bd-42 --program claude-code --model opus --task "Auth refactor" --bead bd-42
       relayctl register inferno --notify tmux:%3
+      relayctl register alice --role reviewer
       relayctl register storm --notify zellij:3        # run in the pane: records its zellij session
     """
     import os
@@ -34,7 +36,7 @@ def register(name: str, program, model, task, bead, notify, session) -> None:
         # relayd types into the pane from outside zellij: it must name the session
         session = os.environ.get("OVLD_SESSION") or os.environ.get("ZELLIJ_SESSION_NAME") or None
     s = settings()
-    params = {"name": name, "program": program, "model": model, "task": task, "bead": bead, "notify": notify, "session": session}
+    params = {"name": name, "role": role, "program": program, "model": model, "task": task, "bead": bead, "notify": notify, "session": session}
     result = s.call("register", params)
     s.out(result, lambda r: f"registered {r['name']}" + (f" (task: {r['task']})" if r.get("task") else ""))
 

@@ -55,6 +55,7 @@ def write_meta(store: Store, agent: Dir, meta: AgentMeta) -> None:
 
 class RegisterParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
+    role: str | None = None
     program: str | None = None
     model: str | None = None
     task: str | None = None
@@ -82,7 +83,7 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
 
         remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")
     notify = _check_notify(p.notify)
-    for field in ("program", "model", "task", "bead", "status", "session"):
+    for field in ("role", "program", "model", "task", "bead", "status", "session"):
         _check_text(field, getattr(p, field))
     agents = store.top(layout.AGENTS)
     agents.subdir(p.name, create=True, sync=store.sync).close()
@@ -91,6 +92,7 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
         stamp = now_iso()
         meta = AgentMeta(
             name=p.name,
+            role=p.role if p.role is not None else old and old.role,
             program=p.program if p.program is not None else old and old.program,
             model=p.model if p.model is not None else old and old.model,
             task=p.task if p.task is not None else old and old.task,
@@ -201,6 +203,7 @@ class AgentState(msgspec.Struct, kw_only=True, omit_defaults=False):
     alive: bool
     last_heartbeat: str | None
     age_seconds: float | None
+    role: str | None = None
     status: str | None = None
     task: str | None = None
     program: str | None = None
@@ -239,6 +242,7 @@ def agent_states(store: Store, only: str | None = None, stale: str = "5m") -> li
                 alive=age is not None and age <= threshold and not away,
                 last_heartbeat=beat,
                 age_seconds=round(age, 3) if age is not None else None,
+                role=meta.role,
                 status=meta.status,
                 task=meta.task,
                 program=meta.program,

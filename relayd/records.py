@@ -38,6 +38,7 @@ class AgentMeta(msgspec.Struct, omit_defaults=True, kw_only=True):
     """`agents/<name>/meta.json`: identity and presence."""
 
     name: str
+    role: str | None = None  # what the agent does in the team, e.g. reviewer (seed 002's AGENT_ROLE)
     program: str | None = None
     model: str | None = None
     task: str | None = None

@@ -58,6 +58,27 @@ async def test_seed_002_role_variable_and_role_argument(team: None, relay_env: d
         assert _agents(relayctl)["scout"]["alive"]  # --role wins over the environment
 
 
+@pytest.mark.anyio
+async def test_seed_002_sender_and_role_arguments_name_the_agent_and_show_its_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers (alice)
+    env = {"RELAY_DIR": relay_env["RELAY_DIR"], "RELAY_SOCKET": relay_env["RELAY_SOCKET"]}
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mcp_shim", "-sender", "alice", "-role", "reviewer"], env=env)
+    async with Client(server, mode="legacy"):
+        alice = _agents(relayctl)["alice"]
+        assert alice["alive"] and alice["role"] == "reviewer"  # registered with its role at start
+    assert "alice" in relayctl("status").stdout and "role: reviewer" in relayctl("status").stdout
+    # an agent already registered gets its role on the next start; the environment's spelling too
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mcp_shim", "-sender=inferno"], env=dict(env, BBS_AGENT_ROLE="backend"))
+    async with Client(server, mode="legacy") as inferno:
+        assert _agents(relayctl)["inferno"]["role"] == "backend"
+        team_presence = structured(await inferno.call_tool("check_hub_status", {}))["team_presence"]
+        assert {p["name"]: p.get("role") for p in team_presence}["alice"] == "reviewer"
+        everyone = structured(await inferno.call_tool("get_status", {}))["agents"]
+        assert {a["name"]: a.get("role") for a in everyone}["inferno"] == "backend"
+    proc = __import__("subprocess").run([sys.executable, "-m", "mcp_shim", "-sender"], env=relay_env, capture_output=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.decode().strip() == "relay-mcp: error: --sender needs a NAME, e.g. --sender alice"
+
+
 def test_a_role_argument_without_a_name_is_one_line(relay_env: dict[str, str]) -> None:
     proc = __import__("subprocess").run([sys.executable, "-m", "mcp_shim", "--role"], env=relay_env, capture_output=True, timeout=30)
     assert proc.returncode == 2 and proc.stderr.decode().strip() == "relay-mcp: error: --role needs a NAME, e.g. --role inferno"
