@@ -21,7 +21,7 @@ import msgspec
 from . import layout, remote
 from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
 from .globs import PatternError, normalize, normalized_overlap
-from .guard_index import directory_stamp, written_through
+from .guard_index import directory_stamp, settled, written_through
 from .registry import operation
 from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
 from .store import Store
@@ -83,8 +83,23 @@ def expiry_test(reference=None):
 
 
 def load_all(store: Store) -> list[tuple[str, Reservation]]:
-    """Every readable reservation file with its name; damaged files are skipped."""
-    return store.records(layout.RESERVATIONS, reservation_decoder)
+    """Every readable reservation file with its name; damaged files are skipped.
+
+    Reading 1,000 files is most of what a reserve or check costs, and relayd checks against
+    the same directory again and again: a Store keeps the records it read from a directory
+    that had not changed for guard_index.SETTLED_NS, and hands them out again while the
+    directory's identity (device, inode, mtime, ctime) is the same. Every change to a
+    reservation links, renames or unlinks a file there, which moves its ctime, and a
+    settled directory's next change falls in a later clock tick: the same reasoning (and
+    the same one exception, a file rewritten in place by hand) as the guard's index."""
+    stamp = directory_stamp(store.root)
+    seen = store.reservations_seen
+    if stamp is not None and seen is not None and seen[0] == stamp:
+        return list(seen[1])
+    records = store.records(layout.RESERVATIONS, reservation_decoder)
+    if stamp is not None and settled(stamp, lambda: int(store.clock() * 1e9)):
+        store.reservations_seen = (stamp, tuple(records))
+    return records
 
 
 def _read(folder, name: str) -> Reservation | None:

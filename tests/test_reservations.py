@@ -236,3 +236,44 @@ def test_overlapping_patterns_raced_by_many_processes(store_dir, repo) -> None:
         for p in procs:
             p.join(timeout=60)
         assert sum(won for _, won in outcomes) == 1, outcomes
+
+
+def _next_tick() -> None:
+    """Return once the coarse clock file times come from has moved on (at most a tick, a
+    few ms): a change made after this cannot carry the times of one made before."""
+    coarse = 5  # CLOCK_REALTIME_COARSE (Linux), the kernel's clock for file times; Python names it not
+    start = time.clock_gettime_ns(coarse)
+    while time.clock_gettime_ns(coarse) == start:
+        pass
+
+
+def test_a_settled_reservations_directory_is_read_once_and_every_change_is_seen(store_dir, repo) -> None:
+    """relayd keeps the records of a reservations directory that had settled; a change by
+    another process (direct mode) is seen at the next check."""
+    from relayd import ops
+    from relayd.store import Store
+
+    def holders(store, path: str) -> list[str]:
+        return [c["agent"] for c in ops.call(store, "reserve", {"agent": "newcomer", "pattern": path, "repo": repo, "check": True})["conflicts"]]
+
+    later = lambda: time.time() + 60  # noqa: E731  (relayd's view: the directory settled long ago)
+    with Store(str(store_dir), clock=later) as daemon_side, Store(str(store_dir)) as other:
+        ops.call(other, "reserve", {"agent": "inferno", "pattern": "src/a/**", "repo": repo})
+        assert holders(daemon_side, "src/a/x.py") == ["inferno"]
+        reads = []
+        records = daemon_side.records
+        daemon_side.records = lambda *a: reads.append(a) or records(*a)  # type: ignore[method-assign]
+        assert holders(daemon_side, "src/a/y.py") == ["inferno"] and reads == []  # kept, not read again
+        _next_tick()
+        ops.call(other, "reserve", {"agent": "glacier", "pattern": "src/b/**", "repo": repo})
+        assert holders(daemon_side, "src/b/x.py") == ["glacier"] and len(reads) == 1
+        _next_tick()
+        ops.call(other, "release", {"agent": "inferno", "pattern": "src/a/**", "repo": repo})
+        assert holders(daemon_side, "src/a/x.py") == [] and len(reads) == 2
+    with Store(str(store_dir)) as fresh:  # a directory changed just now is read every time
+        reads = []
+        records = fresh.records
+        fresh.records = lambda *a: reads.append(a) or records(*a)  # type: ignore[method-assign]
+        holders(fresh, "src/b/x.py")
+        holders(fresh, "src/b/x.py")
+        assert len(reads) == 2
