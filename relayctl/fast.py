@@ -237,10 +237,8 @@ class QuickClient:
             return True  # no daemon can listen at such a path: direct mode
         import _socket
 
-        from relayd import handshake
-
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-        sock.settimeout(handshake.ANSWER_WAIT)  # (the whole timeout for a request, in call)
+        sock.settimeout(layout.ANSWER_WAIT)  # (the whole timeout for a request, in call)
         try:
             sock.connect(self.socket_path)
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
@@ -254,6 +252,7 @@ class QuickClient:
             sock.close()
             return False
         self._sock = sock
+        from relayd import handshake
         from relayd.errors import VersionMismatch
 
         try:

@@ -7,7 +7,7 @@ reported, never masked by a silent fallback. Blocking sockets only: no event loo
 a command starts in milliseconds.
 
 A relayd that is there but does not answer (stopped with SIGSTOP, or stuck) counts as
-absent for a request it has not seen -- no greeting within `handshake.ANSWER_WAIT` -- and
+absent for a request it has not seen -- no greeting within `layout.ANSWER_WAIT` -- and
 for one it may have seen when running that request here cannot do it twice: a send,
 whose message id is chosen before the first attempt (relayd.dedup), and a request that
 changes nothing. Any other request waits for relayd's answer up to the full timeout.
@@ -57,7 +57,7 @@ class _Line:
         # function runs the import machinery's Python code at every call.
         self.protocol = protocol
         self.sock = sock
-        self.wait = wait  # for an answer, before relayd counts as hung (handshake.ANSWER_WAIT)
+        self.wait = wait  # for an answer, before relayd counts as hung (layout.ANSWER_WAIT)
         self.conn = protocol.Connection("client")
         self.frames: list[protocol.Frame | protocol.Violation] = []
         self._poller: Any = None
@@ -139,13 +139,11 @@ class Client:
             return None  # no daemon can listen at such a path: direct mode
         import socket  # here: a call in direct mode never needs it
 
-        from . import handshake
-
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         # (never below half a second, however short the timeout: relayd reads the inbox for
         # a send older than dedup.LATE_MS, so a copy this client stores after giving up on
         # relayd is found there when relayd wakes up and runs the request too)
-        wait = handshake.ANSWER_WAIT if timeout is None else min(handshake.ANSWER_WAIT, max(timeout, 0.5))
+        wait = layout.ANSWER_WAIT if timeout is None else min(layout.ANSWER_WAIT, max(timeout, 0.5))
         sock.settimeout(wait)
         try:
             sock.connect(self.socket_path)
@@ -164,6 +162,8 @@ class Client:
         except OSError as exc:
             sock.close()
             raise Unavailable(f"cannot connect to relayd at {self.socket_path}: {exc.strerror or exc}") from None
+        from . import handshake
+
         line = _Line(sock, wait)
         try:
             line.send_raw(handshake.hello(self.name))

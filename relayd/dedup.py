@@ -39,7 +39,7 @@ REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox fo
 # scans: at 10 000 sends a second, about a hundred lines.
 _CLOCK_SLACK_MS = 10
 # A send is "late" when its id is older than this: a client gives up waiting for relayd no
-# sooner than this (handshake.ANSWER_WAIT is far longer), so a younger id cannot have been
+# sooner than this (layout.ANSWER_WAIT is far longer), so a younger id cannot have been
 # stored by another route yet. Fresh sends, nearly all of them, skip the inbox read.
 LATE_MS = 200
 

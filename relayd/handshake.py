@@ -23,14 +23,6 @@ from .errors import PeerError, VersionMismatch, from_wire
 # so such a pair says "restart" instead of failing request by request.
 VERSION = 2
 
-# How long a client waits for relayd's greeting, and for the answer to a request it may
-# safely run itself (a send, which carries its id, or one that changes nothing), before it
-# takes relayd as hung (stopped, or stuck) and runs that request on the store directly.
-# relayd answers a greeting in well under a millisecond when it runs at all; the wait is
-# long enough for a loaded machine and short enough that a hung relayd costs a script a
-# few seconds, not a timeout. docs/daemon.md ("When relayd does not answer") says this.
-ANSWER_WAIT = 3.0
-
 
 def hello(program: str) -> dict[str, object]:
     """The first frame `program` (relayctl, relay-mcp, ...) sends."""

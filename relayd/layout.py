@@ -35,6 +35,15 @@ RESERVATIONS_LOCK = "reservations.lock"  # held around every reservation check +
 COMMAND_CLAIM_SUFFIX = ".claim"  # commands/<id>.claim: created O_EXCL by the one consumer
 DAEMON_LOCK = "relayd.lock"  # flock-held by the one daemon serving this store
 SOCKET_NAME = "relayd.sock"
+# How long a client waits for relayd's greeting, and for the answer to a request it may
+# safely run itself (a send, which carries its id, or one that changes nothing), before it
+# takes relayd as hung (stopped, or stuck) and runs that request on the store directly.
+# relayd answers a greeting in well under a millisecond when it runs at all; the wait is
+# long enough for a loaded machine and short enough that a hung relayd costs a script a
+# few seconds, not a timeout. docs/daemon.md ("When relayd does not answer") says this.
+# (Here, not in relayd.handshake: relayctl's fast path sets it before it knows whether
+# anything listens, and loads the handshake only once something does.)
+ANSWER_WAIT = 3.0
 IGNITE_QUEUE_LOCK = "ignite-queue.{}.lock"  # flock-held by the one monitor of an IGNITE queue; {}: a hash of the queue's real path
 
 # Inside agents/<name>/

@@ -1,6 +1,6 @@
 """A relayd that is there but does not answer (SIGSTOP) does not hang its clients: relayctl
 and relay's client run a request relayd has not seen, a send (by its id) and anything that
-changes nothing on the store themselves after the answer wait (handshake.ANSWER_WAIT), and
+changes nothing on the store themselves after the answer wait (layout.ANSWER_WAIT), and
 a send relayd finds waiting when it wakes up is not stored a second time."""
 
 from __future__ import annotations
