@@ -215,7 +215,7 @@ def test_mail_arriving_during_a_long_tool_call_does_not_interrupt_it(claude_code
     assert "Interrupted" not in session.screen()
 
 
-def _readme_block(section: str, index: int) -> str:
+def _docs_block(section: str, index: int) -> str:
     """The `index`-th ```sh block of docs/mcp.md's section `section`."""
     text = (Path(__file__).parent.parent / "docs" / "mcp.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
@@ -232,7 +232,7 @@ def test_the_claude_code_team_walkthrough(relay_env: dict[str, str], short_tmp: 
     docs' `relayctl send` reaches inferno's model, and only inferno's. (Each session's
     debug log, under the scratch HOME with DEBUG=1, says when it has registered relay's
     channel; only then is the mail sent.)"""
-    setup = "\n".join(line for line in _readme_block("A Claude Code team", 1).splitlines() if not line.startswith(("pip install", "tmux attach")))
+    setup = "\n".join(line for line in _docs_block("A Claude Code team", 1).splitlines() if not line.startswith(("pip install", "tmux attach")))
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
     agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=True)
@@ -275,7 +275,7 @@ def test_the_claude_code_team_walkthrough(relay_env: dict[str, str], short_tmp: 
                         accepted.add(pane)
                 time.sleep(0.2)
 
-            for line in _readme_block("Claude Code", 2).splitlines():
+            for line in _docs_block("A Claude Code team", 2).splitlines():
                 if line.startswith("relayctl --agent overlord send"):
                     subprocess.run(line.split("#")[0], shell=True, cwd=project, env=env, check=True, capture_output=True, timeout=60)
             event = '<channel source="relay" from="overlord"'
