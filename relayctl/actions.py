@@ -97,6 +97,7 @@ def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, b
 
         params["id"] = check_id(message_id.strip())
     result = s.call("send", params)
+    s.warn_if_unregistered(result, "sent")
     messages = result["messages"]
     for failure in result.get("notifications", []):
         if not failure.get("ok", True):
@@ -219,7 +220,9 @@ def _arrival_line(a: dict) -> str:
     told = a.get("announced")
     line = f"  {a['name']:<16} {clip(a['arrives_by'], 20):<20} "
     if told is None:
-        return line + "not told in 24h"
+        if a["arrives_by"] == "none":
+            return line + "not announced: it sees mail when it reads (register --notify to change)"
+        return line + ("never told" if a.get("never_told") else "not told in 24h")
     by = "" if told["how"] == a["arrives_by"].partition(":")[0] else f" by {told['how']}"
     if told["ok"]:
         return line + (f"told earlier{by}; not read since" if told.get("note") else f"told{by} {ago(parse_iso(told['at']))}")

@@ -62,6 +62,13 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests only among commands it has loaded, and these load lazily.
+        name = args[0] if args else ""
+        if name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            ctx.fail(f"No such command {name!r}.{did_you_mean(name, COMMANDS)} (relayctl --help lists them)")
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
         if target is None:
@@ -70,6 +77,16 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module), attr)
         _accept_output_flags(command)
         return command
+
+
+def did_you_mean(name: str, choices) -> str:
+    """' Did you mean 'send'?' for a typo close to one or more of `choices`, else ''."""
+    from difflib import get_close_matches
+
+    close = get_close_matches(name, list(choices), n=3)
+    if not close:
+        return ""
+    return f" Did you mean {close[0]!r}?" if len(close) == 1 else f" Did you mean one of: {', '.join(map(repr, close))}?"
 
 
 def _set_flag(attr: str):
@@ -143,9 +160,24 @@ def _fail(message: str, status: int, code: str = "error") -> NoReturn:
     sys.exit(status)
 
 
+def _json_before_settings(argv: list[str]) -> None:
+    """An error found before the command's options were taken in (an unknown command, a
+    missing one, a bad option) still comes as JSON when --json was given anywhere before
+    `--`: a script gets one JSON document for every error."""
+    current = Settings.current
+    if current is not None and current.json:
+        return
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    if "--json" in args:
+        if current is None:
+            current = Settings(agent=None, store_dir=None, socket=None, json=True, quiet=False)
+        current.json = True
+
+
 def main(argv: list[str] | None = None) -> None:
     from relayd.errors import Internal, RelayError
 
+    argv = sys.argv[1:] if argv is None else argv
     try:
         # Not standalone: click returns a command's ctx.exit(status) instead of exiting
         # (`relayctl daemon` exits 70 after a crash, and that must reach systemd).
@@ -158,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         _fail("aborted", 1)
     except click.ClickException as exc:
+        _json_before_settings(argv)
         _fail(exc.format_message(), 2 if isinstance(exc, click.UsageError) else exc.exit_code or 1, "invalid_argument")
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -19,7 +19,7 @@ def bridge() -> None:
 
 
 @bridge.command()
-@click.option("--hosts", required=True, metavar="NAME,NAME...", help="The team's host names, comma-separated (each becomes one NATS user).")
+@click.option("--hosts", required=True, metavar="HOST,HOST...", help="The team's host names, comma-separated (each becomes one NATS user).")
 @click.option("--out", "out_dir", required=True, metavar="DIR", type=click.Path(file_okay=False), help="Where to write the files (created 0700; files 0600).")
 @click.option("--listen", default="127.0.0.1:4222", show_default=True, metavar="HOST:PORT", help="The listen address written into a new nats-server.conf.")
 def setup(hosts: str, out_dir: str, listen: str) -> None:

@@ -82,6 +82,7 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
         if result["conflicts"]:
             sys.exit(1)
         return
+    s.warn_if_unregistered(result, "reserved")
     if result.get("overridden"):
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")

@@ -26,7 +26,7 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
     the lead gets dead-letter escalations); starts relayd unless one serves the store;
     installs the pre-commit guard when the repository is a git work tree; writes each
     agent's client configuration (Claude Code: an MCP config with relay's channel and
-    relay's hooks; Codex CLI: relay-mcp and hooks; Gemini CLI: hooks); opens a tmux
+    relay's hooks; Codex CLI: relay-mcp and hooks; Gemini CLI: relay-mcp and hooks); opens a tmux
     session named after the team with one pane per agent, RELAY_AGENT set in each, and
     registers every pane as its agent's notify target; then answers the start-up question
     relay's channel makes Claude Code ask.

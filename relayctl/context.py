@@ -85,6 +85,15 @@ class Settings:
     def warn(self, text: str) -> None:
         echo(f"warning: {text}", err=True)
 
+    def warn_if_unregistered(self, result: dict, doing: str) -> None:
+        """relay takes any --agent name (a script may speak for a name nobody registered),
+        but a typo in your own name should not pass unnoticed: replies would go nowhere."""
+        if result.get("agent_registered", True) is False:
+            self.warn(
+                f"{self.agent} is not a registered agent; {doing} as {self.agent} all the same "
+                f"(a typo in --agent or RELAY_AGENT? relayctl status lists the agents; relayctl register {self.agent} adds it)"
+            )
+
 
 def settings() -> Settings:
     import click

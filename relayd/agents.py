@@ -16,6 +16,16 @@ from .store import Store
 from .timefmt import now, now_iso, parse_duration, parse_iso
 
 NOTIFY_KINDS = ("tmux", "zellij", "cmd", "channel", "hook", "none")
+
+
+def arrival_mechanism(notify: str | None, program: str | None) -> str:
+    """How an agent's mail reaches it: its `register --notify`; when unset, relay-mcp's
+    channel push for a Claude Code agent (or one of no named program, as relay-mcp
+    registers them), and none for any other program: Codex and Gemini CLI have no
+    channel, so they see mail only when they look (or through hooks, --notify hook)."""
+    if notify:
+        return notify
+    return "channel" if not program or program.lower().startswith("claude") else "none"
 MAX_FIELD = 4096
 
 

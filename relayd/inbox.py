@@ -75,6 +75,9 @@ class SendResult(msgspec.Struct, kw_only=True):
     # Recipients that already had this message (a repeated id): `messages` holds the
     # original copy for them, and nothing was appended.
     duplicates: list[str] = msgspec.field(default_factory=list)
+    # False: the sender names no agent of the team (a typo in --agent?); sent all the same,
+    # as a script may speak for a name nobody registered, but its front end warns.
+    agent_registered: bool = True
 
 
 def default_subject(body: str) -> str:
@@ -432,7 +435,11 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
                 store.recent_ids.add(m.to, m.id, now_ms)
     for index in done:
         messages = [originals.get((index, m.to), m) for m in planned[index]]
-        outcomes[index] = SendResult(messages=messages, duplicates=[m.to for m in planned[index] if (index, m.to) in originals])
+        outcomes[index] = SendResult(
+            messages=messages,
+            duplicates=[m.to for m in planned[index] if (index, m.to) in originals],
+            agent_registered=store.is_known_agent(requests[index].agent),
+        )
     return outcomes  # type: ignore[return-value]  (no None is left)
 
 

@@ -17,8 +17,9 @@ class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class AgentOverview(AgentState, kw_only=True):
     """An agent as `status` shows it: presence, and how its mail reaches it."""
 
-    arrives_by: str = "channel"  # its arrival mechanism (register --notify); relay-mcp's channel when unset
+    arrives_by: str = "channel"  # its arrival mechanism (relayd.agents.arrival_mechanism)
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
+    never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -48,11 +49,30 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
+    from .agents import arrival_mechanism
+
     told = last_announcements(store, [a.name for a in states])
     return [
-        AgentOverview(**msgspec.structs.asdict(a), arrives_by=a.notify or "channel", announced=told.get(a.name))
+        AgentOverview(
+            **msgspec.structs.asdict(a),
+            arrives_by=arrival_mechanism(a.notify, a.program),
+            announced=told.get(a.name),
+            never_told=a.name not in told and _registered_within_window(store, a.name),
+        )
         for a in states
     ]
+
+
+def _registered_within_window(store: Store, name: str) -> bool:
+    """The agent is younger than the delivery log's window status reads: no announcement
+    there means none ever (older agents may have been told before it)."""
+    from .agents import read_meta
+    from .receipts import ANNOUNCED_WINDOW_MS
+    from .timefmt import now, parse_iso
+
+    with store.agent_dir(name) as agent:
+        meta = read_meta(agent)
+    return meta is not None and (now() - parse_iso(meta.registered_at)).total_seconds() * 1000 < ANNOUNCED_WINDOW_MS
 
 
 @operation("status", StatusParams, mutates=False)

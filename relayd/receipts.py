@@ -347,7 +347,7 @@ def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnounce
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
     mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none."""
-    from .agents import read_meta
+    from .agents import arrival_mechanism, read_meta
     from .inbox import find_copies
 
     found = find_copies(store, name, message_id, since)
@@ -355,7 +355,7 @@ def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Messa
         return None
     with store.agent_dir(name) as agent:
         meta = read_meta(agent)
-    mechanism = ((meta.notify if meta else None) or "channel").partition(":")[0]
+    mechanism = arrival_mechanism(meta.notify, meta.program).partition(":")[0] if meta else "none"
     copies = found.newest_first
     return copies[-1], len(copies), found.read, mechanism, copies[0].ts
 

@@ -169,6 +169,7 @@ class ReserveResult(msgspec.Struct, kw_only=True):
     conflicts: list[Reservation]
     renewed: bool = False  # the agent already held this pattern; its expiry moved
     overridden: bool = False  # --force took it despite the conflicts
+    agent_registered: bool = True  # False: the holder names no agent of the team (a typo in --agent?); reserved all the same
 
 
 @operation("reserve", ReserveParams)
@@ -236,7 +237,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         )
         written_through(store.root, before, [candidate], unlinked)
     store.emit(*events)
-    return ReserveResult(reserved=True, reservation=candidate, conflicts=conflicts, renewed=renewed, overridden=bool(conflicts))
+    return ReserveResult(reserved=True, reservation=candidate, conflicts=conflicts, renewed=renewed, overridden=bool(conflicts), agent_registered=store.is_known_agent(p.agent))
 
 
 # -- release ----------------------------------------------------------------------------

@@ -149,6 +149,10 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
+    def is_known_agent(self, name: str) -> bool:
+        """Registered here, or (relayd --bridge) on another host of the team."""
+        return self.is_agent(name) or (self.remote is not None and self.remote.host_of(name) is not None)
+
     def records(self, top: str, decoder: msgspec.json.Decoder) -> list[tuple[str, Any]]:
         """Every readable `*.json` record in a top-level directory, by file name.
 

@@ -1,7 +1,7 @@
 """Real Claude Code sessions with relay-mcp: what the model is sent.
 
 Claude Code (the version pinned in tests/agents/package.json) runs interactively in a
-private tmux server, configured as README.md and docs/mcp.md say: the file `relayctl
+private tmux server, configured as docs/mcp.md says: the file `relayctl
 mcp-config --role inferno` prints, passed with `--mcp-config`, and `--dangerously-load-
 development-channels server:relay`. Its model is the scripted one on 127.0.0.1
 (tests/scripted_model.py), which records every request; relayd runs. The scratch HOME holds
@@ -215,9 +215,9 @@ def test_mail_arriving_during_a_long_tool_call_does_not_interrupt_it(claude_code
     assert "Interrupted" not in session.screen()
 
 
-def _readme_block(section: str, index: int) -> str:
-    """The `index`-th ```sh block of README section `section`."""
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+def _docs_block(section: str, index: int) -> str:
+    """The `index`-th ```sh block of docs/mcp.md's section `section`."""
+    text = (Path(__file__).parent.parent / "docs" / "mcp.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     return body.split("```sh\n")[index + 1].split("```", 1)[0]
 
@@ -226,13 +226,13 @@ OVERLORD = ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
 
 
 @pytest.mark.timeout(240)
-def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Path) -> None:
-    """README's six-pane team as written (minus `pip install` and `tmux attach`): six real
+def test_the_claude_code_team_walkthrough(relay_env: dict[str, str], short_tmp: Path) -> None:
+    """docs/mcp.md's six-pane team as written (minus `pip install` and `tmux attach`): six real
     Claude Code sessions in a private tmux server, one scripted model behind them all; the
-    README's `relayctl send` reaches inferno's model, and only inferno's. (Each session's
+    docs' `relayctl send` reaches inferno's model, and only inferno's. (Each session's
     debug log, under the scratch HOME with DEBUG=1, says when it has registered relay's
     channel; only then is the mail sent.)"""
-    setup = "\n".join(line for line in _readme_block("Claude Code", 1).splitlines() if not line.startswith(("pip install", "tmux attach")))
+    setup = "\n".join(line for line in _docs_block("A Claude Code team", 1).splitlines() if not line.startswith(("pip install", "tmux attach")))
     project, home = short_tmp / "project", short_tmp / "home"
     project.mkdir()
     agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=True)
@@ -275,7 +275,7 @@ def test_readme_claude_code_walkthrough(relay_env: dict[str, str], short_tmp: Pa
                         accepted.add(pane)
                 time.sleep(0.2)
 
-            for line in _readme_block("Claude Code", 2).splitlines():
+            for line in _docs_block("A Claude Code team", 2).splitlines():
                 if line.startswith("relayctl --agent overlord send"):
                     subprocess.run(line.split("#")[0], shell=True, cwd=project, env=env, check=True, capture_output=True, timeout=60)
             event = '<channel source="relay" from="overlord"'

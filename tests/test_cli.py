@@ -312,3 +312,26 @@ def test_a_corrupt_line_is_skipped_and_reported_and_later_mail_still_arrives(tri
     assert [m["body"] for m in json.loads(proc.stdout)] == ["before", "after"]
     assert proc.stderr.strip() == f"warning: skipped a corrupt line in inbox.jsonl at byte {offset}"
     assert json.loads(trio("--json", "read", "--unread", agent="bob").stdout) == []
+
+
+@pytest.mark.parametrize("typed, meant", [("sned", "'send'"), ("stauts", "'status'"), ("hooks unistall", "'uninstall'")])
+def test_a_typo_for_a_command_is_answered_with_the_command_meant(relayctl, typed: str, meant: str) -> None:
+    proc = relayctl(*typed.split(), check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: No such command '{typed.split()[-1]}'.") and "Did you mean" in proc.stderr and meant in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--json", "sned", "bob"], ["--json"], ["--json", "hooks", "unistall"], ["send", "bob", "hi", "--jsn", "--json"], ["--json", "--agnet", "x", "status"]])
+def test_under_json_every_usage_error_is_one_json_document(relayctl, argv: list[str]) -> None:
+    """docs/cli.md: with --json, stdout gets the refusal as JSON, whatever the error was;
+    also when click refuses the command line before any command has run."""
+    proc = relayctl(*argv, check=False)
+    assert proc.returncode == 2, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "invalid_argument" and f"error: {error['message']}\n" == proc.stderr
+
+
+def test_json_after_a_double_dash_is_text_not_the_flag(relayctl) -> None:
+    proc = relayctl("--agnet", "x", "send", "--", "--json", check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith("error: No such option '--agnet'")

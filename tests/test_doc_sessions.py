@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (file, the heading the session sits under): every session there is run.
 SESSIONS = [
-    ("README.md", "Quickstart (no daemon needed)"),
-    ("README.md", "Messages that must arrive"),
-    ("README.md", "Coordinating work: reservations, commands, wake-ups, panes, hooks"),
+    ("README.md", "A first team in two minutes"),
+    ("docs/cli.md", "Messages that must arrive"),
+    ("docs/coordination.md", "The path a team follows"),
     ("docs/coordination.md", "Reserving files"),
     ("docs/coordination.md", "Slash commands"),
     ("docs/coordination.md", "Wake"),
@@ -42,7 +42,7 @@ SESSIONS = [
 # Blocks of commands no test here runs, each with the reason (keyed by file and how the
 # block's first line begins; the rest of the list is further down).
 NOT_RUNNABLE = {
-    ("README.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"'): "typed inside an agent's tmux or zellij pane ($TMUX_PANE, $ZELLIJ_PANE_ID); tests/test_notify.py registers real tmux panes",
+    ("docs/coordination.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"            # run inside'): "typed inside an agent's tmux or zellij pane ($TMUX_PANE, $ZELLIJ_PANE_ID); tests/test_notify.py registers real tmux panes",
 }
 
 _FENCE = re.compile(r"^```[a-z]*\n(.*?)^```\n", re.M | re.S)
@@ -186,8 +186,8 @@ DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").g
 # Blocks of plain commands (no output shown) run here in bash -e, after a prelude that is
 # the state the docs assume at that point (a store with a team, a repository to cd into).
 SCRIPTS = {
-    ("README.md", 'relayctl --agent overlord send inferno --subject "deploy" "ship the hotfix"'): "relayctl init --preset overlord",
-    ("README.md", "relayctl register inferno --notify hook"): "relayctl init --preset overlord && mkdir project && cd project",
+    ("docs/mcp.md", 'relayctl --agent overlord send inferno --subject "deploy" "ship the hotfix"'): "relayctl init --preset overlord",
+    ("docs/coordination.md", "relayctl register inferno --notify hook"): "relayctl init --preset overlord && mkdir project && cd project",
     ("docs/mcp.md", "printf '%s\\n' \\"): "relayctl init --preset overlord",
     ("docs/cli.md", "# In runner script, before agent starts:"): (
         "relayctl init && relayctl register athena && mkdir repo && "
@@ -200,11 +200,10 @@ SCRIPTS = {
 RUN_ELSEWHERE = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install . && relayd"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
-    ("README.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_readme_claude_code_walkthrough",
+    ("docs/mcp.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_the_claude_code_team_walkthrough",
     ("docs/protocol.md", "S=$(relayctl --json status --commands"): "test_doc_sessions.py::test_the_protocol_docs_socat_example_reaches_relayd",
 
-    ("README.md", "relayctl up --preset overlord     # writes relay-team.toml"): "test_team.py: test_presets_write_a_team_file_that_up_reads, test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process and test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail (six real Claude Code panes at once are test_claude_code.py's README walk-through)",
-    ("README.md", "$ relayctl up --preset overlord && relayctl up"): "test_team.py (as above)",
+    ("docs/mcp.md", "relayctl up --preset overlord     # writes relay-team.toml"): "test_team.py: test_presets_write_a_team_file_that_up_reads, test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process and test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail (six real Claude Code panes at once are test_claude_code.py's README walk-through)",
     ("docs/team.md", "$ relayctl up --preset overlord"): "test_team.py (as above)",
     ("docs/coordination.md", "$ relayctl guard install --repo ~/oathkeeper"): "test_guard.py installs, trips and removes the hook in real git repositories",
 }
@@ -230,11 +229,9 @@ NOT_COMMANDS = {
 # Blocks no test here runs as written, and why (few: each needs what a test machine lacks).
 NOT_RUNNABLE = {
     **NOT_RUNNABLE,
-    ("README.md", "relayctl init --preset ignite --workers 3"): "its relayd runs until stopped; docs/ignite.md's session, run here, starts the same with & and stops it",
-    ("README.md", "$ relayctl web"): "serves until stopped; test_web.py starts it and opens the printed address in chromium",
-    ("README.md", "pip install 'relay-bus[bridge]'"): "installs from PyPI; test_install.py checks the hint, test_bridge.py runs the bridge with a real nats-server",
-    ("README.md", "relayctl systemd install --now"): "needs a user systemd manager (systemctl --user); test_systemd_install.py runs it against one",
-    ("README.md", "mkdir -p ~/.config/systemd/user"): "needs a user systemd manager (systemctl --user); test_systemd_units.py verifies the units",
+    ("README.md", "relayctl down                          # a team started"): "removes what relay installed on this machine; test_team.py runs down, test_hooks_install.py hooks uninstall, test_guard.py guard uninstall, test_systemd_install.py systemd uninstall",
+    ("docs/daemon.md", "relayctl systemd install --now"): "needs a user systemd manager (systemctl --user); test_systemd_install.py runs it against one",
+    ("docs/daemon.md", "mkdir -p ~/.config/systemd/user"): "needs a user systemd manager (systemctl --user); test_systemd_units.py verifies the units",
     ("docs/coordination.md", '$ relayctl wake "bd-42 done"'): "needs an OpenClaw gateway; test_gateway_discovery.py runs wake against a real hook server",
     ("docs/coordination.md", "$ relayctl systemd install --now      # writes relayd.* and relay-wake.* with this installation's paths"): "needs a user systemd manager (systemctl --user)",
     ("docs/coordination.md", "$ cp contrib/systemd/relay-wake.path contrib/systemd/relay-wake.service ~/.config/systemd/user/"): "needs a user systemd manager (systemctl --user)",

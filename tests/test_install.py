@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -99,3 +100,30 @@ def test_ci_runs_the_readme_commands_as_written() -> None:
     for command in read.values():
         assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install ")
     assert 'bash -c "$DAEMON_COMMAND"' in ci and 'eval "$TEST_COMMAND"' in ci
+
+
+def test_a_machine_without_the_test_programs_stops_at_once_naming_the_packages(tmp_path: Path) -> None:
+    """The README's test command on a fresh Debian: the session stops before any test runs,
+    with one line naming the packages to install, instead of failing tests halfway."""
+    from conftest import missing_programs
+
+    bare = tmp_path / "bin"  # a PATH with the interpreter and a shell, none of the programs
+    bare.mkdir()
+    for program in ("bash", "env"):
+        (bare / program).symlink_to(shutil.which(program))
+    path = f"{bare}:{BIN}"
+    expected = missing_programs(path)
+    assert {"socat", "w3m", "chromium", "tmux", "nodejs", "npm"} <= set(expected)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_ulid.py", "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=dict(os.environ, PATH=path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert lines == [f"ERROR: the tests need programs that are not installed; on Debian or Ubuntu: sudo apt-get install {' '.join(expected)}"]
+    assert "passed" not in proc.stdout
+
+
+def test_ci_installs_every_package_the_suite_checks_for() -> None:
+    from conftest import PROGRAMS
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    installed = {word for line in re.findall(r"apt_install ([^|]+)", ci) for word in line.split()}
+    assert set(PROGRAMS.values()) <= installed, set(PROGRAMS.values()) - installed

@@ -195,7 +195,7 @@ def test_status_says_when_announcements_keep_failing_and_when_they_work_again_re
         text = team("status", "--agents").stdout
         assert "MAIL ARRIVAL (1 failing)" in text
         assert re.search(r"^  bob +cmd:false +FAILING since 20\d\d-\d\d-\d\d \d\d:\d\d UTC, \d+ times in a row, last \d+s ago: false exited 1$", text, re.M), text
-        assert re.search(r"^  carol +cmd:true +told \d+s ago$", text, re.M) and re.search(r"^  alice +channel +not told in 24h$", text, re.M), text
+        assert re.search(r"^  carol +cmd:true +told \d+s ago$", text, re.M) and re.search(r"^  alice +channel +never told$", text, re.M), text
         team("register", "bob", "--notify", "cmd:true")  # the fix; relayd's next retry tells bob of its unread mail
         healthy = until("a working announcement", lambda: (a := agent_status(team, "bob")["announced"]) and a["ok"] and a)
         assert "failures" not in healthy and "error" not in healthy and healthy["how"] == "cmd"
@@ -208,7 +208,7 @@ def test_status_says_when_announcements_keep_failing_and_when_they_work_again_re
 def test_status_says_when_announcements_keep_failing_relayd_down(team) -> None:
     """In direct mode each send notifies; status reads the same record from the store."""
     assert agent_status(team, "bob")["announced"] is None
-    assert re.search(r"^  bob +cmd:false +not told in 24h$", team("status", "--agents").stdout, re.M)
+    assert re.search(r"^  bob +cmd:false +never told$", team("status", "--agents").stdout, re.M)
     for subject in ("first", "second"):
         team("send", "bob", subject, agent="alice")
     failing = agent_status(team, "bob")["announced"]
@@ -241,3 +241,65 @@ def test_failures_older_than_the_window_read_are_marked_as_going_back_further(te
     assert told["bob"].failures == 2 and told["bob"].earlier and told["bob"].failing_since == told["carol"].at
     assert told["carol"].failures == 1 and told["carol"].earlier and "alice" not in told
     assert "since before " in team("status", "--agents").stdout
+
+
+def _registered_days_ago(store_dir: Path, name: str, days: float) -> None:
+    """Set an agent's registration time back, as if it had been made `days` ago."""
+    from datetime import timedelta
+
+    from relayd.timefmt import now, to_iso
+
+    meta_path = store_dir / "agents" / name / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["registered_at"] = to_iso(now() - timedelta(days=days))
+    meta_path.write_text(json.dumps(meta) + "\n")
+
+
+def test_status_says_never_told_only_of_an_agent_younger_than_the_day_it_reads(team, store_dir: Path) -> None:
+    """An agent registered within the day of delivery log that status reads, and not told
+    there, was never told; an older one may have been told before that day."""
+    _registered_days_ago(store_dir, "carol", 3)
+    text = team("status", "--agents").stdout
+    assert re.search(r"^  bob +cmd:false +never told$", text, re.M), text
+    assert re.search(r"^  carol +cmd:true +not told in 24h$", text, re.M), text
+    agents = {a["name"]: a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"]}
+    assert agents["bob"]["never_told"] is True and agents["carol"]["never_told"] is False
+
+
+def test_the_arrival_method_is_what_the_agent_has(relayctl) -> None:
+    """Without --notify, relay-mcp's channel is how a Claude Code agent (or one of no named
+    program, as relay-mcp registers them) is told; a Codex or Gemini CLI agent has no
+    channel, and status and track say it sees mail only when it reads."""
+    relayctl("init")
+    relayctl("register", "lead", "--program", "claude-code")
+    relayctl("register", "plain")
+    relayctl("register", "coder", "--program", "codex")
+    relayctl("register", "gem", "--program", "gemini")
+    relayctl("register", "hooked", "--program", "codex", "--notify", "hook")
+    agents = {a["name"]: a["arrives_by"] for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
+    assert agents == {"lead": "channel", "plain": "channel", "coder": "none", "gem": "none", "hooked": "hook"}
+    text = relayctl("status", "--agents").stdout
+    assert re.search(r"^  coder +none +not announced: it sees mail when it reads", text, re.M), text
+    assert not re.search(r"^  (coder|gem) +channel", text, re.M), text
+    sent = sent_id(relayctl("--json", "send", "coder,lead", "review please", agent="lead"))
+    ways = {w["to"]: w["mechanism"] for w in json.loads(relayctl("--json", "track", sent).stdout)["recipients"]}
+    assert ways == {"coder": "none", "lead": "channel"}
+
+
+@pytest.mark.parametrize("relayd_up", [False, True], ids=["direct", "relayd"])
+def test_a_sender_or_holder_that_is_not_registered_is_warned_and_still_served(team, relay_env: dict[str, str], relayd_up: bool) -> None:
+    """A typo in your own --agent is accepted (scripts may speak for unregistered names), but
+    stderr says so; a registered name gets no warning."""
+    daemon = Daemon(relay_env).start() if relayd_up else None
+    try:
+        typo = team("send", "bob", "hello", agent="alcie")
+        assert typo.stdout.startswith("sent ") and typo.stderr.startswith("warning: alcie is not a registered agent; sent as alcie all the same"), typo.stderr
+        assert len(typo.stderr.splitlines()) == 1 or "notifying bob failed" in typo.stderr
+        assert "not a registered agent" not in team("send", "carol", "hello", agent="alice").stderr
+        held = team("reserve", "src/**", "--repo", str(Path(relay_env["RELAY_DIR"]).parent), agent="alcie")
+        assert held.stdout.startswith("reserved ") and "warning: alcie is not a registered agent; reserved as alcie all the same" in held.stderr
+        quiet = team("--json", "send", "carol", "hi", agent="alcie")
+        assert json.loads(quiet.stdout)["from"] == "alcie" and "not a registered agent" in quiet.stderr
+    finally:
+        if daemon is not None:
+            daemon.stop()

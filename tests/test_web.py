@@ -427,3 +427,39 @@ def test_a_30_mib_dead_letter_list_shows_on_the_page_through_relayd(store_dir: P
     finally:
         view.stop()
         daemon.stop()
+
+
+def test_the_agents_table_fits_a_laptop_window_with_long_names_and_targets(web: WebView, browser, relayctl) -> None:
+    """At 1280 px, the agents table keeps its last columns (unread, owed) inside its panel,
+    however long an agent's name, task or notify target; a long value wraps, and what is cut
+    short shows in full on hover."""
+    long_name = "agent-" + "x" * 58  # the longest name relay takes (64)
+    relayctl("register", long_name, "--program", "claude-code-with-a-long-wrapper-name", "--task", "refactor the authentication middleware and its tests " * 3,
+             "--notify", "tmux:/tmp/a-rather-long-socket-directory/of-a-private-tmux-server/default:%123")
+    relayctl("register", "agent-bd-42", "--notify", "cmd:/usr/local/bin/a-notification-program-with-a-long-name --with-an-argument", check=False)
+    relayctl("send", "agent-bd-42", "tell me", agent="athena", check=False)  # its announcement fails: a long error badge
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(web.url)
+        page.wait_for_selector(f"#agents tr[data-agent='{long_name}']", timeout=10_000)
+        page.wait_for_selector("#agents tr[data-agent='agent-bd-42'] .badge.failed", timeout=10_000)
+        fit = page.evaluate("""() => {
+            const section = document.querySelector('#agents').closest('section').getBoundingClientRect();
+            const cells = [...document.querySelectorAll('#agents th, #agents td')].map((c) => c.getBoundingClientRect().right);
+            return {right: Math.max(...cells), panel: section.right, page: document.documentElement.scrollWidth, widths: [...document.querySelectorAll('#agents th')].map((c) => Math.round(c.getBoundingClientRect().width))};
+        }""")
+        if os.path.isdir(ARTIFACTS):
+            page.screenshot(path=os.path.join(ARTIFACTS, "agents-at-1280.png"), full_page=True)
+        assert fit["right"] <= fit["panel"] and fit["page"] <= 1280, fit
+        for column in ("unread", "owed"):
+            box = page.locator("#agents th", has_text=column).bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 1280
+        row = page.locator(f"#agents tr[data-agent='{long_name}']")
+        assert row.locator("td.who").get_attribute("title") == long_name
+        assert row.locator("td .clip").nth(0).get_attribute("title") == "claude-code-with-a-long-wrapper-name"
+        target = row.locator("td .clip").nth(1)
+        assert target.get_attribute("title").startswith("tmux:/tmp/a-rather-long-socket-directory/of-a-private-tmux-server/default:%123: ")
+        assert target.evaluate("(s) => s.scrollWidth > s.clientWidth")  # cut short on the page, whole on hover
+    finally:
+        context.close()

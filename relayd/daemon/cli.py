@@ -29,8 +29,8 @@ Examples:
   relayctl daemon --socket $XDG_RUNTIME_DIR/relay/relayd.sock
   relayd --ignite-queue ~/ignite/workspace/queue --ignite-timeout 10m
   RELAY_DIR=/tmp/t relayd & relayctl status
-  relayd --bridge nats://10.0.0.5:4222 --bridge-creds ~/.relay-gpu-box.creds   # join other hosts (docs/bridge.md)
-  relayd --bridge tls://nats.example:4222 --bridge-creds gpu-box.creds          # TLS; a private CA via SSL_CERT_FILE
+  relayd --bridge nats://10.0.0.5:4222 --bridge-creds ~/gpu-box.creds    # join other hosts (docs/bridge.md)
+  relayd --bridge tls://nats.example:4222 --bridge-creds ~/gpu-box.creds  # TLS; a private CA via SSL_CERT_FILE
 """
 
 

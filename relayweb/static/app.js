@@ -48,7 +48,8 @@ function shown(iso) {
 
 function arrival(a) {
   const told = a.announced;
-  const how = el("span", { class: "muted", title: "how new mail is announced to " + a.name + " (relayctl register --notify)", text: a.arrives_by });
+  // A long notify target (a tmux socket path, a command line) is cut short: the full one shows on hover.
+  const how = el("span", { class: "muted clip", title: `${a.arrives_by}: how new mail is announced to ${a.name} (relayctl register --notify)`, text: a.arrives_by });
   if (!told || told.ok) return el("td", {}, how);
   // Failing announcements are retried every few seconds: say since when and how often, as relayctl status does.
   const since = (told.earlier ? "before " : "") + shown(told.failing_since || told.at);
@@ -72,12 +73,13 @@ function renderAgents(agents) {
   $("agent-count").textContent = `${alive} alive, ${agents.length - alive} stale`;
   fill($("agents").tBodies[0], agents.map((a) => {
     const kind = a.alive ? "alive" : a.archived ? "archived" : "stale";
-    const work = el("td", {}, a.status ? el("span", { class: "badge", text: a.status }) : null, a.status && a.task ? " " : null, a.task ? el("span", { text: a.task }) : null);
+    const work = el("td", { class: "work" }, el("div", { class: "clamp", title: [a.status, a.task].filter(Boolean).join(": ") },
+      a.status ? el("span", { class: "badge", text: a.status }) : null, a.status && a.task ? " " : null, a.task ? el("span", { text: a.task }) : null));
     return el("tr", { class: "clickable", "data-agent": a.name, title: "show messages to and from " + a.name, onclick: () => showAgent(a.name) },
-      el("td", { class: "who", text: a.name }),
+      el("td", { class: "who", title: a.name, text: a.name }),
       el("td", {}, el("span", { class: "badge " + kind, text: kind })),
       work,
-      el("td", { class: "muted", text: a.program || "" }),
+      el("td", { class: "muted" }, el("span", { class: "clip", title: a.program || "", text: a.program || "" })),
       arrival(a),
       el("td", { class: "muted", text: ago(a.age_seconds) }),
       el("td", { class: "num", text: a.unread ?? "" }),
