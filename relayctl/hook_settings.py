@@ -80,7 +80,7 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
     spec = PROGRAMS[program]
-    events = (*spec.context, spec.stop)
+    events = spec.installed
     for event in events:
         entry: dict[str, Any] = {"type": "command", "command": command}
         if program == "gemini":

@@ -12,9 +12,9 @@ import pytest
 
 FILES = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json", "gemini": ".gemini/settings.json"}
 EVENTS = {
-    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
-    "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
-    "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"],
+    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Notification", "SessionEnd"],
+    "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Interrupt"],
+    "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "Notification", "SessionEnd"],
 }
 THEIRS = {"type": "command", "command": "notify-send 'turn done'"}
 
