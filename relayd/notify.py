@@ -104,14 +104,15 @@ class _BrokenConfig(Exception):
     """config.json could not be read (the cause says why)."""
 
 
-def agents_awaiting_trigger(store) -> list[str]:
-    """Agents with a pane/cmd mechanism, unread mail and no pending flag: a trigger that was
-    skipped (copy mode) or failed. A timer passes them to notify_new_messages to retry."""
+def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
+    """Agents (of `among`, or all) with a pane/cmd mechanism, unread mail and no pending
+    flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
+    program going idle, passes them to notify_new_messages to retry."""
     from .agents import read_meta
     from .inbox import has_unread
 
     waiting = []
-    for name in store.known_agents():
+    for name in store.known_agents() if among is None else among:
         try:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)

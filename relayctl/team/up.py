@@ -128,8 +128,11 @@ def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
         stopped = sorted(panes)
     names = {agent.name for agent in team.agents}
     for state_of in s.call("agents", {}):
-        if state_of["name"] in names and str(state_of.get("notify") or "").partition(":")[0] in ("tmux", "zellij"):
+        if state_of["name"] not in names:
+            continue
+        if str(state_of.get("notify") or "").partition(":")[0] in ("tmux", "zellij"):
             s.call("register", {"name": state_of["name"], "notify": "none"})
+        s.call("program_state", {"agent": state_of["name"], "state": "stopped", "event": "relayctl down"})  # away now, not in 5 minutes
     daemon = _stop_relayd(state)
     say(f"stopped {team.name}: {', '.join(stopped) or 'no panes were running'}; relayd: {daemon}")
     return {"team": team.name, "stopped": stopped, "relayd": daemon}

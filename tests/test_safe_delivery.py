@@ -1,0 +1,165 @@
+"""Keys typed into a terminal act with the person's authority: relay's trigger never answers
+a program's question (DESIGN §4, relayd.program_state, relayd.notify).
+
+Each test runs the real program from npm (tests/agents, pinned) in real tmux against the
+scripted model, with relay's hooks installed as `relayctl hooks install` writes them and
+the pane registered as the agent's notify target, relayd running. The model asks to run a
+command that needs the person's approval; mail arrives while the question is on the
+screen. The question must still be there 10 s later with nothing approved, and once the
+person answers, the mail reaches the model (the after-tool hook hands it over).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import agent_programs
+import model_anthropic
+import model_gemini
+import model_openai
+from hook_sessions import PROGRAMS as HOOKED
+from relayd_proc import Daemon
+from scripted_model import Recorded, ScriptedModel
+from tmux_pane import Tmux, kill_strays
+from waiting import wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+AGENT = "inferno"
+SENDER = "strategist"
+TRIGGER = "relay-test: new mail, call check_inbox"
+SUBJECT = "Auth tests are red on main"
+API_KEY = "sk-ant-relay-test-00000000000000000000"
+HOLD = 10.0  # seconds the question must survive the mail (the issue's measure)
+
+
+@dataclass
+class Asking:
+    """What differs between the programs for one approval question."""
+
+    name: str
+    responder: Callable[[Callable[[dict[str, Any]], list[dict[str, Any]]]], Callable[[Recorded], Any]]
+    command_call: Callable[[Path], dict[str, Any]]  # the model's call of a command that needs approval
+    configure: Callable[[Path, Path, str], dict[str, str]]  # (home, project, model url) -> environment
+    start: Callable[[Tmux], None]  # from the program's start to its empty prompt
+    ready: str  # what its screen shows at its prompt
+    question: str  # what its screen shows while it asks
+    approve: list[str]  # the person's keys that approve
+    is_turn: Callable[[Recorded], bool]
+
+
+def _claude_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    agent_programs.claude_signed_in(home, API_KEY, trusted=project)
+    # The person approves each command (Claude Code's manual mode, its default before 2.1.332).
+    (home / ".claude").mkdir(exist_ok=True)
+    (home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": API_KEY, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+def _gemini_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    env = HOOKED["gemini"].prepare(home, project, url)
+    settings = home / ".gemini" / "settings.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "model": {"name": "gemini-2.5-flash"}}))
+    return env
+
+
+def _codex_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    env = HOOKED["codex"].prepare(home, project, url)
+    config = home / ".codex" / "config.toml"
+    # Every command waits for the person's approval; the folder and relay's hooks are trusted.
+    config.write_text('approval_policy = "on-request"\nsandbox_mode = "read-only"\n' + config.read_text())
+    return env
+
+
+def _codex_start(tmux: Tmux) -> None:
+    tmux.wait_for("Trust this folder?", settle=1)
+    tmux.keys("Enter")
+    tmux.wait_for("Hooks need review", settle=1)
+    tmux.keys("Down", "Enter")
+
+
+ASKING = {
+    "claude": Asking(
+        "claude", model_anthropic.messages_responder,
+        lambda project: model_anthropic.tool_use("Bash", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _claude_configure, lambda tmux: None, "❯", "Do you want to proceed?", ["Enter"], HOOKED["claude"].is_turn,
+    ),
+    "gemini": Asking(
+        "gemini", model_gemini.gemini_responder,
+        lambda project: model_gemini.function_call("run_shell_command", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _gemini_configure, lambda tmux: tmux.wait_for("project-level hooks have been detected"), "Type your message",
+        "Allow execution", ["Enter"], HOOKED["gemini"].is_turn,
+    ),
+    "codex": Asking(
+        "codex", model_openai.responses_responder,
+        # Outside its read-only sandbox: Codex asks the person first.
+        lambda project: model_openai.function_call("exec_command", {"cmd": f"touch {project}/approved.txt", "sandbox_permissions": "require_escalated",
+                                                                    "justification": "Create approved.txt?"}),
+        _codex_configure, _codex_start, "Ask Codex to do anything", "Would you like to run the following command?", ["Enter"],
+        HOOKED["codex"].is_turn,
+    ),
+}
+
+
+def _mail_in(request: Recorded) -> bool:
+    return SUBJECT in request.text
+
+
+@pytest.mark.parametrize("name", sorted(ASKING))
+def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_answered(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    spec = ASKING[name]
+    home, project = short_tmp / "home", short_tmp / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    relayctl("hooks", "install", "--for", name, "--agent", AGENT, "--project", str(project))
+    calls = {"n": 0}
+
+    def turn(body: dict[str, Any]) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [spec.command_call(project)]
+        return [{"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]("Done.")]
+
+    answer_turn = spec.responder(turn)
+    answer_aside = spec.responder(lambda body: [{"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]("ok")])
+    tmux = Tmux(short_tmp, "a")
+    with ScriptedModel(lambda r: answer_turn(r) if spec.is_turn(r) else answer_aside(r)) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8",
+               **spec.configure(home, project, model.url)}
+        tmux.start([str(agent_programs.program(name))], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            spec.start(tmux)
+            tmux.wait_for(spec.ready, timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            tmux.type_line("Create approved.txt", "Create approved.txt")
+            tmux.wait_for(spec.question, timeout=90, settle=1)
+            asked = tmux.screen()
+            relayctl("send", AGENT, SUBJECT, agent=SENDER)
+            time.sleep(HOLD)  # the issue's measure: the question outlives the mail by 10 s
+            assert spec.question in tmux.screen(), f"the question is gone:\n{tmux.screen()}\n(it showed:\n{asked})"
+            assert not (project / "approved.txt").exists(), "a command was approved that nobody approved"
+            assert "trigger held back" in daemon.log()
+            assert not any(TRIGGER in r.text for r in model.requests)
+            assert not any(_mail_in(r) for r in model.requests)
+
+            tmux.keys(*spec.approve)  # the person approves
+            carrying = model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=90)
+            assert (project / "approved.txt").exists()
+            assert TRIGGER not in carrying.text  # the after-tool hook brought it, not a typed prompt
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
