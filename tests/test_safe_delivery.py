@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,3 +164,122 @@ def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_ans
             tmux.kill()
             kill_strays(home)
     assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
+
+
+TRIGGERS = 100  # the issue's measure
+
+
+def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    """Gemini CLI takes an Enter that comes within 30 ms of the last key as a newline: relay
+    waits for the screen to stand still before Enter, and confirms each submission by the
+    prompt hook. Every one of the mails reaches the model by its own trigger; none is left
+    standing in the input box."""
+    home, project = short_tmp / "home", short_tmp / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    relayctl("hooks", "install", "--for", "gemini", "--agent", AGENT, "--project", str(project))
+    tmux = Tmux(short_tmp, "g")
+    with ScriptedModel(model_gemini.gemini_responder(lambda body: [model_gemini.text("Noted.")])) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **_gemini_configure(home, project, model.url)}
+        tmux.start([str(agent_programs.program("gemini"))], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            tmux.wait_for("project-level hooks have been detected")
+            tmux.wait_for("Type your message", timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            for n in range(TRIGGERS):
+                subject = f"mail number {n:03d}"
+                relayctl("send", AGENT, subject, agent=SENDER)
+                carrying = model.wait_for(lambda r, s=subject: HOOKED["gemini"].is_turn(r) and s in r.text, timeout=30)
+                assert TRIGGER in carrying.text
+                wait_for("Gemini back at its prompt", lambda: _state(store_dir) == "idle", timeout=30)
+            assert "Type your message" in tmux.cursor_line(), f"something was left in the input box:\n{tmux.screen()}"
+            turns = [r for r in model.requests if HOOKED["gemini"].is_turn(r)]
+            assert len(turns) == TRIGGERS  # one turn per trigger: none stranded, none doubled
+            assert not (store_dir / "agents" / AGENT / "trigger-misses").exists()
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
+
+
+def _state(store_dir: Path) -> str | None:
+    path = store_dir / "agents" / AGENT / "program-state"
+    return json.loads(path.read_text())["state"] if path.exists() else None
+
+
+# A stand-in for a program whose Enter sometimes becomes a newline (as Gemini CLI's does
+# within its fast-return window): while the file argv[1] is missing, Enter adds a line to
+# the input box; once it exists, Enter submits, and the program reports the prompt through
+# relay's hook as a hooked program does. Every submitted prompt goes to the file argv[2].
+SWALLOWING_PROGRAM = r"""
+import json, os, subprocess, sys, tty
+submit, received = sys.argv[1], sys.argv[2]
+tty.setraw(0)
+box = ""
+
+def hook(event):
+    subprocess.run(["relayctl", "hook", "claude"], input=json.dumps({"hook_event_name": event, "session_id": "s", "prompt": "p"}),
+                   text=True, capture_output=True)
+
+def draw():
+    os.write(1, ("\x1b[H\x1b[2J> " + box.replace("\n", "\r\n  ")).encode())
+
+hook("SessionStart")
+draw()
+while True:
+    key = os.read(0, 1).decode()
+    if key == "\r" and os.path.exists(submit):
+        with open(received, "a") as fh:
+            fh.write(box + "\n")
+        box = ""
+        hook("UserPromptSubmit")
+        hook("Stop")
+    elif key == "\r":
+        box += "\n"
+    elif key == "\x7f":
+        box = box[:-1]
+    else:
+        box += key
+    draw()
+"""
+
+
+def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_and_track(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    program, submit, received = short_tmp / "swallow.py", short_tmp / "submit", short_tmp / "received.txt"
+    program.write_text(SWALLOWING_PROGRAM)
+    received.touch()
+    tmux = Tmux(short_tmp, "s")
+    tmux.start([sys.executable, str(program), str(submit), str(received)], short_tmp, {**relay_env, "RELAY_AGENT": AGENT, "TERM": "xterm-256color"})
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        wait_for("the program at its prompt", lambda: _state(store_dir) == "idle" and tmux.cursor_line() == ">", timeout=30)
+        relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+        sent = relayctl("--json", "send", AGENT, SUBJECT, agent=SENDER)
+        message_id = json.loads(sent.stdout)["id"]
+        wait_for("three triggers that did not submit", lambda: (store_dir / "agents" / AGENT / "trigger-misses").exists()
+                 and int((store_dir / "agents" / AGENT / "trigger-misses").read_text()) >= 3, timeout=60)
+        wait_for("the input box cleared of what relay typed", lambda: tmux.screen().strip() == ">", timeout=10)
+        track = relayctl("track", message_id, agent=SENDER).stdout
+        assert "did not submit" in track, track
+        status = relayctl("status").stdout
+        assert "did not submit" in status, status
+        assert received.read_text() == ""
+
+        submit.touch()  # the program takes its Enter again: the next retry lands
+        wait_for("the trigger submitted", lambda: received.read_text() == TRIGGER + "\n", timeout=30)
+        wait_for("the miss count reset", lambda: not (store_dir / "agents" / AGENT / "trigger-misses").exists(), timeout=10)
+        landed = relayctl("track", message_id, agent=SENDER).stdout
+        assert "announced by hook" in landed and ", read " in landed  # the prompt's hook handed it over
+    finally:
+        daemon.kill()
+        tmux.kill()
