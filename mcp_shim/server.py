@@ -24,7 +24,7 @@ from .protocol import ToolOutcome
 from .tools import BY_NAME, NOTICE, TOOLS, Context, ToolFailed, check_arguments, delivery_warning
 
 PUSH_OFF = ("off", "0", "no")  # RELAY_MCP_CHANNEL values that switch push off
-BEAT = 60.0  # seconds between last-seen refreshes while a client is connected (a 5-minute stale threshold sees several)
+BEAT = 60.0  # seconds between last-seen refreshes while a client is connected (a 5-minute stale threshold sees several); RELAY_MCP_BEAT sets another
 
 CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attributes say from, message_id, priority and thread, and its text is only a preview."""
 
@@ -116,11 +116,13 @@ class Shim:
         import threading
         import time
 
+        every = float(os.environ.get("RELAY_MCP_BEAT") or BEAT)
+
         def beat() -> None:
             from relayd.presence import touch_if_registered
 
             while True:
-                time.sleep(BEAT)
+                time.sleep(every)
                 try:
                     touch_if_registered(self.identity.store_dir, self.identity.role)
                 except OSError:

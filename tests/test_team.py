@@ -131,6 +131,8 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     assert team.tmux("has-session", "-t", "crew", check=False) == "" and not team.tmux("list-sessions", check=False).strip()
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=15)
     assert all(a["notify"] == "none" for a in team.agents().values() if a["name"] != "boss")
+    stopped = team.agents()
+    assert not any(stopped[name]["alive"] for name in panes), stopped  # away at once, not in 5 minutes
     assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
 
 
