@@ -403,11 +403,11 @@ def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short
     hooks_file = (repo / ".codex" / "hooks.json").resolve()
 
     [question] = clients.startup_prompts(agent, team)
-    assert question.text == "4 hooks are new or changed" and question.expected
+    assert question.text == "6 hooks are new or changed" and question.expected
 
     config = codex_home / "config.toml"
     config.write_text("".join(f'[hooks.state."{hooks_file}:{event}:0:0"]\ntrusted_hash = "sha256:00"\n\n'
-                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop")))
+                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop", "permission_request", "interrupt")))
     os.utime(hooks_file, (1_000_000_000, 1_000_000_000))  # trusted after it was written
     [question] = clients.startup_prompts(agent, team)
     assert not question.expected
