@@ -416,3 +416,21 @@ def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short
     settings["hooks"]["Stop"][0]["hooks"].append({"type": "command", "command": "./scripts/lint.sh"})
     hooks_file.write_text(json.dumps(settings))
     assert clients.startup_prompts(agent, team) == []
+
+
+def test_claude_code_gets_its_channel_by_default_where_it_works_and_the_pane_elsewhere(short_tmp: Path) -> None:
+    from relayctl.team import clients
+    from relayctl.team.teamfile import Agent, Team as TeamFile
+
+    home = short_tmp / "home"
+    home.mkdir()
+    claude = Agent(name="alpha", program="claude", env={"HOME": str(home)})
+    assert claude.notify == "auto" and clients.arrival(claude) == "pane"  # never signed in: no switch known
+    (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": True}}))
+    assert clients.arrival(claude) == "channel"
+    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.CHANNEL_QUESTION[0]
+    assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})) == "pane"
+    assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home)}, notify="pane")) == "pane"
+    assert clients.arrival(Agent(name="beta", program="codex", env={"HOME": str(home)})) == "pane"
+    (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": False}}))
+    assert clients.arrival(claude) == "pane"
