@@ -52,15 +52,21 @@ class Question(NamedTuple):
     expected: bool = True  # False: asked only sometimes; answered when seen, not missed when not
 
 
+# Claude Code's switches for a cloud provider's API, where it offers no channels.
+_CLOUD_PROVIDERS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "CLAUDE_CODE_USE_ANTHROPIC_AWS",
+                    "CLAUDE_CODE_USE_ANTHROPIC_GOOGLE_CLOUD", "CLAUDE_CODE_USE_MANTLE")
+
+
 def arrival(agent: Agent) -> str:
     """How mail reaches the agent: "channel" (relay-mcp pushes it into Claude Code's session;
     nothing is typed) or "pane" (a trigger typed into its pane, relayd.notify). `auto` takes
-    the channel where it works: a Claude Code agent talking to Anthropic's own API (no
-    ANTHROPIC_BASE_URL) from an account whose channels switch is on (Claude Code keeps it in
-    ~/.claude.json: `cachedGrowthBookFeatures.tengu_harbor`, docs/mcp.md); else the pane."""
+    the channel where it works: a Claude Code agent on Anthropic's API, not a cloud provider
+    (Claude Code refuses channels under CLAUDE_CODE_USE_BEDROCK, _VERTEX, ...), from an account
+    whose channels switch is on (Claude Code keeps it in ~/.claude.json:
+    `cachedGrowthBookFeatures.tengu_harbor`, docs/mcp.md); else the pane."""
     if agent.notify != "auto":
         return agent.notify
-    if agent.kind != "claude" or (agent.env.get("ANTHROPIC_BASE_URL") or os.environ.get("ANTHROPIC_BASE_URL")):
+    if agent.kind != "claude" or any((agent.env.get(k) or os.environ.get(k, "")) not in ("", "0", "false") for k in _CLOUD_PROVIDERS):
         return "pane"
     home = agent.env.get("HOME") or os.environ.get("HOME") or ""
     try:
