@@ -41,7 +41,7 @@ from .timefmt import now_iso, parse_duration
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
-STILL = 0.15  # seconds the screen stays unchanged before Enter (over any program's fast-return window)
+ENTER_AFTER = 0.06  # seconds from seeing the typed text to Enter: twice Gemini CLI's 30 ms fast-return window
 CONFIRM_WAIT = 5.0  # seconds for a program to show that it took the trigger as a prompt
 MISSES = 3  # triggers in a row that did not submit before the announcement counts as failed
 _zellij_version: tuple[int, ...] | None = None
@@ -236,6 +236,8 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callabl
     """Type the trigger into an idle program's input box, submit it once, and confirm it.
 
     `state()` reads the program's recorded state (None: no relay hooks report it)."""
+    import time
+
     from .paneinput import holds_draft, question_on_screen
 
     tmux, pane = tmux_target(target)
@@ -262,8 +264,8 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callabl
     if not _wait_until(lambda: _shown_at_cursor(tmux, pane, trigger, timeout), min(timeout, ECHO_WAIT)):
         raise _Failed(f"tmux pane {pane} never showed the typed trigger in its input line; no Enter was pressed")
     # The program's own fast-return window (Gemini CLI: an Enter within 30 ms of the last
-    # key is a newline): the screen stays still that long before Enter.
-    _wait_still(tmux, pane, timeout)
+    # key is a newline). The text on the screen means its last key was taken: from then on.
+    time.sleep(ENTER_AFTER)
     _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
     if _wait_until(lambda: _submitted(state, before, tmux, pane, trigger, timeout), CONFIRM_WAIT):
         return
@@ -343,21 +345,6 @@ def _shown_near_cursor(tmux: list[str], pane: str, text: str, timeout: float) ->
         rows[at] = rows[at][:x]
     wanted = _squeezed(text)
     return bare("".join(rows)).endswith(wanted) or bare("".join(rows[:-1])).endswith(wanted)
-
-
-def _wait_still(tmux: list[str], pane: str, timeout: float) -> None:
-    """Until the pane's screen has not changed for STILL seconds (at most ECHO_WAIT)."""
-    import time
-
-    last, since = None, time.monotonic()
-    deadline = since + ECHO_WAIT
-    while time.monotonic() < deadline:
-        screen = _run(tmux + ["capture-pane", "-p", "-t", pane], timeout)
-        if screen != last:
-            last, since = screen, time.monotonic()
-        elif time.monotonic() - since >= STILL:
-            return
-        time.sleep(0.03)
 
 
 def _submitted(state: Callable[[], ProgramState | None], before: ProgramState | None, tmux: list[str], pane: str, trigger: str, timeout: float) -> bool:

@@ -201,6 +201,7 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
             turns = [r for r in model.requests if HOOKED["gemini"].is_turn(r)]
             assert len(turns) == TRIGGERS  # one turn per trigger: none stranded, none doubled
             assert not (store_dir / "agents" / AGENT / "trigger-misses").exists()
+            assert "did not submit" not in daemon.log()  # each one landed the first time
         finally:
             daemon.kill()
             tmux.kill()
