@@ -284,3 +284,86 @@ def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_a
     finally:
         daemon.kill()
         tmux.kill()
+
+
+TOOL_SECONDS = 6
+
+
+def _busy_call(name: str, project: Path) -> dict[str, Any]:
+    """A command the program runs without asking (allowed below): ./build.sh takes
+    TOOL_SECONDS and then writes the time it ended."""
+    build = project / "build.sh"
+    build.write_text(f"#!/bin/sh\nsleep {TOOL_SECONDS}\n{sys.executable} -c 'import time; print(time.monotonic())' > {project}/tool-ended\n")
+    build.chmod(0o755)
+    if name == "claude":
+        return model_anthropic.tool_use("Bash", {"command": "./build.sh", "description": "Wait for the build"})
+    if name == "gemini":
+        return model_gemini.function_call("run_shell_command", {"command": "./build.sh", "description": "Wait for the build"})
+    return model_openai.function_call("exec_command", {"cmd": "./build.sh"})
+
+
+def _allow_the_busy_command(name: str, home: Path, project: Path) -> None:
+    if name == "claude":
+        (home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "default", "allow": ["Bash(./build.sh)"]}}))
+    elif name == "gemini":
+        settings = home / ".gemini" / "settings.json"
+        settings.write_text(json.dumps({**json.loads(settings.read_text()), "tools": {"allowed": ["run_shell_command(./build.sh)"]}}))
+    else:
+        config = home / ".codex" / "config.toml"
+        config.write_text(config.read_text().replace('approval_policy = "on-request"', 'approval_policy = "never"').replace('"read-only"', '"workspace-write"'))
+
+
+@pytest.mark.parametrize("name", sorted(ASKING))
+def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    """Mail sent while the program runs a tool: no trigger is typed (the program is working),
+    the after-tool hook hands the mail over with the tool's result, and `send --wait read`
+    returns then: after the tool ended, with the model's request that carries it."""
+    spec = ASKING[name]
+    home, project = short_tmp / "home", short_tmp / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    relayctl("hooks", "install", "--for", name, "--agent", AGENT, "--project", str(project))
+    reply = {"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]
+    calls = {"n": 0}
+    arrived: dict[int, float] = {}
+
+    def turn(body: dict[str, Any]) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        return [_busy_call(name, project)] if calls["n"] == 1 else [reply("Done.")]
+
+    answer_turn, answer_aside = spec.responder(turn), spec.responder(lambda body: [reply("ok")])
+
+    def respond(request: Recorded) -> Any:
+        arrived[id(request)] = time.monotonic()
+        return answer_turn(request) if spec.is_turn(request) else answer_aside(request)
+
+    tmux = Tmux(short_tmp, "b")
+    with ScriptedModel(respond) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **spec.configure(home, project, model.url)}
+        _allow_the_busy_command(name, home, project)
+        tmux.start([str(agent_programs.program(name))], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            spec.start(tmux)
+            tmux.wait_for(spec.ready, timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            tmux.type_line("Wait for the build", "Wait for the build")
+            wait_for("the tool to run", lambda: _state(store_dir) == "working" and calls["n"] >= 1, timeout=60)
+            time.sleep(1)  # well inside the tool's run
+            waited = relayctl("send", AGENT, SUBJECT, "--wait", "read", "--timeout", "90s", agent=SENDER, timeout=120, check=False)
+            returned = time.monotonic()
+            assert waited.returncode == 0, f"{waited.stderr}\n{tmux.screen()}"
+            assert (project / "tool-ended").exists(), tmux.screen()
+            carrying = model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=30)
+            ended = float((project / "tool-ended").read_text())
+            assert returned >= ended, "read was reported while the tool still ran"
+            assert returned >= arrived[id(carrying)] - 0.5, "read was reported well before the model's request carried the mail"
+            assert not any(TRIGGER in r.text for r in model.requests)  # nothing typed into a working program
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
