@@ -20,7 +20,7 @@ import time
 
 from .common import Row
 
-AREAS = ("store", "daemon", "startup", "delivery", "mcp", "coord", "guard", "prompt", "ignite", "search", "web", "bridge", "wake")
+AREAS = ("store", "daemon", "startup", "delivery", "mcp", "coord", "guard", "prompt", "ignite", "search", "web", "bridge", "wake", "programs")
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 

@@ -24,6 +24,7 @@ from .protocol import ToolOutcome
 from .tools import BY_NAME, NOTICE, TOOLS, Context, ToolFailed, check_arguments, delivery_warning
 
 PUSH_OFF = ("off", "0", "no")  # RELAY_MCP_CHANNEL values that switch push off
+BEAT = 60.0  # seconds between last-seen refreshes while a client is connected (a 5-minute stale threshold sees several); RELAY_MCP_BEAT sets another
 
 CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attributes say from, message_id, priority and thread, and its text is only a preview."""
 
@@ -108,6 +109,28 @@ class Shim:
                 self.seen()  # a role the store does not know yet: register it (loads the client)
         except Exception as exc:  # the session goes on; a tool call will say what is wrong
             logs.info(f"could not register {self.identity.role} at start: {exc}")
+        self._keep_present()
+
+    def _keep_present(self) -> None:
+        """Refresh last-seen every BEAT seconds while the session lasts: an agent program
+        idle at its prompt is alive, never shown stale nor archived by gc, and it stops
+        being seen when its session (and so this process) ends."""
+        import threading
+        import time
+
+        every = float(os.environ.get("RELAY_MCP_BEAT") or BEAT)
+
+        def beat() -> None:
+            from relayd.presence import touch_if_registered
+
+            while True:
+                time.sleep(every)
+                try:
+                    touch_if_registered(self.identity.store_dir, self.identity.role)
+                except OSError:
+                    pass  # the store out of reach for now: the next beat tries again
+
+        threading.Thread(target=beat, name="relay-mcp-presence", daemon=True).start()
 
     def seen(self, title: str | None = None) -> None:
         """Refresh last-seen; a role nobody registered yet is registered now (seed 002).

@@ -1,20 +1,26 @@
 """hook claude|codex|gemini: hand unread mail to an agent program through its own hooks.
 
 The program runs the hook with one JSON event on stdin (`hook_event_name` names it).
-For a context event (session start, before the prompt, after a tool) the answer is
+For a context event (before the prompt, after a tool) the answer is
 `hookSpecificOutput.additionalContext`; for the stop event it is
 `{"decision": "block", "reason": ...}`, which keeps the agent going with the mail as its
-next instruction. All three programs take these same shapes (Claude Code 2.1.330; Codex
+next instruction. All three programs take these same shapes (Claude Code 2.1.332; Codex
 CLI 0.169.0, whose JSON Schemas in the binary accept exactly them; Gemini CLI 0.61.0,
 which appends the context to the prompt or tool result and sends a blocked AfterAgent's
 reason as the next prompt). Only the event names differ: `PROGRAMS` below.
 
+Every event relay installs also reports the session's state (at its prompt, working,
+asking the person: relayd.program_state), which decides whether a trigger may be typed
+into its pane. The state events (session start, a permission question, a notification,
+session end) hand no mail over: at session start the model would see it only with the
+person's first prompt, and it would count as read meanwhile.
+
 Messages handed over are marked read, so the same mail is never shown twice. A stop that
 follows a stop we already continued (`stop_hook_active`) hands nothing over: the session
-is kept going once, never in a loop; that mail comes with the next prompt or tool call.
-With nothing unread the hook prints nothing. Events of the program that cannot carry
-context (PreToolUse, SessionEnd, ...) are a no-op that leaves mail unread; a name the
-program does not have (wrong `hook` subcommand, misspelt event) is an error.
+is kept going once, never in a loop; that mail comes with the agent's trigger or the next
+prompt. With nothing unread the hook prints nothing. Events of the program that cannot
+carry context (PreToolUse, ...) are a no-op that leaves mail unread; a name the program
+does not have (wrong `hook` subcommand, misspelt event) is an error.
 
 Exit status: 0, or 1 with one line on stderr for anything wrong (1 is a non-blocking
 error for all three programs; 2 would block the user's prompt, so it is never used).
@@ -39,34 +45,43 @@ class Program(NamedTuple):
     title: str
     context: tuple[str, ...]  # events whose answer is additionalContext, in the order installed
     stop: str  # the turn's end: a block decision keeps the session going
+    state: tuple[str, ...]  # events installed only to report the program's state (relayd.program_state)
     other: tuple[str, ...]  # the program's events that cannot carry mail (a no-op)
     matcher: dict[str, str]  # events whose hook entries take a tool matcher
+
+    @property
+    def installed(self) -> tuple[str, ...]:
+        """The events `hooks install` puts relay's entry under."""
+        return (*self.state[:1], *self.context, self.stop, *self.state[1:])
 
 
 PROGRAMS: dict[str, Program] = {
     "claude": Program(
         "Claude Code",
-        ("SessionStart", "UserPromptSubmit", "PostToolUse"),
+        ("UserPromptSubmit", "PostToolUse"),
         "Stop",
-        ("SubagentStop", "PreToolUse", "PostToolUseFailure", "PostToolBatch", "Notification", "UserPromptExpansion",
-         "SessionEnd", "StopFailure", "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
-         "PermissionRequest", "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted", "Elicitation",
+        ("SessionStart", "PermissionRequest", "Notification", "SessionEnd"),
+        ("SubagentStop", "PreToolUse", "PostToolUseFailure", "PostToolBatch", "UserPromptExpansion",
+         "StopFailure", "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
+         "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted", "Elicitation",
          "ElicitationResult", "ConfigChange", "WorktreeCreate", "WorktreeRemove", "InstructionsLoaded", "CwdChanged",
          "FileChanged", "DirectoryAdded", "MessageDisplay"),
-        {"PostToolUse": "*"},
+        {"PostToolUse": "*", "PermissionRequest": "*"},
     ),
     "codex": Program(
         "Codex CLI",
-        ("SessionStart", "UserPromptSubmit", "PostToolUse"),
+        ("UserPromptSubmit", "PostToolUse"),
         "Stop",
-        ("SubagentStop", "PreToolUse", "PermissionRequest", "PreCompact", "PostCompact", "SessionEnd", "SubagentStart", "Interrupt"),
-        {"PostToolUse": "*"},
+        ("SessionStart", "PermissionRequest", "Interrupt"),
+        ("SubagentStop", "PreToolUse", "PreCompact", "PostCompact", "SessionEnd", "SubagentStart", "PreModelRequest"),
+        {"PostToolUse": "*", "PermissionRequest": "*"},
     ),
     "gemini": Program(
         "Gemini CLI",
-        ("SessionStart", "BeforeAgent", "AfterTool"),
+        ("BeforeAgent", "AfterTool"),
         "AfterAgent",
-        ("BeforeTool", "Notification", "SessionEnd", "PreCompress", "BeforeModel", "AfterModel", "BeforeToolSelection"),
+        ("SessionStart", "Notification", "SessionEnd"),
+        ("BeforeTool", "PreCompress", "BeforeModel", "AfterModel", "BeforeToolSelection"),
         {"AfterTool": "*"},
     ),
 }
@@ -116,15 +131,15 @@ def _command(program: str, events: str) -> click.Command:
 
     \b
     Examples:
-      echo '{{"hook_event_name":"{PROGRAMS[program].context[1]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
+      echo '{{"hook_event_name":"{PROGRAMS[program].context[0]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
     """
     return click.command(program)(run)
 
 
 for _name, _events in (
-    ("claude", "SessionStart, UserPromptSubmit, PostToolUse, Stop"),
-    ("codex", "SessionStart, UserPromptSubmit, PostToolUse, Stop"),
-    ("gemini", "SessionStart, BeforeAgent, AfterTool, AfterAgent"),
+    ("claude", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and SessionEnd report the session's state"),
+    ("codex", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest and Interrupt report the session's state"),
+    ("gemini", "BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the session's state"),
 ):
     hook.add_command(_command(_name, _events))
 
@@ -146,13 +161,24 @@ def answer_event(program: str, raw: str) -> dict | None:
     name = event.get("hook_event_name")
     if name in spec.other:
         return None  # an event we cannot add context to: leave the mail unread
-    if name not in spec.context and name != spec.stop:
+    if name not in spec.context and name != spec.stop and name not in spec.state:
         raise ValueError(_unknown_event(program, name))
-    if name == spec.stop and event.get("stop_hook_active") is True:
-        return None  # this turn is already the continuation we asked for: stop now, mail waits
     s = settings()
     agent = s.require_agent(f"hook {program}")
+    if name in spec.state:
+        # The session's state only: mail handed over now would reach the model with the
+        # person's next prompt, however long that takes, and count as read meanwhile. At
+        # the prompt, mail comes by the agent's trigger instead (relayd.program_state).
+        _record_state(s, agent, program, event)
+        return None
+    if name == spec.stop and event.get("stop_hook_active") is True:
+        _record_state(s, agent, program, event)
+        return None  # this turn is already the continuation we asked for: stop now, mail waits
+    if name != spec.stop:
+        _record_state(s, agent, program, event)  # working, before the mail: its trigger waits
     text = take_unread(s, agent)
+    if name == spec.stop:
+        _record_state(s, agent, program, event, continued=text is not None)
     if text is None:
         return None
     if name == spec.stop:
@@ -160,10 +186,25 @@ def answer_event(program: str, raw: str) -> dict | None:
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
 
 
+def _record_state(s, agent: str, program: str, event: dict, continued: bool = False) -> None:
+    """Report what the session is doing now (relayd.program_state). A report only: an
+    agent unknown to the store or a store out of reach never fails the program's hook."""
+    from relayd.errors import RelayError
+    from relayd.program_state import state_after
+
+    state = state_after(program, event, continued)
+    if state is None:
+        return
+    try:
+        s.call("program_state", {"agent": agent, "state": state, "event": event.get("hook_event_name")})
+    except RelayError:
+        pass
+
+
 def _unknown_event(program: str, name: object) -> str:
     if not isinstance(name, str):
         return "stdin is not a hook event (no hook_event_name)"
-    owners = [p for p, spec in PROGRAMS.items() if p != program and (name in spec.context or name == spec.stop or name in spec.other)]
+    owners = [p for p, spec in PROGRAMS.items() if p != program and name in (*spec.installed, *spec.other)]
     if owners:
         return f"{name} is a {PROGRAMS[owners[0]].title} hook event, not a {PROGRAMS[program].title} one: run `relayctl hook {owners[0]}` for it"
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"

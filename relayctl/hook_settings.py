@@ -36,6 +36,12 @@ SETTINGS_FILE = {
     "gemini": os.path.join(".gemini", "settings.json"),
 }
 GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
+# Claude Code's permission rule for every tool of the MCP server named "relay" (relayctl
+# mcp-config's key): without it, each relay tool call in Claude Code's default "auto"
+# mode (2.1.332) first waits for its safety check, an extra model request. relay's
+# tools only read and write relay's own store. Codex and Gemini get theirs in the MCP
+# entry itself (relayctl mcp-config).
+CLAUDE_ALLOW = "mcp__relay"
 
 _RELAY_HOOK = re.compile(r"(?:^|[\s/'\"])relayctl['\"]?\s(?:.*\s)?hook\s+(?:claude|codex|gemini)\s*$")
 
@@ -80,7 +86,7 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
     spec = PROGRAMS[program]
-    events = (*spec.context, spec.stop)
+    events = spec.installed
     for event in events:
         entry: dict[str, Any] = {"type": "command", "command": command}
         if program == "gemini":
@@ -93,7 +99,17 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
             if event in spec.matcher:
                 group = {"matcher": spec.matcher[event], **group}
             groups.append(group)
+    if program == "claude":
+        _allow_relay_tools(path, data)
     return Change(path, _save(path, data), events)
+
+
+def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
+    permissions = data.setdefault("permissions", {})
+    if not isinstance(permissions, dict) or not isinstance(permissions.setdefault("allow", []), list):
+        raise RelayError(f"{path}: \"permissions.allow\" is not a list; fix it by hand (relay did not change the file)")
+    if CLAUDE_ALLOW not in permissions["allow"]:
+        permissions["allow"].append(CLAUDE_ALLOW)
 
 
 def relay_alone(program: str, project: str) -> int | None:
@@ -149,6 +165,14 @@ def uninstall(program: str, project: str = ".") -> Change:
             hooks[event] = kept
         else:
             del hooks[event]
+    permissions = data.get("permissions")
+    if program == "claude" and isinstance(permissions, dict) and isinstance(permissions.get("allow"), list) and CLAUDE_ALLOW in permissions["allow"]:
+        permissions["allow"] = [rule for rule in permissions["allow"] if rule != CLAUDE_ALLOW]
+        if not permissions["allow"]:
+            del permissions["allow"]
+        if not permissions:
+            del data["permissions"]
+        touched.append("permissions.allow")
     if not touched:
         return Change(path, False, ())
     if not hooks:

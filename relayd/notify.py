@@ -32,12 +32,18 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 from . import layout
+from .program_state import ProgramState
+from .program_state import read as read_program_state
 from .timefmt import now_iso, parse_duration
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
+ENTER_AFTER = 0.06  # seconds from seeing the typed text to Enter: twice Gemini CLI's 30 ms fast-return window
+CONFIRM_WAIT = 5.0  # seconds for a program to show that it took the trigger as a prompt
+MISSES = 3  # triggers in a row that did not submit before the announcement counts as failed
 _zellij_version: tuple[int, ...] | None = None
 
 
@@ -47,6 +53,10 @@ class _Skip(Exception):
 
 class _Failed(Exception):
     pass
+
+
+class _Unsubmitted(_Skip):
+    """Typed and Enter pressed, but the program did not take it: cleared, tried again."""
 
 
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
@@ -94,14 +104,15 @@ class _BrokenConfig(Exception):
     """config.json could not be read (the cause says why)."""
 
 
-def agents_awaiting_trigger(store) -> list[str]:
-    """Agents with a pane/cmd mechanism, unread mail and no pending flag: a trigger that was
-    skipped (copy mode) or failed. A timer passes them to notify_new_messages to retry."""
+def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
+    """Agents (of `among`, or all) with a pane/cmd mechanism, unread mail and no pending
+    flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
+    program going idle, passes them to notify_new_messages to retry."""
     from .agents import read_meta
     from .inbox import has_unread
 
     waiting = []
-    for name in store.known_agents():
+    for name in store.known_agents() if among is None else among:
         try:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
@@ -135,11 +146,19 @@ def _notify_one(store, name: str, settings: _Settings) -> dict:
             return outcome
         try:
             if kind == "tmux":
-                _tmux(target, trigger, timeout, prompt)
+                _tmux(target, trigger, timeout, prompt, lambda: read_program_state(agent))
             elif kind == "zellij":
+                _require_idle(read_program_state(agent))  # zellij shows relay no screen: the state alone decides
                 _zellij(target, trigger, timeout, meta.session if meta else None)
             else:
                 _command(target, name, trigger, timeout)
+        except _Unsubmitted as why:
+            agent.unlink(layout.PENDING, missing_ok=True)
+            misses = _count_miss(agent)
+            if misses < MISSES:
+                outcome.update(ok=True, skipped=str(why), retry=True)
+            else:
+                outcome.update(ok=False, error=f"{why} ({misses} triggers in a row did not submit)")
         except _Skip as why:
             agent.unlink(layout.PENDING, missing_ok=True)
             outcome.update(ok=True, skipped=str(why), retry=True)
@@ -147,8 +166,17 @@ def _notify_one(store, name: str, settings: _Settings) -> dict:
             agent.unlink(layout.PENDING, missing_ok=True)
             outcome.update(ok=False, error=str(why))
         else:
+            agent.unlink(layout.TRIGGER_MISSES, missing_ok=True)
             outcome.update(ok=True)
         return outcome
+
+
+def _count_miss(agent) -> int:
+    """One more trigger that did not submit, counted until one does (agents/<name>/trigger-misses)."""
+    raw = agent.read_bytes(layout.TRIGGER_MISSES) or b"0"
+    misses = (int(raw) if raw.strip().isdigit() else 0) + 1
+    agent.replace(layout.TRIGGER_MISSES, b"%d\n" % misses, None)
+    return misses
 
 
 def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
@@ -204,46 +232,135 @@ def tmux_pane_states(targets: list[str], timeout: float = 5.0) -> dict[str, str]
     return states
 
 
-def _tmux(target: str, trigger: str, timeout: float, prompt: str) -> None:
-    from .paneinput import holds_draft
+def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callable[[], ProgramState | None]) -> None:
+    """Type the trigger into an idle program's input box, submit it once, and confirm it.
+
+    `state()` reads the program's recorded state (None: no relay hooks report it)."""
+    import time
+
+    from .paneinput import holds_draft, question_on_screen
 
     tmux, pane = tmux_target(target)
+    _require_idle(state())
     shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode} #{cursor_x} #{cursor_y}"], timeout).split()
     if len(shown) != 3 or not all(part.isdigit() for part in shown):
         raise _Failed(f"tmux pane {pane}: unexpected answer {' '.join(shown)!r}")
     in_mode, cursor_x, cursor_y = shown
     if in_mode == "1":
         raise _Skip(f"tmux pane {pane} is in copy mode")
+    # The screen, the second check: a question or menu whose answer keys would pick.
+    asked = question_on_screen(_run(tmux + ["capture-pane", "-p", "-t", pane], timeout))
+    if asked:
+        raise _Skip(f"tmux pane {pane} shows a question ({asked}); it is the person's to answer")
     # Look right before typing: a trigger typed after someone's unsent text would be sent with it.
     row = _run(tmux + ["capture-pane", "-p", "-e", "-t", pane, "-S", cursor_y, "-E", cursor_y], timeout)
     if holds_draft(row, int(cursor_x), prompt):
         raise _Skip(f"tmux pane {pane} has unsent text in its input line")
+    before = state()
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
     # Enter goes separately, once the program shows the text: arriving with it (or before a
-    # busy TUI has taken it in), Enter becomes a newline inside a paste, not a submit.
-    _wait_shown(tmux, pane, trigger, min(timeout, ECHO_WAIT))
+    # busy TUI has taken it in), Enter becomes a newline inside a paste, not a submit. Text
+    # that never shows went somewhere else than an input box: no Enter then.
+    if not _wait_until(lambda: _shown_at_cursor(tmux, pane, trigger, timeout), min(timeout, ECHO_WAIT)):
+        raise _Failed(f"tmux pane {pane} never showed the typed trigger in its input line; no Enter was pressed")
+    # The program's own fast-return window (Gemini CLI: an Enter within 30 ms of the last
+    # key is a newline). The text on the screen means its last key was taken: from then on.
+    time.sleep(ENTER_AFTER)
     _run(tmux + ["send-keys", "-t", pane, "Enter"], timeout)
+    if _wait_until(lambda: _submitted(state, before, tmux, pane, trigger, timeout), CONFIRM_WAIT):
+        return
+    if _shown_near_cursor(tmux, pane, trigger, timeout):
+        _clear_typed(tmux, pane, trigger, timeout)
+        raise _Unsubmitted(f"tmux pane {pane} did not submit the trigger; relay removed what it typed and will try again")
+    # Gone from the box without the program saying it took a prompt: nothing of relay's
+    # is left to clear, but nothing was seen to land either.
+    raise _Unsubmitted(f"tmux pane {pane} took the trigger out of its input line without starting a turn; will try again")
 
 
-def _wait_shown(tmux: list[str], pane: str, text: str, wait: float) -> None:
-    """Until the text left of the pane's cursor ends with `text` (blanks ignored: a program
-    may wrap it over rows), at most `wait` seconds; a program that does not show what it is
-    typed gets its Enter after that. Only the rows the text needs are read, so an earlier
-    trigger still on the screen does not count."""
+def _require_idle(state: ProgramState | None) -> None:
+    if state is None or state.state == "idle":
+        return
+    doing = {
+        "working": "working (its hooks hand the mail over at the next tool's end or the turn's end)",
+        "asking": "asking the person a question",
+        "ended": "not running (its session ended)",
+        "stopped": "stopped (relayctl down)",
+    }.get(state.state, state.state)
+    raise _Skip(f"its program is {doing}")
+
+
+def _wait_until(done: Callable[[], bool], wait: float) -> bool:
     import time
 
-    wanted = "".join(text.split())
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x} #{cursor_y} #{pane_width}"], wait).split()
-        if len(shown) == 3 and all(part.isdigit() for part in shown):
-            x, y, width = map(int, shown)
-            first = max(0, y - (len(text) + 4) // max(width, 1))
-            rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], wait).split("\n")
-            rows[y - first] = rows[y - first][:x] if y - first < len(rows) else ""
-            if "".join("".join(rows[: y - first + 1]).split()).endswith(wanted):
-                return
+    while True:
+        if done():
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.02)
+
+
+def _rows_to_cursor(tmux: list[str], pane: str, text: str, timeout: float, extra: int = 0) -> tuple[list[str], int, int] | None:
+    """The rows that end at the cursor's row and can hold `text` (plus `extra` rows), and
+    the cursor's column and index among them."""
+    shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x} #{cursor_y} #{pane_width}"], timeout).split()
+    if len(shown) != 3 or not all(part.isdigit() for part in shown):
+        return None
+    x, y, width = map(int, shown)
+    first = max(0, y - (len(text) + 4) // max(width, 1) - extra)
+    rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], timeout).split("\n")
+    return rows, x, y - first
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+def _shown_at_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> bool:
+    """The text left of the pane's cursor ends with `text` (blanks ignored: a program may
+    wrap it over rows). Only the rows the text needs are read, so an earlier trigger
+    still on the screen does not count."""
+    found = _rows_to_cursor(tmux, pane, text, timeout)
+    if found is None:
+        return False
+    rows, x, at = found
+    rows = rows[: at + 1]
+    if at < len(rows):
+        rows[at] = rows[at][:x]
+    return _squeezed("".join(rows)).endswith(_squeezed(text))
+
+
+def _shown_near_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> bool:
+    """The text still stands at the end of the cursor's row or the row above it (where an
+    Enter taken as a newline leaves it), borders and blanks aside."""
+    from .paneinput import bare
+
+    found = _rows_to_cursor(tmux, pane, text, timeout, extra=1)
+    if found is None:
+        return False
+    rows, x, at = found
+    rows = rows[: at + 1]
+    if at < len(rows):
+        rows[at] = rows[at][:x]
+    wanted = _squeezed(text)
+    return bare("".join(rows)).endswith(wanted) or bare("".join(rows[:-1])).endswith(wanted)
+
+
+def _submitted(state: Callable[[], ProgramState | None], before: ProgramState | None, tmux: list[str], pane: str, trigger: str, timeout: float) -> bool:
+    """A program with relay's hooks says so (a prompt-submit event after the Enter); any
+    other program shows it by the text left of its cursor no longer ending in the trigger
+    (a shell, a line reader: the cursor went on to a new line)."""
+    if before is not None:
+        now = state()
+        return now is not None and now.state == "working" and now.at != before.at
+    return not _shown_at_cursor(tmux, pane, trigger, timeout)
+
+
+def _clear_typed(tmux: list[str], pane: str, trigger: str, timeout: float) -> None:
+    """Remove what relay typed, and only that: one Backspace per character, and one more
+    for the newline an Enter may have left (the prompt was empty before relay typed)."""
+    _run(tmux + ["send-keys", "-t", pane, "-N", str(len(trigger) + 1), "BSpace"], timeout)
 
 
 # -- zellij -----------------------------------------------------------------------------------

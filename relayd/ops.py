@@ -22,7 +22,7 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    from . import admin, agents, commands, delivery, gc, inbox, overview, receipts, reservations, session, wake  # noqa: F401  (registration side effect)
+    from . import admin, agents, commands, delivery, gc, inbox, overview, program_state, receipts, reservations, session, wake  # noqa: F401  (registration side effect)
 
     return REGISTERED
 

@@ -33,6 +33,11 @@ def _blank(ch: str) -> bool:
     return ch.isspace() or ch in _BORDER
 
 
+def bare(text: str) -> str:
+    """`text` without blanks and box-drawing borders: what a program's input box holds."""
+    return "".join(ch for ch in text if not _blank(ch))
+
+
 def _cells(row: str) -> list[tuple[str, bool]]:
     """(character, typed-looking) for each screen cell of one captured row: a wide
     character fills two cells; typed-looking means default foreground and not faint."""
@@ -96,3 +101,27 @@ def holds_draft(row: str, cursor_x: int, prompt: str = DEFAULT_PROMPT) -> bool:
     before = "".join(ch for ch in left if not _blank(ch) or ch == " ").strip()
     after = "".join(ch for ch in right if not _blank(ch))
     return bool(after) or (bool(before) and re.fullmatch(prompt, before) is None)
+
+
+# A question on the screen: a numbered choice with the selection marker on it, as every
+# agent program draws its permission, trust and review dialogs ("❯ 1. Yes", "● 1. Allow
+# once", "› 1. Yes, proceed"), or one of their fixed question lines. Typed keys there pick
+# an answer, so relay types nothing while one shows.
+_CHOICE = re.compile(r"^[\s│┃|]*[❯›>●▶→*]\s*\d{1,2}[.)]\s+\S", re.MULTILINE)
+_QUESTIONS = (
+    "Do you want to proceed?", "Do you want to make this edit", "Do you want to create",
+    "Do you trust the files in this folder?", "Allow execution of", "Waiting for user confirmation",
+    "Would you like to run the following command?", "Press enter to confirm or esc to cancel",
+    "Trust this folder", "hooks are new or changed", "Hooks need review",
+)
+
+
+def question_on_screen(screen: str) -> str | None:
+    """What marks a question or menu on `screen` (the pane's visible rows, plain text), or
+    None when none shows. The marker, never the screen's other text, goes into logs."""
+    text = screen.replace("\xa0", " ")
+    for phrase in _QUESTIONS:
+        if phrase in text:
+            return repr(phrase)
+    found = _CHOICE.search(text)
+    return f"a numbered choice {found.group(0).strip()[:12]!r}" if found else None

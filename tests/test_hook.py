@@ -5,6 +5,7 @@ hooks in test_claude_hooks.py, test_codex_hooks.py and test_gemini_hooks.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +64,7 @@ def hook(relayctl):
     return run
 
 
-@pytest.mark.parametrize("event", ["SessionStart", "UserPromptSubmit", "PostToolUse"])
+@pytest.mark.parametrize("event", ["UserPromptSubmit", "PostToolUse"])
 def test_unread_mail_becomes_additional_context_once(relayctl, hook, event: str) -> None:
     relayctl("send", "inferno", "Rebasing main, hold commits", "--priority", "urgent", agent="overlord")
     relayctl("send", "inferno", "Review auth.go please", "--thread", "bd-42", agent="strategist")
@@ -123,8 +124,8 @@ def _unread(relayctl) -> list[str]:
 
 
 @pytest.mark.parametrize(("program", "event"), [
-    ("codex", "SessionStart"), ("codex", "UserPromptSubmit"), ("codex", "PostToolUse"),
-    ("gemini", "SessionStart"), ("gemini", "BeforeAgent"), ("gemini", "AfterTool"),
+    ("codex", "UserPromptSubmit"), ("codex", "PostToolUse"),
+    ("gemini", "BeforeAgent"), ("gemini", "AfterTool"),
 ])
 def test_codex_and_gemini_events_get_the_mail_as_context(relayctl, hook, program: str, event: str) -> None:
     relayctl("send", "inferno", "Review auth.go please", agent="strategist")
@@ -163,3 +164,55 @@ def test_another_programs_event_is_a_one_line_error_naming_the_right_hook(relayc
     unknown = hook("Stop", raw=json.dumps({**EVENTS["Stop"], "hook_event_name": "Stopp"}), program="codex")
     assert unknown.returncode == 1 and "Stopp" in unknown.stderr and unknown.stderr.count("\n") == 1
     assert _unread(relayctl) == ["still here"]
+
+
+def _state(store_dir: Path) -> str | None:
+    path = store_dir / "agents" / "inferno" / "program-state"
+    return json.loads(path.read_text())["state"] if path.exists() else None
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_session_start_reports_the_prompt_and_leaves_the_mail_for_the_trigger(relayctl, hook, store_dir: Path, program: str) -> None:
+    # Context at session start would reach the model only with the person's first prompt,
+    # while counting as read: the mail stays unread, and the idle state lets its trigger go.
+    relayctl("send", "inferno", "still here", agent="overlord")
+    proc = hook("SessionStart", program=program)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert _unread(relayctl) == ["still here"]
+    assert _state(store_dir) == "idle"
+
+
+# What each program's events say about its session, in the order a turn runs them.
+TURNS = {
+    "claude": [("SessionStart", {}, "idle"), ("UserPromptSubmit", {}, "working"),
+               ("PermissionRequest", {"tool_name": "Bash", "tool_input": {"command": "touch x"}}, "asking"),
+               ("PostToolUse", {}, "working"), ("Notification", {"message": "Claude needs your permission to use Bash", "notification_type": "permission_prompt"}, "asking"),
+               ("Stop", {}, "idle"), ("Notification", {"message": "Claude is waiting for your input", "notification_type": "idle_prompt"}, "idle"),
+               ("SessionEnd", {"reason": "exit"}, "ended")],
+    "codex": [("SessionStart", {}, "idle"), ("UserPromptSubmit", {}, "working"),
+              ("PermissionRequest", {"tool_name": "exec_command", "tool_input": {}}, "asking"), ("PostToolUse", {}, "working"),
+              ("Stop", {}, "idle")],
+    "gemini": [("SessionStart", {}, "idle"), ("BeforeAgent", {}, "working"),
+               ("Notification", {"message": "Allow execution of [Shell]?", "notification_type": "ToolPermission", "details": {}}, "asking"),
+               ("AfterTool", {}, "working"), ("AfterAgent", {}, "idle"), ("SessionEnd", {"reason": "exit"}, "ended")],
+}
+
+
+@pytest.mark.parametrize("program", sorted(TURNS))
+def test_each_lifecycle_event_records_the_sessions_state(relayctl, hook, store_dir: Path, program: str) -> None:
+    events = BY_PROGRAM[program]
+    for name, fields, expected in TURNS[program]:
+        raw = json.dumps({**events.get(name, events["Stop" if program != "gemini" else "AfterAgent"]), "hook_event_name": name, **fields})
+        proc = hook(name, raw=raw, program=program)
+        assert proc.returncode == 0 and proc.stdout == "", (name, proc.stderr)
+        assert _state(store_dir) == expected, name
+
+
+def test_a_stop_continued_with_mail_stays_working_and_the_continuations_stop_goes_idle(relayctl, hook, store_dir: Path) -> None:
+    relayctl("send", "inferno", "Next: API endpoints", agent="overlord")
+    assert json.loads(hook("Stop").stdout)["decision"] == "block"
+    assert _state(store_dir) == "working"  # the session goes on with the mail: no trigger now
+    relayctl("send", "inferno", "And the docs", agent="overlord")
+    assert hook("Stop", stop_hook_active=True).stdout == ""
+    assert _state(store_dir) == "idle"  # at its prompt with mail waiting: the trigger's turn
+    assert _unread(relayctl) == ["And the docs"]

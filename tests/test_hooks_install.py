@@ -12,9 +12,9 @@ import pytest
 
 FILES = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json", "gemini": ".gemini/settings.json"}
 EVENTS = {
-    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
-    "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"],
-    "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"],
+    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Notification", "SessionEnd"],
+    "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Interrupt"],
+    "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "Notification", "SessionEnd"],
 }
 THEIRS = {"type": "command", "command": "notify-send 'turn done'"}
 
@@ -157,3 +157,15 @@ def test_install_and_uninstall_are_python_functions_too(relayctl, project: Path)
     assert hook_settings.install("codex", "inferno", str(project)).changed is False
     assert hook_settings.uninstall("codex", str(project)).events == tuple(EVENTS["codex"])
     assert _settings(project, "codex") == {}
+
+
+def test_claude_code_gets_relays_tools_pre_approved_beside_the_users_rules_and_uninstall_takes_only_that(relayctl, project: Path) -> None:
+    path = project / FILES["claude"]
+    path.parent.mkdir()
+    path.write_text(json.dumps({"permissions": {"allow": ["Bash(npm test)"], "deny": ["Read(.env)"]}}))
+    relayctl("hooks", "install", "--for", "claude", "--agent", "inferno", "--project", str(project))
+    assert _settings(project, "claude")["permissions"] == {"allow": ["Bash(npm test)", "mcp__relay"], "deny": ["Read(.env)"]}
+    relayctl("hooks", "install", "--for", "claude", "--agent", "inferno", "--project", str(project))
+    assert _settings(project, "claude")["permissions"]["allow"] == ["Bash(npm test)", "mcp__relay"]  # once
+    relayctl("hooks", "uninstall", "--for", "claude", "--project", str(project))
+    assert _settings(project, "claude") == {"permissions": {"allow": ["Bash(npm test)"], "deny": ["Read(.env)"]}}

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
@@ -44,6 +45,22 @@ async def test_a_connected_role_is_present_before_any_tool_call(mode: str, team:
         assert agents["shadow"]["alive"] and not agents["shadow"]["archived"]
         assert agents["reviewer"]["alive"] and agents["reviewer"]["program"] == "claude-code"
         assert not agents["storm"]["alive"]  # nobody else was touched
+
+
+@pytest.mark.anyio
+async def test_an_idle_session_stays_present_and_is_never_archived(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
+    """A program idle at its prompt calls no tool for hours: relay-mcp refreshes its role's
+    last-seen while the session lasts (every RELAY_MCP_BEAT seconds; a minute by default)."""
+    relayctl("init", "--preset", "overlord")
+    async with mcp_client({**relay_env, "RELAY_MCP_BEAT": "0.2"}, "shadow", "legacy"):
+        for _ in range(3):  # each round archives everyone not seen in the last moment; shadow comes back
+            relayctl("gc", "--stale", "0s")
+            await anyio.sleep(0.6)
+            assert _agents(relayctl)["shadow"]["alive"]
+        assert not _agents(relayctl)["storm"]["alive"]
+    relayctl("gc", "--stale", "0s")
+    await anyio.sleep(0.6)
+    assert not _agents(relayctl)["shadow"]["alive"]  # the session ended: nobody refreshes it
 
 
 @pytest.mark.anyio

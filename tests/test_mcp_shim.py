@@ -144,7 +144,8 @@ async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: Chan
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcp_shim"],
-        env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role},
+        env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role,
+             **{k: v for k, v in env.items() if k == "RELAY_MCP_BEAT"}},
         cwd=cwd,
     )
     name = CHANNEL_CLIENT if channel is not None and declare else "plain-test-client"

@@ -131,6 +131,8 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     assert team.tmux("has-session", "-t", "crew", check=False) == "" and not team.tmux("list-sessions", check=False).strip()
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=15)
     assert all(a["notify"] == "none" for a in team.agents().values() if a["name"] != "boss")
+    stopped = team.agents()
+    assert not any(stopped[name]["alive"] for name in panes), stopped  # away at once, not in 5 minutes
     assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
 
 
@@ -401,11 +403,11 @@ def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short
     hooks_file = (repo / ".codex" / "hooks.json").resolve()
 
     [question] = clients.startup_prompts(agent, team)
-    assert question.text == "4 hooks are new or changed" and question.expected
+    assert question.text == "6 hooks are new or changed" and question.expected
 
     config = codex_home / "config.toml"
     config.write_text("".join(f'[hooks.state."{hooks_file}:{event}:0:0"]\ntrusted_hash = "sha256:00"\n\n'
-                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop")))
+                              for event in ("session_start", "user_prompt_submit", "post_tool_use", "stop", "permission_request", "interrupt")))
     os.utime(hooks_file, (1_000_000_000, 1_000_000_000))  # trusted after it was written
     [question] = clients.startup_prompts(agent, team)
     assert not question.expected
@@ -414,3 +416,22 @@ def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short
     settings["hooks"]["Stop"][0]["hooks"].append({"type": "command", "command": "./scripts/lint.sh"})
     hooks_file.write_text(json.dumps(settings))
     assert clients.startup_prompts(agent, team) == []
+
+
+def test_claude_code_gets_its_channel_by_default_where_it_works_and_the_pane_elsewhere(short_tmp: Path) -> None:
+    from relayctl.team import clients
+    from relayctl.team.teamfile import Agent, Team as TeamFile
+
+    home = short_tmp / "home"
+    home.mkdir()
+    claude = Agent(name="alpha", program="claude", env={"HOME": str(home)})
+    assert claude.notify == "auto" and clients.arrival(claude) == "pane"  # never signed in: no switch known
+    (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": True}}))
+    assert clients.arrival(claude) == "channel"
+    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.CHANNEL_QUESTION[0]
+    assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})) == "channel"  # a proxy of the same API
+    assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "CLAUDE_CODE_USE_BEDROCK": "1"})) == "pane"
+    assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home)}, notify="pane")) == "pane"
+    assert clients.arrival(Agent(name="beta", program="codex", env={"HOME": str(home)})) == "pane"
+    (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": False}}))
+    assert clients.arrival(claude) == "pane"

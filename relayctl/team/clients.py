@@ -52,11 +52,36 @@ class Question(NamedTuple):
     expected: bool = True  # False: asked only sometimes; answered when seen, not missed when not
 
 
+# Claude Code's switches for a cloud provider's API, where it offers no channels.
+_CLOUD_PROVIDERS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "CLAUDE_CODE_USE_ANTHROPIC_AWS",
+                    "CLAUDE_CODE_USE_ANTHROPIC_GOOGLE_CLOUD", "CLAUDE_CODE_USE_MANTLE")
+
+
+def arrival(agent: Agent) -> str:
+    """How mail reaches the agent: "channel" (relay-mcp pushes it into Claude Code's session;
+    nothing is typed) or "pane" (a trigger typed into its pane, relayd.notify). `auto` takes
+    the channel where it works: a Claude Code agent on Anthropic's API, not a cloud provider
+    (Claude Code refuses channels under CLAUDE_CODE_USE_BEDROCK, _VERTEX, ...), from an account
+    whose channels switch is on (Claude Code keeps it in ~/.claude.json:
+    `cachedGrowthBookFeatures.tengu_harbor`, docs/mcp.md); else the pane."""
+    if agent.notify != "auto":
+        return agent.notify
+    if agent.kind != "claude" or any((agent.env.get(k) or os.environ.get(k, "")) not in ("", "0", "false") for k in _CLOUD_PROVIDERS):
+        return "pane"
+    home = agent.env.get("HOME") or os.environ.get("HOME") or ""
+    try:
+        with open(os.path.join(home, ".claude.json"), encoding="utf-8") as fh:
+            features = json.load(fh).get("cachedGrowthBookFeatures") or {}
+    except (OSError, ValueError, AttributeError):
+        return "pane"
+    return "channel" if isinstance(features, dict) and features.get("tengu_harbor") is True else "pane"
+
+
 def startup_prompts(agent: Agent, team: Team) -> list[Question]:
     """The questions relay's configuration makes this agent's program ask at start."""
     if agent.kind == "codex":
         return _codex_hook_review(agent, team)
-    return [Question(*CHANNEL_QUESTION)] if agent.notify == "channel" else []
+    return [Question(*CHANNEL_QUESTION)] if arrival(agent) == "channel" else []
 
 
 def _codex_hook_review(agent: Agent, team: Team) -> list[Question]:
@@ -91,7 +116,7 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         config = os.path.join(state_dir, f"{agent.name}.mcp.json")
         _write(config, json.dumps(server_config(agent.name, store_dir, socket, team.name), indent=2) + "\n")
         hook_settings.install("claude", None, team.repo, store_arg, socket)
-        channels = DEV_CHANNELS if agent.notify == "channel" else []
+        channels = DEV_CHANNELS if arrival(agent) == "channel" else []
         return ["claude", "--mcp-config", config, *channels, *model, *agent.args]
     if agent.kind == "codex":
         hook_settings.install("codex", None, team.repo, store_arg, socket)

@@ -12,7 +12,8 @@
     args = ["--permission-mode", "plan"]  # optional: more arguments for the program
     env = { EDITOR = "vim" }            # optional: more environment for the pane
     lead = true                         # at most one: dead letters escalate to it
-    notify = "pane"                     # "pane" (default): a trigger typed into the agent's pane;
+    notify = "auto"                     # "auto" (default): Claude Code's channel where it works, else "pane";
+                                        # "pane": a trigger typed into the agent's pane;
                                         # "channel" (claude only): pushed into the session by relay-mcp
 
 Unknown keys are refused, so a misspelt one is a clear error rather than silently ignored.
@@ -36,7 +37,7 @@ KNOWN_PROGRAMS = ("claude", "codex", "gemini")
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
 _TOP_KEYS = {"team", "multiplexer", "repo", "agents"}
 _AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
-NOTIFY = ("pane", "channel")
+NOTIFY = ("auto", "pane", "channel")
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Agent:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lead: bool = False
-    notify: str = "pane"
+    notify: str = "auto"
 
     @property
     def kind(self) -> str:
@@ -136,7 +137,7 @@ def _agent(raw: object, where: str, n: int) -> Agent:
     lead = raw.get("lead", False)
     if not isinstance(lead, bool):
         raise UsageError(f"{where}: agent {name}: lead must be true or false")
-    notify = raw.get("notify", "pane")
+    notify = raw.get("notify", "auto")
     if notify not in NOTIFY:
         raise UsageError(f"{where}: agent {name}: notify must be one of {', '.join(NOTIFY)}, not {notify!r}")
     if notify == "channel" and program.strip() != "claude":

@@ -100,7 +100,7 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
             outcome[agent.name] = "started"
             fresh.append((agent, pane_id))
         # One arrival mechanism per agent: relay-mcp's push, or a trigger typed into the pane.
-        target = "channel" if agent.notify == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
+        target = "channel" if clients.arrival(agent) == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
     for pane_id, question in _answer_startup_questions(session, team, fresh, prompt_wait):
@@ -128,8 +128,11 @@ def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
         stopped = sorted(panes)
     names = {agent.name for agent in team.agents}
     for state_of in s.call("agents", {}):
-        if state_of["name"] in names and str(state_of.get("notify") or "").partition(":")[0] in ("tmux", "zellij"):
+        if state_of["name"] not in names:
+            continue
+        if str(state_of.get("notify") or "").partition(":")[0] in ("tmux", "zellij"):
             s.call("register", {"name": state_of["name"], "notify": "none"})
+        s.call("program_state", {"agent": state_of["name"], "state": "stopped", "event": "relayctl down"})  # away now, not in 5 minutes
     daemon = _stop_relayd(state)
     say(f"stopped {team.name}: {', '.join(stopped) or 'no panes were running'}; relayd: {daemon}")
     return {"team": team.name, "stopped": stopped, "relayd": daemon}

@@ -48,7 +48,7 @@ def pane_script(agent, team: Team, store_dir: str, socket: str | None, state: st
     relayctl = shlex.join([*installed_command("relayctl", "relayctl"), "--dir", store_dir, *(["--socket", socket] if socket else [])])
     argv = clients.launch(agent, team, store_dir, socket, state)
     env = clients.pane_env(agent, team, store_dir, socket)
-    notify = "channel" if agent.notify == "channel" else "zellij:$ZELLIJ_PANE_ID"
+    notify = "channel" if clients.arrival(agent) == "channel" else "zellij:$ZELLIJ_PANE_ID"
     return (
         f"{relayctl} -q register {shlex.quote(agent.name)} --notify {notify}; "
         f"echo $$ > {shlex.quote(_pid_file(state, agent.name))}; "

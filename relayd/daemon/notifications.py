@@ -32,6 +32,7 @@ class Notifier:
         self.store = Store(store_dir)
         self.retry_interval = retry_interval
         self.waiting: set[str] = set()
+        self.idle: set[str] = set()  # agents whose program just went idle: triggered if mail waits
         self._wakeup = anyio.Event()
         self.rounds = 0
         # Agent -> why its trigger is held back, so a retry that keeps failing the same
@@ -41,6 +42,11 @@ class Notifier:
     def on_event(self, event: Event) -> None:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
             self.waiting.add(event.agent)
+            self._wakeup.set()
+        elif event.topic == "agent" and event.agent and event.action == "idle":
+            # Its program is back at its prompt (relayd.program_state): a trigger held back
+            # while it worked or asked goes now, not at the next retry sweep.
+            self.idle.add(event.agent)
             self._wakeup.set()
 
     async def run(self) -> None:
@@ -57,18 +63,22 @@ class Notifier:
                     next_sweep = anyio.current_time() + self.retry_interval
                 self._wakeup = anyio.Event()
                 agents = sorted(self.waiting)
+                idle = sorted(self.idle - self.waiting)
                 self.waiting.clear()
-                await anyio.to_thread.run_sync(self._round, agents, sweep)
+                self.idle.clear()
+                await anyio.to_thread.run_sync(self._round, agents, sweep, idle)
                 self.rounds += 1
         finally:
             self.store.close()
 
-    def _round(self, agents: list[str], sweep: bool) -> None:
-        if sweep:
-            try:
+    def _round(self, agents: list[str], sweep: bool, idle: list[str] = ()) -> None:
+        try:
+            if sweep:
                 agents = sorted(set(agents).union(agents_awaiting_trigger(self.store)))
-            except Exception:  # e.g. the store being reset under us: try again next time
-                log.exception("looking for triggers to retry failed")
+            elif idle:
+                agents = sorted(set(agents).union(agents_awaiting_trigger(self.store, idle)))
+        except Exception:  # e.g. the store being reset under us: try again next time
+            log.exception("looking for triggers to retry failed")
         for agent in agents:
             try:
                 outcomes = notify_new_messages(self.store, [agent])

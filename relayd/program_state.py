@@ -1,0 +1,138 @@
+"""What an agent's program is doing right now, from the program's own lifecycle signals.
+
+Keys typed into a terminal act with the person's authority (DESIGN §4): a trigger typed
+while the program shows a permission question answers it. So relay types only into a
+program known to sit at its own input prompt. It knows that from the hooks it installs,
+which the program runs at its lifecycle events (`relayctl hook PROGRAM` records each one
+here), not from guessing at the screen; the screen is the second check (relayd.paneinput).
+
+The state machine, one per agent (the program session in its pane):
+
+    event (Claude Code / Codex CLI / Gemini CLI)         -> state
+    session start                                         -> idle      at its prompt
+    prompt submitted (UserPromptSubmit / BeforeAgent)     -> working
+    after a tool (PostToolUse / AfterTool)                -> working
+    a permission question (PermissionRequest; Claude's
+      Notification permission_prompt / elicitation_dialog;
+      Gemini's Notification ToolPermission)               -> asking    the person must answer
+    Claude's Notification idle_prompt; Codex's Interrupt  -> idle
+    the turn's end (Stop / AfterAgent), nothing handed on -> idle
+    the turn's end continued with mail (block decision)   -> working
+    session end (SessionEnd)                              -> ended
+    `relayctl down`                                       -> stopped
+
+`asking` leaves only by a later event (the tool ran, the turn ended, the person's next
+prompt): a question answered "no" may end the turn with no event at all, and then mail
+waits for that next prompt, whose hook hands it over. Never the other way round: no
+timer turns `asking` into `idle`.
+
+The state lives in `agents/<name>/program-state` (one small JSON object, replaced whole,
+not fsynced: a state lost to a crash is one the next event writes again), read by the
+trigger (relayd.notify), `status` and the web view. An agent with no such file has no
+relay hooks in its program (a shell, a script): only the screen check applies there.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from . import layout
+from .fsio import Dir
+from .presence import archive
+from .records import check_agent_name
+from .registry import operation
+from .store import Store
+from .timefmt import now_iso
+
+State = Literal["idle", "working", "asking", "ended", "stopped"]
+STATES: tuple[str, ...] = ("idle", "working", "asking", "ended", "stopped")
+
+# (program, hook event) -> state; None: the event says nothing about the state.
+_BY_EVENT: dict[tuple[str, str], str] = {
+    **{(p, "SessionStart"): "idle" for p in ("claude", "codex", "gemini")},
+    **{(p, e): "working" for p in ("claude", "codex") for e in ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure")},
+    **{(p, "PermissionRequest"): "asking" for p in ("claude", "codex")},
+    **{(p, "Stop"): "idle" for p in ("claude", "codex")},
+    ("claude", "StopFailure"): "idle",
+    ("codex", "Interrupt"): "idle",
+    **{(p, "SessionEnd"): "ended" for p in ("claude", "codex", "gemini")},
+    ("gemini", "BeforeAgent"): "working",
+    ("gemini", "BeforeTool"): "working",
+    ("gemini", "AfterTool"): "working",
+    ("gemini", "AfterAgent"): "idle",
+}
+# Notification events: what each kind of notification says.
+_BY_NOTIFICATION: dict[tuple[str, str], str] = {
+    ("claude", "permission_prompt"): "asking",
+    ("claude", "elicitation_dialog"): "asking",
+    ("claude", "idle_prompt"): "idle",
+    ("gemini", "ToolPermission"): "asking",
+}
+
+
+def state_after(program: str, event: dict, continued: bool = False) -> str | None:
+    """The state a program is in once it has run its hook for `event` (the hook's JSON on
+    stdin); `continued`: the hook's answer to a turn's end keeps the session working."""
+    name = event.get("hook_event_name")
+    if not isinstance(name, str):
+        return None
+    if name == "Notification":
+        kind = event.get("notification_type")
+        return _BY_NOTIFICATION.get((program, kind)) if isinstance(kind, str) else None
+    state = _BY_EVENT.get((program, name))
+    if state == "idle" and continued and name in ("Stop", "AfterAgent"):
+        return "working"
+    return state
+
+
+class ProgramState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    state: str
+    at: str  # when it was recorded
+    event: str | None = None  # the hook event that said so
+
+
+_decoder = msgspec.json.Decoder(ProgramState)
+_encoder = msgspec.json.Encoder()
+
+
+def read(agent: Dir) -> ProgramState | None:
+    """The agent's recorded program state; None when nothing (readable) was recorded."""
+    raw = agent.read_bytes(layout.PROGRAM_STATE)
+    if not raw:
+        return None
+    try:
+        found = _decoder.decode(raw)
+    except msgspec.DecodeError:
+        return None  # a damaged file says nothing; the next hook event replaces it
+    return found if found.state in STATES else None
+
+
+def write(agent: Dir, state: str, event: str | None = None) -> ProgramState:
+    recorded = ProgramState(state=state, at=now_iso(), event=event)
+    agent.replace(layout.PROGRAM_STATE, _encoder.encode(recorded) + b"\n", None)
+    return recorded
+
+
+class ProgramStateParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    state: State
+    event: str | None = None
+
+
+@operation("program_state", ProgramStateParams)
+def record(store: Store, p: ProgramStateParams) -> ProgramState:
+    """Record what an agent's program is doing (its hooks report each lifecycle event)."""
+    check_agent_name(p.agent)
+    if not store.is_agent(p.agent):
+        raise store.unknown_agent(p.agent)
+    with store.agent_dir(p.agent) as agent:
+        before = read(agent)
+        recorded = write(agent, p.state, p.event)
+        if p.state == "stopped":
+            archive(agent)  # away at once, not alive until its heartbeat ages
+    if p.state == "idle" and (before is None or before.state != "idle"):
+        # relayd's notifier retries a trigger it held back while the program was busy.
+        store.emit(store.event("agent", action="idle", agent=p.agent), durable=False)
+    return recorded
