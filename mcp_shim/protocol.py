@@ -196,7 +196,7 @@ class Session:
 
     def _steer_to_handshake(self, params: dict[str, Any]) -> bool:
         """Whether this probe comes from a client whose channel events need the `initialize`
-        handshake while push is wanted: Claude Code (2.1.330 gates its channel handler on the
+        handshake while push is wanted: Claude Code (2.1.332 gates its channel handler on the
         connection's era, and declares nothing that would tell a later version apart)."""
         meta = params.get("_meta")
         return self.push and isinstance(meta, dict) and is_claude_code(meta.get(META_CLIENT_INFO))

@@ -18,7 +18,7 @@ from .context import settings
 PROGRAMS = tuple(hook_settings.SETTINGS_FILE)
 
 # What each program still asks of a person before project hooks run (measured with
-# Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0).
+# Claude Code 2.1.332, Codex CLI 0.169.0, Gemini CLI 0.61.0).
 NEXT_STEP = {
     "claude": "Claude Code runs them from the next session in {project}; an interactive `claude` first asks whether you trust "
               "the folder: answer \"Yes, I trust this folder\"",

@@ -27,7 +27,7 @@ def tool_use(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The user and assistant turns of a request. Claude Code (2.1.330) also puts `system`
+    """The user and assistant turns of a request. Claude Code (2.1.332) also puts `system`
     entries among the messages (reminders, a channel event that came while it worked)."""
     return [m for m in body.get("messages", []) if m.get("role") != "system"]
 

@@ -3,6 +3,7 @@ a client written from docs/protocol.md alone would otherwise send what the daemo
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from relayd import ops
 
-PROTOCOL_MD = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+PROTOCOL_MD = (ROOT / "docs" / "protocol.md").read_text()
 
 
 def _section(name: str) -> str:
@@ -60,3 +62,15 @@ def test_the_architecture_map_names_only_what_exists() -> None:
     domains = {op.run.__module__.rsplit(".", 1)[1] for op in ops.table().values() if op.run.__module__.count(".") == 1}
     listed = re.search(r"`relayd/<domain>\.py`: (.*?); each registers", text)
     assert listed and domains <= set(re.findall(r"`(\w+)`", listed.group(1))), sorted(domains)
+
+
+def test_the_docs_name_the_program_versions_the_tests_run() -> None:
+    """The versions the tests drive (tests/agents/package.json) are the ones docs/mcp.md
+    says were tried, and it names no other: a newer pin updates the docs with it."""
+    pinned = json.loads((ROOT / "tests" / "agents" / "package.json").read_text())["dependencies"]
+    tried = {m.group(1): m.group(2) for m in re.finditer(r"Tried with (Claude Code|Codex CLI|Gemini CLI) (\d+\.\d+\.\d+)", (ROOT / "docs" / "mcp.md").read_text())}
+    assert tried == {
+        "Claude Code": pinned["@anthropic-ai/claude-code"],
+        "Codex CLI": pinned["@openai/codex"],
+        "Gemini CLI": pinned["@google/gemini-cli"],
+    }

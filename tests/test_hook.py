@@ -1,5 +1,5 @@
 """`relayctl hook claude|codex|gemini` fed with hook events as each program sends them
-(Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0; the real programs run the
+(Claude Code 2.1.332, Codex CLI 0.169.0, Gemini CLI 0.61.0; the real programs run the
 hooks in test_claude_hooks.py, test_codex_hooks.py and test_gemini_hooks.py)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What relay's tools cost a model, measured on what a real agent program sends its model.
 
-Claude Code 2.1.330 (-p, against the scripted model on 127.0.0.1) is started with relay-mcp
+Claude Code 2.1.332 (-p, against the scripted model on 127.0.0.1) is started with relay-mcp
 as an MCP server; the test reads the request Claude Code makes to its model and checks that
 relay's tools arrive there as exactly `mcp_shim.tools.model_visible()` (name, description,
 input schema; no output schema), so `model_visible_chars()` — the one measure docs/mcp.md

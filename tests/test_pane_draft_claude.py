@@ -1,6 +1,6 @@
 """A pane trigger and a person's unsent prompt in the real Claude Code, in real tmux.
 
-Claude Code 2.1.330 (tests/agents) runs interactively against the scripted model server;
+Claude Code 2.1.332 (tests/agents) runs interactively against the scripted model server;
 relayd holds the trigger back while the input box holds a draft, and the model gets the
 trigger, on its own, once the box is empty.
 """

@@ -1,6 +1,6 @@
 """Reading a pane's cursor row: an empty prompt, or someone's unsent text (relayd.paneinput).
 
-The Claude Code rows are what `tmux capture-pane -p -e` printed for Claude Code 2.1.330's
+The Claude Code rows are what `tmux capture-pane -p -e` printed for Claude Code 2.1.332's
 input box; the real programs in real tmux are in test_notify.py and test_pane_draft_claude.py.
 """
 

@@ -38,7 +38,7 @@ DEV_CHANNELS = ["--dangerously-load-development-channels", f"server:{SERVER_NAME
 
 # (text on the screen, keys that answer it). With the development-channels flag Claude Code
 # asks at every start whether the channel is for local development; Enter takes the
-# preselected "I am using this for local development". (No setting skips it in 2.1.330.)
+# preselected "I am using this for local development". (No setting skips it in 2.1.332.)
 CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
 
 # Gemini CLI expands `$NAME` in its settings' strings from its own environment when it
