@@ -210,7 +210,13 @@ def _agent_line(a: dict) -> str:
     status = f"   status: {clip(a['status'], 20)}" if a.get("status") else ""
     role = f"   role: {clip(a['role'], 20)}" if a.get("role") else ""
     pane = f"   pane {a['pane']['id']} {a['pane']['state']}" if a.get("pane") else ""
-    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{role}{pane}"
+    session = f"   session: {_SESSION.get(a['session'], a['session'])}" if a.get("session") else ""
+    return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{role}{pane}{session}"
+
+
+# What an agent's program is doing, as its hooks report it (relayd.program_state).
+_SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the person (no trigger typed until answered)",
+            "ended": "ended", "stopped": "stopped (relayctl down)"}
 
 
 def _arrival_line(a: dict) -> str:

@@ -20,6 +20,7 @@ class AgentOverview(AgentState, kw_only=True):
     arrives_by: str = "channel"  # its arrival mechanism (relayd.agents.arrival_mechanism)
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
+    session: str | None = None  # what its program is doing, from its hooks (relayd.program_state): idle, working, asking, ...
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -58,9 +59,18 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
             arrives_by=arrival_mechanism(a.notify, a.program),
             announced=told.get(a.name),
             never_told=a.name not in told and _registered_within_window(store, a.name),
+            session=_session(store, a.name),
         )
         for a in states
     ]
+
+
+def _session(store: Store, name: str) -> str | None:
+    from .program_state import read
+
+    with store.agent_dir(name) as agent:
+        found = read(agent)
+    return found.state if found else None
 
 
 def _registered_within_window(store: Store, name: str) -> bool:

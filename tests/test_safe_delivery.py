@@ -152,6 +152,7 @@ def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_ans
             assert spec.question in tmux.screen(), f"the question is gone:\n{tmux.screen()}\n(it showed:\n{asked})"
             assert not (project / "approved.txt").exists(), "a command was approved that nobody approved"
             assert "trigger held back" in daemon.log()
+            assert "session: ASKING the person" in relayctl("status").stdout  # the program's own signal, in status
             assert not any(TRIGGER in r.text for r in model.requests)
             assert not any(_mail_in(r) for r in model.requests)
 
