@@ -215,8 +215,8 @@ def _guard(team: Team, store_dir: str) -> str | None:
 
     try:
         done = guard.install(team.repo, store_dir)
-    except UsageError:
-        return f"{team.repo} is not a git work tree: no pre-commit guard"
+    except UsageError as exc:  # not a git work tree, or hooks relay must not write (guard._check_hooks_dir)
+        return f"no pre-commit guard: {exc.message}"
     return f"pre-commit guard: {done['hook']}" + (f" (chained: {done['chained']})" if done["chained"] else "")
 
 
