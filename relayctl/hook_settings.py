@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
 from relayd.fsio import replace_file
-from relayd.names import check_agent_name
 
 from .cmd_hook import PROGRAMS
 from .context import installed_command
@@ -46,15 +45,13 @@ class Change(NamedTuple):
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
 
 
-def hook_command(program: str, agent: str | None, store_dir: str | None = None, socket: str | None = None) -> str:
-    """The shell command a hook entry runs: this installation's relayctl, with the agent
-    (and a store or socket other than the default) spelled out, since an agent program
-    starts its hooks with its own environment. With agent None the hook speaks for the
-    RELAY_AGENT of the program's environment: several agents of a team (`relayctl up`)
-    share one project's settings, each pane with its own RELAY_AGENT."""
+def hook_command(program: str, store_dir: str | None = None, socket: str | None = None) -> str:
+    """The shell command a hook entry runs: this installation's relayctl, with a store or
+    socket other than the default spelled out. Never an agent name: the settings file is
+    the project's, shared by every session in it, so the hook speaks for the RELAY_AGENT
+    (OVLD_ROLE) of the session that runs it, and for nobody (silently) in a session relay
+    did not start."""
     words = [*installed_command("relayctl", "relayctl")]
-    if agent is not None:
-        words += ["--agent", check_agent_name(agent)]
     if store_dir:
         words += ["--dir", store_dir]
     if socket:
@@ -71,10 +68,10 @@ def settings_path(program: str, project: str) -> str:
     return os.path.join(os.path.abspath(project), SETTINGS_FILE[program])
 
 
-def install(program: str, agent: str | None, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
-    """Merge relay's hook entries for `agent` into `program`'s settings in `project`."""
+def install(program: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
+    """Merge relay's hook entries into `program`'s settings in `project`."""
     path = settings_path(program, project)
-    command = hook_command(program, agent, store_dir, socket)
+    command = hook_command(program, store_dir, socket)
     data = _load(path)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):

@@ -41,14 +41,14 @@ def test_install_merges_beside_other_hooks_and_keys_and_runs_twice_unchanged(rel
     stop = EVENTS[program][-1]
     path.write_text(json.dumps({"model": "keep-me", "hooks": {stop: [{"hooks": [THEIRS]}], "PreToolUse": [{"matcher": "Bash", "hooks": [THEIRS]}]}}))
     proc = relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
-    assert "installed relay's hooks for inferno" in proc.stdout
+    assert "installed relay's hooks" in proc.stdout and f"RELAY_AGENT=inferno {program}" in proc.stdout
     settings = _settings(project, program)
     assert settings["model"] == "keep-me"
     assert settings["hooks"]["PreToolUse"] == [{"matcher": "Bash", "hooks": [THEIRS]}]
     assert settings["hooks"][stop][0] == {"hooks": [THEIRS]}  # theirs first, as it was
     commands = _relay_commands(settings)
     assert sorted(e for e, c in commands.items() if c) == sorted(EVENTS[program])
-    assert all(len(c) == 1 and c[0].endswith(f"--agent inferno --dir {relayctl.env['RELAY_DIR']} --socket {relayctl.env['RELAY_SOCKET']} hook {program}")
+    assert all(len(c) == 1 and c[0].endswith(f"relayctl --dir {relayctl.env['RELAY_DIR']} --socket {relayctl.env['RELAY_SOCKET']} hook {program}")
                for e, c in commands.items() if e in EVENTS[program])
     tool_event = EVENTS[program][2]
     assert settings["hooks"][tool_event][0]["matcher"] == "*"
@@ -78,21 +78,25 @@ def test_a_hand_written_entry_is_replaced_not_doubled(relayctl, project: Path) -
     relayctl("hooks", "install", "--for", "claude", "--agent", "glacier", "--project", str(project))
     stop = _settings(project, "claude")["hooks"]["Stop"]
     assert len(stop) == 1 and stop[0]["hooks"][0] == THEIRS
-    assert stop[0]["hooks"][1]["command"].endswith("--agent glacier --dir " + relayctl.env["RELAY_DIR"] + " --socket " + relayctl.env["RELAY_SOCKET"] + " hook claude")
+    assert stop[0]["hooks"][1]["command"].endswith("relayctl --dir " + relayctl.env["RELAY_DIR"] + " --socket " + relayctl.env["RELAY_SOCKET"] + " hook claude")
 
 
 @pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
 def test_the_installed_command_delivers_mail_when_run_by_a_shell(relayctl, project: Path, program: str) -> None:
     """Agent programs run the command through `sh -c` with their own environment: it
-    must name this relayctl and this store itself."""
+    must name this relayctl and this store itself; the agent is the session's RELAY_AGENT,
+    and a session without one (not started by relay) gets nothing, silently, exit 0."""
     relayctl("init", "--preset", "overlord")
     relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
     relayctl("send", "inferno", "Deploy window moved to 15:00", agent="overlord")
     before_prompt = EVENTS[program][1]
     command = _relay_commands(_settings(project, program))[before_prompt][0]
+    assert "inferno" not in json.dumps(_settings(project, program))  # the shared file names no agent
+    event = json.dumps({"hook_event_name": before_prompt, "prompt": "go"})
     bare = {"PATH": "/usr/bin:/bin", "HOME": str(project)}  # no RELAY_* and no venv on PATH
-    proc = subprocess.run(["sh", "-c", command], input=json.dumps({"hook_event_name": before_prompt, "prompt": "go"}),
-                          env=bare, cwd=project, capture_output=True, text=True, timeout=60)
+    nobody = subprocess.run(["sh", "-c", command], input=event, env=bare, cwd=project, capture_output=True, text=True, timeout=60)
+    assert (nobody.returncode, nobody.stdout, nobody.stderr) == (0, "", "")
+    proc = subprocess.run(["sh", "-c", command], input=event, env=dict(bare, RELAY_AGENT="inferno"), cwd=project, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "Deploy window moved to 15:00" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
 
@@ -141,19 +145,25 @@ def test_a_settings_file_keeps_its_permissions_and_a_new_one_gets_the_umasks(rel
     assert sorted(os.listdir(mine.parent)) == ["settings.json"] and sorted(os.listdir(project / ".codex")) == ["hooks.json"]
 
 
-def test_install_needs_an_agent_name(relayctl, project: Path) -> None:
-    proc = relayctl("hooks", "install", "--for", "codex", "--project", str(project), check=False)
-    assert proc.returncode == 2 and "--agent" in proc.stderr
-    bad = relayctl("hooks", "install", "--for", "codex", "--agent", "Bad Name", "--project", str(project), check=False)
+def test_install_names_no_agent_so_the_file_is_the_same_for_every_session(relayctl, project: Path) -> None:
+    """`hooks install --agent X` then `up` (which installs with none) used to flip the file."""
+    relayctl("hooks", "install", "--for", "codex", "--agent", "inferno", "--project", str(project))
+    first = (project / FILES["codex"]).read_bytes()
+    again = relayctl("hooks", "install", "--for", "codex", "--agent", "glacier", "--project", str(project))
+    plain = relayctl("hooks", "install", "--for", "codex", "--project", str(project))
+    assert "nothing changed" in again.stdout and "nothing changed" in plain.stdout
+    assert (project / FILES["codex"]).read_bytes() == first and b"inferno" not in first
+    assert "RELAY_AGENT=NAME codex" in plain.stdout
+    bad = relayctl("hooks", "install", "--for", "gemini", "--agent", "Bad Name", "--project", str(project), check=False)
     assert bad.returncode == 1 and "invalid agent name" in bad.stderr
-    assert not (project / ".codex").exists()
+    assert not (project / ".gemini").exists()
 
 
 def test_install_and_uninstall_are_python_functions_too(relayctl, project: Path) -> None:
     from relayctl import hook_settings
 
-    first = hook_settings.install("codex", "inferno", str(project))
+    first = hook_settings.install("codex", str(project))
     assert first.changed and first.path == str(project / FILES["codex"])
-    assert hook_settings.install("codex", "inferno", str(project)).changed is False
+    assert hook_settings.install("codex", str(project)).changed is False
     assert hook_settings.uninstall("codex", str(project)).events == tuple(EVENTS["codex"])
     assert _settings(project, "codex") == {}

@@ -90,15 +90,15 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
     if agent.kind == "claude":
         config = os.path.join(state_dir, f"{agent.name}.mcp.json")
         _write(config, json.dumps(server_config(agent.name, store_dir, socket, team.name), indent=2) + "\n")
-        hook_settings.install("claude", None, team.repo, store_arg, socket)
+        hook_settings.install("claude", team.repo, store_arg, socket)
         channels = DEV_CHANNELS if agent.notify == "channel" else []
         return ["claude", "--mcp-config", config, *channels, *model, *agent.args]
     if agent.kind == "codex":
-        hook_settings.install("codex", None, team.repo, store_arg, socket)
+        hook_settings.install("codex", team.repo, store_arg, socket)
         table = codex_table(agent.name, store_dir, socket, team.name)
         return ["codex", "-c", f"mcp_servers.{SERVER_NAME}={table}", *model, *agent.args]
     if agent.kind == "gemini":
-        hook_settings.install("gemini", None, team.repo, store_arg, socket)
+        hook_settings.install("gemini", team.repo, store_arg, socket)
         server = gemini_config(PANE_AGENT, store_dir, socket, team.name)["mcpServers"][SERVER_NAME]
         hook_settings.put_gemini_server(team.repo, SERVER_NAME, server)
         return ["gemini", *model, *agent.args]
