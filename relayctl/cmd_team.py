@@ -69,18 +69,29 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
 
 @click.command()
 @_FILE
-def down(file: str | None) -> None:
+@click.option("--clean", is_flag=True, help="Then remove what relay wrote into the team's repository, as `relayctl uninstall` does.")
+def down(file: str | None, clean: bool) -> None:
     """Stop the team of FILE (default: ./relay-team.toml): its panes, their programs, the
     session, and the relayd that `relayctl up` started. The store keeps everything.
+
+    With --clean, then take out of the team's repository everything `up` wrote there (the
+    pre-commit guard, relay's entries in the programs' project settings), each file back
+    as it was before: `relayctl uninstall --help` says what goes.
 
     \b
     Examples:
       relayctl down
       relayctl down ~/teams/oathkeeper.toml
+      relayctl down --clean
     """
     from .team import teamfile
     from .team.up import take_down
 
     s = settings()
     team = teamfile.load(file or teamfile.DEFAULT_FILE)
-    s.out(take_down(s, team, s.note), None)
+    result = take_down(s, team, s.note)
+    if clean:
+        from .cmd_uninstall import clean as remove_relay
+
+        result["cleaned"] = remove_relay(team.repo, s.note)
+    s.out(result, None)

@@ -119,14 +119,94 @@ def test_a_settings_file_relay_cannot_read_is_refused_and_left_as_it_is(relayctl
     assert sorted(os.listdir(path.parent)) == ["settings.json"]  # no temp file left behind
 
 
-def test_a_symlinked_settings_file_stays_a_link(relayctl, project: Path, short_tmp: Path) -> None:
-    shared = short_tmp / "dotfiles-settings.json"
+def test_a_symlinked_settings_file_stays_a_link_and_one_leaving_the_project_is_refused(relayctl, project: Path, short_tmp: Path) -> None:
+    shared = project / "config" / "gemini-settings.json"
+    shared.parent.mkdir()
     shared.write_text(json.dumps({"theme": "dark"}))
     (project / ".gemini").mkdir()
     (project / FILES["gemini"]).symlink_to(shared)
-    relayctl("hooks", "install", "--for", "gemini", "--agent", "inferno", "--project", str(project))
+    relayctl("hooks", "install", "--for", "gemini", "--project", str(project))
     assert (project / FILES["gemini"]).is_symlink()
     assert json.loads(shared.read_text())["theme"] == "dark" and "AfterAgent" in json.loads(shared.read_text())["hooks"]
+
+    dotfiles = short_tmp / "dotfiles-settings.json"
+    dotfiles.write_text('{"theme": "light"}')
+    (project / ".claude").mkdir()
+    (project / FILES["claude"]).symlink_to(dotfiles)
+    refused = relayctl("hooks", "install", "--for", "claude", "--project", str(project), check=False)
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1 and "outside the project" in refused.stderr
+    assert dotfiles.read_text() == '{"theme": "light"}'
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_number_json_does_not_have_is_refused_not_rewritten(relayctl, project: Path, value: str) -> None:
+    (project / ".claude").mkdir()
+    text = '{"cleanupPeriodDays": %s}' % value
+    (project / FILES["claude"]).write_text(text)
+    proc = relayctl("hooks", "install", "--for", "claude", "--project", str(project), check=False)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1 and "is not valid JSON" in proc.stderr
+    assert (project / FILES["claude"]).read_text() == text
+
+
+def test_uninstall_keeps_a_users_own_command_that_mentions_relays(relayctl, project: Path) -> None:
+    (project / ".claude").mkdir()
+    theirs = [{"type": "command", "command": "cd tools && relayctl hook claude"},
+              {"type": "command", "command": "[ -n \"$RELAY_AGENT\" ] && ~/bin/relayctl --agent me hook claude"}]
+    (project / FILES["claude"]).write_text(json.dumps({"hooks": {"Stop": [{"hooks": theirs}]}}))
+    relayctl("hooks", "install", "--for", "claude", "--project", str(project))
+    assert _settings(project, "claude")["hooks"]["Stop"][0]["hooks"][:2] == theirs  # not taken for relay's
+    relayctl("hooks", "uninstall", "--for", "claude", "--project", str(project))
+    assert _settings(project, "claude") == {"hooks": {"Stop": [{"hooks": theirs}]}}
+
+
+def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(relayctl, project: Path, short_tmp: Path) -> None:
+    """Everything relay writes into a project (hooks for the three programs, Gemini's
+    relay-mcp server, Claude Code's allow rules for relay's tools, the pre-commit guard) goes,
+    and each file gets the exact bytes it had: the person's own formatting included."""
+    from relayctl import hook_settings
+    from relayctl.cmd_mcp import SERVER_NAME, gemini_config
+
+    env = dict(relayctl.env, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    (project / ".claude").mkdir()
+    mine = '{\n    "permissions": {"allow": ["Bash(npm test)"]},\n    "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]}\n}'
+    (project / FILES["claude"]).write_text(mine)
+    hook = project / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "commit", "-qm", "start"], cwd=project, env=env, check=True)
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(project)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(project.rglob("*"))
+                if ".git/objects" not in str(p) and ".git/logs" not in str(p) and p.name not in ("index", "ORIG_HEAD")}
+
+    before = snapshot()
+    for program in FILES:
+        relayctl("hooks", "install", "--for", program, "--project", str(project))
+    hook_settings.put_gemini_server(str(project), SERVER_NAME, gemini_config("$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None)["mcpServers"][SERVER_NAME])
+    claude = json.loads((project / FILES["claude"]).read_text())
+    claude["permissions"]["allow"] += ["mcp__relay__send_message", "mcp__relay"]  # as `up` allows relay's tools
+    (project / FILES["claude"]).write_text(json.dumps(claude, indent=2))
+    relayctl("guard", "install", "--repo", str(project))
+    assert snapshot() != before
+
+    done = relayctl("uninstall", "--project", str(project))
+    assert "guard removed" in done.stdout and done.stdout.count("relay's entries removed") == 3
+    assert snapshot() == before
+    assert not (Path(os.environ["XDG_STATE_HOME"]) / "relay").exists()  # the originals went with it
+    again = relayctl("uninstall", "--project", str(project))
+    assert "nothing of relay's" in again.stdout and snapshot() == before
+
+
+def test_uninstall_keeps_what_the_person_changed_since(relayctl, project: Path) -> None:
+    (project / ".claude").mkdir()
+    (project / FILES["claude"]).write_text('{"theme":   "dark"}')
+    relayctl("hooks", "install", "--for", "claude", "--project", str(project))
+    changed = _settings(project, "claude") | {"model": "opus"}
+    (project / FILES["claude"]).write_text(json.dumps(changed))
+    relayctl("uninstall", "--project", str(project))
+    assert _settings(project, "claude") == {"theme": "dark", "model": "opus"}
 
 
 def test_a_settings_file_keeps_its_permissions_and_a_new_one_gets_the_umasks(relayctl, project: Path) -> None:
