@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -61,10 +62,21 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
         return
     if team_name or workers is not None or force:
         raise click.UsageError("--team, --workers and --force go with --preset")
-    from .team.up import bring_up
+    from .context import echo
+    from .team.up import ProgramsMissing, bring_up
 
     team = teamfile.load(path)
-    s.out(bring_up(s, team, s.note), None)
+    try:
+        result = bring_up(s, team, s.note)
+    except ProgramsMissing as missing:
+        for line in missing.lines:
+            echo(f"error: {line}", err=True)
+        raise
+    s.out(result, None)
+    for line in result.get("problems", []):
+        echo(f"{'error' if result['failed'] else 'warning'}: {line}", err=True)
+    if result.get("failed"):
+        sys.exit(1)
 
 
 @click.command()

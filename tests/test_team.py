@@ -221,6 +221,8 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
     stub = bin_dir / "zellij"
     stub.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     stub.chmod(0o755)
+    (bin_dir / "claude").write_text("#!/bin/sh\nsleep 120\n")  # beta's program: installed, as `up` checks first
+    (bin_dir / "claude").chmod(0o755)
     relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
     team_file = short_tmp / "team.toml"
     team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sleep 120"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
@@ -277,7 +279,7 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
         team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
                         PATH=f"{claude.parent}:{team.env['PATH']}", TERM="xterm-256color")
         started = relayctl("up", str(team.file))
-        assert "still shows" not in started.stdout, started.stdout  # the development-channel question was answered
+        assert started.stderr == "", started.stderr  # the development-channel question was answered, the pane is ready
         pane = team.panes()["alpha"][0]
         screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
         wait_for("Claude Code's prompt", lambda: "❯" in screen() and "I am using this for local development" not in screen(), timeout=60)
@@ -377,7 +379,7 @@ def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent
         team.env.update(HOME=str(home), CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted",
                         PATH=f"{codex.parent}:{team.env['PATH']}", TERM="xterm-256color")
         started = relayctl("up", str(team.file))
-        assert "still shows" not in started.stdout, started.stdout  # the hook review was answered
+        assert started.stderr == "", started.stderr  # the hook review was answered, the pane is ready
         _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Ask Codex to do anything")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
