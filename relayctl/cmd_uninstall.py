@@ -35,6 +35,11 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
             files.append(change.path)
             say(f"relay's entries removed from {change.path} ({', '.join(change.events)})")
     done["settings"] = files
+    from .team.trust import forget
+
+    done["trust"] = forget(project)
+    for line in done["trust"]:
+        say(line)
     return done
 
 
@@ -65,6 +70,6 @@ def uninstall(project: str) -> None:
     """
     s = settings()
     result = clean(project, s.note)
-    if not result["guard"] and not result["settings"]:
+    if not result["guard"] and not result["settings"] and not result["trust"]:
         s.note(f"nothing of relay's in {project}")
     s.out(result, None)

@@ -118,7 +118,7 @@ def install(program: str, project: str = ".", store_dir: str | None = None, sock
     """Merge relay's hook entries into `program`'s settings in `project`."""
     path = settings_path(program, project)
     command = hook_command(program, store_dir, socket)
-    data = _load(path)
+    data = load_json(path)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
@@ -136,14 +136,14 @@ def install(program: str, project: str = ".", store_dir: str | None = None, sock
             if event in spec.matcher:
                 group = {"matcher": spec.matcher[event], **group}
             groups.append(group)
-    return Change(path, _save(path, data, project), events)
+    return Change(path, save_json(path, data, project), events)
 
 
 def relay_alone(program: str, project: str) -> int | None:
     """How many hook entries the project's settings hold, when every one is relay's; None
     when the file holds anyone else's hooks too (or cannot be read)."""
     try:
-        hooks = _load(settings_path(program, project)).get("hooks")
+        hooks = load_json(settings_path(program, project)).get("hooks")
     except RelayError:
         return None
     if not isinstance(hooks, dict):
@@ -157,12 +157,12 @@ def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
     """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
     (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
     path = settings_path("gemini", project)
-    data = _load(path)
+    data = load_json(path)
     servers = data.setdefault("mcpServers", {})
     if not isinstance(servers, dict):
         raise RelayError(f"{path}: \"mcpServers\" is not a JSON object; fix it by hand (relay did not change the file)")
     servers[name] = entry
-    return Change(path, _save(path, data, project), ())
+    return Change(path, save_json(path, data, project), ())
 
 
 def uninstall(program: str, project: str = ".", everything: bool = False) -> Change:
@@ -176,7 +176,7 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
         if everything:
             originals.forget(path)
         return Change(path, False, ())
-    data = _load(path)
+    data = load_json(path)
     touched = _strip_hooks(data)
     if everything:
         touched += _strip_others(data)
@@ -187,9 +187,9 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     for key in ("hooks", "mcpServers", "permissions"):
         if data.get(key) == {}:
             del data[key]
-    if everything and originals.put_back(_checked_target(path, project), lambda before: _same_json(before, data)):
+    if everything and originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
         return Change(path, True, tuple(dict.fromkeys(touched)))
-    return Change(path, _save(path, data, project), tuple(dict.fromkeys(touched)))
+    return Change(path, save_json(path, data, project), tuple(dict.fromkeys(touched)))
 
 
 def _strip_hooks(data: dict[str, Any]) -> list[str]:
@@ -240,7 +240,7 @@ def _strip_others(data: dict[str, Any]) -> list[str]:
     return touched
 
 
-def _same_json(recorded: bytes, data: dict[str, Any]) -> bool:
+def same_json(recorded: bytes, data: dict[str, Any]) -> bool:
     if not recorded.strip():
         return data == {}
     try:
@@ -291,7 +291,7 @@ def _strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
 
 
-def _load(path: str) -> dict[str, Any]:
+def load_json(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -321,7 +321,7 @@ def _checked_target(path: str, project: str) -> str:
     return target
 
 
-def _save(path: str, data: dict[str, Any], project: str) -> bool:
+def save_json(path: str, data: dict[str, Any], project: str) -> bool:
     """Write `data` to `path` (temp file + fsync + rename) unless it already holds exactly
     that, keeping the original first (relayctl.originals). A symlinked settings file is
     written where it points, keeping the link, when that is inside the project."""

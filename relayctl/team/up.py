@@ -1,10 +1,13 @@
 """`relayctl up` and `relayctl down`: the steps, in order, for a loaded Team.
 
-up:   store (init) -> agents registered (program, model, task; the lead gets escalations)
+up:   the agents' programs checked (all installed, or nothing starts) -> with --trust, the
+      repository recorded as trusted in each program's settings (trust.py) ->
+      store (init) -> agents registered (program, model, task; the lead gets escalations)
       -> relayd started unless one serves the store -> the pre-commit guard in the team's
       repository (when it is a git work tree) -> one pane per agent (client configuration
       written, identity in the environment), registered as the agent's notify target ->
-      the start-up questions relay's configuration causes, answered.
+      each new pane watched until its program is ready or has exited, the start-up
+      questions relay's configuration causes answered, a folder trust question named.
       Run again, it starts only what is missing and restarts panes whose program exited.
 down: the session's panes and the session stopped, their processes gone; the relayd that
       `up` started stopped; notify targets cleared (nobody types into a pane that is gone).
@@ -59,11 +62,17 @@ def require_multiplexer(team: Team) -> None:
         raise UsageError(NOT_INSTALLED)
 
 
-def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT, person_wait: float = PERSON_WAIT) -> dict:
+def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT, person_wait: float = PERSON_WAIT,
+             trust: bool = False) -> dict:
     require_multiplexer(team)
     missing = clients.missing_programs(team)
     if missing:
         raise ProgramsMissing(missing)
+    if trust:
+        from .trust import record
+
+        for line in record(team):
+            say(line)
     store_dir = s.dir
     socket = os.path.abspath(s.socket) if s.socket else None
     s.call("init", {})
