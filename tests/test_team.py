@@ -69,6 +69,12 @@ class Team:
         path = self.out / agent
         return path.read_text().splitlines() if path.exists() else []
 
+    def files(self) -> dict[str, bytes]:
+        """Every file and folder of the repository with its bytes (git's own objects aside)."""
+        skip = (".git/objects", ".git/logs", ".git/index", ".git/refs")
+        return {str(p.relative_to(self.repo)): (b"<dir>" if p.is_dir() else p.read_bytes()) for p in sorted(self.repo.rglob("*"))
+                if not str(p.relative_to(self.repo)).startswith(skip)}
+
     def git_status(self) -> str:
         return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=self.repo, capture_output=True, text=True, check=True).stdout
 
@@ -551,6 +557,9 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
                         PATH=f"{program('codex').parent}:{program('gemini').parent}:{team.env['PATH']}")
         team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
         codex_before = (home / ".codex" / "config.toml").read_bytes()
+        (team.repo / ".claude").mkdir()
+        (team.repo / ".claude" / "settings.json").write_text('{\n    "permissions": {"allow": ["Bash(npm test)"]}\n}')  # the person's own
+        repo_before = team.files()
 
         started = relayctl("up", str(team.file), "--trust")
         repo = str(team.repo.resolve())
@@ -566,4 +575,4 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
     assert "hasTrustDialogAccepted" not in json.dumps(json.loads((home / ".claude.json").read_text()).get("projects", {}).get(repo, {}))
     config = (home / ".codex" / "config.toml").read_text()
     assert f'[projects."{repo}"]' not in config and config.startswith(codex_before.decode())
-    assert team.git_status() == ""
+    assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was
