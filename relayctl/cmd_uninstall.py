@@ -35,9 +35,12 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
             files.append(change.path)
             say(f"relay's entries removed from {change.path} ({', '.join(change.events)})")
     done["settings"] = files
-    from .team.trust import forget
+    from .team.trust import forget, forget_codex_hook_trust
 
     done["trust"] = forget(project)
+    codex = forget_codex_hook_trust(project)
+    if codex:
+        done["trust"].append(f"Codex's trust in relay's hooks removed from {codex}")
     for line in done["trust"]:
         say(line)
     return done

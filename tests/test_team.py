@@ -575,4 +575,5 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
     assert "hasTrustDialogAccepted" not in json.dumps(json.loads((home / ".claude.json").read_text()).get("projects", {}).get(repo, {}))
     config = (home / ".codex" / "config.toml").read_text()
     assert f'[projects."{repo}"]' not in config and config.startswith(codex_before.decode())
+    assert f"{repo}/.codex/hooks.json" not in config  # Codex's trust in relay's hooks, which up gave, went with them
     assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was

@@ -176,6 +176,32 @@ _TRUST = {"claude": _claude, "codex": _codex, "gemini": _gemini}
 _UNTRUST = {"claude": _claude_forget, "codex": _codex_forget, "gemini": _gemini_forget}
 
 
+def forget_codex_hook_trust(project: str) -> str | None:
+    """Codex's record that relay's hooks were trusted (relay answers that review at `up`):
+    `[hooks.state."<project>/.codex/hooks.json:<event>:..."]` tables in Codex's config.toml,
+    taken out once that hooks file is gone (what they trusted no longer exists). The file,
+    when something was taken out."""
+    hooks_file = os.path.join(os.path.realpath(project), hook_settings.SETTINGS_FILE["codex"])
+    if os.path.exists(hooks_file):
+        return None
+    path = settings_file("codex", dict(os.environ))
+    text = _read_text(path)
+    prefix = f"[hooks.state.{json.dumps(hooks_file, ensure_ascii=False)[:-1]}:"
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            skipping = line.startswith(prefix)
+        if not skipping:
+            kept.append(line)
+    stripped = re.sub(r"\[hooks\.state\]\n\n?(?=\[|$)", "", "".join(kept))  # a parent table left empty
+    stripped = re.sub(r"\n{3,}", "\n\n", stripped).rstrip("\n") + "\n" if stripped.strip() else ""
+    if stripped == text or "".join(kept) == text:
+        return None
+    replace_file(os.path.realpath(path), stripped.encode())
+    return path
+
+
 # -- the ledger of what relay trusted ------------------------------------------------------------
 
 
