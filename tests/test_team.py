@@ -459,6 +459,8 @@ def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Te
     [line] = [line for line in done.stderr.splitlines() if "beta" in line]
     assert line.startswith("error: beta (pane %") and "sh exited (status 3)" in line and "beta: cannot read its config file" in line
     assert "alpha" not in done.stderr and "gamma" not in done.stderr  # the others started
+    [status] = [line for line in relayctl("status").stdout.splitlines() if line.strip().startswith("beta ") and "last heartbeat" in line]
+    assert " EXITED " in status and status.endswith(" dead"), status  # status says what up said
 
 
 def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Path, relay_env: dict[str, str], relayctl) -> None:
