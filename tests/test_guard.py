@@ -306,3 +306,56 @@ def test_a_hooks_path_shared_with_other_repositories_is_left_alone(relayctl, rep
     refused = relayctl("guard", "install", "--repo", str(repo.path), check=False)
     assert refused.returncode != 0 and "outside this repository" in refused.stderr
     assert list(shared.iterdir()) == []
+
+
+def _lint(short_tmp: Path) -> tuple[Path, Path]:
+    """A lint script that refuses while `block` exists: (script, block)."""
+    block = short_tmp / "block"
+    script = short_tmp / "lint.sh"
+    _executable(script, f"#!/bin/sh\ntest ! -e {block} || {{ echo 'lint: refused' >&2; exit 1; }}\n")
+    return script, block
+
+
+def test_the_pre_commit_frameworks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
+    """pre-commit (pre-commit.com) writes .git/hooks/pre-commit; the guard chains it."""
+    import sys
+
+    lint, block = _lint(short_tmp)
+    (repo.path / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: no-block\n    name: no-block\n    language: system\n    pass_filenames: false\n"
+        f"    always_run: true\n    entry: {lint}\n")
+    repo.git("add", ".pre-commit-config.yaml")
+    repo.git("commit", "-qm", "pre-commit config", "--no-verify")
+    repo.env["PRE_COMMIT_HOME"] = str(short_tmp / "pre-commit-home")
+    subprocess.run([sys.executable, "-m", "pre_commit", "install"], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=120)
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+
+    block.touch()
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr
+    block.unlink()
+    assert "glacier holds src/auth/**" in repo.commit("src/auth/login.py", agent="inferno").stderr
+    repo.git("reset", "-q", "--hard")
+    done = repo.commit("README.md", agent="inferno")
+    assert done.returncode == 0 and "no-block" in done.stdout + done.stderr  # pre-commit ran its hook
+
+
+def test_lefthooks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
+    from git_tools import lefthook
+
+    lint, block = _lint(short_tmp)
+    (repo.path / "lefthook.yml").write_text(f"pre-commit:\n  commands:\n    no-block:\n      run: {lint}\n")
+    repo.git("add", "lefthook.yml")
+    repo.git("commit", "-qm", "lefthook", "--no-verify")
+    subprocess.run([str(lefthook()), "install"], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=60)
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+
+    block.touch()
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr + refused.stdout
+    block.unlink()
+    assert "glacier holds src/auth/**" in repo.commit("src/auth/login.py", agent="inferno").stderr
+    repo.git("reset", "-q", "--hard")
+    assert repo.commit("README.md", agent="inferno").returncode == 0
