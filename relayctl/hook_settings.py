@@ -11,7 +11,7 @@ refused with one line and left as it is.
 
 A relay entry is a command hook whose whole command is relay's own form: a `relayctl`
 (or `python -m relayctl`), then only `--agent`, `--dir`, `--socket` with their values,
-then `hook <program>` (entries a person pasted from the docs are recognised too, and not
+then `hook <program>`, optionally behind `[ ! -x RELAYCTL ] || exec` (entries a person pasted from the docs are recognised too, and not
 duplicated); a command of the person's that merely mentions it (`... && relayctl hook
 claude | tee log`) is theirs. Relay's other entries: `mcpServers.relay` running relay-mcp
 (Gemini CLI), `permissions.allow` entries for relay's MCP tools (`mcp__relay`,
@@ -62,13 +62,15 @@ def hook_command(program: str, store_dir: str | None = None, socket: str | None 
     socket other than the default spelled out. Never an agent name: the settings file is
     the project's, shared by every session in it, so the hook speaks for the RELAY_AGENT
     (OVLD_ROLE) of the session that runs it, and for nobody (silently) in a session relay
-    did not start."""
+    did not start. It starts with `[ ! -x RELAYCTL ] ||`: once relay is gone (its venv
+    deleted, uninstalled before `relayctl uninstall` ran) the hook does nothing, silently,
+    instead of an error at every prompt of every session in the project."""
     words = [*installed_command("relayctl", "relayctl")]
     if store_dir:
         words += ["--dir", store_dir]
     if socket:
         words += ["--socket", socket]
-    return shlex.join([*words, "hook", program])
+    return f"[ ! -x {shlex.quote(words[0])} ] || exec {shlex.join([*words, 'hook', program])}"
 
 
 def is_relay_hook(entry: Any) -> bool:
@@ -81,6 +83,8 @@ def _is_relay_command(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
+    if words[:3] == ["[", "!", "-x"] and words[4:7] == ["]", "||", "exec"] and words[7:8] == words[3:4]:
+        words = words[7:]  # hook_command's guard for a relay that is gone
     if len(words) > 2 and words[1:3] == ["-m", "relayctl"]:
         words = words[3:]
     elif words and os.path.basename(words[0]) == "relayctl":

@@ -12,6 +12,7 @@ from relayd import layout
 from relayd.records import Reservation, json_encoder
 from relayd.reservations import reservation_key
 from relayd.store import Store
+from throwaway import throwaway_install
 
 
 class Repo:
@@ -190,25 +191,6 @@ def test_a_refusal_over_many_reservations_lists_twenty_and_counts_the_rest(relay
 # -- the hook outlives relay, and chains the hook managers where they live ---------------------
 
 
-def _throwaway_install(root: Path) -> Path:
-    """relay installed as `pip install .` would into a venv of its own at `root` (its packages
-    copied into the venv's site-packages; the dependencies from this venv through a .pth
-    line): the venv's python, which a test deletes afterwards."""
-    import shutil
-    import sys
-    import sysconfig
-
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True, timeout=120)
-    python = root / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    source = Path(__file__).resolve().parent.parent
-    for package in ("relayd", "relayctl"):
-        shutil.copytree(source / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
-    (site / "relay-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return python
-
-
 def _executable(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -219,7 +201,7 @@ def test_after_the_venv_relay_was_installed_in_is_deleted_commits_go_through_wit
     import shutil
 
     venv = short_tmp / "venv"
-    python = _throwaway_install(venv)
+    python = throwaway_install(venv)
     block = short_tmp / "block"
     original = f"#!/bin/sh\ntest ! -e {block} || {{ echo 'lint: refused' >&2; exit 1; }}\n"
     _executable(repo.hooks() / "pre-commit", original)

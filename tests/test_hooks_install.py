@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -99,6 +100,30 @@ def test_the_installed_command_delivers_mail_when_run_by_a_shell(relayctl, proje
     proc = subprocess.run(["sh", "-c", command], input=event, env=dict(bare, RELAY_AGENT="inferno"), cwd=project, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "Deploy window moved to 15:00" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_once_relay_is_gone_its_hooks_do_nothing_silently(relayctl, project: Path, short_tmp: Path) -> None:
+    """relay removed before `relayctl uninstall` ran (its venv deleted): the entries it left
+    must not turn every prompt of every session in the project into a hook error."""
+    from throwaway import throwaway_install
+
+    venv = short_tmp / "venv"
+    python = throwaway_install(venv)
+    subprocess.run([str(python), "-m", "relayctl", "hooks", "install", "--for", "claude", "--project", str(project)],
+                   env=relayctl.env, check=True, capture_output=True, timeout=60)
+    command = _relay_commands(_settings(project, "claude"))["UserPromptSubmit"][0]
+    event = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": "go"})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(project), "RELAY_AGENT": "inferno", "RELAY_DIR": relayctl.env["RELAY_DIR"]}
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "still here", agent="overlord")
+    there = subprocess.run(["sh", "-c", command], input=event, env=env, cwd=project, capture_output=True, text=True, timeout=60)
+    assert there.returncode == 0 and "still here" in there.stdout, there.stderr  # while relay is installed, it works
+
+    shutil.rmtree(venv)
+    gone = subprocess.run(["sh", "-c", command], input=event, env=env, cwd=project, capture_output=True, text=True, timeout=60)
+    assert (gone.returncode, gone.stdout, gone.stderr) == (0, "", "")
+    relayctl("hooks", "uninstall", "--for", "claude", "--project", str(project))  # still recognised as relay's
+    assert "hooks" not in _settings(project, "claude")
 
 
 def test_gemini_entries_carry_a_name_for_its_hooks_commands(relayctl, project: Path) -> None:
