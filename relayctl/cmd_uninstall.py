@@ -47,7 +47,7 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
 
 
 @click.command()
-@click.option("--project", default=".", show_default=True, type=click.Path(file_okay=False),
+@click.option("--project", default=".", show_default=True, type=click.Path(exists=True, file_okay=False),
               help="The project (repository) relay was used in.")
 def uninstall(project: str) -> None:
     """Remove everything relay wrote into a project, as it was before relay.
@@ -58,10 +58,14 @@ def uninstall(project: str) -> None:
       hooks, MCP servers,       relay's entries in .claude/settings.json, .codex/hooks.json
       allow rules               and .gemini/settings.json (relay's hook commands, Gemini
                                 CLI's relay-mcp server, Claude Code's mcp__relay rules)
+      trust records             what `relayctl up --trust` added for this project to
+                                ~/.claude.json, ~/.codex/config.toml and
+                                ~/.gemini/trustedFolders.json, and Codex's trust in
+                                relay's hooks once their file is gone
 
     Only relay's own entries go; a file relay wrote into gets back the exact bytes it had
     before relay's first write when nothing else in it changed since (kept under
-    ~/.local/state/relay/originals), and a file or folder relay made is removed. The store
+    $XDG_STATE_HOME/relay/originals, default ~/.local/state/relay/originals), and a file or folder relay made is removed. The store
     (~/.relay or --dir), the team file and relay itself stay: stop a team with
     `relayctl down` first (`relayctl down --clean` does both), remove the store by hand, and
     relay with `pip uninstall relay-bus`. Running it twice changes nothing.
