@@ -106,7 +106,7 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
     is_turn = PROGRAMS[program].is_turn
     try:
         with ScriptedModel(_responder(program)) as model:
-            pane_env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8"}
+            pane_env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": "inferno"}
             argv = [str(agent_programs.program(program))]
             if program == "claude":
                 agent_programs.claude_signed_in(home, API_KEY, trusted=project, channels=way == "channel")

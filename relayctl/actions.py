@@ -203,6 +203,8 @@ def _agent_line(a: dict) -> str:
     from relayd.timefmt import short_span
 
     state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "NEW" if a["last_heartbeat"] is None else "STALE"
+    if (a.get("pane") or {}).get("state") in ("dead", "gone"):
+        state = "EXITED"  # its pane's program is not running, whatever its last heartbeat says (what `up` reports)
     if a["last_heartbeat"] is None:
         beat = "never"
     else:

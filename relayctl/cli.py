@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "guard": "relayctl.cmd_guard:guard",
     "up": "relayctl.cmd_team:up",
     "down": "relayctl.cmd_team:down",
+    "uninstall": "relayctl.cmd_uninstall:uninstall",
 }
 
 

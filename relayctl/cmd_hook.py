@@ -151,6 +151,8 @@ def _give_up(message: str) -> None:
 
 def answer_event(program: str, raw: str) -> dict | None:
     """What `program` should be told for the hook event `raw` (None: print nothing)."""
+    if not settings().agent:
+        return None  # no relay identity: a session relay did not start, which the project's hooks are not for
     try:
         event = json.loads(raw)
     except ValueError as exc:

@@ -33,21 +33,25 @@ NEXT_STEP = {
 def hooks() -> None:
     """Install relay's hooks into an agent program's project settings, or remove them.
 
-    The hooks run `relayctl --agent NAME hook PROGRAM`, which hands the agent's unread
-    mail to the model: at session start, before each prompt, after each tool call, and
-    once at the end of a turn when mail waits (see `relayctl hook --help`).
+    The hooks run `relayctl hook PROGRAM`, which hands the unread mail of the session's
+    agent to the model: at session start, before each prompt, after each tool call, and
+    once at the end of a turn when mail waits (see `relayctl hook --help`). The settings
+    file is the project's, shared by every session there, so it names no agent: each
+    session's agent is the RELAY_AGENT of the program's environment (`relayctl up` sets it
+    in each pane), and in a session without one the hooks do nothing.
 
     \b
     Examples:
-      relayctl hooks install --for claude --agent inferno
-      relayctl hooks install --for codex --agent glacier --project ~/oathkeeper
+      relayctl hooks install --for claude
+      RELAY_AGENT=inferno claude
+      relayctl hooks install --for codex --project ~/oathkeeper
       relayctl hooks uninstall --for gemini
     """
 
 
 @hooks.command()
 @click.option("--for", "program", type=click.Choice(PROGRAMS), required=True, help="The agent program.")
-@click.option("--agent", "agent", metavar="NAME", help="The agent whose mail the hooks deliver (default: the global --agent / RELAY_AGENT / OVLD_ROLE).")
+@click.option("--agent", "agent", metavar="NAME", help="Only for the note on how to start the program as NAME: the file never names an agent.")
 @click.option("--project", default=".", show_default=True, type=click.Path(file_okay=False), help="The project directory whose settings get the hooks.")
 def install(program: str, agent: str | None, project: str) -> None:
     """Merge relay's hook entries into the project's settings for PROGRAM.
@@ -62,24 +66,32 @@ def install(program: str, agent: str | None, project: str) -> None:
     relayctl by its path, and the store (and socket) when they are not the default.
     A file that is not valid JSON is refused and left untouched.
 
+    The entries name no agent (the file is shared by every session in the project, and by
+    every pane `relayctl up` starts there): start the program with RELAY_AGENT=NAME in its
+    environment, and its hooks deliver NAME's mail. A session without RELAY_AGENT (or
+    OVLD_ROLE) runs them as a silent no-op. --agent only fills in that name in the note.
+
     Register the agent with `--notify hook` so that no other mechanism announces the
     same mail.
 
     \b
     Examples:
-      relayctl hooks install --for claude --agent inferno
-      relayctl --dir /srv/team hooks install --for gemini --agent storm --project ~/oathkeeper
+      relayctl hooks install --for claude
+      RELAY_AGENT=inferno claude
+      relayctl --dir /srv/team hooks install --for gemini --project ~/oathkeeper
     """
+    from relayd.names import check_agent_name
+
     s = settings()
-    name = agent or s.agent
-    if not name:
-        raise click.UsageError("whose mail? pass --agent NAME")
-    change = hook_settings.install(program, name, project, *_store_and_socket(s))
+    name = check_agent_name(agent) if agent else s.agent
+    change = hook_settings.install(program, project, *_store_and_socket(s))
     s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
     if change.changed:
-        s.note(f"installed relay's hooks for {name} in {change.path} ({', '.join(change.events)})")
+        s.note(f"installed relay's hooks in {change.path} ({', '.join(change.events)})")
     else:
-        s.note(f"relay's hooks for {name} were already in {change.path}; nothing changed")
+        s.note(f"relay's hooks were already in {change.path}; nothing changed")
+    s.note(f"they deliver the mail of the session's RELAY_AGENT: start it as RELAY_AGENT={name or 'NAME'} {program}"
+           " (a session without one runs them as a no-op)")
     s.note(NEXT_STEP[program].format(project=os.path.abspath(project)))
 
 

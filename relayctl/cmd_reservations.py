@@ -37,7 +37,7 @@ def render_holder(r: dict) -> str:
 @click.option("--shared", is_flag=True, help="Shared: other shared holders of overlapping patterns are fine.")
 @click.option("--ttl", default="1h", show_default=True, metavar="DURATION", help="How long it holds, e.g. 30m, 2h.")
 @click.option("--reason", metavar="TEXT", help="Why, for whoever runs into it.")
-@click.option("--force", is_flag=True, help="Take it even when others hold overlapping patterns.")
+@click.option("--force", is_flag=True, help="Take it even when others hold overlapping patterns; and to reserve everything (**, * at the top) or for longer than a day.")
 @click.option("--check", is_flag=True, help="Only report conflicts (exit 1 if any); reserve nothing.")
 def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     """Reserve the files matching PATTERN before editing them.
@@ -49,7 +49,10 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     sets, ** is any number of segments, a trailing / means the whole directory. Two
     patterns conflict when some path could match both (exact, not a text comparison);
     shared + shared and expired reservations never conflict. Reserving a pattern you
-    already hold renews it with the new TTL.
+    already hold renews it with the new TTL. A pattern of
+    nothing but wildcards (`**`, `*`, `**/*`), which holds every file, or a TTL longer
+    than a day needs --force: while it holds, the pre-commit guard refuses every other
+    agent's commit touching it.
 
     \b
     Examples:
@@ -86,6 +89,11 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     if result.get("overridden"):
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")
+    from relayd.reservations import covers_everything
+
+    held = result.get("reservation") or {}
+    if held and covers_everything(held["pattern"]):
+        s.warn(f"{held['pattern']} holds every file in {held['repo']} until {held['expires_at']}: release it when done (relayctl release {held['pattern']!r})")
     s.out(result, _render_reserved)
 
 

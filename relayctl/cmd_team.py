@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -19,17 +20,30 @@ _FILE = click.argument("file", required=False, metavar="[FILE]")
 @click.option("--team", "team_name", metavar="NAME", help="With --preset: the team's name (the tmux session). [default: the preset's name]")
 @click.option("--workers", type=click.IntRange(0, 64), metavar="N", help="With --preset ignite: how many workers (ignitian_1..N). [default: 3]")
 @click.option("--force", is_flag=True, help="With --preset: overwrite an existing team file.")
-def up(file: str | None, preset: str | None, team_name: str | None, workers: int | None, force: bool) -> None:
+@click.option("--trust", is_flag=True, help="Record the repository as trusted in each program's own settings first (~/.claude.json, ~/.codex/config.toml, ~/.gemini/trustedFolders.json), as the program does when you accept its folder trust question; `relayctl uninstall` takes it out again.")
+@click.option("--wait", "wait", type=click.IntRange(0, 3600), default=300, show_default=True, metavar="SECONDS",
+              help="How long to keep watching while a pane waits at a question that is yours (folder trust), to answer relay's own questions after it.")
+def up(file: str | None, preset: str | None, team_name: str | None, workers: int | None, force: bool, trust: bool, wait: int) -> None:
     """Start the team of FILE (default: ./relay-team.toml): one pane per agent.
 
-    In order: creates the store if needed; registers each agent (program, model, task;
+    In order: checks that every agent's program is installed (if one is not: one line per
+    agent naming its npm package, exit 1, nothing started); with --trust records the
+    repository as trusted in each program's own settings; creates the store if needed;
+    registers each agent (program, model, task;
     the lead gets dead-letter escalations); starts relayd unless one serves the store;
     installs the pre-commit guard when the repository is a git work tree; writes each
     agent's client configuration (Claude Code: an MCP config with relay's channel and
     relay's hooks; Codex CLI: relay-mcp and hooks; Gemini CLI: relay-mcp and hooks); opens a tmux
     session named after the team with one pane per agent, RELAY_AGENT set in each, and
-    registers every pane as its agent's notify target; then answers the start-up question
-    relay's channel makes Claude Code ask.
+    registers every pane as its agent's notify target; then watches each new pane until
+    its program is ready, answering the start-up questions relay's configuration makes
+    the programs ask (Claude Code's development channel, Codex's review of relay's hooks).
+
+    A pane whose program exited makes `up` exit 1 with the exit status and its last
+    lines. A program asking whether to trust the folder is waiting for you: `up` names
+    the question and keeps watching (--wait) while you answer it in the pane; it never
+    answers it. --trust answers it ahead, in the programs' own settings, for this
+    repository only.
 
     Running it again starts what is missing and restarts only panes whose program
     exited. The schema of the team file is in docs/team.md.
@@ -38,6 +52,7 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
     Examples:
       relayctl up --preset overlord          # writes relay-team.toml; edit it, then:
       relayctl up
+      relayctl up --trust                    # no trust question in this repository
       tmux attach -t overlord
       relayctl up ~/teams/oathkeeper.toml
       relayctl down
@@ -61,26 +76,48 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
         return
     if team_name or workers is not None or force:
         raise click.UsageError("--team, --workers and --force go with --preset")
-    from .team.up import bring_up
+    from .context import echo
+    from .team.up import ProgramsMissing, bring_up
 
     team = teamfile.load(path)
-    s.out(bring_up(s, team, s.note), None)
+    try:
+        result = bring_up(s, team, s.note, person_wait=wait, trust=trust)
+    except ProgramsMissing as missing:
+        for line in missing.lines:
+            echo(f"error: {line}", err=True)
+        raise
+    s.out(result, None)
+    for line in result.get("problems", []):
+        echo(f"{'error' if result['failed'] else 'warning'}: {line}", err=True)
+    if result.get("failed"):
+        sys.exit(1)
 
 
 @click.command()
 @_FILE
-def down(file: str | None) -> None:
+@click.option("--clean", is_flag=True, help="Then remove what relay wrote into the team's repository, as `relayctl uninstall` does.")
+def down(file: str | None, clean: bool) -> None:
     """Stop the team of FILE (default: ./relay-team.toml): its panes, their programs, the
     session, and the relayd that `relayctl up` started. The store keeps everything.
+
+    With --clean, then take out of the team's repository everything `up` wrote there (the
+    pre-commit guard, relay's entries in the programs' project settings), each file back
+    as it was before: `relayctl uninstall --help` says what goes.
 
     \b
     Examples:
       relayctl down
       relayctl down ~/teams/oathkeeper.toml
+      relayctl down --clean
     """
     from .team import teamfile
     from .team.up import take_down
 
     s = settings()
     team = teamfile.load(file or teamfile.DEFAULT_FILE)
-    s.out(take_down(s, team, s.note), None)
+    result = take_down(s, team, s.note)
+    if clean:
+        from .cmd_uninstall import clean as remove_relay
+
+        result["cleaned"] = remove_relay(team.repo, s.note)
+    s.out(result, None)

@@ -9,8 +9,19 @@ other hook or key), and writes it back atomically only when something changed;
 `uninstall` takes out relay's commands alone. A file that is not a JSON object is
 refused with one line and left as it is.
 
-A relay entry is any command hook that runs `relayctl ... hook <program>`, so entries a
-person pasted from the docs are recognised too (and not duplicated).
+A relay entry is a command hook whose whole command is relay's own form: a `relayctl`
+(or `python -m relayctl`), then only `--agent`, `--dir`, `--socket` with their values,
+then `hook <program>`, optionally behind `[ ! -x RELAYCTL ] || exec` (entries a person pasted from the docs are recognised too, and not
+duplicated); a command of the person's that merely mentions it (`... && relayctl hook
+claude | tee log`) is theirs. Relay's other entries: `mcpServers.relay` running relay-mcp
+(Gemini CLI), `permissions.allow` entries for relay's MCP tools (`mcp__relay`,
+`mcp__relay__*`; Claude Code).
+
+Files are strict JSON both ways: NaN, Infinity or a number too large for a double is
+refused rather than written back as something the programs cannot parse. A settings file
+that is a symlink is written where it points only when that is inside the project. Before
+relay's first write to a file, relayctl.originals keeps its bytes, which `uninstall(...,
+everything=True)` (`relayctl uninstall`) puts back once relay's entries are out.
 
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
@@ -18,15 +29,15 @@ person pasted from the docs are recognised too (and not duplicated).
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 import shlex
 from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
 from relayd.fsio import replace_file
-from relayd.names import check_agent_name
 
+from . import originals
 from .cmd_hook import PROGRAMS
 from .context import installed_command
 
@@ -43,7 +54,7 @@ GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable re
 # entry itself (relayctl mcp-config).
 CLAUDE_ALLOW = "mcp__relay"
 
-_RELAY_HOOK = re.compile(r"(?:^|[\s/'\"])relayctl['\"]?\s(?:.*\s)?hook\s+(?:claude|codex|gemini)\s*$")
+_HOOK_OPTIONS = ("--agent", "--dir", "--socket")
 
 
 class Change(NamedTuple):
@@ -52,24 +63,60 @@ class Change(NamedTuple):
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
 
 
-def hook_command(program: str, agent: str | None, store_dir: str | None = None, socket: str | None = None) -> str:
-    """The shell command a hook entry runs: this installation's relayctl, with the agent
-    (and a store or socket other than the default) spelled out, since an agent program
-    starts its hooks with its own environment. With agent None the hook speaks for the
-    RELAY_AGENT of the program's environment: several agents of a team (`relayctl up`)
-    share one project's settings, each pane with its own RELAY_AGENT."""
+def hook_command(program: str, store_dir: str | None = None, socket: str | None = None) -> str:
+    """The shell command a hook entry runs: this installation's relayctl, with a store or
+    socket other than the default spelled out. Never an agent name: the settings file is
+    the project's, shared by every session in it, so the hook speaks for the RELAY_AGENT
+    (OVLD_ROLE) of the session that runs it, and for nobody (silently) in a session relay
+    did not start. It starts with `[ ! -x RELAYCTL ] ||`: once relay is gone (its venv
+    deleted, uninstalled before `relayctl uninstall` ran) the hook does nothing, silently,
+    instead of an error at every prompt of every session in the project."""
     words = [*installed_command("relayctl", "relayctl")]
-    if agent is not None:
-        words += ["--agent", check_agent_name(agent)]
     if store_dir:
         words += ["--dir", store_dir]
     if socket:
         words += ["--socket", socket]
-    return shlex.join([*words, "hook", program])
+    return f"[ ! -x {shlex.quote(words[0])} ] || exec {shlex.join([*words, 'hook', program])}"
 
 
 def is_relay_hook(entry: Any) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("command"), str) and bool(_RELAY_HOOK.search(entry["command"]))
+    return isinstance(entry, dict) and isinstance(entry.get("command"), str) and _is_relay_command(entry["command"])
+
+
+def _is_relay_command(command: str) -> bool:
+    """Whether `command` is, whole, the form hook_command writes (see the module docstring)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if words[:3] == ["[", "!", "-x"] and words[4:7] == ["]", "||", "exec"] and words[7:8] == words[3:4]:
+        words = words[7:]  # hook_command's guard for a relay that is gone
+    if len(words) > 2 and words[1:3] == ["-m", "relayctl"]:
+        words = words[3:]
+    elif words and os.path.basename(words[0]) == "relayctl":
+        words = words[1:]
+    else:
+        return False
+    if len(words) < 2 or words[-2] != "hook" or words[-1] not in SETTINGS_FILE:
+        return False
+    options = words[:-2]
+    return len(options) % 2 == 0 and all(options[i] in _HOOK_OPTIONS for i in range(0, len(options), 2))
+
+
+def is_relay_permission(rule: Any) -> bool:
+    """A Claude Code `permissions.allow` rule for relay's MCP server's tools."""
+    from .cmd_mcp import SERVER_NAME
+
+    prefix = f"mcp__{SERVER_NAME}"
+    return isinstance(rule, str) and (rule == prefix or rule.startswith(prefix + "__"))
+
+
+def is_relay_server(entry: Any) -> bool:
+    """An MCP server entry that runs relay-mcp (`relay-mcp` by path, or `python -m mcp_shim`)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+        return False
+    args = entry.get("args") if isinstance(entry.get("args"), list) else []
+    return os.path.basename(entry["command"]) == "relay-mcp" or args[:2] == ["-m", "mcp_shim"]
 
 
 def settings_path(program: str, project: str) -> str:
@@ -77,11 +124,11 @@ def settings_path(program: str, project: str) -> str:
     return os.path.join(os.path.abspath(project), SETTINGS_FILE[program])
 
 
-def install(program: str, agent: str | None, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
-    """Merge relay's hook entries for `agent` into `program`'s settings in `project`."""
+def install(program: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
+    """Merge relay's hook entries into `program`'s settings in `project`."""
     path = settings_path(program, project)
-    command = hook_command(program, agent, store_dir, socket)
-    data = _load(path)
+    command = hook_command(program, store_dir, socket)
+    data = load_json(path)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
@@ -101,7 +148,7 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
             groups.append(group)
     if program == "claude":
         _allow_relay_tools(path, data)
-    return Change(path, _save(path, data), events)
+    return Change(path, save_json(path, data, project), events)
 
 
 def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
@@ -116,7 +163,7 @@ def relay_alone(program: str, project: str) -> int | None:
     """How many hook entries the project's settings hold, when every one is relay's; None
     when the file holds anyone else's hooks too (or cannot be read)."""
     try:
-        hooks = _load(settings_path(program, project)).get("hooks")
+        hooks = load_json(settings_path(program, project)).get("hooks")
     except RelayError:
         return None
     if not isinstance(hooks, dict):
@@ -130,23 +177,48 @@ def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
     """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
     (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
     path = settings_path("gemini", project)
-    data = _load(path)
+    data = load_json(path)
     servers = data.setdefault("mcpServers", {})
     if not isinstance(servers, dict):
         raise RelayError(f"{path}: \"mcpServers\" is not a JSON object; fix it by hand (relay did not change the file)")
     servers[name] = entry
-    return Change(path, _save(path, data), ())
+    return Change(path, save_json(path, data, project), ())
 
 
-def uninstall(program: str, project: str = ".") -> Change:
-    """Take relay's hook entries out of `program`'s settings in `project`; nothing else."""
+def uninstall(program: str, project: str = ".", everything: bool = False) -> Change:
+    """Take relay's hook entries out of `program`'s settings in `project`; nothing else.
+    With `everything` (`relayctl uninstall`) relay's other entries go too (Gemini CLI's
+    relay-mcp server, Claude Code's allow rules for relay's tools), and the file gets back
+    the bytes it had before relay first wrote into it when nothing else changed since
+    (relayctl.originals), or goes, when relay made it."""
     path = settings_path(program, project)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
+        if everything:
+            originals.forget(path)
         return Change(path, False, ())
-    data = _load(path)
+    data = load_json(path)
+    touched = _strip_hooks(data)
+    if everything:
+        touched += _strip_others(data)
+    elif program == "claude":
+        touched += _strip_allow(data)  # written by install with the hooks, so it goes with them
+    if not touched:
+        if everything:
+            originals.forget(path)
+        return Change(path, False, ())
+    for key in ("hooks", "mcpServers", "permissions"):
+        if data.get(key) == {}:
+            del data[key]
+    if everything and originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
+        return Change(path, True, tuple(dict.fromkeys(touched)))
+    return Change(path, save_json(path, data, project), tuple(dict.fromkeys(touched)))
+
+
+def _strip_hooks(data: dict[str, Any]) -> list[str]:
+    """Take relay's hook entries out of `data`; the events they were under."""
     hooks = data.get("hooks")
     if not isinstance(hooks, dict):
-        return Change(path, False, ())
+        return []
     touched = []
     for event, groups in list(hooks.items()):
         if not isinstance(groups, list):
@@ -165,19 +237,44 @@ def uninstall(program: str, project: str = ".") -> Change:
             hooks[event] = kept
         else:
             del hooks[event]
+    return touched
+
+
+def _strip_others(data: dict[str, Any]) -> list[str]:
+    """Take relay's MCP server and its allow rules out of `data`; what went ("mcpServers",
+    "permissions.allow")."""
+    from .cmd_mcp import SERVER_NAME
+
+    touched = []
+    servers = data.get("mcpServers")
+    if isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME)):
+        del servers[SERVER_NAME]
+        touched.append("mcpServers")
+    return touched + _strip_allow(data)
+
+
+def _strip_allow(data: dict[str, Any]) -> list[str]:
+    """Take relay's allow rules out of Claude Code's `permissions.allow`."""
+    touched = []
     permissions = data.get("permissions")
-    if program == "claude" and isinstance(permissions, dict) and isinstance(permissions.get("allow"), list) and CLAUDE_ALLOW in permissions["allow"]:
-        permissions["allow"] = [rule for rule in permissions["allow"] if rule != CLAUDE_ALLOW]
-        if not permissions["allow"]:
+    allow = permissions.get("allow") if isinstance(permissions, dict) else None
+    if isinstance(allow, list) and any(is_relay_permission(rule) for rule in allow):
+        kept = [rule for rule in allow if not is_relay_permission(rule)]
+        if kept:
+            permissions["allow"] = kept
+        else:
             del permissions["allow"]
-        if not permissions:
-            del data["permissions"]
         touched.append("permissions.allow")
-    if not touched:
-        return Change(path, False, ())
-    if not hooks:
-        del data["hooks"]
-    return Change(path, _save(path, data), tuple(dict.fromkeys(touched)))
+    return touched
+
+
+def same_json(recorded: bytes, data: dict[str, Any]) -> bool:
+    if not recorded.strip():
+        return data == {}
+    try:
+        return _strict_loads(recorded.decode("utf-8")) == data
+    except ValueError:
+        return False
 
 
 def _replace_in_place(groups: list, entry: dict[str, Any]) -> bool:
@@ -205,7 +302,24 @@ def _check_program(program: str) -> None:
         raise UsageError(f"unknown agent program {program!r}: use one of {', '.join(SETTINGS_FILE)}")
 
 
-def _load(path: str) -> dict[str, Any]:
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is too large for the programs that read this file")
+    return value
+
+
+def _strict_loads(text: str) -> Any:
+    """json.loads without Python's extensions: NaN, Infinity and -Infinity are refused, and
+    so is a number that overflows a double (1e400), which json would read as infinity."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+
+
+def load_json(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -216,7 +330,7 @@ def _load(path: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        data = json.loads(text)
+        data = _strict_loads(text)
     except ValueError as exc:
         raise RelayError(f"{path} is not valid JSON ({exc}); fix it by hand (relay did not change the file)") from None
     if not isinstance(data, dict):
@@ -224,18 +338,34 @@ def _load(path: str) -> dict[str, Any]:
     return data
 
 
-def _save(path: str, data: dict[str, Any]) -> bool:
-    """Write `data` to `path` (temp file + fsync + rename) unless it already holds exactly
-    that. A symlinked settings file is written where it points, keeping the link."""
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+def _checked_target(path: str, project: str) -> str:
+    """Where writing `path` lands: a symlinked settings file is followed only while it stays
+    inside the project (a link into someone's dotfiles is not relay's to write)."""
     target = os.path.realpath(path)
+    root = os.path.realpath(project)
+    if target != root and not target.startswith(root.rstrip("/") + "/"):
+        raise RelayError(f"{path} is a symlink to {target}, outside the project {root}; relay writes only inside it "
+                         "(relay did not change the file)")
+    return target
+
+
+def save_json(path: str, data: dict[str, Any], project: str) -> bool:
+    """Write `data` to `path` (temp file + fsync + rename) unless it already holds exactly
+    that, keeping the original first (relayctl.originals). A symlinked settings file is
+    written where it points, keeping the link, when that is inside the project."""
+    target = _checked_target(path, project)
+    try:
+        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise RelayError(f"cannot write {path}: {exc}") from None
     try:
         with open(target, encoding="utf-8") as fh:
-            if json.loads(fh.read() or "null") == data:
+            if _strict_loads(fh.read() or "null") == data:
                 return False
     except (OSError, ValueError):
         pass
     try:
+        originals.remember(target)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         replace_file(target, text.encode("utf-8"))
     except OSError as exc:

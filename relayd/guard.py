@@ -1,9 +1,10 @@
 """The git pre-commit guard: a commit may not touch another agent's exclusive reservation.
 
 `relayctl guard install` writes `.git/hooks/pre-commit` (wherever `git rev-parse
---git-path hooks` points, so `core.hooksPath` and worktrees are honoured). The hook runs a
-pre-commit hook that was there before (moved aside to `pre-commit.relay-chained`, restored
-by `guard uninstall`), then `hook()` below, in the Python that installed it (`-IS`), which:
+--git-path hooks` points, so `core.hooksPath` and worktrees are honoured). The hook is a sh
+script (HOOK_SCRIPT) that runs a pre-commit hook that was there before (moved aside to
+`pre-commit.relay-chained`, restored by `guard uninstall`) as if it were still in its place,
+then `hook()` below in the Python that installed it, which:
 
   1. asks git for the repository's top level and the staged paths (`git diff --cached
      --name-only --no-renames`: added, changed and deleted, both sides of a rename);
@@ -18,6 +19,10 @@ A reservation's repo may be the top level or a directory inside it (an agent res
 a subdirectory): a path counts for it when it lies below that directory. Speed: with 1,000
 reservations and 1,000 staged paths a full check is a sort and, per reservation, a bisect
 to the paths that share its literal prefix (benchmarks/bench_guard.py).
+
+The hook outlives relay: with that Python or relay's package gone it lets the commit through
+with one line saying the guard is not active and how to remove it. It is never written where
+git would track it or where other repositories read hooks (_check_hooks_dir).
 """
 
 from __future__ import annotations
@@ -34,18 +39,36 @@ MARK = "# relay guard:"
 SHOWN_PATHS = 3  # per reservation in a refusal; the rest are counted
 SHOWN_RESERVATIONS = 20  # in a refusal; the rest are counted (and listed by `relayctl reservations`)
 
-# A Python script run by the Python that installed it, without site (-S: with an editable
-# install or many .pth files, site alone costs more than the whole check) and isolated (-I:
-# nothing from the repository's directory or the environment shadows relay's modules).
-HOOK_SCRIPT = """#!{interpreter} -IS
+# A POSIX sh script, so that it runs whatever became of the Python that installed it. It runs
+# the chained hook first, then relay's check in that Python without site (-S: with an
+# editable install or many .pth files, site alone costs more than the whole check) and
+# isolated (-I: nothing from the repository's directory or the environment shadows relay's
+# modules). When that Python or relay's package is gone (the venv or the clone deleted, relay
+# uninstalled) the commit goes ahead with one line saying so and how to remove the hook.
+HOOK_SCRIPT = """#!/bin/sh
 {mark} refuses a commit that touches another agent's exclusive file reservation.
 # Installed by 'relayctl guard install'; 'relayctl guard uninstall' removes it and puts back
 # the hook it chained. Bypass it for one commit: git commit --no-verify
-import sys
-sys.path.insert(0, {package_root!r})
-from relayd.guard import hook
-hook(store={store!r})
+relay_python={python}
+relay_root={package_root}
+relay_store={store}
+{chain}
+if [ -x "$relay_python" ] && [ -f "$relay_root/relayd/guard.py" ]; then
+  exec "$relay_python" -IS -c 'import sys; sys.path.insert(0, sys.argv[1]); from relayd.guard import hook; hook(store=sys.argv[2])' "$relay_root" "$relay_store"
+fi
+printf '%s\\n' {gone} >&2
+exit 0
 """
+# The chained hook runs as if it were still the pre-commit hook: a shell script is sourced
+# under this script's $0, since husky 9's dispatcher (`.husky/_/h`) finds the user's script by
+# the name and place of $0; any other program is run directly.
+CHAIN = """relay_chained="$(dirname "$0")/{chained}"
+if [ -x "$relay_chained" ]; then
+  {run} || exit $?
+fi"""
+CHAIN_SOURCED = '''{shell} -c 'relay_chained_hook=$1; shift; . "$relay_chained_hook"' "$0" "$relay_chained" "$@"'''
+CHAIN_RUN = '"$relay_chained" "$@"'
+SHELLS = ("sh", "bash", "dash", "ksh", "zsh", "ash", "mksh")
 
 
 # -- the check ----------------------------------------------------------------------------
@@ -179,18 +202,11 @@ def check(top: str, store_dir: str, committer: str | None, moment=None) -> str |
 
 
 def hook(store: str) -> None:
-    """The pre-commit hook: the chained hook first, then the check; exit 0 to let the commit
-    go ahead, non-zero to refuse it. The store is RELAY_DIR / OVLD_RELAY_DIR when set, else
-    the one `guard install` used."""
+    """The pre-commit hook's check (the hook script has run the chained hook already): exit
+    0 to let the commit go ahead, non-zero to refuse it. The store is RELAY_DIR /
+    OVLD_RELAY_DIR when set, else the one `guard install` used."""
     from .errors import RelayError
 
-    chained = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), CHAINED)
-    if os.access(chained, os.X_OK):
-        import subprocess
-
-        status = subprocess.run([chained, *sys.argv[1:]]).returncode
-        if status:
-            sys.exit(status)
     try:
         committer = os.environ.get("RELAY_AGENT") or os.environ.get("OVLD_ROLE") or None
         chosen = os.environ.get("RELAY_DIR") or os.environ.get("OVLD_RELAY_DIR")
@@ -219,14 +235,73 @@ def _is_ours(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
             return MARK.encode() in fh.read(4096)
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return False
 
 
+def _git_dir(top: str) -> str:
+    out = _git(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=top)
+    return os.path.realpath(out.decode(errors="surrogateescape").strip())
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _check_hooks_dir(top: str, hooks: str) -> None:
+    """Refuse a hooks directory relay must not write into: one shared with other repositories
+    (a global core.hooksPath), or one in the work tree where a hook relay writes would be
+    committed, or would rewrite a committed one (husky 5-8 keeps `.husky/pre-commit` in git).
+    Husky 9's `.husky/_` is ignored by git (its own .gitignore), so a hook there stays local."""
+    real = os.path.realpath(hooks)
+    if _inside(real, _git_dir(top)):
+        return
+    if not _inside(real, top):
+        raise UsageError(f"core.hooksPath points to {hooks}, outside this repository (shared with other repositories); "
+                         "relay installs its guard only into a repository's own hooks: no guard installed")
+    hook = os.path.join(real, HOOK)
+    rel = os.path.relpath(hook, top)
+    if _git(["ls-files", "-z", "--", rel], cwd=top):
+        raise UsageError(f"{hook} is committed to this repository (core.hooksPath); relay never rewrites a file git tracks: "
+                         "no guard installed (the committed hook keeps running as it is)")
+    try:
+        _git(["check-ignore", "-q", "--no-index", "--", rel], cwd=top)
+    except UsageError:
+        raise UsageError(f"a hook relay wrote at {hook} (core.hooksPath) would not be ignored by git and could be committed "
+                         "for everyone: no guard installed") from None
+
+
+def _chain_runner(chained: str) -> str:
+    """How the hook script runs the chained hook: a shell script sourced under the hook's own
+    $0 (CHAIN_SOURCED), anything else run as a program."""
+    import shlex
+    import shutil
+
+    try:
+        with open(chained, "rb") as fh:
+            first = fh.readline(512).decode(errors="replace")
+    except OSError:
+        return CHAIN_RUN
+    if not first.startswith("#!"):
+        return CHAIN_SOURCED.format(shell="/bin/sh")  # no #! line: git has /bin/sh run it too
+    words = first[2:].split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if w != "-S"]
+        if words and "/" not in words[0]:
+            words[0] = shutil.which(words[0]) or words[0]
+    if not words or os.path.basename(words[0]) not in SHELLS:
+        return CHAIN_RUN
+    return CHAIN_SOURCED.format(shell=" ".join(shlex.quote(w) for w in words))
+
+
 def install(repo: str | None, store_dir: str, python: str = sys.executable) -> dict:
-    """Write the guard as the repository's pre-commit hook, chaining one that was there."""
+    """Write the guard as the repository's pre-commit hook, chaining one that was there.
+    (shlex here, not at the top: the hook itself imports this module.)"""
+    import shlex
+
     top = repository(repo)
     hooks = hooks_dir(top)
+    _check_hooks_dir(top, hooks)
     hook, chained = os.path.join(hooks, HOOK), os.path.join(hooks, CHAINED)
     if os.path.isdir(hook):
         raise UsageError(f"{hook} is a directory; cannot install the guard there")
@@ -237,15 +312,20 @@ def install(repo: str | None, store_dir: str, python: str = sys.executable) -> d
         os.rename(hook, chained)
         moved = True
     os.makedirs(hooks, exist_ok=True)
-    interpreter = python if not any(ch.isspace() for ch in python) else f'/usr/bin/env -S "{python}"'
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = HOOK_SCRIPT.format(interpreter=interpreter, mark=MARK, package_root=package_root, store=os.path.abspath(store_dir))
+    has_chained = os.path.lexists(chained)
+    remove = f"mv {shlex.quote(chained)} {shlex.quote(hook)}" if has_chained else f"rm {shlex.quote(hook)}"
+    gone = f"relay guard: not active (relay is no longer installed at {python}); the commit goes ahead. Remove the guard: {remove}"
+    text = HOOK_SCRIPT.format(
+        mark=MARK, python=shlex.quote(python), package_root=shlex.quote(package_root), store=shlex.quote(os.path.abspath(store_dir)),
+        chain=CHAIN.format(chained=CHAINED, run=_chain_runner(chained) if has_chained else CHAIN_RUN), gone=shlex.quote(gone),
+    )
     temp = hook + ".relay-tmp"
     with open(temp, "w") as fh:
         fh.write(text)
     os.chmod(temp, 0o755)
     os.replace(temp, hook)
-    return {"repo": top, "hook": hook, "chained": chained if os.path.lexists(chained) else None, "moved_aside": moved, "store": store_dir}
+    return {"repo": top, "hook": hook, "chained": chained if has_chained else None, "moved_aside": moved, "store": store_dir}
 
 
 def uninstall(repo: str | None) -> dict:

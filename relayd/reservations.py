@@ -152,6 +152,26 @@ def describe(r: Reservation) -> str:
 # -- reserve ----------------------------------------------------------------------------
 
 
+UNFORCED_TTL = timedelta(days=1)  # longer needs force
+
+
+def covers_everything(pattern: str) -> bool:
+    """`**`, `*`, `**/*`, ...: a pattern of nothing but wildcard segments, which holds every
+    file of its repository (or every top-level one)."""
+    return all(segment and set(segment) <= {"*"} for segment in pattern.rstrip("/").split("/"))
+
+
+def _refuse_sweeping(pattern: str, repo: str, ttl: timedelta, spelled: str) -> None:
+    """A reservation of everything, or for longer than a day, blocks every other agent's
+    commits (the pre-commit guard) for that long: taken only with force, on purpose."""
+    if covers_everything(pattern):
+        raise UsageError(f"{pattern} covers every file in {repo}: every other agent's commit there would be refused while it "
+                         "holds; reserve the files you will edit, or pass force (relayctl reserve --force) to take it all")
+    if ttl > UNFORCED_TTL:
+        raise UsageError(f"a reservation for {spelled} holds {pattern} in {repo} longer than a day (every other agent's commit "
+                         "touching it is refused until then); renew a shorter one as you go, or pass force (relayctl reserve --force)")
+
+
 class ReserveParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str
     pattern: str
@@ -185,6 +205,8 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         raise UsageError(f"--ttl must be positive and at most {MAX_TTL.days} days, not {p.ttl!r}")
     if p.reason is not None and len(p.reason) > MAX_REASON:
         raise UsageError(f"reason is too long ({len(p.reason)} characters, at most {MAX_REASON})")
+    if not p.check and not p.force:
+        _refuse_sweeping(pattern, repo, ttl, p.ttl)
     stamp = now()
     candidate = Reservation(
         id=new_ulid(),

@@ -27,6 +27,13 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _state_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """relay keeps the originals of settings files it writes into under $XDG_STATE_HOME
+    (relayctl.originals): never the developer's own, in this process or its children."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def store_dir(short_tmp: Path) -> Path:
     return short_tmp / "store"

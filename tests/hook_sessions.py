@@ -140,7 +140,7 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
         return answer_turn(request) if program.is_turn(request) else answer_aside(request)
 
     with ScriptedModel(respond) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb", **program.prepare(home, project, model.url)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb", "RELAY_AGENT": AGENT, **program.prepare(home, project, model.url)}
         proc = subprocess.Popen(program.argv("Carry on with the release work."), cwd=project, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
@@ -168,7 +168,7 @@ def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialo
     relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
     tmux = Tmux(root)
     with ScriptedModel(program.responder()) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **program.prepare(home, project, model.url)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **program.prepare(home, project, model.url)}
         configure(home)
         tmux.start([str(agent_programs.program(program.name))], project, env)
         try:

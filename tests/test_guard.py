@@ -12,6 +12,7 @@ from relayd import layout
 from relayd.records import Reservation, json_encoder
 from relayd.reservations import reservation_key
 from relayd.store import Store
+from throwaway import throwaway_install
 
 
 class Repo:
@@ -205,3 +206,158 @@ def test_a_refusal_over_many_reservations_lists_twenty_and_counts_the_rest(relay
     held = [line for line in refused.stderr.splitlines() if "glacier holds" in line]
     assert len(held) == 20 and "mod00/**" in held[0] and "mod19/**" in held[-1]
     assert "and 5 more reservations of other agents, over 5 more staged files" in refused.stderr
+
+
+# -- the hook outlives relay, and chains the hook managers where they live ---------------------
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def test_after_the_venv_relay_was_installed_in_is_deleted_commits_go_through_with_one_warning(relay_env, repo: Repo, short_tmp: Path) -> None:
+    import shutil
+
+    venv = short_tmp / "venv"
+    python = throwaway_install(venv)
+    block = short_tmp / "block"
+    original = f"#!/bin/sh\ntest ! -e {block} || {{ echo 'lint: refused' >&2; exit 1; }}\n"
+    _executable(repo.hooks() / "pre-commit", original)
+    subprocess.run([str(python), "-m", "relayctl", "reserve", "src/auth/**", "--repo", str(repo.path)], env=dict(relay_env, RELAY_AGENT="glacier"), check=True, capture_output=True)
+    subprocess.run([str(python), "-m", "relayctl", "guard", "install", "--repo", str(repo.path)], env=relay_env, check=True, capture_output=True)
+    assert repo.commit("src/auth/login.py", agent="inferno").returncode != 0  # the guard works while relay is there
+
+    shutil.rmtree(venv)
+    repo.git("reset", "-q", "--hard")
+    done = repo.commit("src/auth/login.py", agent="inferno")
+    assert done.returncode == 0, done.stderr
+    assert "src/auth/login.py" in repo.head_files()
+    [line] = done.stderr.splitlines()
+    hook, chained = repo.hooks() / "pre-commit", repo.hooks() / "pre-commit.relay-chained"
+    assert line.startswith("relay guard: not active") and f"mv {chained} {hook}" in line
+
+    block.touch()  # the user's own hook still runs first and still refuses
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr and "relay guard" not in refused.stderr
+    subprocess.run(["mv", str(chained), str(hook)], check=True)  # what the line says to do
+    assert hook.read_text() == original
+
+
+def _husky_repo(repo: Repo, short_tmp: Path) -> Path:
+    """husky 9 set up for real in `repo` (core.hooksPath=.husky/_, its dispatcher there), with
+    the user's committed .husky/pre-commit that refuses while `block` exists."""
+    from git_tools import husky
+
+    subprocess.run(["node", str(husky())], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=60)
+    assert repo.git("config", "core.hooksPath").stdout.strip() == ".husky/_"
+    block = short_tmp / "block"
+    (repo.path / ".husky" / "pre-commit").write_text(f"echo lint ran >> {short_tmp / 'ran'}\ntest ! -e {block} || {{ echo 'lint: refused' >&2; exit 1; }}\n")
+    repo.git("add", ".husky/pre-commit")
+    repo.git("commit", "-qm", "husky", "--no-verify")
+    return block
+
+
+def test_husky_9s_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
+    block = _husky_repo(repo, short_tmp)
+    tracked = repo.git("ls-files", ".husky").stdout
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    installed = relayctl("guard", "install", "--repo", str(repo.path))
+    assert str(repo.path / ".husky" / "_" / "pre-commit") in installed.stdout
+
+    block.touch()
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr  # husky's hook refused it
+    block.unlink()
+    guarded = repo.commit("src/auth/login.py", agent="inferno")
+    assert guarded.returncode != 0 and "glacier holds src/auth/**" in guarded.stderr
+    repo.git("reset", "-q", "--hard")
+    assert repo.commit("README.md", agent="inferno").returncode == 0
+    assert (short_tmp / "ran").read_text().count("lint ran") == 3
+    assert repo.git("status", "--porcelain").stdout == "" and repo.git("ls-files", ".husky").stdout == tracked  # nothing for git to pick up
+
+    relayctl("guard", "uninstall", "--repo", str(repo.path))
+    assert (repo.path / ".husky" / "_" / "pre-commit").read_text() == '#!/usr/bin/env sh\n. "$(dirname "$0")/h"'
+
+
+def test_a_committed_hook_in_core_hooks_path_is_never_rewritten(relayctl, repo: Repo) -> None:
+    """husky 5-8: core.hooksPath=.husky, whose pre-commit is committed for the whole team."""
+    ours = "#!/bin/sh\n. \"$(dirname \"$0\")/_/husky.sh\"\nnpm test\n"
+    _executable(repo.path / ".husky" / "pre-commit", ours)
+    repo.git("add", ".husky")
+    repo.git("commit", "-qm", "hooks", "--no-verify")
+    repo.git("config", "core.hooksPath", ".husky")
+    refused = relayctl("guard", "install", "--repo", str(repo.path), check=False)
+    assert refused.returncode != 0 and len(refused.stderr.splitlines()) == 1
+    assert "relay never rewrites a file git tracks" in refused.stderr and "no guard installed" in refused.stderr
+    assert (repo.path / ".husky" / "pre-commit").read_text() == ours
+    assert repo.git("status", "--porcelain").stdout == ""
+
+    (repo.path / ".husky" / "pre-commit").unlink()  # no hook there yet: one relay wrote could be committed
+    repo.git("commit", "-qam", "no hook", "--no-verify")
+    untracked = relayctl("guard", "install", "--repo", str(repo.path), check=False)
+    assert untracked.returncode != 0 and "could be committed" in untracked.stderr
+    assert not (repo.path / ".husky" / "pre-commit").exists()
+
+
+def test_a_hooks_path_shared_with_other_repositories_is_left_alone(relayctl, repo: Repo, short_tmp: Path) -> None:
+    shared = short_tmp / "global-hooks"
+    shared.mkdir()
+    repo.git("config", "core.hooksPath", str(shared))
+    refused = relayctl("guard", "install", "--repo", str(repo.path), check=False)
+    assert refused.returncode != 0 and "outside this repository" in refused.stderr
+    assert list(shared.iterdir()) == []
+
+
+def _lint(short_tmp: Path) -> tuple[Path, Path]:
+    """A lint script that refuses while `block` exists: (script, block)."""
+    block = short_tmp / "block"
+    script = short_tmp / "lint.sh"
+    _executable(script, f"#!/bin/sh\ntest ! -e {block} || {{ echo 'lint: refused' >&2; exit 1; }}\n")
+    return script, block
+
+
+def test_the_pre_commit_frameworks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
+    """pre-commit (pre-commit.com) writes .git/hooks/pre-commit; the guard chains it."""
+    import sys
+
+    lint, block = _lint(short_tmp)
+    (repo.path / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: no-block\n    name: no-block\n    language: system\n    pass_filenames: false\n"
+        f"    always_run: true\n    entry: {lint}\n")
+    repo.git("add", ".pre-commit-config.yaml")
+    repo.git("commit", "-qm", "pre-commit config", "--no-verify")
+    repo.env["PRE_COMMIT_HOME"] = str(short_tmp / "pre-commit-home")
+    subprocess.run([sys.executable, "-m", "pre_commit", "install"], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=120)
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+
+    block.touch()
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr
+    block.unlink()
+    assert "glacier holds src/auth/**" in repo.commit("src/auth/login.py", agent="inferno").stderr
+    repo.git("reset", "-q", "--hard")
+    done = repo.commit("README.md", agent="inferno")
+    assert done.returncode == 0 and "no-block" in done.stdout + done.stderr  # pre-commit ran its hook
+
+
+def test_lefthooks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
+    from git_tools import lefthook
+
+    lint, block = _lint(short_tmp)
+    (repo.path / "lefthook.yml").write_text(f"pre-commit:\n  commands:\n    no-block:\n      run: {lint}\n")
+    repo.git("add", "lefthook.yml")
+    repo.git("commit", "-qm", "lefthook", "--no-verify")
+    subprocess.run([str(lefthook()), "install"], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=60)
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    relayctl("guard", "install", "--repo", str(repo.path))
+
+    block.touch()
+    refused = repo.commit("README.md", agent="inferno")
+    assert refused.returncode != 0 and "lint: refused" in refused.stderr + refused.stdout
+    block.unlink()
+    assert "glacier holds src/auth/**" in repo.commit("src/auth/login.py", agent="inferno").stderr
+    repo.git("reset", "-q", "--hard")
+    assert repo.commit("README.md", agent="inferno").returncode == 0

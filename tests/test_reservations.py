@@ -277,3 +277,20 @@ def test_a_settled_reservations_directory_is_read_once_and_every_change_is_seen(
         holders(fresh, "src/b/x.py")
         holders(fresh, "src/b/x.py")
         assert len(reads) == 2
+
+
+@pytest.mark.parametrize("pattern, ttl", [("**", "1h"), ("*", "1h"), ("**/*", "30m"), ("src/**", "366d"), ("src/**", "25h")])
+def test_a_reservation_of_everything_or_longer_than_a_day_needs_force(relayctl, team, repo, pattern: str, ttl: str) -> None:
+    refused = relayctl("reserve", pattern, "--ttl", ttl, "--repo", repo, agent="inferno", check=False)
+    assert refused.returncode != 0 and len(refused.stderr.splitlines()) == 1 and "--force" in refused.stderr
+    assert ("covers every file in" in refused.stderr) if pattern != "src/**" else ("longer than a day" in refused.stderr)
+    assert json.loads(relayctl("--json", "reservations").stdout) == []  # nothing held
+    forced = relayctl("reserve", pattern, "--ttl", ttl, "--repo", repo, "--force", agent="inferno")
+    assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations").stdout)] == [pattern]
+    if pattern != "src/**":
+        assert f"warning: {pattern} holds every file in {os.path.realpath(repo)} until 20" in forced.stderr
+
+
+def test_a_day_and_a_narrow_pattern_need_no_force(relayctl, team, repo) -> None:
+    relayctl("reserve", "src/*.py", "--ttl", "1d", "--repo", repo, agent="inferno")
+    relayctl("reserve", "docs/**", "--repo", repo, agent="inferno")

@@ -136,7 +136,7 @@ def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_ans
     answer_aside = spec.responder(lambda body: [{"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]("ok")])
     tmux = Tmux(short_tmp, "a")
     with ScriptedModel(lambda r: answer_turn(r) if spec.is_turn(r) else answer_aside(r)) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8",
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
                **spec.configure(home, project, model.url)}
         tmux.start([str(agent_programs.program(name))], project, env)
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()
@@ -185,7 +185,7 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
     relayctl("hooks", "install", "--for", "gemini", "--agent", AGENT, "--project", str(project))
     tmux = Tmux(short_tmp, "g")
     with ScriptedModel(model_gemini.gemini_responder(lambda body: [model_gemini.text("Noted.")])) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **_gemini_configure(home, project, model.url)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **_gemini_configure(home, project, model.url)}
         tmux.start([str(agent_programs.program("gemini"))], project, env)
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()
         try:
@@ -344,7 +344,7 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
 
     tmux = Tmux(short_tmp, "b")
     with ScriptedModel(respond) as model:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", **spec.configure(home, project, model.url)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **spec.configure(home, project, model.url)}
         _allow_the_busy_command(name, home, project)
         tmux.start([str(agent_programs.program(name))], project, env)
         daemon = Daemon(relay_env, "--retry-interval", "1s").start()

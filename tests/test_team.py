@@ -69,6 +69,15 @@ class Team:
         path = self.out / agent
         return path.read_text().splitlines() if path.exists() else []
 
+    def files(self) -> dict[str, bytes]:
+        """Every file and folder of the repository with its bytes (git's own objects aside)."""
+        skip = (".git/objects", ".git/logs", ".git/index", ".git/refs")
+        return {str(p.relative_to(self.repo)): (b"<dir>" if p.is_dir() else p.read_bytes()) for p in sorted(self.repo.rglob("*"))
+                if not str(p.relative_to(self.repo)).startswith(skip)}
+
+    def git_status(self) -> str:
+        return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=self.repo, capture_output=True, text=True, check=True).stdout
+
     def agents(self) -> dict[str, dict]:
         return {a["name"]: a for a in json.loads(self.relayctl("--json", "status").stdout)["agents"]}
 
@@ -223,6 +232,8 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
     stub = bin_dir / "zellij"
     stub.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     stub.chmod(0o755)
+    (bin_dir / "claude").write_text("#!/bin/sh\nsleep 120\n")  # beta's program: installed, as `up` checks first
+    (bin_dir / "claude").chmod(0o755)
     relayctl.env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
     team_file = short_tmp / "team.toml"
     team_file.write_text('team = "zteam"\nmultiplexer = "zellij"\n[[agents]]\nname = "alpha"\nprogram = "sleep 120"\n[[agents]]\nname = "beta"\nprogram = "claude"\nmodel = "opus"\nnotify = "channel"\n')
@@ -279,7 +290,7 @@ def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_g
         team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
                         PATH=f"{claude.parent}:{team.env['PATH']}", TERM="xterm-256color")
         started = relayctl("up", str(team.file))
-        assert "still shows" not in started.stdout, started.stdout  # the development-channel question was answered
+        assert started.stderr == "", started.stderr  # the development-channel question was answered, the pane is ready
         pane = team.panes()["alpha"][0]
         screen = lambda: team.tmux("capture-pane", "-p", "-J", "-t", pane)  # noqa: E731
         wait_for("Claude Code's prompt", lambda: "❯" in screen() and "I am using this for local development" not in screen(), timeout=60)
@@ -379,7 +390,7 @@ def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent
         team.env.update(HOME=str(home), CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted",
                         PATH=f"{codex.parent}:{team.env['PATH']}", TERM="xterm-256color")
         started = relayctl("up", str(team.file))
-        assert "still shows" not in started.stdout, started.stdout  # the hook review was answered
+        assert started.stderr == "", started.stderr  # the hook review was answered, the pane is ready
         _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Ask Codex to do anything")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
@@ -435,3 +446,157 @@ def test_claude_code_gets_its_channel_by_default_where_it_works_and_the_pane_els
     assert clients.arrival(Agent(name="beta", program="codex", env={"HOME": str(home)})) == "pane"
     (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": False}}))
     assert clients.arrival(claude) == "pane"
+
+
+# -- a team starts on the first try, or says why not ---------------------------------------------
+
+
+def _agents_run(team: Team, programs: dict[str, str]) -> None:
+    """Give agents other programs than the recording script (by name: program line)."""
+    text = team.file.read_text()
+    for name, program in programs.items():
+        text = text.replace(f'name = "{name}"\nprogram = "', f'name = "{name}"\nprogram = {json.dumps(program)}\n# was: "', 1)
+    team.file.write_text(text)
+
+
+def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(team: Team, relayctl, store_dir: Path) -> None:
+    assert shutil.which("claude", path=team.env["PATH"]) is None and shutil.which("gemini", path=team.env["PATH"]) is None
+    _agents_run(team, {"alpha": "claude", "gamma": "gemini"})
+    done = relayctl("up", str(team.file), check=False)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == [
+        "error: alpha: claude is not installed (not on PATH): npm install -g @anthropic-ai/claude-code",
+        "error: gamma: gemini is not installed (not on PATH): npm install -g @google/gemini-cli",
+        "error: 2 agent programs not installed; nothing was started",
+    ]
+    assert not store_dir.exists() and _processes_of(store_dir) == []  # no store, no relayd
+    assert team.tmux("has-session", "-t", "crew", check=False) == "" and not (team.repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Team, relayctl) -> None:
+    _agents_run(team, {"beta": "sh -c 'echo \"beta: cannot read its config file\"; exit 3'"})
+    done = relayctl("up", str(team.file), check=False)
+    assert done.returncode == 1
+    [line] = [line for line in done.stderr.splitlines() if "beta" in line]
+    assert line.startswith("error: beta (pane %") and "sh exited (status 3)" in line and "beta: cannot read its config file" in line
+    assert "alpha" not in done.stderr and "gamma" not in done.stderr  # the others started
+    [status] = [line for line in relayctl("status").stdout.splitlines() if line.strip().startswith("beta ") and "last heartbeat" in line]
+    assert " EXITED " in status and status.endswith(" dead"), status  # status says what up said
+
+
+def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Path, relay_env: dict[str, str], relayctl) -> None:
+    """tmux expands formats in a pane's start directory: `#(cmd)` in a folder's name ran cmd."""
+    root = short_tmp / "t"
+    root.mkdir()
+    crew = Team(root, relay_env, relayctl)
+    crew.env["HOME"] = str(root)
+    odd = root / "repo #(cd;touch ran)"  # `cd` alone goes HOME: a name can hold no '/'
+    subprocess.run(["git", "init", "-q", str(odd)], check=True)
+    crew.repo = odd
+    crew.file.write_text(crew.file.read_text().replace('repo = "repo"', f'repo = {json.dumps(str(odd))}'))
+    try:
+        relayctl("up", str(crew.file))
+        assert wait_for("alpha's program", lambda: crew.received("alpha"), timeout=30)[0] == f"started as alpha in {odd}"
+        assert not (root / "ran").exists()
+    finally:
+        relayctl("down", str(crew.file), check=False)
+        crew.tmux("kill-server", check=False)
+
+
+def _claude_home(team: Team, model_url: str) -> Path:
+    from agent_programs import claude_signed_in, program
+
+    home = team.root / "home"
+    api_key = "sk-ant-relay-tests-0123456789abcdef"
+    claude_signed_in(home, api_key)  # signed in; this folder not trusted yet
+    team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model_url, ANTHROPIC_API_KEY=api_key, DISABLE_AUTOUPDATER="1",
+                    PATH=f"{program('claude').parent}:{team.env['PATH']}", TERM="xterm-256color")
+    return home
+
+
+def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team: Team, relayctl) -> None:
+    from model_anthropic import messages_responder, text
+    from scripted_model import ScriptedModel
+
+    _agents_run(team, {"alpha": "claude"})
+    with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
+        home = _claude_home(team, model.url)
+        done = relayctl("up", str(team.file), "--wait", "2")
+        pane = team.panes()["alpha"][0]
+        assert f"alpha (pane {pane}) waits at Claude Code's folder trust question" in done.stdout
+        assert "is this a project you created or one you trust?" in done.stdout and "relayctl up --trust" in done.stdout
+        assert "still waits at its folder trust question" in done.stderr and done.returncode == 0
+        assert "Yes, I trust this folder" in team.tmux("capture-pane", "-p", "-J", "-t", pane)  # not answered
+        projects = json.loads((home / ".claude.json").read_text()).get("projects", {})
+        assert not projects.get(str(team.repo.resolve()), {}).get("hasTrustDialogAccepted")  # nor recorded behind the person's back
+
+
+def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_question(team: Team, relayctl) -> None:
+    from agent_programs import program
+    from model_openai import codex_config, message, responses_responder
+    from scripted_model import ScriptedModel
+
+    codex_home = team.root / "home" / ".codex"
+    codex_home.mkdir(parents=True)
+    _agents_run(team, {"alpha": "codex"})
+    with ScriptedModel(responses_responder(lambda request: [message("Done.")])) as model:
+        (codex_home / "config.toml").write_text(codex_config(model.url))  # this folder not trusted
+        team.env.update(HOME=str(team.root / "home"), CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted",
+                        PATH=f"{program('codex').parent}:{team.env['PATH']}", TERM="xterm-256color")
+        out = team.root / "up.out"
+        with open(out, "w") as sink:
+            up = subprocess.Popen([sys.executable, "-m", "relayctl", "up", str(team.file)], env=team.env, stdout=sink, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("up to name Codex's trust question", lambda: "Codex CLI's folder trust question" in out.read_text(), timeout=90)
+            pane = team.panes()["alpha"][0]
+            team.tmux("send-keys", "-t", pane, "Enter")  # the person: 1. Trust and continue
+            _, stderr = up.communicate(timeout=120)
+        finally:
+            if up.poll() is None:
+                up.kill()
+                up.wait()
+        assert up.returncode == 0 and stderr == "", stderr  # the hook review came next, and up answered it
+        screen = team.tmux("capture-pane", "-p", "-J", "-t", pane)
+        assert "Ask Codex to do anything" in screen and "Hooks need review" not in screen
+
+
+def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_takes_the_trust_out(team: Team, relayctl) -> None:
+    from agent_programs import program
+    from model_anthropic import messages_responder, text as claude_text
+    from model_gemini import gemini_responder
+    from model_openai import codex_config, message, responses_responder
+    from scripted_model import ScriptedModel
+
+    _agents_run(team, {"alpha": "claude", "beta": "codex", "gamma": "gemini"})
+    team.file.write_text(team.file.read_text().replace('name = "gamma"\nprogram = "gemini"', 'name = "gamma"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"', 1))
+    with ScriptedModel(messages_responder(lambda request: [claude_text("Noted.")])) as anthropic, \
+            ScriptedModel(responses_responder(lambda request: [message("Done.")])) as openai, ScriptedModel(gemini_responder()) as google:
+        home = _claude_home(team, anthropic.url)
+        (home / ".codex").mkdir()
+        (home / ".codex" / "config.toml").write_text(codex_config(openai.url))
+        (home / ".gemini").mkdir()
+        (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        team.env.update(CODEX_HOME=str(home / ".codex"), SCRIPTED_API_KEY="sk-scripted", GOOGLE_GEMINI_BASE_URL=google.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('codex').parent}:{program('gemini').parent}:{team.env['PATH']}")
+        team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
+        codex_before = (home / ".codex" / "config.toml").read_bytes()
+        (team.repo / ".claude").mkdir()
+        (team.repo / ".claude" / "settings.json").write_text('{\n    "permissions": {"allow": ["Bash(npm test)"]}\n}')  # the person's own
+        repo_before = team.files()
+
+        started = relayctl("up", str(team.file), "--trust")
+        repo = str(team.repo.resolve())
+        assert f"trusted: {repo} for claude in {home / '.claude.json'}" in started.stdout
+        assert f"trusted: {repo} for codex in {home / '.codex' / 'config.toml'}" in started.stdout
+        assert f"trusted: {repo} for gemini in {home / '.gemini' / 'trustedFolders.json'}" in started.stdout
+        assert started.stderr == "" and "trust question" not in started.stdout  # every pane came up ready, no question
+        assert json.loads((home / ".gemini" / "trustedFolders.json").read_text()) == {repo: "TRUST_FOLDER"}
+        assert json.loads((home / ".claude.json").read_text())["projects"][repo]["hasTrustDialogAccepted"] is True
+
+        relayctl("down", "--clean", str(team.file))
+    assert not (home / ".gemini" / "trustedFolders.json").exists()  # relay made it: gone
+    assert "hasTrustDialogAccepted" not in json.dumps(json.loads((home / ".claude.json").read_text()).get("projects", {}).get(repo, {}))
+    config = (home / ".codex" / "config.toml").read_text()
+    assert f'[projects."{repo}"]' not in config and config.startswith(codex_before.decode())
+    assert f"{repo}/.codex/hooks.json" not in config  # Codex's trust in relay's hooks, which up gave, went with them
+    assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was

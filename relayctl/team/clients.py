@@ -18,6 +18,9 @@ they deliver, so the agents of one repository share one settings file.
 
 `startup_prompts(agent, team)` lists the questions relay's own configuration makes a program
 ask at start, with the keys that answer each (up.py watches the panes for them).
+`SCREENS` says what each program's pane shows when it is ready for a prompt, and its folder
+trust question, which is the person's to answer, never relay's. `missing_programs(team)`
+lists the agents whose program is not installed, before `up` starts anything.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import tomllib
 from typing import NamedTuple
 
@@ -44,6 +48,50 @@ CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
 # Gemini CLI expands `$NAME` in its settings' strings from its own environment when it
 # loads them, so one project file names each pane's own agent.
 PANE_AGENT = "$RELAY_AGENT"
+
+
+# Where each program comes from (the package a person installs with `npm install -g`).
+NPM_PACKAGE = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+
+
+class Screen(NamedTuple):
+    title: str
+    ready: tuple[str, ...]  # any of these on the screen: the program takes a prompt
+    trust: str  # on the screen while the program asks whether to trust the folder
+    question: str  # that question, as the person reads it
+
+
+# Measured with Claude Code 2.1.330, Codex CLI 0.169.0 and Gemini CLI 0.61.0.
+SCREENS = {
+    "claude": Screen("Claude Code", ("? for shortcuts", "shift+tab to cycle"), "Yes, I trust this folder",
+                     "Quick safety check: is this a project you created or one you trust?"),
+    "codex": Screen("Codex CLI", ("Ask Codex to do anything",), "Trust this folder?", "Trust this folder?"),
+    "gemini": Screen("Gemini CLI", ("Type your message",), "Do you trust the files in this folder?",
+                     "Do you trust the files in this folder?"),
+}
+
+
+def executable(agent: Agent) -> str:
+    """The program a pane of `agent` runs (its command's first word)."""
+    if agent.kind != "command":
+        return agent.program
+    words = shlex.split(agent.program)
+    return words[0] if words else ""
+
+
+def missing_programs(team: Team) -> list[str]:
+    """One line per agent whose program is not installed: what to install."""
+    lines = []
+    for agent in team.agents:
+        program = executable(agent)
+        found = os.access(program, os.X_OK) if "/" in program else shutil.which(program) is not None
+        if found:
+            continue
+        if agent.kind in NPM_PACKAGE:
+            lines.append(f"{agent.name}: {program} is not installed (not on PATH): npm install -g {NPM_PACKAGE[agent.kind]}")
+        else:
+            lines.append(f"{agent.name}: {program or agent.program!r} is not installed (not on PATH, or not executable)")
+    return lines
 
 
 class Question(NamedTuple):
@@ -115,15 +163,15 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
     if agent.kind == "claude":
         config = os.path.join(state_dir, f"{agent.name}.mcp.json")
         _write(config, json.dumps(server_config(agent.name, store_dir, socket, team.name), indent=2) + "\n")
-        hook_settings.install("claude", None, team.repo, store_arg, socket)
+        hook_settings.install("claude", team.repo, store_arg, socket)
         channels = DEV_CHANNELS if arrival(agent) == "channel" else []
         return ["claude", "--mcp-config", config, *channels, *model, *agent.args]
     if agent.kind == "codex":
-        hook_settings.install("codex", None, team.repo, store_arg, socket)
+        hook_settings.install("codex", team.repo, store_arg, socket)
         table = codex_table(agent.name, store_dir, socket, team.name)
         return ["codex", "-c", f"mcp_servers.{SERVER_NAME}={table}", *model, *agent.args]
     if agent.kind == "gemini":
-        hook_settings.install("gemini", None, team.repo, store_arg, socket)
+        hook_settings.install("gemini", team.repo, store_arg, socket)
         server = gemini_config(PANE_AGENT, store_dir, socket, team.name)["mcpServers"][SERVER_NAME]
         hook_settings.put_gemini_server(team.repo, SERVER_NAME, server)
         return ["gemini", *model, *agent.args]

@@ -70,6 +70,7 @@ class TmuxTeam:
     def start(self, agent: str, argv: list[str], env: dict[str, str], cwd: str) -> str:
         """A new pane (the session's first, or split off) running argv; its pane id."""
         command, environment = shlex.join(argv), _env_args(env)
+        cwd = _literal(cwd)
         if not self.exists():
             pane = tmux("new-session", "-d", "-s", self.session, "-n", self.session, "-x", "200", "-y", "60",
                         "-c", cwd, *environment, "-P", "-F", "#{pane_id}", command).strip()
@@ -83,7 +84,13 @@ class TmuxTeam:
 
     def respawn(self, pane: Pane, argv: list[str], env: dict[str, str], cwd: str) -> None:
         """Run a dead pane's program again, in the same pane."""
-        tmux("respawn-pane", "-k", "-t", pane.pane_id, "-c", cwd, *_env_args(env), shlex.join(argv))
+        tmux("respawn-pane", "-k", "-t", pane.pane_id, "-c", _literal(cwd), *_env_args(env), shlex.join(argv))
+
+    def exit_status(self, pane_id: str) -> tuple[bool, str]:
+        """(whether the pane's program has exited, its exit status or signal as tmux shows it)."""
+        out = tmux("display-message", "-p", "-t", pane_id, "#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}", check=False)
+        dead, status, signal = (out.rstrip("\n").split("\t") + ["", "", ""])[:3]
+        return dead == "1", (f"signal {signal}" if signal and signal != "0" else f"status {status or '?'}")
 
     def capture(self, pane_id: str) -> str:
         return tmux("capture-pane", "-p", "-J", "-t", pane_id, check=False)
@@ -93,6 +100,12 @@ class TmuxTeam:
 
     def kill(self) -> None:
         tmux("kill-session", "-t", f"={self.session}", check=False)
+
+
+def _literal(path: str) -> str:
+    """A path as tmux's -c takes it: tmux expands formats there, so `#(cmd)` in a directory's
+    name would run cmd; `##` is tmux's literal `#`."""
+    return path.replace("#", "##")
 
 
 def _env_args(env: dict[str, str]) -> list[str]:

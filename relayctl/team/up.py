@@ -1,10 +1,13 @@
 """`relayctl up` and `relayctl down`: the steps, in order, for a loaded Team.
 
-up:   store (init) -> agents registered (program, model, task; the lead gets escalations)
+up:   the agents' programs checked (all installed, or nothing starts) -> with --trust, the
+      repository recorded as trusted in each program's settings (trust.py) ->
+      store (init) -> agents registered (program, model, task; the lead gets escalations)
       -> relayd started unless one serves the store -> the pre-commit guard in the team's
       repository (when it is a git work tree) -> one pane per agent (client configuration
       written, identity in the environment), registered as the agent's notify target ->
-      the start-up questions relay's configuration causes, answered.
+      each new pane watched until its program is ready or has exited, the start-up
+      questions relay's configuration causes answered, a folder trust question named.
       Run again, it starts only what is missing and restarts panes whose program exited.
 down: the session's panes and the session stopped, their processes gone; the relayd that
       `up` started stopped; notify targets cleared (nobody types into a pane that is gone).
@@ -26,10 +29,21 @@ from relayd.errors import UsageError
 from . import clients
 from .teamfile import Team
 
-PROMPT_WAIT = 40.0  # seconds to watch new panes for start-up questions
+PROMPT_WAIT = 40.0  # seconds to watch new panes until their program is ready
+PERSON_WAIT = 300.0  # seconds to keep watching while a pane waits at the person's own question
+COMMAND_SETTLE = 1.0  # seconds a command (not a known agent program) must run to count as started
+LAST_LINES = 5  # of a dead pane, shown
 SETTLE = 0.5  # seconds a question stays on the screen before it is answered
 ANSWERED_AGAIN = 3.0  # seconds after which a question still shown is answered again
 ANSWERS = 3  # at most, per question
+
+
+class ProgramsMissing(UsageError):
+    """Agents whose program is not installed: one line each (nothing was started)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(f"{len(lines)} agent program{'s' if len(lines) != 1 else ''} not installed; nothing was started")
+        self.lines = lines
 
 
 def state_dir(store_dir: str, team: Team) -> str:
@@ -48,8 +62,17 @@ def require_multiplexer(team: Team) -> None:
         raise UsageError(NOT_INSTALLED)
 
 
-def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT) -> dict:
+def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PROMPT_WAIT, person_wait: float = PERSON_WAIT,
+             trust: bool = False) -> dict:
     require_multiplexer(team)
+    missing = clients.missing_programs(team)
+    if missing:
+        raise ProgramsMissing(missing)
+    if trust:
+        from .trust import record
+
+        for line in record(team):
+            say(line)
     store_dir = s.dir
     socket = os.path.abspath(s.socket) if s.socket else None
     s.call("init", {})
@@ -103,10 +126,9 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
         target = "channel" if clients.arrival(agent) == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
-    for pane_id, question in _answer_startup_questions(session, team, fresh, prompt_wait):
-        say(f"pane {pane_id} still shows {question!r}: answer it there")
+    problems, failed = _watch_panes(session, team, fresh, say, prompt_wait, person_wait) if fresh else ([], False)
     say(f"attach with: tmux attach -t {team.name}    stop with: relayctl down")
-    return {"team": team.name, "session": team.name, "agents": outcome, "relayd": daemon}
+    return {"team": team.name, "session": team.name, "agents": outcome, "relayd": daemon, "problems": problems, "failed": failed}
 
 
 def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
@@ -218,39 +240,107 @@ def _guard(team: Team, store_dir: str) -> str | None:
 
     try:
         done = guard.install(team.repo, store_dir)
-    except UsageError:
-        return f"{team.repo} is not a git work tree: no pre-commit guard"
+    except UsageError as exc:  # not a git work tree, or hooks relay must not write (guard._check_hooks_dir)
+        return f"no pre-commit guard: {exc.message}"
     return f"pre-commit guard: {done['hook']}" + (f" (chained: {done['chained']})" if done["chained"] else "")
 
 
-# -- start-up questions --------------------------------------------------------------------------
+# -- watching the new panes --------------------------------------------------------------------
 
 
-def _answer_startup_questions(session, team: Team, fresh: list[tuple[object, str]], wait: float) -> list[tuple[str, str]]:
-    """Watch new panes for the questions relay's configuration makes their program ask
-    (clients.startup_prompts) and answer each, until every expected one is answered; the
-    expected ones never answered are returned. A question is answered once it has stayed on
-    the screen for SETTLE seconds (a program draws a dialog before it reads keys), and
-    answered again if it is still there ANSWERED_AGAIN seconds later (keys a busy program
-    dropped), at most ANSWERS times."""
+class _Pane:
+    """What `up` knows of one new pane while it watches it."""
+
+    def __init__(self, agent, pane_id: str, started: float) -> None:
+        self.agent, self.pane_id, self.started = agent, pane_id, started
+        self.state = "starting"  # then "ready", "dead", or "asking" (the person's question on the screen)
+        self.said_asking = False
+        self.last_screen = ""
+
+
+def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Callable[[str], None], start_wait: float,
+                 person_wait: float, clock: Callable[[], float] = time.monotonic) -> tuple[list[str], bool]:
+    """Watch each new pane until its program is ready for a prompt or has exited, answering
+    on the way the questions relay's own configuration makes it ask (clients.startup_prompts),
+    in whatever order they come. A folder trust question is the person's: it is named, with
+    what to do, never answered; while one waits, `up` keeps watching (up to `person_wait`
+    seconds) so that relay's own question after it (Codex's hook review) is answered too.
+    The problems found, one line each (a pane whose program exited, a relay question left
+    unanswered, a pane not ready in time), and whether a pane's program exited (`up` fails)."""
+    panes = [_Pane(agent, pane_id, clock()) for agent, pane_id in fresh]
     waiting = {(pane, q.text): q for agent, pane in fresh for q in clients.startup_prompts(agent, team)}
-    seen: dict[tuple[str, str], float] = {}  # first seen on the screen
-    sent: dict[tuple[str, str], list[float]] = {}  # when its keys were sent
-    deadline = time.monotonic() + wait
-    while any(q.expected for q in waiting.values()) and time.monotonic() < deadline:
-        now = time.monotonic()
-        for key, question in list(waiting.items()):
-            pane, text = key
-            if text not in session.capture(pane):
-                if key in sent:
-                    del waiting[key]  # answered: it left the screen
-                seen.pop(key, None)
+    seen: dict[tuple[str, str], float] = {}
+    sent: dict[tuple[str, str], list[float]] = {}
+    start_deadline, person_deadline = clock() + start_wait, clock() + person_wait
+    while True:
+        now = clock()
+        open_panes = [p for p in panes if p.state in ("starting", "asking")]
+        if not open_panes:
+            break
+        if now > person_deadline or (now > start_deadline and not any(p.state == "asking" for p in open_panes)):
+            break
+        for p in open_panes:
+            dead, status = session.exit_status(p.pane_id)
+            screen = session.capture(p.pane_id)
+            p.last_screen = screen or p.last_screen
+            if dead:
+                p.state, p.status = "dead", status
                 continue
-            seen.setdefault(key, now)
-            times = sent.setdefault(key, [])
-            due = seen[key] + SETTLE if not times else times[-1] + ANSWERED_AGAIN
-            if now >= due and len(times) < ANSWERS:
-                session.send_keys(pane, *question.keys)
-                times.append(now)
+            _answer(session, p.pane_id, screen, waiting, seen, sent, now)
+            looks = clients.SCREENS.get(p.agent.kind)
+            if looks is None:  # any other command: running a moment after its start is all there is to see
+                if now - p.started >= COMMAND_SETTLE:
+                    p.state = "ready"
+                continue
+            if looks.trust in screen:
+                if not p.said_asking:
+                    say(f"{p.agent.name} (pane {p.pane_id}) waits at {looks.title}'s folder trust question, {looks.question!r}: "
+                        f"that answer is yours. Answer it in the pane (tmux attach -t {team.name}), or stop the team and start it "
+                        f"with `relayctl up --trust`; watching for up to {int(person_wait)} s to answer relay's own questions after it")
+                    p.said_asking = True
+                p.state = "asking"
+                continue
+            # A question relay expects may come after the prompt is drawn (Codex shows its hook
+            # review over its prompt): ready only once none is still to come or on the screen.
+            pending = any(key[0] == p.pane_id and (key[1] in screen or question.expected) for key, question in waiting.items())
+            if any(mark in screen for mark in looks.ready) and not pending:
+                p.state = "ready"
+            else:
+                p.state = "starting"
         time.sleep(0.2)
-    return [key for key, question in waiting.items() if question.expected]
+    problems = []
+    for p in panes:
+        if p.state == "dead":
+            last = [line for line in p.last_screen.splitlines() if line.strip() and not line.startswith("Pane is dead")][-LAST_LINES:]
+            problems.append(f"{p.agent.name} (pane {p.pane_id}): {clients.executable(p.agent)} exited ({p.status}); it last showed: "
+                            + (" | ".join(line.strip() for line in last) or "nothing"))
+        elif p.state == "asking":
+            problems.append(f"{p.agent.name} (pane {p.pane_id}) still waits at its folder trust question: answer it there")
+        elif p.state == "starting":
+            problems.append(f"{p.agent.name} (pane {p.pane_id}) showed no prompt within {int(start_wait)} s; it shows: "
+                            + " | ".join(line.strip() for line in p.last_screen.splitlines() if line.strip())[-300:])
+    for (pane_id, text), question in waiting.items():
+        if question.expected and (pane_id, text) in seen:
+            problems.append(f"pane {pane_id} still shows {text!r}: answer it there")
+    return problems, any(p.state == "dead" for p in panes)
+
+
+def _answer(session, pane_id: str, screen: str, waiting: dict, seen: dict, sent: dict, now: float) -> None:
+    """Answer relay's questions on this pane's screen. A question is answered once it has
+    stayed on the screen for SETTLE seconds (a program draws a dialog before it reads keys),
+    and again if it is still there ANSWERED_AGAIN seconds later (keys a busy program
+    dropped), at most ANSWERS times; gone from the screen after an answer, it is done."""
+    for key, question in list(waiting.items()):
+        if key[0] != pane_id:
+            continue
+        if key[1] not in screen:
+            if key in sent:
+                del waiting[key]
+            seen.pop(key, None)
+            continue
+        seen.setdefault(key, now)
+        times = sent.setdefault(key, [])
+        due = seen[key] + SETTLE if not times else times[-1] + ANSWERED_AGAIN
+        if now >= due and len(times) < ANSWERS:
+            session.send_keys(pane_id, *question.keys)
+            times.append(now)

@@ -1,0 +1,82 @@
+"""uninstall: take everything relay wrote out of a project and the programs' settings."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from .context import settings
+
+
+def clean(project: str, say: Callable[[str], None]) -> dict:
+    """Remove relay's pre-commit guard (putting back the hook it chained) and relay's
+    entries in each agent program's project settings (each file back to its bytes from
+    before relay, when nothing else changed in it). What was done, by item."""
+    from relayd import guard
+    from relayd.errors import NotFound, UsageError
+
+    from . import hook_settings
+
+    done: dict[str, object] = {}
+    try:
+        removed = guard.uninstall(project)
+        done["guard"] = removed["removed"]
+        say(f"guard removed: {removed['removed']}" + (" (the hook it chained is back in its place)" if removed["restored"] else ""))
+    except NotFound:
+        done["guard"] = None
+    except UsageError as exc:  # not a git work tree, or a pre-commit hook that is not relay's
+        done["guard"] = None
+        say(f"guard: nothing to remove ({exc.message})")
+    files = []
+    for program in hook_settings.SETTINGS_FILE:
+        change = hook_settings.uninstall(program, project, everything=True)
+        if change.changed:
+            files.append(change.path)
+            say(f"relay's entries removed from {change.path} ({', '.join(change.events)})")
+    done["settings"] = files
+    from .team.trust import forget, forget_codex_hook_trust
+
+    done["trust"] = forget(project)
+    codex = forget_codex_hook_trust(project)
+    if codex:
+        done["trust"].append(f"Codex's trust in relay's hooks removed from {codex}")
+    for line in done["trust"]:
+        say(line)
+    return done
+
+
+@click.command()
+@click.option("--project", default=".", show_default=True, type=click.Path(exists=True, file_okay=False),
+              help="The project (repository) relay was used in.")
+def uninstall(project: str) -> None:
+    """Remove everything relay wrote into a project, as it was before relay.
+
+    \b
+      the pre-commit guard      .git/hooks/pre-commit (or core.hooksPath's); the hook it
+                                chained is put back in its place
+      hooks, MCP servers,       relay's entries in .claude/settings.json, .codex/hooks.json
+      allow rules               and .gemini/settings.json (relay's hook commands, Gemini
+                                CLI's relay-mcp server, Claude Code's mcp__relay rules)
+      trust records             what `relayctl up --trust` added for this project to
+                                ~/.claude.json, ~/.codex/config.toml and
+                                ~/.gemini/trustedFolders.json, and Codex's trust in
+                                relay's hooks once their file is gone
+
+    Only relay's own entries go; a file relay wrote into gets back the exact bytes it had
+    before relay's first write when nothing else in it changed since (kept under
+    $XDG_STATE_HOME/relay/originals, default ~/.local/state/relay/originals), and a file or folder relay made is removed. The store
+    (~/.relay or --dir), the team file and relay itself stay: stop a team with
+    `relayctl down` first (`relayctl down --clean` does both), remove the store by hand, and
+    relay with `pip uninstall relay-bus`. Running it twice changes nothing.
+
+    \b
+    Examples:
+      relayctl uninstall
+      relayctl uninstall --project ~/oathkeeper
+    """
+    s = settings()
+    result = clean(project, s.note)
+    if not result["guard"] and not result["settings"] and not result["trust"]:
+        s.note(f"nothing of relay's in {project}")
+    s.out(result, None)
