@@ -286,9 +286,10 @@ def test_a_reservation_of_everything_or_longer_than_a_day_needs_force(relayctl, 
     assert ("covers every file in" in refused.stderr) if pattern != "src/**" else ("longer than a day" in refused.stderr)
     assert json.loads(relayctl("--json", "reservations").stdout) == []  # nothing held
     forced = relayctl("reserve", pattern, "--ttl", ttl, "--repo", repo, "--force", agent="inferno")
-    assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations").stdout)] == [pattern]
+    stored = {"*": "**/*"}.get(pattern, pattern)  # kept in the form that reads the same everywhere (a bare * is any depth)
+    assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations").stdout)] == [stored]
     if pattern != "src/**":
-        assert f"warning: {pattern} holds every file in {os.path.realpath(repo)} until 20" in forced.stderr
+        assert f"holds every file in {os.path.realpath(repo)} until 20" in forced.stderr
 
 
 def test_a_day_and_a_narrow_pattern_need_no_force(relayctl, team, repo) -> None:
