@@ -301,16 +301,18 @@ def _wait_until(done: Callable[[], bool], wait: float) -> bool:
         time.sleep(0.02)
 
 
-def _rows_to_cursor(tmux: list[str], pane: str, text: str, timeout: float, extra: int = 0) -> tuple[list[str], int, int] | None:
-    """The rows that end at the cursor's row and can hold `text` (plus `extra` rows), and
-    the cursor's column and index among them."""
+def _left_of_cursor(tmux: list[str], pane: str, text: str, timeout: float, extra: int = 0) -> list[str] | None:
+    """The pane's rows that end at the cursor and can hold `text` (plus `extra` rows above),
+    the cursor's row cut at the cursor; None when tmux gives no cursor."""
     shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x} #{cursor_y} #{pane_width}"], timeout).split()
     if len(shown) != 3 or not all(part.isdigit() for part in shown):
         return None
     x, y, width = map(int, shown)
     first = max(0, y - (len(text) + 4) // max(width, 1) - extra)
-    rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], timeout).split("\n")
-    return rows, x, y - first
+    rows = _run(tmux + ["capture-pane", "-p", "-t", pane, "-S", str(first), "-E", str(y)], timeout).split("\n")[: y - first + 1]
+    if y - first < len(rows):
+        rows[y - first] = rows[y - first][:x]
+    return rows
 
 
 def _squeezed(text: str) -> str:
@@ -321,14 +323,8 @@ def _shown_at_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> b
     """The text left of the pane's cursor ends with `text` (blanks ignored: a program may
     wrap it over rows). Only the rows the text needs are read, so an earlier trigger
     still on the screen does not count."""
-    found = _rows_to_cursor(tmux, pane, text, timeout)
-    if found is None:
-        return False
-    rows, x, at = found
-    rows = rows[: at + 1]
-    if at < len(rows):
-        rows[at] = rows[at][:x]
-    return _squeezed("".join(rows)).endswith(_squeezed(text))
+    rows = _left_of_cursor(tmux, pane, text, timeout)
+    return rows is not None and _squeezed("".join(rows)).endswith(_squeezed(text))
 
 
 def _shown_near_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> bool:
@@ -336,15 +332,9 @@ def _shown_near_cursor(tmux: list[str], pane: str, text: str, timeout: float) ->
     Enter taken as a newline leaves it), borders and blanks aside."""
     from .paneinput import bare
 
-    found = _rows_to_cursor(tmux, pane, text, timeout, extra=1)
-    if found is None:
-        return False
-    rows, x, at = found
-    rows = rows[: at + 1]
-    if at < len(rows):
-        rows[at] = rows[at][:x]
+    rows = _left_of_cursor(tmux, pane, text, timeout, extra=1)
     wanted = _squeezed(text)
-    return bare("".join(rows)).endswith(wanted) or bare("".join(rows[:-1])).endswith(wanted)
+    return rows is not None and (bare("".join(rows)).endswith(wanted) or bare("".join(rows[:-1])).endswith(wanted))
 
 
 def _submitted(state: Callable[[], ProgramState | None], before: ProgramState | None, tmux: list[str], pane: str, trigger: str, timeout: float) -> bool:

@@ -113,17 +113,24 @@ def _mail_in(request: Recorded) -> bool:
     return SUBJECT in request.text
 
 
-@pytest.mark.parametrize("name", sorted(ASKING))
-def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_answered(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
-    spec = ASKING[name]
-    home, project = short_tmp / "home", short_tmp / "project"
+def _relay_for(program: str, relayctl, store_dir: Path, root: Path) -> tuple[Path, Path]:
+    """A store with the sender and the agent, relay's hooks for `program` in a new project
+    (as `relayctl hooks install` writes them), and a scratch HOME: (home, project)."""
+    home, project = root / "home", root / "project"
     home.mkdir()
     project.mkdir()
     relayctl("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     relayctl("register", SENDER)
     relayctl("register", AGENT)
-    relayctl("hooks", "install", "--for", name, "--agent", AGENT, "--project", str(project))
+    relayctl("hooks", "install", "--for", program, "--agent", AGENT, "--project", str(project))
+    return home, project
+
+
+@pytest.mark.parametrize("name", sorted(ASKING))
+def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_answered(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    spec = ASKING[name]
+    home, project = _relay_for(name, relayctl, store_dir, short_tmp)
     calls = {"n": 0}
 
     def turn(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,14 +182,7 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
     waits for the screen to stand still before Enter, and confirms each submission by the
     prompt hook. Every one of the mails reaches the model by its own trigger; none is left
     standing in the input box."""
-    home, project = short_tmp / "home", short_tmp / "project"
-    home.mkdir()
-    project.mkdir()
-    relayctl("init")
-    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
-    relayctl("register", SENDER)
-    relayctl("register", AGENT)
-    relayctl("hooks", "install", "--for", "gemini", "--agent", AGENT, "--project", str(project))
+    home, project = _relay_for("gemini", relayctl, store_dir, short_tmp)
     tmux = Tmux(short_tmp, "g")
     with ScriptedModel(model_gemini.gemini_responder(lambda body: [model_gemini.text("Noted.")])) as model:
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **_gemini_configure(home, project, model.url)}
@@ -320,14 +320,7 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
     the after-tool hook hands the mail over with the tool's result, and `send --wait read`
     returns then: after the tool ended, with the model's request that carries it."""
     spec = ASKING[name]
-    home, project = short_tmp / "home", short_tmp / "project"
-    home.mkdir()
-    project.mkdir()
-    relayctl("init")
-    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
-    relayctl("register", SENDER)
-    relayctl("register", AGENT)
-    relayctl("hooks", "install", "--for", name, "--agent", AGENT, "--project", str(project))
+    home, project = _relay_for(name, relayctl, store_dir, short_tmp)
     reply = {"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]
     calls = {"n": 0}
     arrived: dict[int, float] = {}
