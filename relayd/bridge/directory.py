@@ -186,7 +186,7 @@ class Directory:
                 found[parsed[0]] = revision
         return found
 
-    async def fresh_owner(self, kv, name: str) -> str | None:
+    async def fresh_owner(self, name: str) -> str | None:
         claims = await self.fresh_claims(name)
         if claims:
             self.claims[name] = {**self.claims.get(name, {}), **claims}

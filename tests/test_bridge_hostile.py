@@ -1,0 +1,98 @@
+"""A host with valid credentials that misbehaves (issue 34), against a real nats-server
+configured by `relayctl bridge setup`.
+
+Each attack is made with the credentials of ghost, the team's fourth host, which runs no
+relayd: everything it does is what a compromised laptop or a buggy fork holding a
+`.creds` file can do. alpha and beta are real relayd processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from test_bridge import NATS_SERVER, Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
+from waiting import wait_for
+
+pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
+
+
+ATTACKER = "ghost"
+GOOD = {"id": "01M8ZZZZZZZZZZZZZZZZZZZZ01", "ts": "2026-11-23T09:00:00.000Z", "from": "athena", "to": "trainer", "subject": "s", "body": "b"}
+
+
+def undeliverable(host) -> list[dict]:
+    path = Path(host.env["RELAY_DIR"]) / "bridge" / "undeliverable.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def session_errors(host) -> int:
+    """Times the bridge's session ended on an error (each one stops mail until it is back)."""
+    return Path(host.daemon.log_path).read_text(errors="replace").count("bridge not connected; retrying")
+
+
+def hostile_shapes() -> list[bytes]:
+    def shape(**fields) -> bytes:
+        return json.dumps({**GOOD, **fields}).encode()
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    return [
+        b"",
+        b"\xff\xfe\x00garbage",
+        b"null",
+        b"[]",
+        b'"a string"',
+        b"12345",
+        b"{",
+        deep,
+        b"{}",
+        shape(**{"from": "nobody"}),  # a sender no host knows (the directory is asked afresh)
+        shape(**{"from": "athena"}),  # another host's agent
+        shape(**{"from": ">"}),
+        shape(**{"from": "a.b.c"}),
+        shape(**{"from": "ghost.name.x"}),
+        shape(to="nobody-here"),
+        shape(to="*"),
+        shape(to="../../etc"),
+        shape(id="not-a-ulid"),
+        shape(id=12345),
+        shape(ts="yesterday"),
+        shape(ts=None),
+        shape(body="x" * 300_000),
+        shape(body="", subject=""),
+        shape(tags=["a" * 10_000] * 50),
+        shape(ack=True),
+        shape(priority="whenever"),
+        shape(thread={"nested": [1, 2, 3]}),
+        json.dumps({**GOOD, "extra": {"deep": list(range(1000))}}).encode()[:-1],
+        json.dumps([GOOD, GOOD]).encode(),
+    ]
+
+
+def test_hostile_messages_go_to_undeliverable_and_mail_keeps_flowing(hosts, nats):
+    alpha, beta = registered_pair(hosts)
+    shapes = hostile_shapes()
+
+    async def flood() -> None:
+        async with Intruder(nats, ATTACKER) as ghost:
+            js = ghost.js()
+            for n, data in enumerate(shapes):
+                await js.publish("relay.mail.beta.ghost", data, headers={"Nats-Msg-Id": f"hostile-{n}"})
+
+    run(flood())
+    alpha.ctl("send", "trainer", "genuine after the flood", agent="athena")
+    got = wait_for("the genuine message behind the hostile ones", lambda: beta.inbox("trainer"), timeout=10)
+    assert [(m.from_, m.body) for m in got] == [("athena", "genuine after the flood")]
+    refused = wait_for("every hostile message in undeliverable.jsonl", lambda: len(undeliverable(beta)) == len(shapes) and undeliverable(beta))
+    assert all(line["host"] == ATTACKER and line["reason"] for line in refused)
+    assert any("no agent in the team directory" in line["reason"] for line in refused)
+    # The stream never stopped: no session of beta's bridge ended on an error.
+    assert session_errors(beta) == 0 and connected(beta)
+    # Once more, now that the receiver has met them all: the next good one is not held up.
+    run(flood())
+    alpha.ctl("send", "trainer", "and again", agent="athena")
+    wait_for("the second genuine message", lambda: len(beta.inbox("trainer")) == 2)
+    assert session_errors(beta) == 0
