@@ -96,3 +96,35 @@ def test_hostile_messages_go_to_undeliverable_and_mail_keeps_flowing(hosts, nats
     alpha.ctl("send", "trainer", "and again", agent="athena")
     wait_for("the second genuine message", lambda: len(beta.inbox("trainer")) == 2)
     assert session_errors(beta) == 0
+
+
+def test_a_forged_team_lock_holds_reservations_only_briefly(hosts, nats):
+    """ghost writes the shared reservation lock once, naming alpha, held until 2100."""
+    from test_bridge import REPO
+
+    alpha, beta = registered_pair(hosts)
+    forged = json.dumps({"host": "alpha", "until": 4102444800.0}).encode()
+
+    async def forge() -> None:
+        async with Intruder(nats, ATTACKER) as ghost:
+            kv = await ghost.js().key_value("relay-locks")
+            await kv.put("reservations", forged)
+
+    run(forge())
+    client = beta.raw()
+    client.sock.settimeout(30)
+    granted = client.request("reserve", {"agent": "trainer", "pattern": "src/**", "repo": REPO})
+    assert granted["ok"], granted
+    # The lock works as a lock again: alpha's overlapping ask is refused for the right reason.
+    refused = alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/a.py", "repo": REPO})
+    assert not refused["ok"] and refused["error"]["code"] == "conflict" and "on host beta" in refused["error"]["message"]
+
+
+def test_a_lock_entry_holds_for_the_maximum_from_its_write_whatever_it_says():
+    from relayd.bridge.reservations import LEASE_SECONDS, lock_over
+
+    now, mono = 1_000_000.0, 500.0
+    assert not lock_over(written=now - 1, first_seen=mono, now_wall=now, now_mono=mono)
+    assert lock_over(written=now - LEASE_SECONDS - 0.1, first_seen=mono, now_wall=now, now_mono=mono)
+    # A server clock ahead of this host's: the entry still ends the maximum after we saw it.
+    assert lock_over(written=now + 3600, first_seen=mono - LEASE_SECONDS - 0.1, now_wall=now, now_mono=mono)

@@ -28,7 +28,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from relayd import protocol
 from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
@@ -40,13 +40,13 @@ from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
 from .link import finish, read_bucket
-from .subjects import LOCK_KEY, RESERVATIONS_BUCKET
+from .subjects import LOCK_KEY, LOCKS_BUCKET, RESERVATIONS_BUCKET, kv_stream
 from .subjects import reservation_key as team_key
 
 log = structlog.get_logger()
 
-LEASE_SECONDS = 10.0  # a lock older than this was left by a host that died holding it
-LOCK_WAIT = 5.0
+LEASE_SECONDS = 10.0  # the longest a lock entry holds, from when it was written
+LOCK_WAIT = LEASE_SECONDS + 2.0  # longer than any one entry holds: a reserve outlasts it
 RECONCILE_SECONDS = 60.0  # at most this long between reconciles (and a quarter of the bucket's max age)
 
 
@@ -61,6 +61,14 @@ class _Lock(msgspec.Struct):
 
 _entry_decoder = msgspec.json.Decoder(TeamEntry)
 _lock_decoder = msgspec.json.Decoder(_Lock)
+
+
+def lock_over(written: float, first_seen: float, now_wall: float, now_mono: float) -> bool:
+    """Whether a lock entry no longer holds: LEASE_SECONDS after the server stored it (its
+    `written` time, wall clock), or after we first saw it (monotonic, for a host whose clock
+    runs behind the server's) -- whichever comes first. What the entry itself says (its
+    `until`, its host) is not trusted: any host can write this key."""
+    return now_wall - written > LEASE_SECONDS or now_mono - first_seen > LEASE_SECONDS
 
 
 def digest(file_name: str) -> str:
@@ -79,6 +87,8 @@ class TeamReservations:
         self.remote: dict[str, TeamEntry] = {}  # other hosts' entries by key, as last read
         self.reconcile_every = RECONCILE_SECONDS
         self.js = None  # the session's JetStream context (fresh reads of the bucket)
+        self.clock = time.time  # injectable, as is the monotonic clock: the lock's hold is timed
+        self.monotonic = time.monotonic
 
     def _key(self, r: Reservation) -> str:
         return team_key(self.host, digest(reservation_key(r.repo, r.pattern, None if r.exclusive else r.agent)))
@@ -168,32 +178,46 @@ class TeamReservations:
 
     # -- the lock --------------------------------------------------------------------------
     async def _lock(self, locks) -> int:
-        value = json_encoder.encode(_Lock(host=self.host, until=time.time() + LEASE_SECONDS))
-        deadline = time.monotonic() + LOCK_WAIT
+        value = json_encoder.encode(_Lock(host=self.host, until=self.clock() + LEASE_SECONDS))
+        deadline = self.monotonic() + LOCK_WAIT
+        seen: dict[int, float] = {}  # revision of a lock entry -> when we first saw it
         holder = "?"
+        pause = 0.005
         while True:
             try:
                 return await locks.create(LOCK_KEY, value)
             except KeyWrongLastSequenceError:
                 pass
-            try:
-                entry = await locks.get(LOCK_KEY)
-            except KeyNotFoundError:
+            held = await self._held()
+            if held is None:
                 continue  # released meanwhile
-            try:
-                held = _lock_decoder.decode(entry.value)
-                holder = held.host
-                expired = held.until < time.time()
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                expired = True
-            if expired:
+            revision, holder, written = held
+            first_seen = seen.setdefault(revision, self.monotonic())
+            if lock_over(written, first_seen, self.clock(), self.monotonic()):
                 try:
-                    return await locks.update(LOCK_KEY, value, last=entry.revision)
+                    return await locks.update(LOCK_KEY, value, last=revision)
                 except KeyWrongLastSequenceError:
                     pass  # someone else took it over first
-            if time.monotonic() > deadline:
-                raise TimedOut(f"the team reservation lock stayed held by host {holder} for {LOCK_WAIT:.0f}s; try again")
-            await anyio.sleep(0.005)
+            if self.monotonic() > deadline:
+                raise TimedOut(f"the team reservation lock stayed held ({holder}) for {LOCK_WAIT:.0f}s; try again")
+            await anyio.sleep(pause)
+            pause = min(0.1, pause * 1.5)
+
+    async def _held(self) -> tuple[int, str, float] | None:
+        """(revision, who the entry says holds it, when the server stored it) of the lock
+        entry, or None when nobody holds it."""
+        try:
+            msg = await self.js.get_msg(kv_stream(LOCKS_BUCKET), subject=f"$KV.{LOCKS_BUCKET}.{LOCK_KEY}")
+        except NotFoundError:
+            return None
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        try:
+            holder = f"by host {_lock_decoder.decode(msg.data or b'').host}, as its entry says"
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            holder = "by an entry that is not a relay lock"
+        written = msg.time.timestamp() if msg.time is not None else 0.0
+        return msg.seq or 0, holder, written
 
     async def _unlock(self, locks, revision: int) -> None:
         try:
