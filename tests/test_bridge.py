@@ -79,7 +79,10 @@ def team_server(workdir: Path, env: dict[str, str]) -> NatsServer:
     RelayCtl(env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
     server = NatsServer(str(workdir), config=str(auth / "auth.conf"))
     server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
-    return server.start()
+    server.setup_dir = str(auth)  # type: ignore[attr-defined]
+    server.start()
+    RelayCtl(env)("bridge", "provision", "--server", server.url, "--dir", str(auth))
+    return server
 
 
 @pytest.fixture
@@ -689,16 +692,15 @@ def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay
     import asyncio
     import json
 
-    from nats.js import api
+    from relayd.bridge.streams import provision_server
 
     server = team_server(short_tmp, relay_env)
     try:
         forever = {"id": "x", "agent": "phantom", "pattern": "**", "repo": REPO, "exclusive": True, "created_at": "2026-11-23T09:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z"}
 
         async def bucket() -> None:
-            async with Intruder(server, "ghost") as ghost:
-                # The operator made the bucket with a short max age (relayd keeps what it finds).
-                await ghost.js().create_key_value(bucket="relay-reservations", history=1, ttl=8, storage=api.StorageType.FILE)
+            # The operator gave the bucket a short max age (relayd keeps what it finds).
+            await provision_server(server.url, server.setup_dir, ttls={"relay-reservations": 8})
 
         async def plant() -> None:
             async with Intruder(server, "ghost") as ghost:
@@ -880,6 +882,7 @@ def test_tls_with_a_private_ca_given_by_ssl_cert_file(short_tmp, relay_env):
     server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
     server.start()
     url = f"tls://127.0.0.1:{server.port}"
+    RelayCtl({**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})("bridge", "provision", "--server", url, "--dir", str(auth))
     trusting = Host(short_tmp, "alpha", server, {**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})
     wary = Host(short_tmp, "beta", server, relay_env)
     try:

@@ -34,6 +34,15 @@ def session_errors(host) -> int:
     return Path(host.daemon.log_path).read_text(errors="replace").count("bridge not connected; retrying")
 
 
+async def outcome(call) -> str:
+    """What the server answered an attack: its error, or "allowed"."""
+    try:
+        await call
+    except Exception as exc:
+        return str(exc)
+    return "allowed"
+
+
 def hostile_shapes() -> list[bytes]:
     def shape(**fields) -> bytes:
         return json.dumps({**GOOD, **fields}).encode()
@@ -128,3 +137,54 @@ def test_a_lock_entry_holds_for_the_maximum_from_its_write_whatever_it_says():
     assert lock_over(written=now - LEASE_SECONDS - 0.1, first_seen=mono, now_wall=now, now_mono=mono)
     # A server clock ahead of this host's: the entry still ends the maximum after we saw it.
     assert lock_over(written=now + 3600, first_seen=mono - LEASE_SECONDS - 0.1, now_wall=now, now_mono=mono)
+
+
+def log_lines(host, words: str) -> int:
+    return sum(words in line for line in Path(host.daemon.log_path).read_text(errors="replace").splitlines())
+
+
+def test_a_roll_up_cannot_erase_the_directory_and_steal_a_name(hosts, nats):
+    alpha, beta = registered_pair(hosts)
+    impostor = json.dumps({"name": "trainer", "host": "beta", "program": "evil"}).encode()
+
+    async def attack() -> str:
+        async with Intruder(nats, ATTACKER) as ghost:
+            js = ghost.js()
+            # One publish on its own key, asking the server to drop every other entry.
+            refused = await outcome(js.publish("$KV.relay-agents.ghost.name.decoy", b"{}", headers={"Nats-Rollup": "all"}))
+            kv = await js.key_value("relay-agents")
+            await kv.put("ghost.name.trainer", b"{}")  # a later claim: it loses
+            for _ in range(3):  # an entry about beta's agent, under ghost's key
+                await kv.put("ghost.agent.trainer", impostor)
+            return refused
+
+    refused = run(attack())
+    beta.daemon.kill()  # the victim restarts: its claim must still be the oldest
+    beta.start()
+    wait_for("beta back", lambda: connected(beta))
+    assert alpha.sees("trainer", "beta") and not alpha.sees("trainer", ATTACKER)
+    alpha.ctl("send", "trainer", "for the real trainer", agent="athena")
+    wait_for("trainer's mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["for the real trainer"])
+    assert beta.sees("athena", "alpha")
+    assert alpha.bridge()["agents"][0]["program"] is None  # the impostor entry was not taken
+    # The entry about beta written by ghost is ignored, and logged once.
+    wait_for("alpha's note of it", lambda: log_lines(alpha, "skipped a directory entry"))
+    assert log_lines(alpha, "skipped a directory entry") == 1
+    assert "rollup not permitted" in refused
+
+
+def test_a_roll_up_cannot_erase_reservations(hosts, nats):
+    from test_bridge import REPO
+
+    alpha, beta = registered_pair(hosts)
+    assert alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})["ok"]
+    wait_for("beta to see it", lambda: beta.bridge()["reservations"])
+
+    async def attack() -> str:
+        async with Intruder(nats, ATTACKER) as ghost:
+            return await outcome(ghost.js().publish("$KV.relay-reservations.ghost.aaaa", b"{}", headers={"Nats-Rollup": "all"}))
+
+    refused = run(attack())
+    taken = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/auth/login.py", "repo": REPO})
+    assert not taken["ok"] and taken["error"]["code"] == "conflict" and "athena holds src/**" in taken["error"]["message"] and "on host alpha" in taken["error"]["message"]
+    assert "rollup not permitted" in refused

@@ -12,7 +12,7 @@ The bucket `relay-agents` holds two kinds of keys, both under the writing host's
   order, and the later one withdraws.
 * `<host>.agent.<agent>` -- the agent's presence (program, task, status, heartbeat),
   rewritten as it changes and every 30 s. An entry whose value names another host or
-  agent than its key is ignored.
+  agent than its key is ignored, and logged once (`skipped`).
 
 Each relayd keeps the whole bucket in memory, fed by a watcher: a send asks `host_of`
 without a network round trip.
@@ -34,6 +34,7 @@ from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
 from .link import finish, read_bucket
+from .skipped import Skipped
 from .subjects import AGENTS_BUCKET, name_key, presence_key
 
 log = structlog.get_logger()
@@ -87,6 +88,7 @@ class Directory:
         self.on_change: Callable[[], None] = lambda: None
         self.js = None  # the session's JetStream context (fresh reads of the claims)
         self._dirty = anyio.Event()
+        self.skipped = Skipped("directory entry")
 
     # -- asked by the store operations (no I/O) ----------------------------------------
     def owner(self, name: str) -> str | None:
@@ -170,10 +172,10 @@ class Directory:
         try:
             entry = _decode(update.value)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("skipped a damaged directory entry", key=update.key)
+            self.skipped.note(host, "damaged", update.key)
             return
         if entry.host != host or entry.name != name:
-            log.warning("skipped a directory entry that names another host or agent than its key", key=update.key, host=entry.host, agent=entry.name)
+            self.skipped.note(host, "names another host or agent than its key", update.key)
             return
         self.presence[(host, name)] = entry
 

@@ -1,6 +1,6 @@
 """A host name is leased: two relayd under one name would take each other's mail.
 
-The key `<host>` in the bucket `relay-hosts` (max age `link.LEASE_TTL`) holds the lease:
+The key `<host>` in the bucket `relay-hosts` (max age `streams.LEASE_TTL`) holds the lease:
 which store holds the name (a random id kept in `bridge/store-id`), rewritten with
 compare-and-set every quarter of the max age. A relayd taking the name finds either no
 key (free, or its holder stopped rewriting it and it expired) and creates it, or a key
@@ -26,7 +26,8 @@ from relayd.errors import Conflict
 from relayd.store import Store
 from relayd.timefmt import now_iso
 
-from .link import LEASE_TTL, finish
+from .link import finish
+from .streams import LEASE_TTL
 
 log = structlog.get_logger()
 

@@ -13,7 +13,7 @@ its name (`<host>.<sha256(repo:pattern)>`; its NATS permissions allow no other);
 whose value names another host than its key is ignored. Release deletes them; a
 reconcile on every (re)connection, and every quarter of the bucket's max age, rewrites
 the live ones and removes those whose local file is gone (released or collected while
-NATS was down). The bucket has a max age (`link.RESERVATION_TTL`): the entries of a host
+NATS was down). The bucket has a max age (`streams.RESERVATION_TTL`): the entries of a host
 that stopped rewriting them -- gone, or never run, as a forged one -- leave with it.
 
 While NATS is unreachable a reserve is refused (a local-only "exclusive" reservation
@@ -40,6 +40,7 @@ from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
 from .link import finish, read_bucket
+from .skipped import Skipped
 from .subjects import LOCK_KEY, LOCKS_BUCKET, RESERVATIONS_BUCKET, kv_stream
 from .subjects import reservation_key as team_key
 
@@ -89,6 +90,7 @@ class TeamReservations:
         self.js = None  # the session's JetStream context (fresh reads of the bucket)
         self.clock = time.time  # injectable, as is the monotonic clock: the lock's hold is timed
         self.monotonic = time.monotonic
+        self.skipped = Skipped("reservation entry")
 
     def _key(self, r: Reservation) -> str:
         return team_key(self.host, digest(reservation_key(r.repo, r.pattern, None if r.exclusive else r.agent)))
@@ -229,7 +231,7 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        self.remote = {key: value for key, _, value in await _bucket(self.js) if value.host != self.host}
+        self.remote = {key: value for key, _, value in await _bucket(self.js, self.skipped) if value.host != self.host}
         return list(self.remote.values())
 
     async def watch(self, kv) -> None:
@@ -242,7 +244,7 @@ class TeamReservations:
                 if update.operation in ("DEL", "PURGE") or not update.value:
                     self.remote.pop(update.key, None)
                     continue
-                value = _genuine(update.key, update.value)
+                value = _genuine(update.key, update.value, self.skipped)
                 if value is not None and value.host != self.host:
                     self.remote[update.key] = value
         finally:
@@ -260,33 +262,34 @@ class TeamReservations:
         """Make the bucket show exactly this host's live reservations, each freshly written
         (the bucket's max age removes entries nobody rewrites)."""
         local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
-        for key, revision, value in await _bucket(self.js):
+        for key, revision, value in await _bucket(self.js, self.skipped):
             if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
 
 
-async def _bucket(js) -> list[tuple[str, int, TeamEntry]]:
+async def _bucket(js, skipped: Skipped) -> list[tuple[str, int, TeamEntry]]:
     """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values
     and entries naming another host than their key are left out."""
     found = []
     for key, revision, raw in await read_bucket(js, RESERVATIONS_BUCKET):
-        value = _genuine(key, raw)
+        value = _genuine(key, raw, skipped)
         if value is not None:
             found.append((key, revision, value))
     return found
 
 
-def _genuine(key: str, raw: bytes | None) -> TeamEntry | None:
+def _genuine(key: str, raw: bytes | None, skipped: Skipped) -> TeamEntry | None:
     """The entry under `key`, unless it is damaged or names another host than the key
     (which NATS let only that host write): such an entry holds nothing."""
     try:
         value = _entry_decoder.decode(raw or b"")
     except (msgspec.DecodeError, msgspec.ValidationError):
+        skipped.note(owner_of(key), "damaged", key)
         return None
     if value.host != owner_of(key):
-        log.warning("ignored a reservation entry that names another host than its key", key=key, host=value.host)
+        skipped.note(owner_of(key), "names another host than its key", key)
         return None
     return value
 
