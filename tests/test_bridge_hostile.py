@@ -188,3 +188,95 @@ def test_a_roll_up_cannot_erase_reservations(hosts, nats):
     taken = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/auth/login.py", "repo": REPO})
     assert not taken["ok"] and taken["error"]["code"] == "conflict" and "athena holds src/**" in taken["error"]["message"] and "on host alpha" in taken["error"]["message"]
     assert "rollup not permitted" in refused
+
+
+async def as_admin(server):
+    """The operator's connection: the admin key relayctl bridge setup wrote."""
+    import nats as nats_py
+
+    from relayd.bridge.setup import load_admin
+
+    return await nats_py.connect(server.url, nkeys_seed_str=load_admin(server.setup_dir).seed, inbox_prefix="_INBOX._admin", allow_reconnect=False)
+
+
+def test_a_stream_that_could_lose_mail_is_refused_at_start_and_on_reconnect(hosts, nats):
+    from nats.js import api
+
+    alpha, beta = registered_pair(hosts)
+
+    async def attack() -> list[str]:
+        async with Intruder(nats, ATTACKER) as ghost:
+            js = ghost.js()
+            # A host may neither change the stream nor make one of its own.
+            tries = [
+                js.update_stream(api.StreamConfig(name="RELAY_MAIL", subjects=["relay.mail.*.*"], retention=api.RetentionPolicy.WORK_QUEUE, max_age=3)),
+                js.add_stream(api.StreamConfig(name="RELAY_MAIL2", subjects=["relay.x.>"], max_age=3)),
+                js.purge_stream("RELAY_MAIL"),
+                js.delete_stream("KV_relay-agents"),
+            ]
+            return [await outcome(t) for t in tries]
+
+    assert "allowed" not in run(attack())
+
+    async def misconfigure() -> None:
+        # What an older relay, or a mistaken operator, left: mail expiring after 3 s.
+        nc = await as_admin(nats)
+        js = nc.jetstream()
+        config = (await js.stream_info("RELAY_MAIL")).config
+        config.max_age, config.duplicate_window = 3, 3
+        await js.update_stream(config)
+        await nc.close()
+
+    run(misconfigure())
+    nats.kill()
+    nats.start()  # both relayd reconnect and check the stream again
+    for host in (alpha, beta):
+        assert host.daemon.proc.wait(30) == 1
+        last = Path(host.daemon.log_path).read_text().strip().splitlines()[-1]
+        assert last.startswith("error: the NATS stream RELAY_MAIL has max_age 3s: mail waiting longer for its host would be deleted"), last
+    # At start, too: beta refuses to run over it.
+    beta.daemon = None
+    import subprocess
+    import sys
+
+    started = subprocess.run([sys.executable, "-m", "relayd.daemon", "--bridge", nats.url, "--bridge-creds", beta.creds], env=beta.env, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 1 and "Traceback" not in started.stderr
+    assert started.stderr.strip().splitlines()[-1].startswith("error: the NATS stream RELAY_MAIL has max_age 3s")
+    # provision puts it right, and mail flows again.
+    from conftest import RelayCtl
+
+    shown = RelayCtl(alpha.env)("bridge", "provision", "--server", nats.url, "--dir", nats.setup_dir).stdout
+    assert "RELAY_MAIL" in shown and "updated" in shown
+    alpha.start()
+    beta.start()
+    wait_for("both back", lambda: connected(alpha) and connected(beta))
+    alpha.ctl("send", "trainer", "after provision", agent="athena")
+    wait_for("the mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["after provision"])
+
+
+def test_every_setting_that_could_lose_or_rewrite_mail_is_named():
+    import dataclasses
+
+    pytest.importorskip("nats")
+    from nats.js import api
+
+    from relayd.bridge.streams import bucket_config, configs, mail_config, problem
+
+    assert [problem(c) for c in configs()] == [None] * 5  # what provision makes passes
+    mail, agents = mail_config(), bucket_config("relay-agents")
+    for config, change, setting in (
+        (mail, {"max_age": 3.0}, "max_age 3s"),
+        (mail, {"retention": api.RetentionPolicy.LIMITS}, "retention limits"),
+        (mail, {"subjects": ["relay.>"]}, "subjects"),
+        (mail, {"allow_rollup_hdrs": True}, "allow_rollup_hdrs true"),
+        (mail, {"deny_purge": False}, "deny_purge false"),
+        (mail, {"deny_delete": False}, "deny_delete false"),
+        (mail, {"storage": api.StorageType.MEMORY}, "storage memory"),
+        (mail, {"max_bytes": 1 << 20, "discard": api.DiscardPolicy.OLD}, "discard old with max_bytes"),
+        (mail, {"discard_new_per_subject": False}, "max_msgs_per_subject 10000 without discard_new_per_subject"),
+        (agents, {"max_age": 60.0}, "max_age 60s: name claims would expire"),
+        (agents, {"allow_rollup_hdrs": True}, "allow_rollup_hdrs true"),
+        (agents, {"max_msgs": 100, "discard": api.DiscardPolicy.OLD}, "discard old with max_msgs"),
+    ):
+        found = problem(dataclasses.replace(config, **change))
+        assert found is not None and setting in found, (change, found)

@@ -12,7 +12,7 @@ import random
 import anyio
 
 from nats.js import api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from relayd.errors import Unavailable
 
@@ -30,7 +30,7 @@ from .subjects import (  # noqa: F401  (the bridge's modules import the names fr
     mail_filter,
     mail_subject,
 )
-from .streams import bucket_config, mail_config
+from .streams import bucket_config, check, mail_config
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 5.0, rng: random.Random | None = None) -> float:
@@ -52,25 +52,23 @@ async def _missing(js, config) -> None:
 
 
 async def ensure_stream(js) -> None:
+    """The mail stream, its settings checked (`streams.check`: UnsafeStream)."""
     try:
         info = await js.stream_info(MAIL_STREAM)
     except NotFoundError:
         await _missing(js, mail_config())
-        return
-    if list(info.config.subjects or []) != [MAIL_SUBJECTS] or info.config.retention != api.RetentionPolicy.WORK_QUEUE:
-        # Made by an older relay, or by someone else: mail would not reach its host.
-        raise Unavailable(
-            f"the NATS stream {MAIL_STREAM} has subjects {info.config.subjects} and retention {info.config.retention}, not [{MAIL_SUBJECTS!r}] and workqueue; the server's operator must delete it (nats stream rm {MAIL_STREAM}) so relayd can make it again"
-        )
+        info = await js.stream_info(MAIL_STREAM)
+    check(info.config)
 
 
 async def bucket(js, name: str):
-    """The bucket `name` (made if missing and this client may)."""
+    """The bucket `name` (made if missing and this client may), its settings checked."""
     try:
-        return await js.key_value(name)
-    except BucketNotFoundError:
-        pass
-    await _missing(js, bucket_config(name))
+        info = await js.stream_info(kv_stream(name))
+    except NotFoundError:
+        await _missing(js, bucket_config(name))
+        info = await js.stream_info(kv_stream(name))
+    check(info.config)
     return await js.key_value(name)
 
 

@@ -34,6 +34,7 @@ from .forwarder import Forwarder
 from .lease import Lease, NameTaken
 from .receiver import Receiver
 from .reservations import TeamReservations
+from .streams import UnsafeStream
 
 log = structlog.get_logger()
 
@@ -212,7 +213,7 @@ class Bridge:
             try:
                 await self._session(nc, js, lost)
             except Exception as exc:  # anything a part raised ends this session; the next one starts clean
-                fatal = _name_taken(exc)
+                fatal = _fatal(exc)
                 if fatal is not None:
                     self.state = "stopped"
                     self.last_error = fatal.message
@@ -281,12 +282,14 @@ class Bridge:
         self.last_error = text
 
 
-def _name_taken(exc: BaseException) -> NameTaken | None:
-    if isinstance(exc, NameTaken):
+def _fatal(exc: BaseException) -> RelayError | None:
+    """Why this relayd must stop rather than try again: its host name is taken, or a stream
+    could lose mail."""
+    if isinstance(exc, (NameTaken, UnsafeStream)):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _name_taken(inner)
+            found = _fatal(inner)
             if found is not None:
                 return found
     return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from relayd.errors import UsageError
+from relayd.errors import Conflict, UsageError
 
 from .subjects import AGENTS_BUCKET, BUCKETS, DEFAULT_MAX_QUEUED, HOSTS_BUCKET, MAIL_STREAM, MAIL_SUBJECTS, RESERVATIONS_BUCKET, kv_stream
 
@@ -79,6 +79,59 @@ def bucket_config(bucket: str, ttl: float | None = None) -> api.StreamConfig:
 
 def configs(max_queued: int = DEFAULT_MAX_QUEUED, ttls: dict[str, float] | None = None) -> list[api.StreamConfig]:
     return [mail_config(max_queued), *(bucket_config(b, (ttls or {}).get(b)) for b in BUCKETS)]
+
+
+class UnsafeStream(Conflict):
+    """A stream or bucket whose settings could lose or rewrite mail: relayd will not run."""
+
+
+def _seconds(value) -> float:
+    return float(value or 0)
+
+
+def problem(config: api.StreamConfig) -> str | None:
+    """What in `config` (of the mail stream or one of the buckets) could lose or rewrite
+    mail or entries, naming the setting; None when nothing."""
+    name = config.name
+    mail = name == MAIL_STREAM
+    subjects = [MAIL_SUBJECTS] if mail else [f"$KV.{name.removeprefix('KV_')}.>"]
+    retention = api.RetentionPolicy.WORK_QUEUE if mail else api.RetentionPolicy.LIMITS
+    limited = [f for f in ("max_msgs", "max_bytes") if (getattr(config, f) or -1) > 0]
+    if list(config.subjects or []) != subjects:
+        return f"has subjects {config.subjects}, not {subjects}: mail would not reach its host"
+    if config.retention != retention:
+        return f"has retention {_text(config.retention)}, not {_text(retention)}: messages would leave before they are read"
+    if config.allow_rollup_hdrs:
+        return "has allow_rollup_hdrs true: one publish with a Nats-Rollup header would erase every other host's messages"
+    if not config.deny_purge:
+        return "has deny_purge false: it could be emptied"
+    if not config.deny_delete:
+        return "has deny_delete false: messages could be deleted one by one"
+    if config.storage != api.StorageType.FILE:
+        return f"has storage {_text(config.storage)}: a restart of the server would lose it"
+    if limited and config.discard != api.DiscardPolicy.NEW:
+        return f"has discard {_text(config.discard)} with {limited[0]} set: the oldest messages would be dropped at the limit"
+    if mail and _seconds(config.max_age):
+        return f"has max_age {_seconds(config.max_age):g}s: mail waiting longer for its host would be deleted"
+    if mail and (config.max_msgs_per_subject or -1) > 0 and not config.discard_new_per_subject:
+        return f"has max_msgs_per_subject {config.max_msgs_per_subject} without discard_new_per_subject: the oldest mail would be dropped at the limit"
+    if name == kv_stream(AGENTS_BUCKET) and _seconds(config.max_age):
+        return f"has max_age {_seconds(config.max_age):g}s: name claims would expire and another host could take the names"
+    return None
+
+
+def check(config: api.StreamConfig) -> None:
+    """Raise UnsafeStream (one line, naming the setting) when `problem` finds one."""
+    found = problem(config)
+    if found is not None:
+        raise UnsafeStream(
+            f"the NATS stream {config.name} {found}; relayd will not run over it. The server's operator runs relayctl bridge provision (docs/bridge.md)",
+            stream=config.name,
+        )
+
+
+def _text(value) -> str:
+    return str(getattr(value, "value", value))
 
 
 @dataclass
