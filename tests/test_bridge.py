@@ -73,15 +73,21 @@ class Host:
         return RawClient(self.daemon.socket_path)
 
 
-def team_server(workdir: Path, env: dict[str, str]) -> NatsServer:
-    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup."""
+def team_server(workdir: Path, env: dict[str, str], extra_conf: str = "", *provision: str) -> NatsServer:
+    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup
+    (with `extra_conf` lines first), its stream and buckets made by relayctl bridge
+    provision (with the options `provision`)."""
     auth = workdir / "nats-auth"
     RelayCtl(env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
-    server = NatsServer(str(workdir), config=str(auth / "auth.conf"))
+    config = auth / "auth.conf"
+    if extra_conf:
+        config = workdir / "team.conf"
+        config.write_text(f"{extra_conf}\ninclude nats-auth/auth.conf\n")
+    server = NatsServer(str(workdir), config=str(config))
     server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
     server.setup_dir = str(auth)  # type: ignore[attr-defined]
     server.start()
-    RelayCtl(env)("bridge", "provision", "--server", server.url, "--dir", str(auth))
+    RelayCtl(env)("bridge", "provision", "--server", server.url, "--dir", str(auth), *provision)
     return server
 
 

@@ -280,3 +280,52 @@ def test_every_setting_that_could_lose_or_rewrite_mail_is_named():
     ):
         found = problem(dataclasses.replace(config, **change))
         assert found is not None and setting in found, (change, found)
+
+
+def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
+    """ghost mails hosts that do not exist (a new name each time, so no per-subject cap
+    applies), and one that never reads its mail (gamma), with 100 KB messages: more than
+    the server's 16 MB store holds."""
+    from test_bridge import Host, team_server
+
+    server = team_server(short_tmp, relay_env, "jetstream { max_file_store: 16MB }", "--max-queued", "20")
+    made = [Host(short_tmp, "alpha", server, relay_env), Host(short_tmp, "beta", server, relay_env)]
+    try:
+        for host in made:
+            host.ctl("init")
+            host.start()
+        alpha, beta = registered_pair(made)
+        big = json.dumps({**GOOD, "from": "nobody", "body": "x" * 100_000}).encode()
+
+        async def flood(to: str) -> tuple[int, str]:
+            async with Intruder(server, ATTACKER) as ghost:
+                js = ghost.js()
+                for n in range(250):
+                    subject = f"relay.mail.{to}{n}.ghost" if to == "nowhere" else f"relay.mail.{to}.ghost"
+                    answer = await outcome(js.publish(subject, big, headers={"Nats-Msg-Id": f"flood-{to}-{n}"}))
+                    if answer != "allowed":
+                        return n, answer
+                return 250, "allowed"
+
+        stored, nowhere = run(flood("nowhere"))
+        queued, full = run(flood("gamma"))
+        for n in range(20):
+            alpha.ctl("send", "trainer", f"real {n}", agent="athena")
+        wait_for("all 20 real messages on beta", lambda: [m.body for m in beta.inbox("trainer")] == [f"real {n}" for n in range(20)], timeout=30)
+        assert stored == 0, f"{stored} messages for a host that does not exist were stored ({nowhere})"
+        assert queued == 20 and "maximum messages per subject exceeded" in full, (queued, full)
+        assert connected(alpha) and connected(beta)
+        # A genuine sender meets the same cap when its recipient is down for long: the rest
+        # waits in its outbox, its session goes on, and nothing is lost.
+        beta.daemon.kill()
+        for n in range(20, 50):
+            alpha.ctl("send", "trainer", f"real {n}", agent="athena")
+        wait_for("alpha to meet the cap", lambda: log_lines(alpha, "the most mail waiting"))
+        assert alpha.bridge()["backlog"] > 0 and session_errors(alpha) == 0
+        beta.start()
+        wait_for("all 50 on beta, in order", lambda: [m.body for m in beta.inbox("trainer")] == [f"real {n}" for n in range(50)], timeout=30)
+    finally:
+        for host in made:
+            if host.daemon is not None:
+                host.daemon.kill()
+        server.kill()

@@ -141,7 +141,7 @@ def _user(comment: str, key: str, perms: dict[str, dict[str, list[str]]]) -> str
 def auth_conf(keys: dict[str, str], admin_key: str) -> str:
     """The nats-server `authorization` block for hosts -> public keys, and the admin key."""
     users = [_user("admin: makes the stream and buckets (relayctl bridge provision)", admin_key, subjects.admin_permissions())]
-    users += [_user(f"host {host}", key, subjects.permissions(host)) for host, key in sorted(keys.items())]
+    users += [_user(f"host {host}", key, subjects.permissions(host, sorted(keys))) for host, key in sorted(keys.items())]
     return (
         "# relay bridge: one nkey user per host, each allowed to write only subjects that\n"
         "# carry its own name (docs/bridge.md). Written by relayctl bridge setup.\n"

@@ -6,7 +6,7 @@ there (`permissions`). A host cannot publish as another, nor change another's en
 
 | what | subject (the host writing it is H) | read by |
 |---|---|---|
-| mail from H to host T | `relay.mail.T.H` (stream RELAY_MAIL) | T only, through its consumer `mail-T` |
+| mail from H to host T (T one of the team's hosts) | `relay.mail.T.H` (stream RELAY_MAIL) | T only, through its consumer `mail-T` |
 | H's events | `relay.events.H` | every host |
 | name claims, presence | `$KV.relay-agents.H.name.<agent>`, `...H.agent.<agent>` | every host |
 | reservations | `$KV.relay-reservations.H.<sha256>` | every host |
@@ -83,16 +83,18 @@ def kv_stream(bucket: str) -> str:
 ADMIN_INBOX = "_INBOX._admin"  # `_admin` is no valid host name: no host's prefix covers it
 
 
-def permissions(host: str) -> dict[str, dict[str, list[str]]]:
+def permissions(host: str, team: list[str]) -> dict[str, dict[str, list[str]]]:
     """What host `host` may publish and subscribe to (nats-server `permissions`).
 
-    No stream or bucket created, changed, purged or deleted: those are
+    Mail only to the other hosts of `team`: a subject of no host would never be read, and
+    what waits for a host is capped per sender (`streams.mail_config`), so one host cannot
+    fill the server. No stream or bucket created, changed, purged or deleted: those are
     made by `relayctl bridge provision`, under the admin key (`admin_permissions`)."""
     api = "$JS.API"
     streams = [MAIL_STREAM, *(kv_stream(b) for b in BUCKETS)]
     consumer = f"{MAIL_STREAM}.{consumer_name(host)}"
     publish = [
-        mail_subject("*", host),
+        *(mail_subject(to, host) for to in team if to != host),
         events_subject(host),
         f"$KV.{AGENTS_BUCKET}.{host}.>",
         f"$KV.{RESERVATIONS_BUCKET}.{host}.>",
