@@ -329,3 +329,35 @@ def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
             if host.daemon is not None:
                 host.daemon.kill()
         server.kill()
+
+
+def test_a_copy_of_a_hosts_store_gets_none_of_its_mail(hosts, nats, relay_env, short_tmp):
+    """A relayd started on a copy of beta's store (its store id too), with beta's name and
+    credentials, while beta runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    from test_bridge import Host
+
+    alpha, beta = registered_pair(hosts)
+    twin = Host(short_tmp, "twin", nats, relay_env)
+    shutil.copytree(beta.env["RELAY_DIR"], twin.env["RELAY_DIR"], symlinks=True, ignore=shutil.ignore_patterns("*.lock", "*.sock"))
+    log = open(twin.dir / "relayd.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "relayd.daemon", "--bridge", nats.url, "--bridge-creds", beta.creds], env=twin.env, stdout=log, stderr=log)
+    try:
+        client = alpha.raw()
+        for n in range(300):
+            assert client.request("send", {"agent": "athena", "to": ["trainer"], "body": f"m{n}"})["ok"]
+        wait_for("all 300 on beta", lambda: len(beta.inbox("trainer")) >= 300, timeout=60)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert [m.body for m in beta.inbox("trainer")] == [f"m{n}" for n in range(300)]
+    assert twin.inbox("trainer") == []
+    last = (twin.dir / "relayd.log").read_text().strip().splitlines()[-1]
+    assert code == 1 and last.startswith("error: host name 'beta' is in use by relayd pid") and "this store or a copy of it" in last, last
+    assert connected(beta)
