@@ -361,3 +361,38 @@ def test_a_copy_of_a_hosts_store_gets_none_of_its_mail(hosts, nats, relay_env, s
     last = (twin.dir / "relayd.log").read_text().strip().splitlines()[-1]
     assert code == 1 and last.startswith("error: host name 'beta' is in use by relayd pid") and "this store or a copy of it" in last, last
     assert connected(beta)
+
+
+def test_a_directory_flood_keeps_status_small(hosts, nats):
+    """ghost writes 2,000 name claims (each with a 4 KB task) and 2,000 damaged entries."""
+    alpha, beta = registered_pair(hosts)
+
+    async def flood() -> None:
+        async with Intruder(nats, ATTACKER) as ghost:
+            js = ghost.js()
+            acks = []
+            for n in range(2000):
+                name = f"flood-{n}"
+                presence = json.dumps({"name": name, "host": "ghost", "task": "t" * 4000, "last_heartbeat": "2026-11-23T09:00:00.000Z"}).encode()
+                acks.append(await js.publish_async(f"$KV.relay-agents.ghost.name.{name}", b"{}"))
+                acks.append(await js.publish_async(f"$KV.relay-agents.ghost.agent.{name}", presence))
+                acks.append(await js.publish_async(f"$KV.relay-agents.ghost.agent.damaged-{n}", b"\x00not json"))
+            for ack in acks:
+                await ack
+
+    run(flood())
+    wait_for("alpha to have read the whole flood", lambda: alpha.bridge().get("skipped", {}).get("directory", {}).get("ghost: damaged") == 2000, timeout=60, every=0.5)
+    started = time.monotonic()
+    shown = alpha.ctl("--json", "status").stdout
+    took = time.monotonic() - started
+    print(f"status --json after the flood: {len(shown)} bytes in {took:.2f}s")  # the time is for the report, not asserted
+    status = json.loads(shown)["bridge"]
+    assert len(shown) < 200_000
+    assert sum(a["host"] == ATTACKER for a in status["agents"]) == 128
+    assert status["skipped"]["directory"] == {"ghost: damaged": 2000, "ghost: more agents than a host may list": 2000 - 128}
+    # Each kind of skipped entry is logged once, not once per entry.
+    assert log_lines(alpha, "skipped a directory entry") == 2
+    # The genuine agents are still there and mail flows.
+    assert alpha.sees("trainer", "beta")
+    alpha.ctl("send", "trainer", "still here", agent="athena")
+    wait_for("trainer's mail", lambda: [m.body for m in beta.inbox("trainer")] == ["still here"])

@@ -71,6 +71,7 @@ class Bridge:
         self._agents_kv = None
         self._buckets = None
         self._lost: anyio.Event | None = None
+        self._written_agents: dict[str, str] | None = None
         self.team_ops = {"register": self.register, "reserve": self.reservations.reserve, "release": self.reservations.release}
         remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url), creds=creds_path))
 
@@ -100,6 +101,8 @@ class Bridge:
             "agents": self.directory.remote_states(stale_seconds),
             "reservations": sorted((msgspec.to_builtins(r) for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
             "name_conflicts": dict(self.directory.conflicts),
+            # Entries of other hosts ignored here, by "<host>: <reason>" (bridge/skipped.py).
+            "skipped": {"directory": dict(self.directory.skipped.counts), "reservations": dict(self.reservations.skipped.counts)},
         }
 
     # -- hooks ---------------------------------------------------------------------------
@@ -110,6 +113,9 @@ class Bridge:
 
     def _directory_changed(self) -> None:
         agents = {name: self.directory.host_of(name) or "" for name in self.directory.remote_names()}
+        if agents == self._written_agents:
+            return  # presence changed, not who is where: the state file stays as it is
+        self._written_agents = agents
         try:
             remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents, creds=self.creds_path))
         except RelayError as exc:
