@@ -57,6 +57,7 @@ def setup(hosts: str, out_dir: str, listen: str) -> None:
         for name in r["hosts"]:
             state = "new key" if name in r["created"] else "kept"
             lines.append(f"  {name:<16} {r['creds'][name]}  ({state})")
+        lines.append(f"  {'(admin)':<16} {r['admin']}  (the operator's key for provision: keep it off the hosts)")
         lines.append(f"start the server: nats-server -c {r['server_conf']}")
         port = listen.rpartition(":")[2] or "4222"  # the port a new nats-server.conf listens on
         lines.append(f"then make its stream and buckets: relayctl bridge provision --server nats://SERVER:{port} --dir {r['dir']}")

@@ -396,3 +396,22 @@ def test_a_directory_flood_keeps_status_small(hosts, nats):
     assert alpha.sees("trainer", "beta")
     alpha.ctl("send", "trainer", "still here", agent="athena")
     wait_for("trainer's mail", lambda: [m.body for m in beta.inbox("trainer")] == ["still here"])
+
+
+def test_a_host_registers_no_more_agents_than_the_others_keep():
+    import anyio
+
+    pytest.importorskip("nats")
+    from relayd.bridge.directory import MAX_AGENTS_PER_HOST, Directory
+    from relayd.errors import Conflict
+
+    directory = Directory(None, "alpha")  # no store is touched before the cap is checked
+    for n in range(MAX_AGENTS_PER_HOST):
+        assert directory._add_claim("alpha", f"a{n}", n + 1)
+    with pytest.raises(Conflict, match="the most one host may list"):
+        anyio.run(directory.claim, None, "one-more")
+    # Another host's claims beyond the cap are skipped and counted, its first ones kept.
+    for n in range(MAX_AGENTS_PER_HOST + 5):
+        directory._add_claim("ghost", f"g{n}", 1000 + n)
+    assert directory.counts["ghost"] == MAX_AGENTS_PER_HOST and directory.owner("g0") == "ghost" and directory.owner(f"g{MAX_AGENTS_PER_HOST}") is None
+    assert directory.skipped.counts == {"ghost: more agents than a host may list": 5}

@@ -237,6 +237,9 @@ class Directory:
             raise taken(name, owner)
         if owner == self.host:
             return
+        if self.counts.get(self.host, 0) >= MAX_AGENTS_PER_HOST:
+            # The other hosts would not keep another claim of this host's (see the cap).
+            raise Conflict(f"cannot register {name}: this host has {MAX_AGENTS_PER_HOST} agents in the team directory, the most one host may list", agent=name)
         self.claiming.add(name)  # the caller discards it once the local register has run
         winner = await self._claim(kv, name)
         if winner != self.host:
