@@ -415,3 +415,64 @@ def test_a_host_registers_no_more_agents_than_the_others_keep():
         directory._add_claim("ghost", f"g{n}", 1000 + n)
     assert directory.counts["ghost"] == MAX_AGENTS_PER_HOST and directory.owner("g0") == "ghost" and directory.owner(f"g{MAX_AGENTS_PER_HOST}") is None
     assert directory.skipped.counts == {"ghost: more agents than a host may list": 5}
+
+
+def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, relay_env):
+    """A team set up before provision existed: no admin.creds, and the stream and buckets
+    as the older relayd made them (roll-up allowed, no cap)."""
+    import nats as nats_py
+    from nats.js import api
+
+    from conftest import RelayCtl
+    from nats_proc import NatsServer
+    from relayd.bridge.streams import problem
+    from test_bridge import TEAM, Host
+
+    auth = short_tmp / "nats-auth"
+    RelayCtl(relay_env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
+    seeds = {host: json.loads((auth / f"{host}.creds").read_text())["seed"] for host in TEAM}
+    (auth / "admin.creds").unlink()
+    old = NatsServer(str(short_tmp)).start()  # what the older relayd made, as it made it
+
+    async def as_older_relayd() -> None:
+        nc = await nats_py.connect(old.url)
+        js = nc.jetstream()
+        await js.add_stream(api.StreamConfig(name="RELAY_MAIL", subjects=["relay.mail.*.*"], retention=api.RetentionPolicy.WORK_QUEUE, storage=api.StorageType.FILE, duplicate_window=120))
+        for bucket, ttl in (("relay-agents", None), ("relay-reservations", 600), ("relay-locks", None), ("relay-hosts", 20)):
+            await js.create_key_value(bucket=bucket, history=1, ttl=ttl, storage=api.StorageType.FILE)
+        kv = await js.key_value("relay-agents")
+        await kv.put("beta.name.trainer", b"{}")
+        await kv.put("alpha.name.athena", b"{}")
+        await js.publish("relay.mail.beta.alpha", json.dumps({**GOOD, "body": "from before the upgrade"}).encode())
+        await nc.close()
+
+    run(as_older_relayd())
+    old.kill()
+    again = json.loads(RelayCtl(relay_env)("--json", "bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth)).stdout)
+    assert again["kept"] == list(TEAM) and (auth / "admin.creds").exists()
+    assert {host: json.loads((auth / f"{host}.creds").read_text())["seed"] for host in TEAM} == seeds
+    server = NatsServer(str(short_tmp), port=old.port, config=str(auth / "auth.conf"))
+    server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
+    server.start()
+    beta = Host(short_tmp, "beta", server, relay_env)
+    try:
+        beta.ctl("init")
+        beta.ctl("register", "trainer")
+        shown = json.loads(RelayCtl(relay_env)("--json", "bridge", "provision", "--server", server.url, "--dir", str(auth)).stdout)
+        assert shown["streams"] == {"RELAY_MAIL": "updated", "KV_relay-agents": "updated", "KV_relay-reservations": "updated", "KV_relay-locks": "updated", "KV_relay-hosts": "updated"}
+
+        async def settings() -> list:
+            async with Intruder(server, "beta") as host:
+                js = host.js()
+                return [(await js.stream_info(name)).config for name in shown["streams"]]
+
+        assert [problem(config) for config in run(settings())] == [None] * 5
+        beta.start()
+        wait_for("beta connected over the migrated stream", lambda: connected(beta))
+        # The claim and the mail from before the upgrade are still there.
+        got = wait_for("the mail from before the upgrade", lambda: beta.inbox("trainer"), timeout=30)
+        assert [m.body for m in got] == ["from before the upgrade"] and beta.sees("athena", "alpha")
+    finally:
+        if beta.daemon is not None:
+            beta.daemon.kill()
+        server.kill()
