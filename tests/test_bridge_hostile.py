@@ -476,3 +476,31 @@ def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, 
         if beta.daemon is not None:
             beta.daemon.kill()
         server.kill()
+
+
+def test_a_reservation_flood_keeps_status_small_and_reserves_working(hosts, nats):
+    """ghost writes 1,000 reservations of its own and 500 damaged entries."""
+    from test_bridge import REPO
+
+    alpha, beta = registered_pair(hosts)
+    entry = {"id": "x", "agent": "phantom", "repo": "/elsewhere", "exclusive": True, "reason": "r" * 1000, "created_at": "2026-11-23T09:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z", "host": "ghost"}
+
+    async def flood() -> None:
+        async with Intruder(nats, ATTACKER) as ghost:
+            js = ghost.js()
+            acks = [await js.publish_async(f"$KV.relay-reservations.ghost.{n:064x}", json.dumps({**entry, "pattern": f"/elsewhere/p{n}"}).encode()) for n in range(1000)]
+            acks += [await js.publish_async(f"$KV.relay-reservations.ghost.d{n}", b"\x00") for n in range(500)]
+            for ack in acks:
+                await ack
+
+    run(flood())
+    granted = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/**", "repo": REPO})  # reads the whole bucket
+    assert granted["ok"], granted
+    wait_for("beta's watcher to catch up", lambda: len(beta.bridge()["reservations"]) == 256, timeout=30)
+    shown = beta.ctl("--json", "status").stdout
+    status = json.loads(shown)["bridge"]
+    assert len(shown) < 200_000 and sum(r["host"] == ATTACKER for r in status["reservations"]) == 256
+    assert status["skipped"]["reservations"] == {"ghost: damaged": 500, "ghost: more reservations than a host may hold": 1000 - 256}
+    assert log_lines(beta, "skipped a reservation entry") == 2
+    refused = alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/a.py", "repo": REPO})
+    assert not refused["ok"] and "on host beta" in refused["error"]["message"]

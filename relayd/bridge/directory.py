@@ -45,7 +45,7 @@ log = structlog.get_logger()
 # (its oldest claims; later ones are skipped and counted), each entry at most this large.
 MAX_AGENTS_PER_HOST = 128
 MAX_ENTRY_BYTES = 32 * 1024
-SHOWN_CHARS = 200  # of a remote agent's task, status and the like, in status
+SHOWN_CHARS = 200  # of a remote agent's task, status and the like (a reservation's reason), in status
 REFRESH_SECONDS = 30.0  # every entry is rewritten this often, so heartbeat ages stay fresh
 COALESCE_SECONDS = 0.05
 CLAIM = b"{}"
@@ -128,11 +128,11 @@ class Directory:
                     "alive": age is not None and age <= stale_seconds and not entry.archived,
                     "last_heartbeat": entry.last_heartbeat,
                     "age_seconds": round(age, 3) if age is not None else None,
-                    "status": _shown(entry.status),
-                    "task": _shown(entry.task),
-                    "program": _shown(entry.program),
-                    "model": _shown(entry.model),
-                    "bead": _shown(entry.bead),
+                    "status": shown(entry.status),
+                    "task": shown(entry.task),
+                    "program": shown(entry.program),
+                    "model": shown(entry.model),
+                    "bead": shown(entry.bead),
                     "archived": entry.archived,
                 }
             )
@@ -316,7 +316,7 @@ class Directory:
                 self.published.pop(name, None)
 
 
-def _shown(text: str | None) -> str | None:
+def shown(text: str | None) -> str | None:
     """Another host's text as status shows it: a long one cut, so no host swells it."""
     if text is None or len(text) <= SHOWN_CHARS:
         return text

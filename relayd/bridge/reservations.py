@@ -48,6 +48,11 @@ log = structlog.get_logger()
 
 LEASE_SECONDS = 10.0  # the longest a lock entry holds, from when it was written
 LOCK_WAIT = LEASE_SECONDS + 2.0  # longer than any one entry holds: a reserve outlasts it
+# What one host can make the others hold and show: its first this many reservations (in
+# the bucket's order, the same on every host), each entry at most this large. A host
+# refuses to reserve beyond it, so an honest one never meets it.
+MAX_RESERVATIONS_PER_HOST = 256
+MAX_ENTRY_BYTES = 16 * 1024  # an honest one: a pattern and a reason of at most 1024 characters, a path
 RECONCILE_SECONDS = 60.0  # at most this long between reconciles (and a quarter of the bucket's max age)
 
 
@@ -113,6 +118,10 @@ class TeamReservations:
         if buckets is None:
             return None, _error(request, Unavailable("cannot reserve: the team's reservations are decided through NATS, which is unreachable now (try again when relayctl status shows the bridge connected; --check still works)"))
         kv, locks = buckets
+        held = {digest(name) for name, r in load_all(self.store) if not is_expired(r)}
+        wanted = _candidate(params)
+        if len(held) >= MAX_RESERVATIONS_PER_HOST and digest(reservation_key(wanted.repo, wanted.pattern, None if wanted.exclusive else wanted.agent)) not in held:
+            return None, _error(request, Conflict(f"cannot reserve: this host holds {MAX_RESERVATIONS_PER_HOST} reservations, the most the other hosts keep of one host; release some first"))
         try:
             revision = await self._lock(locks)
         except RelayError as exc:
@@ -231,7 +240,7 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        self.remote = {key: value for key, _, value in await _bucket(self.js, self.skipped) if value.host != self.host}
+        self.remote = {key: value for key, _, value in await _bucket(self.js, self.skipped, self.host) if value.host != self.host}
         return list(self.remote.values())
 
     async def watch(self, kv) -> None:
@@ -244,8 +253,12 @@ class TeamReservations:
                 if update.operation in ("DEL", "PURGE") or not update.value:
                     self.remote.pop(update.key, None)
                     continue
-                value = _genuine(update.key, update.value, self.skipped)
-                if value is not None and value.host != self.host:
+                # Skipped ones are counted by the whole reads (_bucket), not here as well.
+                value = _genuine(update.key, update.value, self.skipped, {})
+                if value is None or value.host == self.host:
+                    continue
+                held = sum(1 for other in self.remote.values() if other.host == value.host)
+                if update.key in self.remote or held < MAX_RESERVATIONS_PER_HOST:
                     self.remote[update.key] = value
         finally:
             await finish(watcher.stop)
@@ -262,34 +275,48 @@ class TeamReservations:
         """Make the bucket show exactly this host's live reservations, each freshly written
         (the bucket's max age removes entries nobody rewrites)."""
         local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
-        for key, revision, value in await _bucket(self.js, self.skipped):
+        for key, revision, value in await _bucket(self.js, self.skipped, self.host):
             if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
 
 
-async def _bucket(js, skipped: Skipped) -> list[tuple[str, int, TeamEntry]]:
-    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values
-    and entries naming another host than their key are left out."""
+async def _bucket(js, skipped: Skipped, host: str) -> list[tuple[str, int, TeamEntry]]:
+    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values,
+    entries naming another host than their key, and another host's entries beyond the
+    first MAX_RESERVATIONS_PER_HOST are left out (and counted: `skipped.counts` becomes
+    this read's tally)."""
     found = []
+    counts: dict[str, int] = {}
+    held: dict[str, int] = {}
     for key, revision, raw in await read_bucket(js, RESERVATIONS_BUCKET):
-        value = _genuine(key, raw, skipped)
-        if value is not None:
-            found.append((key, revision, value))
+        value = _genuine(key, raw, skipped, counts)
+        if value is None:
+            continue
+        if value.host != host:
+            if held.get(value.host, 0) >= MAX_RESERVATIONS_PER_HOST:
+                skipped.note(value.host, "more reservations than a host may hold", key, counts)
+                continue
+            held[value.host] = held.get(value.host, 0) + 1
+        found.append((key, revision, value))
+    skipped.counts = counts
     return found
 
 
-def _genuine(key: str, raw: bytes | None, skipped: Skipped) -> TeamEntry | None:
+def _genuine(key: str, raw: bytes | None, skipped: Skipped, counts: dict[str, int]) -> TeamEntry | None:
     """The entry under `key`, unless it is damaged or names another host than the key
     (which NATS let only that host write): such an entry holds nothing."""
+    if raw is not None and len(raw) > MAX_ENTRY_BYTES:
+        skipped.note(owner_of(key), "larger than an entry may be", key, counts)
+        return None
     try:
         value = _entry_decoder.decode(raw or b"")
     except (msgspec.DecodeError, msgspec.ValidationError):
-        skipped.note(owner_of(key), "damaged", key)
+        skipped.note(owner_of(key), "damaged", key, counts)
         return None
     if value.host != owner_of(key):
-        skipped.note(owner_of(key), "names another host than its key", key)
+        skipped.note(owner_of(key), "names another host than its key", key, counts)
         return None
     return value
 

@@ -28,7 +28,7 @@ from relayd.records import Event, Message, check_agent_name
 from relayd.store import Store
 
 from . import link, subjects
-from .directory import Directory, taken
+from .directory import Directory, shown, taken
 from .events import TeamEvents
 from .forwarder import Forwarder
 from .lease import Lease, NameTaken
@@ -99,7 +99,7 @@ class Bridge:
             "received": self.receiver.delivered,
             "duplicates_refused": self.receiver.duplicates,
             "agents": self.directory.remote_states(stale_seconds),
-            "reservations": sorted((msgspec.to_builtins(r) for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
+            "reservations": sorted(({**msgspec.to_builtins(r), "reason": shown(r.reason)} for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
             "name_conflicts": dict(self.directory.conflicts),
             # Entries of other hosts ignored here, by "<host>: <reason>" (bridge/skipped.py).
             "skipped": {"directory": dict(self.directory.skipped.counts), "reservations": dict(self.reservations.skipped.counts)},

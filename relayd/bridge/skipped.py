@@ -18,10 +18,14 @@ class Skipped:
     def __init__(self, what: str) -> None:
         self.what = what  # "directory entry", "reservation entry"
         self.counts: dict[str, int] = {}  # "<host>: <reason>" -> entries skipped
+        self._logged: set[str] = set()
 
-    def note(self, host: str, reason: str, key: str) -> None:
+    def note(self, host: str, reason: str, key: str, counts: dict[str, int] | None = None) -> None:
+        """Count one skipped entry (into `counts`, for a tally of one whole read that
+        replaces `self.counts`), logging its kind the first time."""
         label = f"{host}: {reason}"
-        seen = self.counts.get(label, 0)
-        self.counts[label] = seen + 1
-        if not seen:
+        into = self.counts if counts is None else counts
+        into[label] = into.get(label, 0) + 1
+        if label not in self._logged:
+            self._logged.add(label)
             log.warning(f"skipped a {self.what}; more like it from this host are only counted", host=host, reason=reason, key=key)
