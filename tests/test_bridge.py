@@ -829,7 +829,7 @@ def test_bridge_setup_writes_a_config_nats_server_starts(short_tmp, relay_env):
     shown = RelayCtl(relay_env)("bridge", "setup", "--hosts", "laptop,gpu-box", "--out", str(out), "--listen", f"127.0.0.1:{port}").stdout
     assert "laptop" in shown and "gpu-box" in shown and "--bridge-creds" in shown
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
-    for name in ("laptop.creds", "gpu-box.creds", "auth.conf", "nats-server.conf"):
+    for name in ("laptop.creds", "gpu-box.creds", "admin.creds", "auth.conf", "nats-server.conf"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     seed = json.loads((out / "laptop.creds").read_text())["seed"]
     assert seed.startswith("SU") and seed not in (out / "auth.conf").read_text()

@@ -1,4 +1,5 @@
-"""Setting up the NATS side: the stream, the buckets, this host's mail consumer.
+"""Setting up the NATS side: the stream, the buckets (settings checked, `streams`), this
+host's mail consumer.
 
 The names and subjects, and what each host may do with them, are in `subjects`. One NATS
 account (or server) per team: the names are fixed, so two teams on one server would share

@@ -3,8 +3,9 @@
 Keys per exact pattern (create-only) would stop two hosts taking the *same* pattern, but
 not `src/**` on one host and `src/auth/login.go` on another. So a reserve runs under a
 team lock: the key `reservations` in the bucket `relay-locks`, taken with a create-only
-write (or, when its holder died and its lease passed, with compare-and-set on the
-revision seen) and given back with a delete conditioned on our own revision. Under the
+write (or, once the entry there has held for LEASE_SECONDS from its write -- whatever it
+says of itself, as any host may write it -- with compare-and-set on the revision seen)
+and given back with a delete conditioned on our own revision. Under the
 lock the host reads every reservation of the other hosts from `relay-reservations`,
 checks overlap exactly as one host does (`relayd.reservations.find_conflicts`), runs
 the local reserve (which checks this host's own under its flock), and publishes the
@@ -128,7 +129,7 @@ class TeamReservations:
             return None, _error(request, exc)
         try:
             try:
-                candidate = _candidate(params)
+                candidate = wanted
                 others = await self._read_others(kv)
             except RelayError as exc:
                 return None, _error(request, exc)

@@ -115,9 +115,9 @@ class Bridge:
         agents = {name: self.directory.host_of(name) or "" for name in self.directory.remote_names()}
         if agents == self._written_agents:
             return  # presence changed, not who is where: the state file stays as it is
-        self._written_agents = agents
         try:
             remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents, creds=self.creds_path))
+            self._written_agents = agents
         except RelayError as exc:
             log.warning("could not write the bridge state file", error=exc.message)
 
