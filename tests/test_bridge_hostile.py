@@ -504,3 +504,20 @@ def test_a_reservation_flood_keeps_status_small_and_reserves_working(hosts, nats
     assert log_lines(beta, "skipped a reservation entry") == 2
     refused = alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/a.py", "repo": REPO})
     assert not refused["ok"] and "on host beta" in refused["error"]["message"]
+
+
+def test_provision_errors_are_one_line(short_tmp, relay_env):
+    from conftest import RelayCtl
+    from nats_proc import free_port
+
+    ctl = RelayCtl(relay_env)
+    ctl("bridge", "setup", "--hosts", "alpha,beta", "--out", str(short_tmp / "team"))
+    nowhere = f"nats://127.0.0.1:{free_port()}"
+    for args, words in (
+        (["--server", nowhere, "--dir", str(short_tmp)], "admin.creds: No such file or directory (relayctl bridge setup writes it"),
+        (["--server", nowhere, "--dir", str(short_tmp / "team")], f"cannot connect to {nowhere} with the admin key"),
+        (["--server", nowhere, "--dir", str(short_tmp / "team"), "--max-queued", "0"], "--max-queued: give at least 1"),
+    ):
+        proc = ctl("bridge", "provision", *args, check=False)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -189,7 +189,7 @@ async def provision_server(url: str, folder: str, max_queued: int = DEFAULT_MAX_
     if max_queued < 1:
         raise UsageError("--max-queued: give at least 1")
     try:
-        nc = await nats.connect(url, nkeys_seed_str=admin.seed, inbox_prefix=ADMIN_INBOX, allow_reconnect=False, connect_timeout=5, max_reconnect_attempts=0)
+        nc = await nats.connect(url, nkeys_seed_str=admin.seed, inbox_prefix=ADMIN_INBOX, allow_reconnect=False, max_reconnect_attempts=1, connect_timeout=5, error_cb=_quiet)
     except Exception as exc:
         raise UsageError(f"cannot connect to {url} with the admin key ({type(exc).__name__}: {exc}); is the server running with the auth.conf of {folder}?") from None
     try:
@@ -200,3 +200,8 @@ async def provision_server(url: str, folder: str, max_queued: int = DEFAULT_MAX_
         raise UsageError(f"provisioning {url} failed ({type(exc).__name__}: {exc}); was the server reloaded after relayctl bridge setup wrote auth.conf?") from None
     finally:
         await nc.close()
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py prints a traceback for every error unless told otherwise; the one that
+    matters is raised, and said in one line, above."""
