@@ -73,13 +73,22 @@ class Host:
         return RawClient(self.daemon.socket_path)
 
 
-def team_server(workdir: Path, env: dict[str, str]) -> NatsServer:
-    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup."""
+def team_server(workdir: Path, env: dict[str, str], extra_conf: str = "", *provision: str) -> NatsServer:
+    """A nats-server that trusts only the hosts of TEAM, configured by relayctl bridge setup
+    (with `extra_conf` lines first), its stream and buckets made by relayctl bridge
+    provision (with the options `provision`)."""
     auth = workdir / "nats-auth"
     RelayCtl(env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
-    server = NatsServer(str(workdir), config=str(auth / "auth.conf"))
+    config = auth / "auth.conf"
+    if extra_conf:
+        config = workdir / "team.conf"
+        config.write_text(f"{extra_conf}\ninclude nats-auth/auth.conf\n")
+    server = NatsServer(str(workdir), config=str(config))
     server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
-    return server.start()
+    server.setup_dir = str(auth)  # type: ignore[attr-defined]
+    server.start()
+    RelayCtl(env)("bridge", "provision", "--server", server.url, "--dir", str(auth), *provision)
+    return server
 
 
 @pytest.fixture
@@ -689,16 +698,15 @@ def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay
     import asyncio
     import json
 
-    from nats.js import api
+    from relayd.bridge.streams import provision_server
 
     server = team_server(short_tmp, relay_env)
     try:
         forever = {"id": "x", "agent": "phantom", "pattern": "**", "repo": REPO, "exclusive": True, "created_at": "2026-11-23T09:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z"}
 
         async def bucket() -> None:
-            async with Intruder(server, "ghost") as ghost:
-                # The operator made the bucket with a short max age (relayd keeps what it finds).
-                await ghost.js().create_key_value(bucket="relay-reservations", history=1, ttl=8, storage=api.StorageType.FILE)
+            # The operator gave the bucket a short max age (relayd keeps what it finds).
+            await provision_server(server.url, server.setup_dir, ttls={"relay-reservations": 8})
 
         async def plant() -> None:
             async with Intruder(server, "ghost") as ghost:
@@ -821,7 +829,7 @@ def test_bridge_setup_writes_a_config_nats_server_starts(short_tmp, relay_env):
     shown = RelayCtl(relay_env)("bridge", "setup", "--hosts", "laptop,gpu-box", "--out", str(out), "--listen", f"127.0.0.1:{port}").stdout
     assert "laptop" in shown and "gpu-box" in shown and "--bridge-creds" in shown
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
-    for name in ("laptop.creds", "gpu-box.creds", "auth.conf", "nats-server.conf"):
+    for name in ("laptop.creds", "gpu-box.creds", "admin.creds", "auth.conf", "nats-server.conf"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     seed = json.loads((out / "laptop.creds").read_text())["seed"]
     assert seed.startswith("SU") and seed not in (out / "auth.conf").read_text()
@@ -880,6 +888,7 @@ def test_tls_with_a_private_ca_given_by_ssl_cert_file(short_tmp, relay_env):
     server.creds = lambda host: str(auth / f"{host}.creds")  # type: ignore[attr-defined]
     server.start()
     url = f"tls://127.0.0.1:{server.port}"
+    RelayCtl({**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})("bridge", "provision", "--server", url, "--dir", str(auth))
     trusting = Host(short_tmp, "alpha", server, {**relay_env, "SSL_CERT_FILE": str(pki / "ca.pem")})
     wary = Host(short_tmp, "beta", server, relay_env)
     try:

@@ -25,6 +25,13 @@ carry its name (`subjects.py`), and holds a lease on that name (`lease.py`).
 * events (`events.py`): each relayd publishes its event log on `relay.events.<host>` and
   hands other hosts' events to subscribers that asked for `scope: team`.
 
+* trust (`streams.py`, `skipped.py`): a host's credentials are not trusted either. The
+  stream and buckets are made by the operator's admin key (`relayctl bridge provision`)
+  without roll-up or purge, with a cap on the mail waiting per pair of hosts; every relayd
+  checks their settings at each connection and stops over one that could lose mail. What
+  one host can make the others keep of it (agents, reservations, entry sizes) is capped,
+  and what is skipped is counted and logged once.
+
 `service.py` ties these together, keeps the connection (retrying while NATS is down:
 local work never waits for it) and is what relayd's main loop starts.
 """

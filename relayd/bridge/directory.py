@@ -12,10 +12,12 @@ The bucket `relay-agents` holds two kinds of keys, both under the writing host's
   order, and the later one withdraws.
 * `<host>.agent.<agent>` -- the agent's presence (program, task, status, heartbeat),
   rewritten as it changes and every 30 s. An entry whose value names another host or
-  agent than its key is ignored.
+  agent than its key is ignored, and logged once (`skipped`).
 
-Each relayd keeps the whole bucket in memory, fed by a watcher: a send asks `host_of`
-without a network round trip.
+Each relayd keeps the bucket in memory, fed by a watcher: a send asks `host_of` without a
+network round trip. What one host can make the others keep is bounded: its first
+`MAX_AGENTS_PER_HOST` claims (by revision, so every host keeps the same ones), entries of
+at most `MAX_ENTRY_BYTES`; what is skipped is counted and logged once (`skipped`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,16 @@ from relayd.store import Store
 from relayd.timefmt import now, parse_iso
 
 from .link import finish, read_bucket
+from .skipped import Skipped
 from .subjects import AGENTS_BUCKET, name_key, presence_key
 
 log = structlog.get_logger()
 
+# What one host can make every other host keep and show: at most this many of its agents
+# (its oldest claims; later ones are skipped and counted), each entry at most this large.
+MAX_AGENTS_PER_HOST = 128
+MAX_ENTRY_BYTES = 32 * 1024
+SHOWN_CHARS = 200  # of a remote agent's task, status and the like (a reservation's reason), in status
 REFRESH_SECONDS = 30.0  # every entry is rewritten this often, so heartbeat ages stay fresh
 COALESCE_SECONDS = 0.05
 CLAIM = b"{}"
@@ -79,6 +87,7 @@ class Directory:
         self.store = store
         self.host = host
         self.claims: dict[str, dict[str, int]] = {}  # agent -> {host: revision of its claim}
+        self.counts: dict[str, int] = {}  # host -> claims of it kept in `claims`
         self.presence: dict[tuple[str, str], DirectoryEntry] = {}  # (host, agent) -> entry
         self.published: dict[str, bytes] = {}  # what this host last wrote per name
         self.conflicts: dict[str, str] = {}  # local agent -> the other host that owns the name
@@ -87,6 +96,7 @@ class Directory:
         self.on_change: Callable[[], None] = lambda: None
         self.js = None  # the session's JetStream context (fresh reads of the claims)
         self._dirty = anyio.Event()
+        self.skipped = Skipped("directory entry")
 
     # -- asked by the store operations (no I/O) ----------------------------------------
     def owner(self, name: str) -> str | None:
@@ -118,11 +128,11 @@ class Directory:
                     "alive": age is not None and age <= stale_seconds and not entry.archived,
                     "last_heartbeat": entry.last_heartbeat,
                     "age_seconds": round(age, 3) if age is not None else None,
-                    "status": entry.status,
-                    "task": entry.task,
-                    "program": entry.program,
-                    "model": entry.model,
-                    "bead": entry.bead,
+                    "status": shown(entry.status),
+                    "task": shown(entry.task),
+                    "program": shown(entry.program),
+                    "model": shown(entry.model),
+                    "bead": shown(entry.bead),
                     "archived": entry.archived,
                 }
             )
@@ -154,42 +164,69 @@ class Directory:
         host, kind, name = parsed
         gone = update.operation in ("DEL", "PURGE") or not update.value
         if kind == "name":
-            held = self.claims.setdefault(name, {})
             if gone:
-                held.pop(host, None)
-                if not held:
-                    self.claims.pop(name, None)
+                self._drop_claim(host, name)
             else:
-                held[host] = update.revision
+                self._add_claim(host, name, update.revision)
             if self.owner(name) == self.host:
                 self.conflicts.pop(name, None)
             return
         if gone:
             self.presence.pop((host, name), None)
             return
+        if len(update.value) > MAX_ENTRY_BYTES:
+            self.skipped.note(host, "larger than an entry may be", update.key)
+            return
         try:
             entry = _decode(update.value)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("skipped a damaged directory entry", key=update.key)
+            self.skipped.note(host, "damaged", update.key)
             return
         if entry.host != host or entry.name != name:
-            log.warning("skipped a directory entry that names another host or agent than its key", key=update.key, host=entry.host, agent=entry.name)
+            self.skipped.note(host, "names another host or agent than its key", update.key)
             return
+        if host not in self.claims.get(name, {}):
+            return  # its claim is not kept here (withdrawn, or skipped and counted above)
         self.presence[(host, name)] = entry
 
+    def _add_claim(self, host: str, name: str, revision: int) -> bool:
+        """Keep `host`'s claim on `name`, unless the host has as many as it may list."""
+        held = self.claims.setdefault(name, {})
+        if host not in held:
+            if host != self.host and self.counts.get(host, 0) >= MAX_AGENTS_PER_HOST:
+                if not held:
+                    self.claims.pop(name, None)
+                self.skipped.note(host, "more agents than a host may list", name_key(host, name))
+                return False
+            self.counts[host] = self.counts.get(host, 0) + 1
+        held[host] = revision
+        return True
+
+    def _drop_claim(self, host: str, name: str) -> None:
+        held = self.claims.get(name, {})
+        if held.pop(host, None) is not None:
+            self.counts[host] -= 1
+        if not held:
+            self.claims.pop(name, None)
+
     async def fresh_claims(self, name: str) -> dict[str, int]:
-        """Every host's claim on `name`, read from the bucket now (the watched copy may lag)."""
+        """Every host's claim on `name`, read from the bucket now (the watched copy may lag);
+        a host's claim beyond what it may list counts no more here than in the watched copy."""
         found: dict[str, int] = {}
+        held = self.claims.get(name, {})
         for key, revision, _ in await read_bucket(self.js, AGENTS_BUCKET, name_key("*", name)):
             parsed = parse_key(key)
-            if parsed is not None:
-                found[parsed[0]] = revision
+            if parsed is None:
+                continue
+            host = parsed[0]
+            if host in held or host == self.host or self.counts.get(host, 0) < MAX_AGENTS_PER_HOST:
+                found[host] = revision
         return found
 
-    async def fresh_owner(self, kv, name: str) -> str | None:
+    async def fresh_owner(self, name: str) -> str | None:
         claims = await self.fresh_claims(name)
-        if claims:
-            self.claims[name] = {**self.claims.get(name, {}), **claims}
+        for host, revision in claims.items():
+            self._add_claim(host, name, revision)
         return oldest(claims)
 
     # -- claiming a name (register) ------------------------------------------------------
@@ -200,6 +237,9 @@ class Directory:
             raise taken(name, owner)
         if owner == self.host:
             return
+        if self.counts.get(self.host, 0) >= MAX_AGENTS_PER_HOST:
+            # The other hosts would not keep another claim of this host's (see the cap).
+            raise Conflict(f"cannot register {name}: this host has {MAX_AGENTS_PER_HOST} agents in the team directory, the most one host may list", agent=name)
         self.claiming.add(name)  # the caller discards it once the local register has run
         winner = await self._claim(kv, name)
         if winner != self.host:
@@ -207,7 +247,7 @@ class Directory:
                 await kv.delete(name_key(self.host, name))  # withdrawn: the older claim stands
             except Exception as exc:  # the next publish round deletes it (no local agent)
                 log.warning("could not withdraw a losing name claim", agent=name, error=str(exc))
-            self.claims.get(name, {}).pop(self.host, None)
+            self._drop_claim(self.host, name)
             raise taken(name, winner)
 
     async def _claim(self, kv, name: str) -> str:
@@ -219,7 +259,8 @@ class Directory:
             revision = (await kv.get(key)).revision  # claimed before (an earlier run): keep its place
         claims = await self.fresh_claims(name)
         claims[self.host] = revision
-        self.claims[name] = claims
+        for host, rev in claims.items():
+            self._add_claim(host, name, rev)
         return oldest(claims) or self.host
 
     # -- publishing this host's agents ---------------------------------------------------
@@ -270,9 +311,16 @@ class Directory:
             if self.host in held and name not in local and name not in self.claiming:
                 await kv.delete(presence_key(self.host, name))
                 await kv.delete(name_key(self.host, name))
-                held.pop(self.host, None)
+                self._drop_claim(self.host, name)
                 self.presence.pop((self.host, name), None)
                 self.published.pop(name, None)
+
+
+def shown(text: str | None) -> str | None:
+    """Another host's text as status shows it: a long one cut, so no host swells it."""
+    if text is None or len(text) <= SHOWN_CHARS:
+        return text
+    return text[: SHOWN_CHARS - 1] + "…"
 
 
 def taken(name: str, host: str) -> Conflict:

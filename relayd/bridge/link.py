@@ -1,4 +1,5 @@
-"""Setting up the NATS side: the stream, the buckets, this host's mail consumer.
+"""Setting up the NATS side: the stream, the buckets (settings checked, `streams`), this
+host's mail consumer.
 
 The names and subjects, and what each host may do with them, are in `subjects`. One NATS
 account (or server) per team: the names are fixed, so two teams on one server would share
@@ -12,7 +13,7 @@ import random
 import anyio
 
 from nats.js import api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from relayd.errors import Unavailable
 
@@ -30,14 +31,7 @@ from .subjects import (  # noqa: F401  (the bridge's modules import the names fr
     mail_filter,
     mail_subject,
 )
-
-DUPLICATE_WINDOW = 120.0  # seconds JetStream remembers a Nats-Msg-Id
-# Entries a host no longer rewrites leave these buckets: a reservation of a host that is
-# gone (or one forged for a host that never ran) after RESERVATION_TTL, a host's lease on
-# its name after LEASE_TTL. Each live host rewrites its own well before that.
-RESERVATION_TTL = 600.0
-LEASE_TTL = 20.0
-TTLS = {RESERVATIONS_BUCKET: RESERVATION_TTL, HOSTS_BUCKET: LEASE_TTL}
+from .streams import bucket_config, check, mail_config
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 5.0, rng: random.Random | None = None) -> float:
@@ -46,38 +40,37 @@ def backoff(attempt: int, base: float = 0.2, cap: float = 5.0, rng: random.Rando
     return (rng or random).uniform(0, min(cap, base * 2**attempt))
 
 
+async def _missing(js, config) -> None:
+    """A stream or bucket that is not there: made here when this client may (a server
+    without authorization, as in development); a host's credentials may not."""
+    try:
+        await js.add_stream(config)
+    except Exception as exc:
+        raise Unavailable(
+            f"the NATS stream {config.name} does not exist and this host may not create it ({type(exc).__name__}); "
+            "the server's operator makes it: relayctl bridge provision --server URL --dir SETUP-DIR"
+        ) from None
+
+
 async def ensure_stream(js) -> None:
+    """The mail stream, its settings checked (`streams.check`: UnsafeStream)."""
     try:
         info = await js.stream_info(MAIL_STREAM)
     except NotFoundError:
-        pass
-    else:
-        if list(info.config.subjects or []) != [MAIL_SUBJECTS] or info.config.retention != api.RetentionPolicy.WORK_QUEUE:
-            # Made by an older relay, or by someone else: mail would not reach its host.
-            raise Unavailable(
-                f"the NATS stream {MAIL_STREAM} has subjects {info.config.subjects} and retention {info.config.retention}, not [{MAIL_SUBJECTS!r}] and workqueue; the server's operator must delete it (nats stream rm {MAIL_STREAM}) so relayd can make it again"
-            )
-        return
-    # Work-queue retention: a message leaves the stream once its host acked it; each host's
-    # consumer filters its own subject, so they never compete for one message.
-    config = api.StreamConfig(
-        name=MAIL_STREAM,
-        subjects=[MAIL_SUBJECTS],
-        retention=api.RetentionPolicy.WORK_QUEUE,
-        storage=api.StorageType.FILE,
-        duplicate_window=DUPLICATE_WINDOW,
-    )
-    await js.add_stream(config)
+        await _missing(js, mail_config())
+        info = await js.stream_info(MAIL_STREAM)
+    check(info.config)
 
 
-async def bucket(js, name: str, ttl: float | None = None):
-    """The bucket `name`, made if missing; `ttl` (seconds) overrides TTLS (tests shorten it)."""
-    ttl = TTLS.get(name) if ttl is None else ttl
+async def bucket(js, name: str):
+    """The bucket `name` (made if missing and this client may), its settings checked."""
     try:
-        return await js.key_value(name)
-    except BucketNotFoundError:
-        pass
-    return await js.create_key_value(bucket=name, history=1, ttl=ttl, storage=api.StorageType.FILE)
+        info = await js.stream_info(kv_stream(name))
+    except NotFoundError:
+        await _missing(js, bucket_config(name))
+        info = await js.stream_info(kv_stream(name))
+    check(info.config)
+    return await js.key_value(name)
 
 
 async def read_bucket(js, bucket: str, keys: str = ">") -> list[tuple[str, int, bytes]]:

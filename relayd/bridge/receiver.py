@@ -16,7 +16,8 @@ passes the checks of a local send (`relayd.inbox.check_message`: names, ULID id,
 tags). Anything else -- a forged sender, a bad id, a 900 KB body, mail for a name this
 host does not have -- goes to `bridge/undeliverable.jsonl`, one line each with the
 reason, the sending host and the first 4 KiB of what came, and is acknowledged rather
-than redelivered forever.
+than redelivered forever. So is a message that makes the checks themselves fail: one
+message never stops the stream for the ones behind it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ FETCH_BATCH = 256
 RECEIVED_ROTATE_BYTES = 1 << 20  # two files of ids: ~70,000 of the latest messages
 INBOX_TAIL_BYTES = 256 * 1024  # read from each inbox at start (see _load)
 KEPT_BYTES = 4096  # of a refused message, in undeliverable.jsonl
+# Failures of NATS, not of a message: the session ends and JetStream delivers it again.
+TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
 
 
 class Refused(msgspec.Struct, kw_only=True):
@@ -129,10 +132,15 @@ class Receiver:
             sender = sender_of(msg.subject)
             try:
                 message = message_decoder.decode(msg.data)
+                reason = await self._refusal(message, sender)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                undeliverable.append(_refused(f"not a relay message: {exc}", sender, msg.data))
-                continue
-            reason = await self._refusal(message, sender)
+                reason = f"not a relay message: {exc}"
+            except TRANSIENT:
+                raise  # NATS itself failed (asking the directory): the batch comes again
+            except Exception as exc:
+                # Whatever else one message does to the checks, it is that message's
+                # failure: kept with its reason, never a stop of the stream for the others.
+                reason = f"could not be checked ({type(exc).__name__}: {exc})"
             if reason is not None:
                 undeliverable.append(_refused(reason, sender, msg.data))
                 continue

@@ -3,8 +3,9 @@
 Keys per exact pattern (create-only) would stop two hosts taking the *same* pattern, but
 not `src/**` on one host and `src/auth/login.go` on another. So a reserve runs under a
 team lock: the key `reservations` in the bucket `relay-locks`, taken with a create-only
-write (or, when its holder died and its lease passed, with compare-and-set on the
-revision seen) and given back with a delete conditioned on our own revision. Under the
+write (or, once the entry there has held for LEASE_SECONDS from its write -- whatever it
+says of itself, as any host may write it -- with compare-and-set on the revision seen)
+and given back with a delete conditioned on our own revision. Under the
 lock the host reads every reservation of the other hosts from `relay-reservations`,
 checks overlap exactly as one host does (`relayd.reservations.find_conflicts`), runs
 the local reserve (which checks this host's own under its flock), and publishes the
@@ -13,7 +14,7 @@ its name (`<host>.<sha256(repo:pattern)>`; its NATS permissions allow no other);
 whose value names another host than its key is ignored. Release deletes them; a
 reconcile on every (re)connection, and every quarter of the bucket's max age, rewrites
 the live ones and removes those whose local file is gone (released or collected while
-NATS was down). The bucket has a max age (`link.RESERVATION_TTL`): the entries of a host
+NATS was down). The bucket has a max age (`streams.RESERVATION_TTL`): the entries of a host
 that stopped rewriting them -- gone, or never run, as a forged one -- leave with it.
 
 While NATS is unreachable a reserve is refused (a local-only "exclusive" reservation
@@ -28,7 +29,7 @@ from typing import Callable
 import anyio
 import msgspec
 import structlog
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from relayd import protocol
 from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
@@ -40,13 +41,19 @@ from relayd.store import Store
 from relayd.timefmt import now, to_iso
 
 from .link import finish, read_bucket
-from .subjects import LOCK_KEY, RESERVATIONS_BUCKET
+from .skipped import Skipped
+from .subjects import LOCK_KEY, LOCKS_BUCKET, RESERVATIONS_BUCKET, kv_stream
 from .subjects import reservation_key as team_key
 
 log = structlog.get_logger()
 
-LEASE_SECONDS = 10.0  # a lock older than this was left by a host that died holding it
-LOCK_WAIT = 5.0
+LEASE_SECONDS = 10.0  # the longest a lock entry holds, from when it was written
+LOCK_WAIT = LEASE_SECONDS + 2.0  # longer than any one entry holds: a reserve outlasts it
+# What one host can make the others hold and show: its first this many reservations (in
+# the bucket's order, the same on every host), each entry at most this large. A host
+# refuses to reserve beyond it, so an honest one never meets it.
+MAX_RESERVATIONS_PER_HOST = 256
+MAX_ENTRY_BYTES = 16 * 1024  # an honest one: a pattern and a reason of at most 1024 characters, a path
 RECONCILE_SECONDS = 60.0  # at most this long between reconciles (and a quarter of the bucket's max age)
 
 
@@ -61,6 +68,14 @@ class _Lock(msgspec.Struct):
 
 _entry_decoder = msgspec.json.Decoder(TeamEntry)
 _lock_decoder = msgspec.json.Decoder(_Lock)
+
+
+def lock_over(written: float, first_seen: float, now_wall: float, now_mono: float) -> bool:
+    """Whether a lock entry no longer holds: LEASE_SECONDS after the server stored it (its
+    `written` time, wall clock), or after we first saw it (monotonic, for a host whose clock
+    runs behind the server's) -- whichever comes first. What the entry itself says (its
+    `until`, its host) is not trusted: any host can write this key."""
+    return now_wall - written > LEASE_SECONDS or now_mono - first_seen > LEASE_SECONDS
 
 
 def digest(file_name: str) -> str:
@@ -79,6 +94,9 @@ class TeamReservations:
         self.remote: dict[str, TeamEntry] = {}  # other hosts' entries by key, as last read
         self.reconcile_every = RECONCILE_SECONDS
         self.js = None  # the session's JetStream context (fresh reads of the bucket)
+        self.clock = time.time  # injectable, as is the monotonic clock: the lock's hold is timed
+        self.monotonic = time.monotonic
+        self.skipped = Skipped("reservation entry")
 
     def _key(self, r: Reservation) -> str:
         return team_key(self.host, digest(reservation_key(r.repo, r.pattern, None if r.exclusive else r.agent)))
@@ -101,13 +119,17 @@ class TeamReservations:
         if buckets is None:
             return None, _error(request, Unavailable("cannot reserve: the team's reservations are decided through NATS, which is unreachable now (try again when relayctl status shows the bridge connected; --check still works)"))
         kv, locks = buckets
+        held = {digest(name) for name, r in load_all(self.store) if not is_expired(r)}
+        wanted = _candidate(params)
+        if len(held) >= MAX_RESERVATIONS_PER_HOST and digest(reservation_key(wanted.repo, wanted.pattern, None if wanted.exclusive else wanted.agent)) not in held:
+            return None, _error(request, Conflict(f"cannot reserve: this host holds {MAX_RESERVATIONS_PER_HOST} reservations, the most the other hosts keep of one host; release some first"))
         try:
             revision = await self._lock(locks)
         except RelayError as exc:
             return None, _error(request, exc)
         try:
             try:
-                candidate = _candidate(params)
+                candidate = wanted
                 others = await self._read_others(kv)
             except RelayError as exc:
                 return None, _error(request, exc)
@@ -168,32 +190,46 @@ class TeamReservations:
 
     # -- the lock --------------------------------------------------------------------------
     async def _lock(self, locks) -> int:
-        value = json_encoder.encode(_Lock(host=self.host, until=time.time() + LEASE_SECONDS))
-        deadline = time.monotonic() + LOCK_WAIT
+        value = json_encoder.encode(_Lock(host=self.host, until=self.clock() + LEASE_SECONDS))
+        deadline = self.monotonic() + LOCK_WAIT
+        seen: dict[int, float] = {}  # revision of a lock entry -> when we first saw it
         holder = "?"
+        pause = 0.005
         while True:
             try:
                 return await locks.create(LOCK_KEY, value)
             except KeyWrongLastSequenceError:
                 pass
-            try:
-                entry = await locks.get(LOCK_KEY)
-            except KeyNotFoundError:
+            held = await self._held()
+            if held is None:
                 continue  # released meanwhile
-            try:
-                held = _lock_decoder.decode(entry.value)
-                holder = held.host
-                expired = held.until < time.time()
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                expired = True
-            if expired:
+            revision, holder, written = held
+            first_seen = seen.setdefault(revision, self.monotonic())
+            if lock_over(written, first_seen, self.clock(), self.monotonic()):
                 try:
-                    return await locks.update(LOCK_KEY, value, last=entry.revision)
+                    return await locks.update(LOCK_KEY, value, last=revision)
                 except KeyWrongLastSequenceError:
                     pass  # someone else took it over first
-            if time.monotonic() > deadline:
-                raise TimedOut(f"the team reservation lock stayed held by host {holder} for {LOCK_WAIT:.0f}s; try again")
-            await anyio.sleep(0.005)
+            if self.monotonic() > deadline:
+                raise TimedOut(f"the team reservation lock stayed held ({holder}) for {LOCK_WAIT:.0f}s; try again")
+            await anyio.sleep(pause)
+            pause = min(0.1, pause * 1.5)
+
+    async def _held(self) -> tuple[int, str, float] | None:
+        """(revision, who the entry says holds it, when the server stored it) of the lock
+        entry, or None when nobody holds it."""
+        try:
+            msg = await self.js.get_msg(kv_stream(LOCKS_BUCKET), subject=f"$KV.{LOCKS_BUCKET}.{LOCK_KEY}")
+        except NotFoundError:
+            return None
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        try:
+            holder = f"by host {_lock_decoder.decode(msg.data or b'').host}, as its entry says"
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            holder = "by an entry that is not a relay lock"
+        written = msg.time.timestamp() if msg.time is not None else 0.0
+        return msg.seq or 0, holder, written
 
     async def _unlock(self, locks, revision: int) -> None:
         try:
@@ -205,7 +241,7 @@ class TeamReservations:
     async def _read_others(self, kv) -> list[TeamEntry]:
         """Fresh from the bucket (not the watched copy, which may lag behind a write that
         another host finished just before it gave us the lock)."""
-        self.remote = {key: value for key, _, value in await _bucket(self.js) if value.host != self.host}
+        self.remote = {key: value for key, _, value in await _bucket(self.js, self.skipped, self.host) if value.host != self.host}
         return list(self.remote.values())
 
     async def watch(self, kv) -> None:
@@ -218,8 +254,12 @@ class TeamReservations:
                 if update.operation in ("DEL", "PURGE") or not update.value:
                     self.remote.pop(update.key, None)
                     continue
-                value = _genuine(update.key, update.value)
-                if value is not None and value.host != self.host:
+                # Skipped ones are counted by the whole reads (_bucket), not here as well.
+                value = _genuine(update.key, update.value, self.skipped, {})
+                if value is None or value.host == self.host:
+                    continue
+                held = sum(1 for other in self.remote.values() if other.host == value.host)
+                if update.key in self.remote or held < MAX_RESERVATIONS_PER_HOST:
                     self.remote[update.key] = value
         finally:
             await finish(watcher.stop)
@@ -236,33 +276,48 @@ class TeamReservations:
         """Make the bucket show exactly this host's live reservations, each freshly written
         (the bucket's max age removes entries nobody rewrites)."""
         local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
-        for key, revision, value in await _bucket(self.js):
+        for key, revision, value in await _bucket(self.js, self.skipped, self.host):
             if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)
         for key, r in local.items():
             await kv.put(key, _encode(r, self.host))
 
 
-async def _bucket(js) -> list[tuple[str, int, TeamEntry]]:
-    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values
-    and entries naming another host than their key are left out."""
+async def _bucket(js, skipped: Skipped, host: str) -> list[tuple[str, int, TeamEntry]]:
+    """(key, revision, entry) of every genuine entry, fresh from the bucket; damaged values,
+    entries naming another host than their key, and another host's entries beyond the
+    first MAX_RESERVATIONS_PER_HOST are left out (and counted: `skipped.counts` becomes
+    this read's tally)."""
     found = []
+    counts: dict[str, int] = {}
+    held: dict[str, int] = {}
     for key, revision, raw in await read_bucket(js, RESERVATIONS_BUCKET):
-        value = _genuine(key, raw)
-        if value is not None:
-            found.append((key, revision, value))
+        value = _genuine(key, raw, skipped, counts)
+        if value is None:
+            continue
+        if value.host != host:
+            if held.get(value.host, 0) >= MAX_RESERVATIONS_PER_HOST:
+                skipped.note(value.host, "more reservations than a host may hold", key, counts)
+                continue
+            held[value.host] = held.get(value.host, 0) + 1
+        found.append((key, revision, value))
+    skipped.counts = counts
     return found
 
 
-def _genuine(key: str, raw: bytes | None) -> TeamEntry | None:
+def _genuine(key: str, raw: bytes | None, skipped: Skipped, counts: dict[str, int]) -> TeamEntry | None:
     """The entry under `key`, unless it is damaged or names another host than the key
     (which NATS let only that host write): such an entry holds nothing."""
+    if raw is not None and len(raw) > MAX_ENTRY_BYTES:
+        skipped.note(owner_of(key), "larger than an entry may be", key, counts)
+        return None
     try:
         value = _entry_decoder.decode(raw or b"")
     except (msgspec.DecodeError, msgspec.ValidationError):
+        skipped.note(owner_of(key), "damaged", key, counts)
         return None
     if value.host != owner_of(key):
-        log.warning("ignored a reservation entry that names another host than its key", key=key, host=value.host)
+        skipped.note(owner_of(key), "names another host than its key", key, counts)
         return None
     return value
 

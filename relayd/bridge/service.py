@@ -28,12 +28,13 @@ from relayd.records import Event, Message, check_agent_name
 from relayd.store import Store
 
 from . import link, subjects
-from .directory import Directory, taken
+from .directory import Directory, shown, taken
 from .events import TeamEvents
 from .forwarder import Forwarder
 from .lease import Lease, NameTaken
 from .receiver import Receiver
 from .reservations import TeamReservations
+from .streams import UnsafeStream
 
 log = structlog.get_logger()
 
@@ -70,6 +71,7 @@ class Bridge:
         self._agents_kv = None
         self._buckets = None
         self._lost: anyio.Event | None = None
+        self._written_agents: dict[str, str] | None = None
         self.team_ops = {"register": self.register, "reserve": self.reservations.reserve, "release": self.reservations.release}
         remote.write_state(store, remote.BridgeState(host=self.host, url=shown_url(url), creds=creds_path))
 
@@ -97,8 +99,10 @@ class Bridge:
             "received": self.receiver.delivered,
             "duplicates_refused": self.receiver.duplicates,
             "agents": self.directory.remote_states(stale_seconds),
-            "reservations": sorted((msgspec.to_builtins(r) for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
+            "reservations": sorted(({**msgspec.to_builtins(r), "reason": shown(r.reason)} for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
             "name_conflicts": dict(self.directory.conflicts),
+            # Entries of other hosts ignored here, by "<host>: <reason>" (bridge/skipped.py).
+            "skipped": {"directory": dict(self.directory.skipped.counts), "reservations": dict(self.reservations.skipped.counts)},
         }
 
     # -- hooks ---------------------------------------------------------------------------
@@ -109,8 +113,11 @@ class Bridge:
 
     def _directory_changed(self) -> None:
         agents = {name: self.directory.host_of(name) or "" for name in self.directory.remote_names()}
+        if agents == self._written_agents:
+            return  # presence changed, not who is where: the state file stays as it is
         try:
             remote.write_state(self.store, remote.BridgeState(host=self.host, url=shown_url(self.url), agents=agents, creds=self.creds_path))
+            self._written_agents = agents
         except RelayError as exc:
             log.warning("could not write the bridge state file", error=exc.message)
 
@@ -212,7 +219,7 @@ class Bridge:
             try:
                 await self._session(nc, js, lost)
             except Exception as exc:  # anything a part raised ends this session; the next one starts clean
-                fatal = _name_taken(exc)
+                fatal = _fatal(exc)
                 if fatal is not None:
                     self.state = "stopped"
                     self.last_error = fatal.message
@@ -281,12 +288,14 @@ class Bridge:
         self.last_error = text
 
 
-def _name_taken(exc: BaseException) -> NameTaken | None:
-    if isinstance(exc, NameTaken):
+def _fatal(exc: BaseException) -> RelayError | None:
+    """Why this relayd must stop rather than try again: its host name is taken, or a stream
+    could lose mail."""
+    if isinstance(exc, (NameTaken, UnsafeStream)):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _name_taken(inner)
+            found = _fatal(inner)
             if found is not None:
                 return found
     return None

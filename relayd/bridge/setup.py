@@ -6,10 +6,15 @@ with its seed at every connection, so the secret never crosses the network. Writ
 
 * `<host>.creds` per host (0600): JSON `{"host": NAME, "seed": "SU..."}`, given to
   `relayd --bridge-creds`;
+* `admin.creds` (0600): the operator's key, `{"role": "admin", "seed": ...}`, the only one
+  that may make and change the stream and buckets (`relayctl bridge provision`, `streams`);
+  it stays with the operator, never on a host;
 * `auth.conf`: the nats-server `authorization` block (public keys and permissions only);
 * `nats-server.conf`: listen address, JetStream and `include auth.conf`, to start from.
 
-Run again with more names to add hosts: existing `.creds` files keep their keys.
+Run again with more names to add hosts: existing `.creds` files keep their keys. Run again
+after an upgrade to rewrite `auth.conf` with the permissions this version gives (the admin
+key is added if missing), then reload the server and run `relayctl bridge provision`.
 Needs the `nkeys` package (the extra `relay-bus[bridge]`); nats-py is not imported.
 """
 
@@ -26,6 +31,7 @@ from relayd.names import check_agent_name
 from . import subjects
 
 AUTH_FILE = "auth.conf"
+ADMIN_FILE = "admin.creds"
 SERVER_FILE = "nats-server.conf"
 CREDS_SUFFIX = ".creds"
 
@@ -37,7 +43,30 @@ class Credentials(msgspec.Struct, kw_only=True):
     seed: str
 
 
+class AdminCredentials(msgspec.Struct, kw_only=True):
+    """`admin.creds`: the key that makes the stream and buckets."""
+
+    role: str
+    seed: str
+
+
 _creds_decoder = msgspec.json.Decoder(Credentials)
+_admin_decoder = msgspec.json.Decoder(AdminCredentials)
+
+
+def load_admin(folder: str) -> AdminCredentials:
+    """The admin key of a setup directory; a one-line UsageError for anything wrong with it."""
+    path = os.path.join(os.path.expanduser(folder), ADMIN_FILE)
+    try:
+        with open(path, "rb") as fh:
+            admin = _admin_decoder.decode(fh.read(64 * 1024))
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc} (relayctl bridge setup writes it; run it again to add one)") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UsageError(f"{path}: not a relay admin key ({exc})") from None
+    if admin.role != "admin" or not admin.seed.startswith("SU"):
+        raise UsageError(f"{path}: not a relay admin key")
+    return admin
 
 
 def load_credentials(path: str) -> Credentials:
@@ -96,21 +125,23 @@ def _conf_list(items: list[str], indent: str) -> str:
     return "[\n" + "".join(f"{indent}  {json.dumps(item)}\n" for item in items) + f"{indent}]"
 
 
-def auth_conf(keys: dict[str, str]) -> str:
-    """The nats-server `authorization` block for hosts -> public keys."""
-    users = []
-    for host, key in sorted(keys.items()):
-        perms = subjects.permissions(host)
-        users.append(
-            f"    # host {host}\n"
-            f"    {{\n"
-            f"      nkey: {key}\n"
-            f"      permissions: {{\n"
-            f"        publish: {{ allow: {_conf_list(perms['publish']['allow'], '        ')} }}\n"
-            f"        subscribe: {{ allow: {_conf_list(perms['subscribe']['allow'], '        ')} }}\n"
-            f"      }}\n"
-            f"    }}\n"
-        )
+def _user(comment: str, key: str, perms: dict[str, dict[str, list[str]]]) -> str:
+    return (
+        f"    # {comment}\n"
+        f"    {{\n"
+        f"      nkey: {key}\n"
+        f"      permissions: {{\n"
+        f"        publish: {{ allow: {_conf_list(perms['publish']['allow'], '        ')} }}\n"
+        f"        subscribe: {{ allow: {_conf_list(perms['subscribe']['allow'], '        ')} }}\n"
+        f"      }}\n"
+        f"    }}\n"
+    )
+
+
+def auth_conf(keys: dict[str, str], admin_key: str) -> str:
+    """The nats-server `authorization` block for hosts -> public keys, and the admin key."""
+    users = [_user("admin: makes the stream and buckets (relayctl bridge provision)", admin_key, subjects.admin_permissions())]
+    users += [_user(f"host {host}", key, subjects.permissions(host, sorted(keys))) for host, key in sorted(keys.items())]
     return (
         "# relay bridge: one nkey user per host, each allowed to write only subjects that\n"
         "# carry its own name (docs/bridge.md). Written by relayctl bridge setup.\n"
@@ -153,7 +184,12 @@ def setup(hosts: list[str], out: str, listen: str = "127.0.0.1:4222") -> dict:
                 _write(folder, name + CREDS_SUFFIX, msgspec.json.encode(creds) + b"\n")
                 made.append(name)
             keys[name] = public_key(creds.seed)
-        _write(folder, AUTH_FILE, auth_conf(keys).encode())
+        if os.path.exists(os.path.join(out, ADMIN_FILE)):
+            admin = load_admin(out)
+        else:
+            admin = AdminCredentials(role="admin", seed=new_seed())
+            _write(folder, ADMIN_FILE, msgspec.json.encode(admin) + b"\n")
+        _write(folder, AUTH_FILE, auth_conf(keys, public_key(admin.seed)).encode())
         if not os.path.exists(os.path.join(out, SERVER_FILE)):
             _write(folder, SERVER_FILE, server_conf(listen, out).encode())
         os.fsync(folder)
@@ -165,6 +201,7 @@ def setup(hosts: list[str], out: str, listen: str = "127.0.0.1:4222") -> dict:
         "created": made,
         "kept": kept,
         "auth_conf": os.path.join(out, AUTH_FILE),
+        "admin": os.path.join(out, ADMIN_FILE),
         "server_conf": os.path.join(out, SERVER_FILE),
         "creds": {name: os.path.join(out, name + CREDS_SUFFIX) for name in names},
     }
