@@ -84,28 +84,9 @@ def relayctl(relay_env: dict[str, str]) -> RelayCtl:
     return RelayCtl(relay_env)
 
 
-# The programs the suite runs for real, and the Debian package of each. Checked before the
-# first test, so a machine without one stops at once with the command that fixes it rather
-# than failing here and there through a 15-minute run (.ci/run installs them first).
-PROGRAMS = {
-    "tmux": "tmux",
-    "git": "git",
-    "socat": "socat",  # docs/protocol.md's examples
-    "chromium": "chromium",  # the web view's browser tests
-    "w3m": "w3m",  # relayctl web --open with a browser in the foreground
-    "nats-server": "nats-server",  # the bridge (Debian puts it in /usr/sbin)
-    "node": "nodejs",  # the agent programs from npm
-    "npm": "npm",
-}
-
-
-def missing_programs(path: str | None = None) -> list[str]:
-    """The Debian packages of PROGRAMS not found on PATH (or in /usr/sbin)."""
-    search = os.pathsep.join([path if path is not None else os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-    return [package for program, package in PROGRAMS.items() if shutil.which(program, path=search) is None]
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
+    from needed_programs import missing_programs
+
     missing = missing_programs()
     if missing:
         raise pytest.UsageError(f"the tests need programs that are not installed; on Debian or Ubuntu: sudo apt-get install {' '.join(missing)}")

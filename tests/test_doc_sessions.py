@@ -229,7 +229,7 @@ NOT_COMMANDS = {
 # Blocks no test here runs as written, and why (few: each needs what a test machine lacks).
 NOT_RUNNABLE = {
     **NOT_RUNNABLE,
-    ("README.md", "relayctl down                          # a team started"): "removes what relay installed on this machine; test_team.py runs down, test_hooks_install.py hooks uninstall, test_guard.py guard uninstall, test_systemd_install.py systemd uninstall",
+    ("README.md", "relayctl down --clean                  # a team started"): "removes what relay installed on this machine; test_team.py runs up --trust then down --clean and compares the repository byte for byte, test_hooks_install.py runs uninstall, test_systemd_install.py systemd uninstall",
     ("docs/daemon.md", "relayctl systemd install --now"): "needs a user systemd manager (systemctl --user); test_systemd_install.py runs it against one",
     ("docs/daemon.md", "mkdir -p ~/.config/systemd/user"): "needs a user systemd manager (systemctl --user); test_systemd_units.py verifies the units",
     ("docs/coordination.md", '$ relayctl wake "bd-42 done"'): "needs an OpenClaw gateway; test_gateway_discovery.py runs wake against a real hook server",

@@ -1,0 +1,28 @@
+"""The programs the suite runs for real, and the Debian package of each.
+
+tests/conftest.py checks them before the first test, so a machine without one stops at
+once with the command that fixes it rather than failing here and there through a
+15-minute run (.ci/run installs them first).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+PROGRAMS = {
+    "tmux": "tmux",
+    "git": "git",
+    "socat": "socat",  # docs/protocol.md's examples
+    "chromium": "chromium",  # the web view's browser tests
+    "w3m": "w3m",  # relayctl web --open with a browser in the foreground
+    "nats-server": "nats-server",  # the bridge (Debian puts it in /usr/sbin)
+    "node": "nodejs",  # the agent programs from npm
+    "npm": "npm",
+}
+
+
+def missing_programs(path: str | None = None) -> list[str]:
+    """The Debian packages of PROGRAMS not found on PATH (or in /usr/sbin)."""
+    search = os.pathsep.join([path if path is not None else os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return [package for program, package in PROGRAMS.items() if shutil.which(program, path=search) is None]
