@@ -268,7 +268,8 @@ class Server:
         deferred requests) on every connection that has some waiting. A connection whose
         first reply is not ready is passed over at the cost of that one check: busy
         clients are split between the round that ended and the one filling, and a full
-        `_flush` of each of them after every round was a quarter of relayd's CPU a send."""
+        `_flush` of each of them after every round and every read made four flushes for
+        each reply written."""
         for peer in tuple(self.waiting):
             if peer.front_ready():
                 peer._flush()
