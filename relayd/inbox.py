@@ -10,10 +10,11 @@ it still held unread mail.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Callable, Iterator
 
 import msgspec
 
@@ -107,7 +108,7 @@ def _closed_web_view(store: Store, name: str) -> bool:
         return False
 
 
-def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
+def _recipients(store: Store, p: SendParams, sender: str, is_agent: Callable[[str], bool]) -> list[str]:
     if p.broadcast:
         from . import remote  # agents of other hosts (relayd --bridge): loaded when a send may concern them
 
@@ -122,7 +123,7 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     seen: list[str] = []
     for name in p.to:
         check_agent_name(name, "recipient")
-        if not store.is_agent(name):
+        if not is_agent(name):
             from . import remote
 
             if remote.recipient_host(store, name, p.ack) is None:
@@ -132,8 +133,10 @@ def _recipients(store: Store, p: SendParams, sender: str) -> list[str]:
     return seen
 
 
-def build_messages(store: Store, p: SendParams) -> list[Message]:
-    """Validate a send request into the messages to append; writes nothing."""
+def build_messages(store: Store, p: SendParams, is_agent: Callable[[str], bool] | None = None) -> list[Message]:
+    """Validate a send request into the messages to append; writes nothing. `is_agent`:
+    `store.is_agent`, or a batch's memo of it (see send_many)."""
+    is_agent = is_agent or store.is_agent
     sender = check_agent_name(p.agent, "sender")
     if not p.ack and (p.ack_wait is not None or p.max_deliver is not None):
         raise UsageError("--ack-wait and --max-deliver go with --ack")
@@ -143,8 +146,8 @@ def build_messages(store: Store, p: SendParams) -> list[Message]:
     subject = p.subject if p.subject is not None else default_subject(p.body)
     check_content(p.body, subject, p.tags, p.thread)
     chosen = check_id(p.id) if p.id is not None else None
-    recipients = _recipients(store, p, sender)
-    if store.remote is not None and not store.is_agent(sender) and any(_is_remote(store, r) for r in recipients):
+    recipients = _recipients(store, p, sender, is_agent)
+    if store.remote is not None and not is_agent(sender) and any(_is_remote(store, r) for r in recipients):
         # The receiving host stores mail only from a name the directory gives to this host.
         raise UsageError(f"{sender} is not an agent of this host, and mail to other hosts must come from one: relayctl register {sender}")
     stamp = now_iso()
@@ -341,10 +344,14 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
     outcomes: list[SendResult | RelayError | None] = []
     planned: list[list[Message]] = []
     policies: list[owed.Policy | None] = []
+    # The sends of a batch run at one moment (relayd's loop thread, between two reads of
+    # the socket): each name is looked up once, not twice for every send of a busy pair.
+    is_agent = functools.cache(store.is_agent)
+    is_known_agent = functools.cache(store.is_known_agent)
     for p in requests:
         policy = None
         try:
-            messages = build_messages(store, p)
+            messages = build_messages(store, p, is_agent)
             if p.ack:
                 from . import owed  # (here: only a send --ack needs it)
 
@@ -438,7 +445,7 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
         outcomes[index] = SendResult(
             messages=messages,
             duplicates=[m.to for m in planned[index] if (index, m.to) in originals],
-            agent_registered=store.is_known_agent(requests[index].agent),
+            agent_registered=is_known_agent(requests[index].agent),
         )
     return outcomes  # type: ignore[return-value]  (no None is left)
 

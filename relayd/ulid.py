@@ -43,12 +43,15 @@ def new_ulid(now_ms: int | None = None) -> str:
     return _encode((ms << 80) | rnd)
 
 
+# Crockford's digits as int()'s base-32 digits, and the set of them: every id'd send checks
+# its id and reads its time, and a Python loop over the characters showed in relayd's profile.
+_AS_BASE32 = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
+_DIGITS = frozenset(_ALPHABET)
+
+
 def ulid_time_ms(ulid: str) -> int:
-    value = 0
-    for ch in ulid[:10].upper():
-        value = (value << 5) | _ALPHABET.index(ch)
-    return value
+    return int(ulid[:10].upper().translate(_AS_BASE32), 32)
 
 
 def is_ulid(text: str) -> bool:
-    return len(text) == 26 and all(ch in _ALPHABET for ch in text.upper()) and text[0] in "01234567"
+    return len(text) == 26 and text[0] in "01234567" and _DIGITS.issuperset(text.upper())

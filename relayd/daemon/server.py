@@ -265,9 +265,14 @@ class Server:
 
     def flush_replies(self) -> None:
         """Write the replies that became ready (after a group commit round, or a run of
-        deferred requests) on every connection that has some waiting."""
+        deferred requests) on every connection that has some waiting. A connection whose
+        first reply is not ready is passed over at the cost of that one check: busy
+        clients are split between the round that ended and the one filling, and a full
+        `_flush` of each of them after every round and every read made four flushes for
+        each reply written."""
         for peer in tuple(self.waiting):
-            peer._flush()
+            if peer.front_ready():
+                peer._flush()
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
@@ -438,7 +443,8 @@ class Peer:
             if data:
                 self.last_active = self.server.clock()
                 self._take(data)
-                self._flush()
+                if self.front_ready():  # (a durable reply, the usual one, waits for its round)
+                    self._flush()
             if not data or self.conn.closed:
                 self._finish()
         except Exception as exc:  # a bug: end this connection (the handler logs it), keep serving
@@ -499,6 +505,16 @@ class Peer:
         self._outbox.append(item)
         self.server.waiting.add(self)
         self._apply(self.state.reply_queued(durable_later))
+
+    def front_ready(self) -> bool:
+        """Whether the first reply in the outbox can be written now (see `_flush`)."""
+        if not self._outbox:
+            return False
+        item = self._outbox[0]
+        if isinstance(item, Deferred):
+            return item.ready()
+        batch = item[0]
+        return batch is None or batch.done.is_set()
 
     def _flush(self) -> None:
         """Write every reply at the front of the outbox that is ready: its request has run
