@@ -12,6 +12,11 @@ refused with one line and left as it is.
 A relay entry is any command hook that runs `relayctl ... hook <program>`, so entries a
 person pasted from the docs are recognised too (and not duplicated).
 
+GitHub Copilot CLI (1.0.102) reads every `.github/hooks/*.json` of the repository, in its
+own shape: `{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}`, with no
+matcher groups. relay writes its entries into a file of its own there, `relay.json`, with
+the same merge rules; uninstalling removes the file once nothing else is left in it.
+
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
 
@@ -34,7 +39,9 @@ SETTINGS_FILE = {
     "claude": os.path.join(".claude", "settings.json"),
     "codex": os.path.join(".codex", "hooks.json"),
     "gemini": os.path.join(".gemini", "settings.json"),
+    "copilot": os.path.join(".github", "hooks", "relay.json"),
 }
+COPILOT_HOOKS_VERSION = 1  # the "version" Copilot CLI's hook files carry
 GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
 # Claude Code's permission rule for every tool of the MCP server named "relay" (relayctl
 # mcp-config's key): without it, each relay tool call in Claude Code's default "auto"
@@ -43,7 +50,7 @@ GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable re
 # entry itself (relayctl mcp-config).
 CLAUDE_ALLOW = "mcp__relay"
 
-_RELAY_HOOK = re.compile(r"(?:^|[\s/'\"])relayctl['\"]?\s(?:.*\s)?hook\s+(?:claude|codex|gemini)\s*$")
+_RELAY_HOOK = re.compile(r"(?:^|[\s/'\"])relayctl['\"]?\s(?:.*\s)?hook\s+(?:(?:claude|codex|gemini)|copilot\s+[A-Za-z]+)\s*$")
 
 
 class Change(NamedTuple):
@@ -52,7 +59,7 @@ class Change(NamedTuple):
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
 
 
-def hook_command(program: str, agent: str | None, store_dir: str | None = None, socket: str | None = None) -> str:
+def hook_command(program: str, agent: str | None, store_dir: str | None = None, socket: str | None = None, event: str | None = None) -> str:
     """The shell command a hook entry runs: this installation's relayctl, with the agent
     (and a store or socket other than the default) spelled out, since an agent program
     starts its hooks with its own environment. With agent None the hook speaks for the
@@ -65,11 +72,12 @@ def hook_command(program: str, agent: str | None, store_dir: str | None = None, 
         words += ["--dir", store_dir]
     if socket:
         words += ["--socket", socket]
-    return shlex.join([*words, "hook", program])
+    return shlex.join([*words, "hook", program, *([event] if event else [])])
 
 
 def is_relay_hook(entry: Any) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("command"), str) and bool(_RELAY_HOOK.search(entry["command"]))
+    command = entry.get("command", entry.get("bash")) if isinstance(entry, dict) else None
+    return isinstance(command, str) and bool(_RELAY_HOOK.search(command))
 
 
 def settings_path(program: str, project: str) -> str:
@@ -79,6 +87,8 @@ def settings_path(program: str, project: str) -> str:
 
 def install(program: str, agent: str | None, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
     """Merge relay's hook entries for `agent` into `program`'s settings in `project`."""
+    if program == "copilot":
+        return _install_copilot(agent, project, store_dir, socket)
     path = settings_path(program, project)
     command = hook_command(program, agent, store_dir, socket)
     data = _load(path)
@@ -102,6 +112,54 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     if program == "claude":
         _allow_relay_tools(path, data)
     return Change(path, _save(path, data), events)
+
+
+def _install_copilot(agent: str | None, project: str, store_dir: str | None, socket: str | None) -> Change:
+    path = settings_path("copilot", project)
+    data = _load(path)
+    data.setdefault("version", COPILOT_HOOKS_VERSION)
+    hooks = data.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
+    events = PROGRAMS["copilot"].installed
+    for event in events:
+        entry = {"type": "command", "bash": hook_command("copilot", agent, store_dir, socket, event)}
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise RelayError(f"{path}: hooks.{event} is not a list; fix it by hand (relay did not change the file)")
+        relay_at = [i for i, h in enumerate(entries) if is_relay_hook(h)]
+        if relay_at:
+            entries[relay_at[0]] = entry
+            entries[:] = [h for i, h in enumerate(entries) if i not in relay_at[1:]]
+        else:
+            entries.append(entry)
+    return Change(path, _save(path, data), events)
+
+
+def _uninstall_copilot(project: str) -> Change:
+    path = settings_path("copilot", project)
+    if not os.path.exists(path):
+        return Change(path, False, ())
+    data = _load(path)
+    hooks = data.get("hooks")
+    if not isinstance(hooks, dict):
+        return Change(path, False, ())
+    touched = []
+    for event, entries in list(hooks.items()):
+        if isinstance(entries, list) and any(is_relay_hook(h) for h in entries):
+            touched.append(event)
+            hooks[event] = [h for h in entries if not is_relay_hook(h)]
+            if not hooks[event]:
+                del hooks[event]
+    if not touched:
+        return Change(path, False, ())
+    if not hooks and set(data) <= {"version", "hooks"}:
+        try:
+            os.unlink(path)  # relay's own file, with nothing of anyone else's left in it
+        except OSError as exc:
+            raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        return Change(path, True, tuple(touched))
+    return Change(path, _save(path, data), tuple(touched))
 
 
 def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
@@ -140,6 +198,8 @@ def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
 
 def uninstall(program: str, project: str = ".") -> Change:
     """Take relay's hook entries out of `program`'s settings in `project`; nothing else."""
+    if program == "copilot":
+        return _uninstall_copilot(project)
     path = settings_path(program, project)
     if not os.path.exists(path):
         return Change(path, False, ())
