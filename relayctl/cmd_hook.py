@@ -17,6 +17,9 @@ repository's .claude/settings.json, with Claude Code's event names but still rea
 its own shape: `hook claude` recognises such a call (`copilot_caller`) and answers it in
 Copilot's shape, so mail marked read there is mail its model was shown.
 
+OpenCode (1.18.33) runs no commands as hooks; relay's plugin for it passes its events on
+to `hook opencode` and reads the same top-level `additionalContext` / block decision.
+
 Every event relay installs also reports the session's state (at its prompt, working,
 asking the person: relayd.program_state), which decides whether a trigger may be typed
 into its pane. The state events (session start, a permission question, a notification,
@@ -102,6 +105,17 @@ PROGRAMS: dict[str, Program] = {
          "preCompact", "preMcpToolCall", "notification"),
         {},
     ),
+    # OpenCode has no command hooks: relay's plugin (relayctl/opencode_plugin.js) passes its
+    # events on under OpenCode's own names and puts the answers where its model reads them.
+    "opencode": Program(
+        "OpenCode",
+        ("chat.message", "tool.execute.after"),
+        "session.idle",
+        ("session.created", "permission.asked", "question.asked", "permission.replied", "question.replied",
+         "question.rejected", "session.deleted"),
+        (),
+        {},
+    ),
 }
 # Events whose name the program does not put in the hook's stdin: the entry passes it.
 NAMED_BY_ENTRY = ("copilot",)
@@ -174,6 +188,8 @@ for _name, _events in (
     ("codex", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest and Interrupt report the session's state"),
     ("gemini", "BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the session's state"),
     ("copilot", "userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd report the session's state"),
+    ("opencode", "chat.message, tool.execute.after and session.idle hand mail over; session.created, permission.asked, "
+                 "question.asked, their replies and session.deleted report the session's state; relay's plugin sends them"),
 ):
     hook.add_command(_command(_name, _events))
 
@@ -228,7 +244,7 @@ def answer_event(program: str, raw: str, event_name: str | None = None) -> dict 
         return None
     if name == spec.stop:
         return {"decision": "block", "reason": text}
-    if program == "copilot" or (program == "claude" and copilot_caller(event)):
+    if program in ("copilot", "opencode") or (program == "claude" and copilot_caller(event)):
         return {"additionalContext": text}  # Copilot ignores Claude Code's hookSpecificOutput
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
 

@@ -28,6 +28,8 @@ NEXT_STEP = {
               "~/.gemini/trustedFolders.json keeps the choice); headless runs in an untrusted folder stop with an error",
     "copilot": "GitHub Copilot CLI runs repository hooks only in a trusted folder: trust {project} when `copilot` asks "
                "(~/.copilot/config.json trustedFolders keeps the choice); `copilot -p` in an untrusted folder runs without them",
+    "opencode": "OpenCode loads the plugin when it next starts in {project} (no trust question); relay's tools come from "
+                "`relayctl mcp-config --for opencode` in opencode.json",
 }
 
 
@@ -60,6 +62,8 @@ def install(program: str, agent: str | None, project: str) -> None:
       gemini  .gemini/settings.json: SessionStart, BeforeAgent, AfterTool, AfterAgent
       copilot .github/hooks/relay.json: sessionStart, userPromptSubmitted, postToolUse,
               agentStop (and permissionRequest, sessionEnd for the session's state)
+      opencode .opencode/plugin/relay.js: relay's plugin (prompt, after a tool, a new
+              turn when the session is idle with mail waiting; state events)
 
     Other hooks and keys in the file stay as they are; a relay entry already there is
     replaced in place, so running it twice changes nothing. The command names this

@@ -17,6 +17,11 @@ own shape: `{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}
 matcher groups. relay writes its entries into a file of its own there, `relay.json`, with
 the same merge rules; uninstalling removes the file once nothing else is left in it.
 
+OpenCode (1.18.33) has no command hooks but loads every `.opencode/plugin/*.js`: relay
+installs its plugin (relayctl/opencode_plugin.js) there as `relay.js`, with this
+installation's `relayctl ... hook opencode` command written into it; uninstalling removes
+that file (only when it is relay's plugin).
+
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
 
@@ -40,7 +45,10 @@ SETTINGS_FILE = {
     "codex": os.path.join(".codex", "hooks.json"),
     "gemini": os.path.join(".gemini", "settings.json"),
     "copilot": os.path.join(".github", "hooks", "relay.json"),
+    "opencode": os.path.join(".opencode", "plugin", "relay.js"),
 }
+OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")
+_PLUGIN_MARK = "// relay's OpenCode plugin"  # the first line: a file relay may replace or remove
 COPILOT_HOOKS_VERSION = 1  # the "version" Copilot CLI's hook files carry
 GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
 # Claude Code's permission rule for every tool of the MCP server named "relay" (relayctl
@@ -89,6 +97,8 @@ def install(program: str, agent: str | None, project: str = ".", store_dir: str 
     """Merge relay's hook entries for `agent` into `program`'s settings in `project`."""
     if program == "copilot":
         return _install_copilot(agent, project, store_dir, socket)
+    if program == "opencode":
+        return _install_opencode(agent, project, store_dir, socket)
     path = settings_path(program, project)
     command = hook_command(program, agent, store_dir, socket)
     data = _load(path)
@@ -162,6 +172,59 @@ def _uninstall_copilot(project: str) -> Change:
     return Change(path, _save(path, data), tuple(touched))
 
 
+def opencode_plugin(agent: str | None, store_dir: str | None = None, socket: str | None = None) -> str:
+    """relay's OpenCode plugin with this installation's hook command (and agent) in it."""
+    with open(OPENCODE_PLUGIN, encoding="utf-8") as fh:
+        text = fh.read()
+    argv = shlex.split(hook_command("opencode", agent, store_dir, socket))
+    text, argv_done = re.subn(r"/\* relay: relayctl argv \*/.*?/\* end \*/", lambda m: json.dumps(argv), text, count=1)
+    text, agent_done = re.subn(r"/\* relay: agent \*/.*?/\* end \*/", lambda m: json.dumps(agent), text, count=1)
+    if not (argv_done and agent_done):
+        raise RelayError(f"{OPENCODE_PLUGIN} has lost its relay: markers; reinstall relay")
+    return text
+
+
+def _install_opencode(agent: str | None, project: str, store_dir: str | None, socket: str | None) -> Change:
+    path = settings_path("opencode", project)
+    text = opencode_plugin(agent, store_dir, socket)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        old = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if old is not None and not old.startswith(_PLUGIN_MARK):
+        raise RelayError(f"{path} is not relay's plugin; move it away or rename it (relay did not change the file)")
+    events = PROGRAMS["opencode"].installed
+    if old == text:
+        return Change(path, False, events)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        replace_file(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return Change(path, True, events)
+
+
+def _uninstall_opencode(project: str) -> Change:
+    path = settings_path("opencode", project)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ours = fh.read().startswith(_PLUGIN_MARK)
+    except FileNotFoundError:
+        return Change(path, False, ())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not ours:
+        return Change(path, False, ())
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+    return Change(path, True, PROGRAMS["opencode"].installed)
+
+
 def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
     permissions = data.setdefault("permissions", {})
     if not isinstance(permissions, dict) or not isinstance(permissions.setdefault("allow", []), list):
@@ -200,6 +263,8 @@ def uninstall(program: str, project: str = ".") -> Change:
     """Take relay's hook entries out of `program`'s settings in `project`; nothing else."""
     if program == "copilot":
         return _uninstall_copilot(project)
+    if program == "opencode":
+        return _uninstall_opencode(project)
     path = settings_path(program, project)
     if not os.path.exists(path):
         return Change(path, False, ())

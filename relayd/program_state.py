@@ -69,6 +69,13 @@ _BY_EVENT: dict[tuple[str, str], str] = {
     ("copilot", "permissionRequest"): "asking",
     ("copilot", "agentStop"): "idle",
     ("copilot", "sessionEnd"): "ended",
+    # OpenCode, as relay's plugin for it reports its events.
+    ("opencode", "session.created"): "idle",
+    **{("opencode", e): "working" for e in ("chat.message", "tool.execute.after", "permission.replied", "question.replied",
+                                            "question.rejected")},
+    **{("opencode", e): "asking" for e in ("permission.asked", "question.asked")},
+    ("opencode", "session.idle"): "idle",
+    ("opencode", "session.deleted"): "ended",
 }
 # Notification events: what each kind of notification says.
 _BY_NOTIFICATION: dict[tuple[str, str], str] = {
@@ -89,7 +96,7 @@ def state_after(program: str, event: dict, continued: bool = False) -> str | Non
         kind = event.get("notification_type")
         return _BY_NOTIFICATION.get((program, kind)) if isinstance(kind, str) else None
     state = _BY_EVENT.get((program, name))
-    if state == "idle" and continued and name in ("Stop", "AfterAgent", "agentStop"):
+    if state == "idle" and continued and name in ("Stop", "AfterAgent", "agentStop", "session.idle"):
         return "working"
     return state
 

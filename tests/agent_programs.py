@@ -91,3 +91,26 @@ def copilot_env(home: Path, url: str, trusted: Path | None = None, model: str = 
     (copilot_home / "config.json").write_text(json.dumps(config))
     return {"COPILOT_PROVIDER_BASE_URL": f"{url}/v1", "COPILOT_MODEL": model, "COPILOT_OFFLINE": "true",
             "COPILOT_AUTO_UPDATE": "false", "XDG_CACHE_HOME": str(COPILOT_CACHE)}
+
+
+def opencode_config(project: Path, url: str, extra: dict | None = None) -> None:
+    """The project's opencode.json with one OpenAI-compatible provider, the scripted model
+    at `url` (OpenCode speaks /v1/chat/completions to it), as the model; `extra` adds keys
+    (such as relay's `mcp` block)."""
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                                  "options": {"baseURL": f"{url}/v1", "apiKey": "sk-scripted"},
+                                  "models": {"scripted-model": {"name": "Scripted", "tool_call": True}}}},
+        "model": "scripted/scripted-model",
+        "autoupdate": False,
+        "share": "disabled",
+        **(extra or {}),
+    }
+    (project / "opencode.json").write_text(json.dumps(config, indent=2))
+
+
+def opencode_env(project: Path) -> dict[str, str]:
+    """OpenCode offline: no fetch of the public model list; it reads its configuration from
+    $PWD, not from the directory it was started in, so PWD names the project."""
+    return {"OPENCODE_DISABLE_MODELS_FETCH": "1", "PWD": str(project)}

@@ -74,6 +74,11 @@ def _copilot_env(home: Path, project: Path, url: str) -> dict[str, str]:
     return agent_programs.copilot_env(home, url, trusted=project)
 
 
+def _opencode_env(home: Path, project: Path, url: str) -> dict[str, str]:
+    agent_programs.opencode_config(project, url)
+    return agent_programs.opencode_env(project)
+
+
 def _chat(turn: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda body: [model_openai.chat_text("OK")]) -> Callable[[Recorded], Any]:
     return model_openai.chat_responder(lambda body: turn(body)[0])
 
@@ -117,6 +122,15 @@ PROGRAMS = {
         lambda r: r.path.split("?")[0].endswith("/chat/completions") and bool((r.json() or {}).get("tools")),
         _copilot_env,
         lambda prompt: [str(agent_programs.program("copilot")), "-p", prompt, "--allow-all-tools"],
+    ),
+    "opencode": Program(
+        "opencode",
+        _chat,
+        lambda project: model_openai.chat_tool_call("read", {"filePath": str(project / "NOTES.md")}),
+        model_openai.chat_text,
+        lambda r: r.path.split("?")[0].endswith("/chat/completions") and bool((r.json() or {}).get("tools")),
+        _opencode_env,
+        lambda prompt: [str(agent_programs.program("opencode")), "run", prompt],
     ),
 }
 
