@@ -11,10 +11,9 @@
 //                       (never a second one for mail that came during that turn; none
 //                       in `opencode run`, which exits there)
 // and reports the session's state (relayd.program_state): a permission or question
-// open is "asking", and no turn is started then. While the session sits idle the plugin
-// waits for mail (`relayctl subscribe inbox`, which needs relayd) and starts a turn when
-// some comes; the person's unsent draft lives in OpenCode's own prompt box and is not
-// touched by that.
+// open is "asking", and no turn is started then. While the session sits idle, mail that
+// comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
+// person's unsent draft lives in OpenCode's own prompt box and is not touched by that.
 
 import { spawn } from "node:child_process"
 
@@ -58,50 +57,41 @@ export const RelayPlugin = async ({ client }) => {
   const continued = new Set() // sessions whose running turn carries mail we handed over at its idle
   const asking = new Map() // session -> open permissions and questions
   const busy = new Set()
-  let idleSession = null
-  let waiter = null
-
-  function stopWaiting() {
-    if (waiter) waiter.kill()
-    waiter = null
-  }
+  let idleSession = null // the session sitting idle at its prompt, if any
 
   async function atIdle(sessionID, afterOurTurn) {
     if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0) return
     const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: afterOurTurn || ONE_SHOT })
-    if (ONE_SHOT) return
-    if (answer && answer.decision === "block" && typeof answer.reason === "string") {
-      continued.add(sessionID)
-      await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
-      return
-    }
-    idleSession = sessionID
-    waitForMail()
+    if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
+    idleSession = null
+    continued.add(sessionID)
+    await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
   }
 
-  // Mail for a session that sits idle: wait for it, then hand it over as at a turn's end.
+  // Mail for a session that sits idle: one `relayctl subscribe inbox` runs for as long as
+  // OpenCode does (started now, so it listens before the session's first idle); an event
+  // while the session is idle is handled as at a turn's end. Without relayd it retries.
   function waitForMail() {
     const agent = AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
-    if (waiter || !agent || !idleSession) return
+    if (ONE_SHOT || !agent) return
     const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), "subscribe", "inbox", "--for", agent]
     const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
-    waiter = child
-    child.unref() // a one-shot `opencode run` exits without waiting for it
-    child.stdout.unref?.()
+    const end = () => child.kill()
+    process.once("exit", end) // it must not outlive OpenCode
     child.on("error", () => {})
     child.stdout.on("data", () => {
-      stopWaiting()
-      const session = idleSession
-      if (session) atIdle(session, false)
+      if (idleSession) atIdle(idleSession, false)
     })
     child.on("close", () => {
-      if (waiter === child) waiter = null
+      process.off("exit", end)
+      setTimeout(waitForMail, 5000).unref?.()
     })
   }
+  waitForMail()
 
   return {
     "chat.message": async (input, output) => {
-      stopWaiting()
+      idleSession = null
       const answer = await relay("chat.message", { session_id: input.sessionID })
       if (answer && typeof answer.additionalContext === "string") {
         output.parts.push({
@@ -128,18 +118,20 @@ export const RelayPlugin = async ({ client }) => {
           if (!props.info?.parentID) await relay("session.created", { session_id: sessionID })
           break
         case "session.status":
-          if (props.status?.type === "busy") busy.add(sessionID)
-          else busy.delete(sessionID)
+          if (props.status?.type === "busy") {
+            busy.add(sessionID)
+            if (idleSession === sessionID) idleSession = null
+          } else busy.delete(sessionID)
           break
         case "session.idle": {
           busy.delete(sessionID)
           const ours = continued.delete(sessionID)
+          idleSession = sessionID
           await atIdle(sessionID, ours)
           break
         }
         case "permission.asked":
         case "question.asked":
-          stopWaiting()
           asking.set(sessionID, (asking.get(sessionID) ?? 0) + 1)
           await relay(event.type, { session_id: sessionID })
           break
@@ -150,7 +142,7 @@ export const RelayPlugin = async ({ client }) => {
           await relay(event.type, { session_id: sessionID })
           break
         case "session.deleted":
-          stopWaiting()
+          if (idleSession === sessionID) idleSession = null
           await relay("session.deleted", { session_id: sessionID })
           break
       }
