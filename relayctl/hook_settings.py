@@ -259,6 +259,17 @@ def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
     return Change(path, _save(path, data), ())
 
 
+def put_opencode_server(project: str, name: str, entry: dict[str, Any]) -> Change:
+    """Put one MCP server under `mcp` of the project's opencode.json, touching no other key."""
+    path = os.path.join(os.path.abspath(project), "opencode.json")
+    data = _load(path)
+    servers = data.setdefault("mcp", {})
+    if not isinstance(servers, dict):
+        raise RelayError(f"{path}: \"mcp\" is not a JSON object; fix it by hand (relay did not change the file)")
+    servers[name] = entry
+    return Change(path, _save(path, data), ())
+
+
 def uninstall(program: str, project: str = ".") -> Change:
     """Take relay's hook entries out of `program`'s settings in `project`; nothing else."""
     if program == "copilot":

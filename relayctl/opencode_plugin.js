@@ -58,6 +58,7 @@ export const RelayPlugin = async ({ client }) => {
   const asking = new Map() // session -> open permissions and questions
   const busy = new Set()
   let idleSession = null // the session sitting idle at its prompt, if any
+  const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
 
   async function atIdle(sessionID, afterOurTurn) {
     if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0) return
@@ -66,6 +67,24 @@ export const RelayPlugin = async ({ client }) => {
     idleSession = null
     continued.add(sessionID)
     await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
+  }
+
+  // Mail before the person has asked anything: no session exists yet, so one is made for
+  // the mail and shown in the TUI (as if it had been picked from the session list).
+  let starting = false
+  async function firstSession() {
+    if (starting) return
+    starting = true
+    try {
+      const created = await client.session.create({ body: {} })
+      const id = created?.data?.id
+      if (!id) return
+      idleSession = id
+      await client.tui.publish({ body: { type: "tui.session.select", properties: { sessionID: id } } }).catch(() => {})
+      await atIdle(id, false)
+    } finally {
+      starting = false
+    }
   }
 
   // Mail for a session that sits idle: one `relayctl subscribe inbox` runs for as long as
@@ -81,6 +100,7 @@ export const RelayPlugin = async ({ client }) => {
     child.on("error", () => {})
     child.stdout.on("data", () => {
       if (idleSession) atIdle(idleSession, false)
+      else if (!sessions.size) firstSession()
     })
     child.on("close", () => {
       process.off("exit", end)
@@ -115,7 +135,9 @@ export const RelayPlugin = async ({ client }) => {
       const sessionID = props.sessionID ?? props.info?.id
       switch (event.type) {
         case "session.created":
-          if (!props.info?.parentID) await relay("session.created", { session_id: sessionID })
+          if (props.info?.parentID) break
+          sessions.add(sessionID)
+          await relay("session.created", { session_id: sessionID })
           break
         case "session.status":
           if (props.status?.type === "busy") {
