@@ -494,6 +494,6 @@ def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_i
         relayctl("up", str(team.file))
         hooks = json.loads((team.repo / ".github" / "hooks" / "relay.json").read_text())
         assert "userPromptSubmitted" in hooks["hooks"]
-        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Type @ to mention")
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="/ commands")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
