@@ -146,14 +146,21 @@ def _install_copilot(agent: str | None, project: str, store_dir: str | None, soc
     return Change(path, _save(path, data), events)
 
 
-def _uninstall_copilot(project: str) -> Change:
-    path = settings_path("copilot", project)
+def _with_hooks(path: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The settings file's data and its "hooks" object; None when there is nothing to take out."""
     if not os.path.exists(path):
-        return Change(path, False, ())
+        return None
     data = _load(path)
     hooks = data.get("hooks")
-    if not isinstance(hooks, dict):
+    return (data, hooks) if isinstance(hooks, dict) else None
+
+
+def _uninstall_copilot(project: str) -> Change:
+    path = settings_path("copilot", project)
+    found = _with_hooks(path)
+    if found is None:
         return Change(path, False, ())
+    data, hooks = found
     touched = []
     for event, entries in list(hooks.items()):
         if isinstance(entries, list) and any(is_relay_hook(h) for h in entries):
@@ -277,12 +284,10 @@ def uninstall(program: str, project: str = ".") -> Change:
     if program == "opencode":
         return _uninstall_opencode(project)
     path = settings_path(program, project)
-    if not os.path.exists(path):
+    found = _with_hooks(path)
+    if found is None:
         return Change(path, False, ())
-    data = _load(path)
-    hooks = data.get("hooks")
-    if not isinstance(hooks, dict):
-        return Change(path, False, ())
+    data, hooks = found
     touched = []
     for event, groups in list(hooks.items()):
         if not isinstance(groups, list):
