@@ -174,3 +174,29 @@ def test_copilot_runs_relay_mcp_from_the_printed_config_and_reads_the_mail(relay
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "relay-check_inbox" in seen["tools"]
     assert SUBJECT in seen["output"]
+
+
+def test_opencode_runs_relay_mcp_from_the_printed_block_and_reads_the_mail(relayctl, short_tmp: Path) -> None:
+    """`opencode run` with the `mcp` block `mcp-config --for opencode` prints in its
+    opencode.json offers relay's tools as `relay_<tool>` and runs them unasked."""
+    home, project = _team(relayctl, short_tmp)
+    block = json.loads(relayctl("mcp-config", "--for", "opencode", "--role", "inferno").stdout)
+    seen: dict[str, Any] = {}
+
+    def turn(body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("tools"):
+            return model_openai.chat_text("a title")  # OpenCode's title request
+        answers = [m for m in body.get("messages", []) if m.get("role") == "tool"]
+        if not answers:
+            seen["tools"] = [t["function"]["name"] for t in body["tools"]]
+            return model_openai.chat_tool_call("relay_check_inbox", {})
+        seen["output"] = json.dumps(answers)
+        return model_openai.chat_text("read it")
+
+    with ScriptedModel(model_openai.chat_responder(turn)) as model:
+        agent_programs.opencode_config(project, model.url, block)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **agent_programs.opencode_env(project)}
+        proc = _run([str(agent_programs.program("opencode")), "run", "Check your mail."], project, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "relay_check_inbox" in seen["tools"]
+    assert SUBJECT in seen["output"]
