@@ -1,4 +1,4 @@
-"""hook claude|codex|gemini: hand unread mail to an agent program through its own hooks.
+"""hook claude|codex|gemini|copilot: hand unread mail to an agent program through its own hooks.
 
 The program runs the hook with one JSON event on stdin (`hook_event_name` names it).
 For a context event (before the prompt, after a tool) the answer is
@@ -8,6 +8,17 @@ next instruction. All three programs take these same shapes (Claude Code 2.1.332
 CLI 0.169.0, whose JSON Schemas in the binary accept exactly them; Gemini CLI 0.61.0,
 which appends the context to the prompt or tool result and sends a blocked AfterAgent's
 reason as the next prompt). Only the event names differ: `PROGRAMS` below.
+
+GitHub Copilot CLI (1.0.102) differs in two ways. Its own hooks (.github/hooks/*.json)
+get an event with no name in it, so the entry names the event: `hook copilot EVENT`; and
+it reads the context from a top-level `additionalContext` (its agentStop takes the same
+block decision, and sends the reason as the next prompt). It also runs the hooks of a
+repository's .claude/settings.json, with Claude Code's event names but still reading only
+its own shape: `hook claude` recognises such a call (`copilot_caller`) and answers it in
+Copilot's shape, so mail marked read there is mail its model was shown.
+
+OpenCode (1.18.33) runs no commands as hooks; relay's plugin for it passes its events on
+to `hook opencode` and reads the same top-level `additionalContext` / block decision.
 
 Every event relay installs also reports the session's state (at its prompt, working,
 asking the person: relayd.program_state), which decides whether a trigger may be typed
@@ -29,6 +40,7 @@ error for all three programs; 2 would block the user's prompt, so it is never us
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import NamedTuple
 
@@ -84,7 +96,29 @@ PROGRAMS: dict[str, Program] = {
         ("BeforeTool", "PreCompress", "BeforeModel", "AfterModel", "BeforeToolSelection"),
         {"AfterTool": "*"},
     ),
+    "copilot": Program(
+        "GitHub Copilot CLI",
+        ("userPromptSubmitted", "postToolUse"),
+        "agentStop",
+        ("sessionStart", "permissionRequest", "sessionEnd"),
+        ("preToolUse", "postToolUseFailure", "userPromptTransformed", "errorOccurred", "subagentStart", "subagentStop",
+         "preCompact", "preMcpToolCall", "notification"),
+        {},
+    ),
+    # OpenCode has no command hooks: relay's plugin (relayctl/opencode_plugin.js) passes its
+    # events on under OpenCode's own names and puts the answers where its model reads them.
+    "opencode": Program(
+        "OpenCode",
+        ("chat.message", "tool.execute.after"),
+        "session.idle",
+        ("session.created", "permission.asked", "question.asked", "permission.replied", "question.replied",
+         "question.rejected", "session.deleted"),
+        (),
+        {},
+    ),
 }
+# Events whose name the program does not put in the hook's stdin: the entry passes it.
+NAMED_BY_ENTRY = ("copilot",)
 # SubagentStop (both programs) is a no-op: blocking it would hand the agent's mail to a
 # subagent, whose result the agent itself may only see summarised.
 
@@ -109,11 +143,11 @@ def hook(ctx: click.Context) -> None:
 def _command(program: str, events: str) -> click.Command:
     title = PROGRAMS[program].title
 
-    def run() -> None:
+    def run(event: str | None = None) -> None:
         from relayd.errors import RelayError
 
         try:
-            answer = answer_event(program, sys.stdin.read())
+            answer = answer_event(program, sys.stdin.read(), event)
         except RelayError as exc:
             _give_up(exc.message)
         except ValueError as exc:
@@ -133,6 +167,19 @@ def _command(program: str, events: str) -> click.Command:
     Examples:
       echo '{{"hook_event_name":"{PROGRAMS[program].context[0]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
     """
+    if program in NAMED_BY_ENTRY:
+        run.__doc__ = f"""{title} hook: unread messages become additional context, then count as read.
+
+    Reads the hook event JSON on stdin; EVENT is the hook it runs for ({events}), since
+    {title} does not name the event in the JSON. Your agent name comes from --agent,
+    OVLD_ROLE or RELAY_AGENT. `relayctl hooks install --for {program}` writes the entries
+    into the repository's .github/hooks/relay.json.
+
+    \b
+    Examples:
+      echo '{{"prompt":"hi"}}' | relayctl --agent inferno hook {program} {PROGRAMS[program].context[0]}
+    """
+        run = click.argument("event", metavar="EVENT")(run)
     return click.command(program)(run)
 
 
@@ -140,6 +187,9 @@ for _name, _events in (
     ("claude", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and SessionEnd report the session's state"),
     ("codex", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest and Interrupt report the session's state"),
     ("gemini", "BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the session's state"),
+    ("copilot", "userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd report the session's state"),
+    ("opencode", "chat.message, tool.execute.after and session.idle hand mail over; session.created, permission.asked, "
+                 "question.asked, their replies and session.deleted report the session's state; relay's plugin sends them"),
 ):
     hook.add_command(_command(_name, _events))
 
@@ -149,8 +199,17 @@ def _give_up(message: str) -> None:
     sys.exit(1)
 
 
-def answer_event(program: str, raw: str) -> dict | None:
-    """What `program` should be told for the hook event `raw` (None: print nothing)."""
+def copilot_caller(event: dict) -> bool:
+    """Whether a `hook claude` event came from GitHub Copilot CLI running the repository's
+    .claude/settings.json: Copilot (1.0.102) puts COPILOT_CLI=1 in every hook's environment
+    and a `timestamp` in every event, which Claude Code's events do not carry (a Claude Code
+    started from a Copilot shell inherits the variable, not the timestamp)."""
+    return os.environ.get("COPILOT_CLI") == "1" and "timestamp" in event
+
+
+def answer_event(program: str, raw: str, event_name: str | None = None) -> dict | None:
+    """What `program` should be told for the hook event `raw` (None: print nothing);
+    `event_name`: the event, for a program whose events do not name themselves."""
     if not settings().agent:
         return None  # no relay identity: a session relay did not start, which the project's hooks are not for
     try:
@@ -159,6 +218,8 @@ def answer_event(program: str, raw: str) -> dict | None:
         raise ValueError(f"stdin is not a hook event (bad JSON: {exc})") from None
     if not isinstance(event, dict):
         raise ValueError("stdin is not a hook event (expected a JSON object)")
+    if event_name is not None:
+        event["hook_event_name"] = event_name
     spec = PROGRAMS[program]
     name = event.get("hook_event_name")
     if name in spec.other:
@@ -185,6 +246,8 @@ def answer_event(program: str, raw: str) -> dict | None:
         return None
     if name == spec.stop:
         return {"decision": "block", "reason": text}
+    if program in ("copilot", "opencode") or (program == "claude" and copilot_caller(event)):
+        return {"additionalContext": text}  # Copilot ignores Claude Code's hookSpecificOutput
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
 
 

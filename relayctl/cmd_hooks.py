@@ -18,7 +18,7 @@ from .context import settings
 PROGRAMS = tuple(hook_settings.SETTINGS_FILE)
 
 # What each program still asks of a person before project hooks run (measured with
-# Claude Code 2.1.332, Codex CLI 0.169.0, Gemini CLI 0.61.0).
+# Claude Code 2.1.332, Codex CLI 0.169.0, Gemini CLI 0.61.0, GitHub Copilot CLI 1.0.102).
 NEXT_STEP = {
     "claude": "Claude Code runs them from the next session in {project}; an interactive `claude` first asks whether you trust "
               "the folder: answer \"Yes, I trust this folder\"",
@@ -26,6 +26,10 @@ NEXT_STEP = {
              "prompts (or review them with /hooks); `codex exec` needs both done before, or --trust --dangerously-bypass-hook-trust",
     "gemini": "Gemini CLI runs project hooks only in a trusted folder: trust {project} when Gemini asks (or with /permissions; "
               "~/.gemini/trustedFolders.json keeps the choice); headless runs in an untrusted folder stop with an error",
+    "copilot": "GitHub Copilot CLI runs repository hooks only in a trusted folder: trust {project} when `copilot` asks "
+               "(~/.copilot/config.json trustedFolders keeps the choice); `copilot -p` in an untrusted folder runs without them",
+    "opencode": "OpenCode loads the plugin when it next starts in {project} (no trust question); relay's tools come from "
+                "`relayctl mcp-config --for opencode` in opencode.json",
 }
 
 
@@ -60,6 +64,10 @@ def install(program: str, agent: str | None, project: str) -> None:
       claude  .claude/settings.json: SessionStart, UserPromptSubmit, PostToolUse, Stop
       codex   .codex/hooks.json:     SessionStart, UserPromptSubmit, PostToolUse, Stop
       gemini  .gemini/settings.json: SessionStart, BeforeAgent, AfterTool, AfterAgent
+      copilot .github/hooks/relay.json: sessionStart, userPromptSubmitted, postToolUse,
+              agentStop (and permissionRequest, sessionEnd for the session's state)
+      opencode .opencode/plugin/relay.js: relay's plugin (prompt, after a tool, a new
+              turn when the session is idle with mail waiting; state events)
 
     Other hooks and keys in the file stay as they are; a relay entry already there is
     replaced in place, so running it twice changes nothing. The command names this

@@ -3,7 +3,9 @@
 Each program has its own shape for the same server (`relay-mcp` with the role and store in
 its environment): Claude Code a JSON `mcpServers` file (or the inner object for
 `claude mcp add-json`), Codex CLI a TOML `[mcp_servers.relay]` table, Gemini CLI an
-`mcpServers` block of its settings.json. `render(program, ...)` gives each as text.
+`mcpServers` block of its settings.json, GitHub Copilot CLI Claude Code's file as it is
+(`copilot --additional-mcp-config @FILE`), OpenCode an `mcp` block of its opencode.json.
+`render(program, ...)` gives each as text.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from .context import installed_command, settings
 SERVER_NAME = "relay"  # the key under mcpServers; `--channels server:relay` refers to it
 
 
-PROGRAMS = ("claude", "codex", "gemini")
-FILE_SUFFIX = {"claude": ".json", "codex": ".config.toml", "gemini": ".json"}
+PROGRAMS = ("claude", "codex", "gemini", "copilot", "opencode")
+FILE_SUFFIX = {"claude": ".json", "codex": ".config.toml", "gemini": ".json", "copilot": ".json", "opencode": ".json"}
 
 
 def _launch(role: str, store_dir: str, socket: str | None, session: str | None) -> tuple[str, list[str], dict[str, str]]:
@@ -58,6 +60,12 @@ def gemini_config(role: str, store_dir: str, socket: str | None, session: str | 
     return {"mcpServers": {SERVER_NAME: {"command": command, "args": args, "env": env, "trust": True}}}
 
 
+def opencode_config(role: str, store_dir: str, socket: str | None, session: str | None) -> dict:
+    """The `mcp` block of OpenCode's opencode.json: a local server is one argv list."""
+    command, args, env = _launch(role, store_dir, socket, session)
+    return {"mcp": {SERVER_NAME: {"type": "local", "command": [command, *args], "environment": env, "enabled": True}}}
+
+
 def codex_config(role: str, store_dir: str, socket: str | None, session: str | None) -> str:
     """Codex CLI's TOML: a `[mcp_servers.relay]` table for config.toml (or a profile)."""
     command, args, env = _launch(role, store_dir, socket, session)
@@ -91,6 +99,8 @@ def render(program: str, role: str, store_dir: str, socket: str | None = None, s
         return codex_config(role, store_dir, socket, session)
     if program == "gemini":
         return json.dumps(gemini_config(role, store_dir, socket, session), indent=2) + "\n"
+    if program == "opencode":
+        return json.dumps(opencode_config(role, store_dir, socket, session), indent=2) + "\n"
     if server_only:
         return json.dumps(server_entry(role, store_dir, socket, session)) + "\n"
     return json.dumps(server_config(role, store_dir, socket, session), indent=2) + "\n"
@@ -116,6 +126,10 @@ def mcp_config(program: str, role: str | None, preset: str | None, session: str 
               or a profile ~/.codex/NAME.config.toml (`codex -p NAME`)
       gemini  the mcpServers block of .gemini/settings.json (Gemini CLI connects MCP
               servers only in a folder you have trusted)
+      copilot Claude Code's file, which GitHub Copilot CLI takes as it is:
+              `copilot --additional-mcp-config @FILE`, ~/.copilot/mcp-config.json,
+              or a trusted folder's .mcp.json
+      opencode the mcp block of opencode.json (in the folder OpenCode starts in)
 
     With --preset, prints {role: config} for every role of the team (JSON), or with
     --out-dir writes one file per role.
@@ -127,6 +141,9 @@ def mcp_config(program: str, role: str | None, preset: str | None, session: str 
       claude mcp add-json relay "$(relayctl mcp-config --role inferno --server-only)"
       relayctl mcp-config --for codex --role inferno >> ~/.codex/inferno.config.toml
       relayctl mcp-config --for gemini --role inferno > .gemini/settings.json
+      relayctl mcp-config --for copilot --role inferno > inferno.json
+      copilot --additional-mcp-config @inferno.json
+      relayctl mcp-config --for opencode --role inferno > opencode.json
       relayctl mcp-config --preset overlord --out-dir .relay
     """
     s = settings()
@@ -149,7 +166,7 @@ def mcp_config(program: str, role: str | None, preset: str | None, session: str 
     if program == "codex" and not out_dir:
         raise click.UsageError("--preset with --for codex needs --out-dir: one TOML profile per role (<role>.config.toml, for `codex -p <role>`)")
     if not out_dir:
-        builder = gemini_config if program == "gemini" else server_config
+        builder = {"gemini": gemini_config, "opencode": opencode_config}.get(program, server_config)
         click.echo(json.dumps({name: builder(name, s.dir, socket, session) for name in PRESETS[preset]}, indent=2))
         return
     try:

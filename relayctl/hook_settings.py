@@ -23,6 +23,16 @@ that is a symlink is written where it points only when that is inside the projec
 relay's first write to a file, relayctl.originals keeps its bytes, which `uninstall(...,
 everything=True)` (`relayctl uninstall`) puts back once relay's entries are out.
 
+GitHub Copilot CLI (1.0.102) reads every `.github/hooks/*.json` of the repository, in its
+own shape: `{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}`, with no
+matcher groups. relay writes its entries into a file of its own there, `relay.json`, with
+the same merge rules; uninstalling removes the file once nothing else is left in it.
+
+OpenCode (1.18.33) has no command hooks but loads every `.opencode/plugin/*.js`: relay
+installs its plugin (relayctl/opencode_plugin.js) there as `relay.js`, with this
+installation's `relayctl ... hook opencode` command written into it; uninstalling removes
+that file (only when it is relay's plugin).
+
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
 
@@ -31,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 from typing import Any, NamedTuple
 
@@ -45,7 +56,12 @@ SETTINGS_FILE = {
     "claude": os.path.join(".claude", "settings.json"),
     "codex": os.path.join(".codex", "hooks.json"),
     "gemini": os.path.join(".gemini", "settings.json"),
+    "copilot": os.path.join(".github", "hooks", "relay.json"),
+    "opencode": os.path.join(".opencode", "plugin", "relay.js"),
 }
+OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")
+_PLUGIN_MARK = "// relay's OpenCode plugin"  # the first line: a file relay may replace or remove
+COPILOT_HOOKS_VERSION = 1  # the "version" Copilot CLI's hook files carry
 GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
 # Claude Code's permission rule for every tool of the MCP server named "relay" (relayctl
 # mcp-config's key): without it, each relay tool call in Claude Code's default "auto"
@@ -63,24 +79,33 @@ class Change(NamedTuple):
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
 
 
-def hook_command(program: str, store_dir: str | None = None, socket: str | None = None) -> str:
-    """The shell command a hook entry runs: this installation's relayctl, with a store or
-    socket other than the default spelled out. Never an agent name: the settings file is
-    the project's, shared by every session in it, so the hook speaks for the RELAY_AGENT
+def hook_argv(program: str, store_dir: str | None = None, socket: str | None = None, event: str | None = None) -> list[str]:
+    """What a hook runs: this installation's relayctl, with a store or socket other than the
+    default spelled out, then `hook PROGRAM` (and the event, for Copilot CLI, whose events
+    do not name themselves on stdin). Never an agent name: the settings file is the
+    project's, shared by every session in it, so the hook speaks for the RELAY_AGENT
     (OVLD_ROLE) of the session that runs it, and for nobody (silently) in a session relay
-    did not start. It starts with `[ ! -x RELAYCTL ] ||`: once relay is gone (its venv
-    deleted, uninstalled before `relayctl uninstall` ran) the hook does nothing, silently,
-    instead of an error at every prompt of every session in the project."""
+    did not start."""
     words = [*installed_command("relayctl", "relayctl")]
     if store_dir:
         words += ["--dir", store_dir]
     if socket:
         words += ["--socket", socket]
-    return f"[ ! -x {shlex.quote(words[0])} ] || exec {shlex.join([*words, 'hook', program])}"
+    return [*words, "hook", program, *([event] if event else [])]
+
+
+def hook_command(program: str, store_dir: str | None = None, socket: str | None = None, event: str | None = None) -> str:
+    """hook_argv as the shell command a hook entry runs. It starts with `[ ! -x RELAYCTL ] ||`:
+    once relay is gone (its venv deleted, uninstalled before `relayctl uninstall` ran) the
+    hook does nothing, silently, instead of an error at every prompt of every session in
+    the project."""
+    argv = hook_argv(program, store_dir, socket, event)
+    return f"[ ! -x {shlex.quote(argv[0])} ] || exec {shlex.join(argv)}"
 
 
 def is_relay_hook(entry: Any) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("command"), str) and _is_relay_command(entry["command"])
+    command = entry.get("command", entry.get("bash")) if isinstance(entry, dict) else None  # Copilot CLI's entries say "bash"
+    return isinstance(command, str) and _is_relay_command(command)
 
 
 def _is_relay_command(command: str) -> bool:
@@ -97,6 +122,8 @@ def _is_relay_command(command: str) -> bool:
         words = words[1:]
     else:
         return False
+    if len(words) > 2 and words[-3:-1] == ["hook", "copilot"]:
+        words = words[:-1]  # Copilot CLI's entries name their event
     if len(words) < 2 or words[-2] != "hook" or words[-1] not in SETTINGS_FILE:
         return False
     options = words[:-2]
@@ -126,6 +153,10 @@ def settings_path(program: str, project: str) -> str:
 
 def install(program: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
     """Merge relay's hook entries into `program`'s settings in `project`."""
+    if program == "copilot":
+        return _install_copilot(project, store_dir, socket)
+    if program == "opencode":
+        return _install_opencode(project, store_dir, socket)
     path = settings_path(program, project)
     command = hook_command(program, store_dir, socket)
     data = load_json(path)
@@ -149,6 +180,115 @@ def install(program: str, project: str = ".", store_dir: str | None = None, sock
     if program == "claude":
         _allow_relay_tools(path, data)
     return Change(path, save_json(path, data, project), events)
+
+
+def _install_copilot(project: str, store_dir: str | None, socket: str | None) -> Change:
+    path = settings_path("copilot", project)
+    data = load_json(path)
+    data.setdefault("version", COPILOT_HOOKS_VERSION)
+    hooks = data.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
+    events = PROGRAMS["copilot"].installed
+    for event in events:
+        entry = {"type": "command", "bash": hook_command("copilot", store_dir, socket, event)}
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise RelayError(f"{path}: hooks.{event} is not a list; fix it by hand (relay did not change the file)")
+        relay_at = [i for i, h in enumerate(entries) if is_relay_hook(h)]
+        if relay_at:
+            entries[relay_at[0]] = entry
+            entries[:] = [h for i, h in enumerate(entries) if i not in relay_at[1:]]
+        else:
+            entries.append(entry)
+    return Change(path, save_json(path, data, project), events)
+
+
+def _with_hooks(path: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The settings file's data and its "hooks" object; None when there is nothing to take out."""
+    if not os.path.exists(path):
+        return None
+    data = load_json(path)
+    hooks = data.get("hooks")
+    return (data, hooks) if isinstance(hooks, dict) else None
+
+
+def _uninstall_copilot(project: str) -> Change:
+    path = settings_path("copilot", project)
+    found = _with_hooks(path)
+    if found is None:
+        return Change(path, False, ())
+    data, hooks = found
+    touched = []
+    for event, entries in list(hooks.items()):
+        if isinstance(entries, list) and any(is_relay_hook(h) for h in entries):
+            touched.append(event)
+            hooks[event] = [h for h in entries if not is_relay_hook(h)]
+            if not hooks[event]:
+                del hooks[event]
+    if not touched:
+        return Change(path, False, ())
+    if not hooks and set(data) <= {"version", "hooks"}:
+        try:
+            os.unlink(path)  # relay's own file, with nothing of anyone else's left in it
+        except OSError as exc:
+            raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        return Change(path, True, tuple(touched))
+    return Change(path, save_json(path, data, project), tuple(touched))
+
+
+def opencode_plugin(store_dir: str | None = None, socket: str | None = None) -> str:
+    """relay's OpenCode plugin with this installation's hook command in it (no agent: the
+    plugin speaks for the RELAY_AGENT of the OpenCode session that loads it)."""
+    with open(OPENCODE_PLUGIN, encoding="utf-8") as fh:
+        text = fh.read()
+    argv = hook_argv("opencode", store_dir, socket)
+    text, argv_done = re.subn(r"/\* relay: relayctl argv \*/.*?/\* end \*/", lambda m: json.dumps(argv), text, count=1)
+    text, agent_done = re.subn(r"/\* relay: agent \*/.*?/\* end \*/", lambda m: json.dumps(None), text, count=1)
+    if not (argv_done and agent_done):
+        raise RelayError(f"{OPENCODE_PLUGIN} has lost its relay: markers; reinstall relay")
+    return text
+
+
+def _install_opencode(project: str, store_dir: str | None, socket: str | None) -> Change:
+    path = settings_path("opencode", project)
+    text = opencode_plugin(store_dir, socket)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        old = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if old is not None and not old.startswith(_PLUGIN_MARK):
+        raise RelayError(f"{path} is not relay's plugin; move it away or rename it (relay did not change the file)")
+    events = PROGRAMS["opencode"].installed
+    if old == text:
+        return Change(path, False, events)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        replace_file(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return Change(path, True, events)
+
+
+def _uninstall_opencode(project: str) -> Change:
+    path = settings_path("opencode", project)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ours = fh.read().startswith(_PLUGIN_MARK)
+    except FileNotFoundError:
+        return Change(path, False, ())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not ours:
+        return Change(path, False, ())
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+    return Change(path, True, PROGRAMS["opencode"].installed)
 
 
 def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
@@ -191,6 +331,10 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     relay-mcp server, Claude Code's allow rules for relay's tools), and the file gets back
     the bytes it had before relay first wrote into it when nothing else changed since
     (relayctl.originals), or goes, when relay made it."""
+    if program == "copilot":
+        return _uninstall_copilot(project)
+    if program == "opencode":
+        return _uninstall_opencode(project)
     path = settings_path(program, project)
     if not os.path.lexists(path):
         if everything:

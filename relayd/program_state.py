@@ -8,7 +8,7 @@ here), not from guessing at the screen; the screen is the second check (relayd.p
 
 The state machine, one per agent (the program session in its pane):
 
-    event (Claude Code / Codex CLI / Gemini CLI)         -> state
+    event (Claude Code / Codex CLI / Gemini CLI; Copilot CLI's own names are in _BY_EVENT) -> state
     session start                                         -> idle      at its prompt
     prompt submitted (UserPromptSubmit / BeforeAgent)     -> working
     after a tool (PostToolUse / AfterTool)                -> working
@@ -62,6 +62,20 @@ _BY_EVENT: dict[tuple[str, str], str] = {
     ("gemini", "BeforeTool"): "working",
     ("gemini", "AfterTool"): "working",
     ("gemini", "AfterAgent"): "idle",
+    # GitHub Copilot CLI's own hooks (.github/hooks); under .claude/settings.json it sends
+    # Claude Code's names, which the "claude" rows read the same way.
+    ("copilot", "sessionStart"): "idle",
+    **{("copilot", e): "working" for e in ("userPromptSubmitted", "preToolUse", "postToolUse", "postToolUseFailure")},
+    ("copilot", "permissionRequest"): "asking",
+    ("copilot", "agentStop"): "idle",
+    ("copilot", "sessionEnd"): "ended",
+    # OpenCode, as relay's plugin for it reports its events.
+    ("opencode", "session.created"): "idle",
+    **{("opencode", e): "working" for e in ("chat.message", "tool.execute.after", "permission.replied", "question.replied",
+                                            "question.rejected")},
+    **{("opencode", e): "asking" for e in ("permission.asked", "question.asked")},
+    ("opencode", "session.idle"): "idle",
+    ("opencode", "session.deleted"): "ended",
 }
 # Notification events: what each kind of notification says.
 _BY_NOTIFICATION: dict[tuple[str, str], str] = {
@@ -82,7 +96,7 @@ def state_after(program: str, event: dict, continued: bool = False) -> str | Non
         kind = event.get("notification_type")
         return _BY_NOTIFICATION.get((program, kind)) if isinstance(kind, str) else None
     state = _BY_EVENT.get((program, name))
-    if state == "idle" and continued and name in ("Stop", "AfterAgent"):
+    if state == "idle" and continued and name in ("Stop", "AfterAgent", "agentStop", "session.idle"):
         return "working"
     return state
 

@@ -70,6 +70,19 @@ def _gemini_env(home: Path, project: Path, url: str) -> dict[str, str]:
     return {"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": "scripted-key"}
 
 
+def _copilot_env(home: Path, project: Path, url: str) -> dict[str, str]:
+    return agent_programs.copilot_env(home, url, trusted=project)
+
+
+def _opencode_env(home: Path, project: Path, url: str) -> dict[str, str]:
+    agent_programs.opencode_config(project, url)
+    return agent_programs.opencode_env(project)
+
+
+def _chat(turn: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda body: [model_openai.chat_text("OK")]) -> Callable[[Recorded], Any]:
+    return model_openai.chat_responder(lambda body: turn(body)[0])
+
+
 PROGRAMS = {
     "claude": Program(
         "claude",
@@ -101,6 +114,24 @@ PROGRAMS = {
         # A fixed model: without one Gemini CLI first asks a router model which to use.
         lambda prompt: [str(agent_programs.program("gemini")), "-m", "gemini-2.5-flash", "-p", prompt],
     ),
+    "copilot": Program(
+        "copilot",
+        _chat,
+        lambda project: model_openai.chat_tool_call("view", {"path": str(project / "NOTES.md")}),
+        model_openai.chat_text,
+        lambda r: r.path.split("?")[0].endswith("/chat/completions") and bool((r.json() or {}).get("tools")),
+        _copilot_env,
+        lambda prompt: [str(agent_programs.program("copilot")), "-p", prompt, "--allow-all-tools"],
+    ),
+    "opencode": Program(
+        "opencode",
+        _chat,
+        lambda project: model_openai.chat_tool_call("read", {"filePath": str(project / "NOTES.md")}),
+        model_openai.chat_text,
+        lambda r: r.path.split("?")[0].endswith("/chat/completions") and bool((r.json() or {}).get("tools")),
+        _opencode_env,
+        lambda prompt: [str(agent_programs.program("opencode")), "run", prompt],
+    ),
 }
 
 
@@ -113,15 +144,16 @@ class Session:
     unread: list[str] = field(default_factory=list)
 
 
-def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 150) -> Session:
-    """The scenario of the module docstring; returns what the model was sent."""
+def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 150, hooks_for: str | None = None) -> Session:
+    """The scenario of the module docstring; returns what the model was sent. `hooks_for`:
+    install another program's hooks into the project instead of the program's own."""
     home, project = root / "home", root / "project"
     home.mkdir()
     project.mkdir()
     (project / "NOTES.md").write_text("release checklist\n")
     relayctl("init", "--preset", "overlord")
     relayctl("register", AGENT, "--notify", "hook")
-    relayctl("hooks", "install", "--for", program.name, "--agent", AGENT, "--project", str(project))
+    relayctl("hooks", "install", "--for", hooks_for or program.name, "--agent", AGENT, "--project", str(project))
     relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
     turns: list[Recorded] = []
 

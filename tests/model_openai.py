@@ -73,3 +73,60 @@ def codex_config(base_url: str, model: str = "scripted-model") -> str:
         'request_max_retries = 0\n'
         'stream_max_retries = 0\n'
     )
+
+
+# The Chat Completions API (POST {base_url}/chat/completions, streamed), as GitHub Copilot
+# CLI (its default "completions" wire for COPILOT_PROVIDER_BASE_URL) and OpenCode (an
+# OpenAI-compatible provider) speak it. `turn(request_json)` returns one assistant message
+# dict: `chat_text(...)` or `chat_tool_call(...)`.
+
+def chat_text(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def chat_tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    n = next(_ids)
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": f"call_{n:06d}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+def _chat_stream(model: str, message: dict[str, Any]) -> Reply:
+    chunk_id = f"chatcmpl-{next(_ids):06d}"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> tuple[None, Any]:
+        body: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk", "created": 1, "model": model,
+                                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if usage:
+            body["usage"] = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        return (None, body)
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if message.get("tool_calls"):
+        calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        events.append(chunk({"tool_calls": calls}))
+        events.append(chunk({}, "tool_calls", usage=True))
+    else:
+        events.append(chunk({"content": message["content"]}))
+        events.append(chunk({}, "stop", usage=True))
+    return Reply(200, "text/event-stream", [*Reply.sse(events).chunks, b"data: [DONE]\n\n"])
+
+
+def _chat_whole(model: str, message: dict[str, Any]) -> Reply:
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    return Reply.json({"id": f"chatcmpl-{next(_ids):06d}", "object": "chat.completion", "created": 1, "model": model,
+                       "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+
+def chat_responder(turn: Callable[[dict[str, Any]], dict[str, Any]] = lambda request: chat_text("OK")) -> Callable[[Recorded], Reply]:
+    def respond(request: Recorded) -> Reply:
+        path = request.path.split("?")[0]
+        if request.method == "POST" and path.endswith("/chat/completions"):
+            body = request.json()
+            answer = turn(body)
+            model = body.get("model", "scripted-model")
+            return _chat_stream(model, answer) if body.get("stream") else _chat_whole(model, answer)
+        if request.method == "GET" and path.endswith("/models"):
+            return Reply.json({"object": "list", "data": [{"id": "scripted-model", "object": "model", "created": 1, "owned_by": "relay"}]})
+        return Reply.json({"error": {"message": f"no {request.method} {path} here", "type": "invalid_request_error"}}, status=404)
+    return respond

@@ -220,3 +220,44 @@ def test_a_stop_continued_with_mail_stays_working_and_the_continuations_stop_goe
     assert hook("Stop", stop_hook_active=True).stdout == ""
     assert _state(store_dir) == "idle"  # at its prompt with mail waiting: the trigger's turn
     assert _unread(relayctl) == ["And the docs"]
+
+
+# GitHub Copilot CLI 1.0.102 running a repository's .claude/settings.json: Claude Code's
+# event names, its own fields (a timestamp, no transcript_path), COPILOT_CLI=1 in the
+# environment (what tests/test_copilot_hooks.py saw the real program send).
+_COPILOT_AS_CLAUDE = {"session_id": "a4d3e7d6-15cc-414e-ad74-97c026f99ea8", "timestamp": "2026-11-26T21:27:38.571Z",
+                      "cwd": "/home/dev/oathkeeper"}
+
+
+@pytest.mark.parametrize("event", ["UserPromptSubmit", "PostToolUse"])
+def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayctl, event: str) -> None:
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "Rebasing main, hold commits", agent="overlord")
+    relayctl.env["COPILOT_CLI"] = "1"
+    try:
+        raw = json.dumps({**_COPILOT_AS_CLAUDE, "hook_event_name": event, "prompt": "carry on"})
+        answer = json.loads(relayctl("hook", "claude", agent="inferno", input=raw).stdout)
+        assert "hookSpecificOutput" not in answer and "Rebasing main, hold commits" in answer["additionalContext"]
+        # Claude Code started from a Copilot shell inherits COPILOT_CLI but sends its own events.
+        relayctl("send", "inferno", "Second note", agent="overlord")
+        claude = json.loads(relayctl("hook", "claude", agent="inferno", input=json.dumps(EVENTS[event])).stdout)
+        assert "Second note" in claude["hookSpecificOutput"]["additionalContext"]
+    finally:
+        del relayctl.env["COPILOT_CLI"]
+
+
+@pytest.mark.parametrize(("program", "event", "key"), [("copilot", "userPromptSubmitted", "additionalContext"),
+                                                       ("copilot", "postToolUse", "additionalContext"),
+                                                       ("copilot", "agentStop", "reason"),
+                                                       ("opencode", "chat.message", "additionalContext"),
+                                                       ("opencode", "session.idle", "reason")])
+def test_copilot_and_opencode_take_the_mail_at_the_top_level(relayctl, program: str, event: str, key: str) -> None:
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "Rebasing main, hold commits", agent="overlord")
+    if program == "copilot":  # its own hooks name no event: the entry passes it
+        proc = relayctl("hook", "copilot", event, agent="inferno", input=json.dumps({"sessionId": "s1", "timestamp": 1795728509791}))
+    else:
+        proc = relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": event, "session_id": "ses_1"}))
+    answer = json.loads(proc.stdout)
+    assert "Rebasing main, hold commits" in answer[key]
+    assert json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout) == []

@@ -284,3 +284,34 @@ def test_claude_code_gets_relays_tools_pre_approved_beside_the_users_rules_and_u
     assert _settings(project, "claude")["permissions"]["allow"] == ["Bash(npm test)", "mcp__relay"]  # once
     relayctl("hooks", "uninstall", "--for", "claude", "--project", str(project))
     assert _settings(project, "claude") == {"permissions": {"allow": ["Bash(npm test)"], "deny": ["Read(.env)"]}}
+
+
+def test_copilot_gets_relays_own_hooks_file_which_uninstall_removes(relayctl, project: Path) -> None:
+    path = project / ".github" / "hooks" / "relay.json"
+    relayctl("hooks", "install", "--for", "copilot", "--agent", "inferno", "--project", str(project))
+    written = json.loads(path.read_text())
+    assert written["version"] == 1
+    events = ["sessionStart", "userPromptSubmitted", "postToolUse", "agentStop", "permissionRequest", "sessionEnd"]
+    assert sorted(written["hooks"]) == sorted(events)
+    assert all(entries == [{"type": "command", "bash": entries[0]["bash"]}] and entries[0]["bash"].endswith(f"hook copilot {event}")
+               for event, entries in written["hooks"].items())
+    before = path.read_bytes()
+    assert "nothing changed" in relayctl("hooks", "install", "--for", "copilot", "--agent", "inferno", "--project", str(project)).stdout
+    assert path.read_bytes() == before
+    relayctl("hooks", "uninstall", "--for", "copilot", "--project", str(project))
+    assert not path.exists()
+
+
+def test_opencode_gets_relays_plugin_and_a_file_of_someone_elses_is_left_alone(relayctl, project: Path) -> None:
+    path = project / ".opencode" / "plugin" / "relay.js"
+    relayctl("hooks", "install", "--for", "opencode", "--agent", "inferno", "--project", str(project))
+    text = path.read_text()
+    # the project's plugin names no agent: each OpenCode session's RELAY_AGENT says whose mail it carries
+    assert f'"hook", "opencode"' in text and f'"--dir", "{relayctl.env["RELAY_DIR"]}"' in text and "const AGENT = null" in text and "inferno" not in text
+    relayctl("hooks", "uninstall", "--for", "opencode", "--project", str(project))
+    assert not path.exists()
+    path.write_text("export const Mine = async () => ({})\n")
+    refused = relayctl("hooks", "install", "--for", "opencode", "--agent", "inferno", "--project", str(project), check=False)
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1 and "not relay's plugin" in refused.stderr
+    relayctl("hooks", "uninstall", "--for", "opencode", "--project", str(project))
+    assert path.read_text() == "export const Mine = async () => ({})\n"

@@ -28,6 +28,9 @@ def test_each_program_gets_the_same_server_in_its_own_shape(relayctl) -> None:
     gemini = json.loads(relayctl("mcp-config", "--for", "gemini", "--role", "inferno", "--session", "agent:main:main").stdout)
     assert gemini == {"mcpServers": {"relay": {"command": entry["command"], "args": entry["args"], "env": entry["env"], "trust": True}}}
     assert entry["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": relayctl.env["RELAY_DIR"], "RELAY_SOCKET": relayctl.env["RELAY_SOCKET"], "OVLD_SESSION": "agent:main:main"}
+    assert json.loads(relayctl("mcp-config", "--for", "copilot", "--role", "inferno", "--session", "agent:main:main").stdout) == claude
+    opencode = json.loads(relayctl("mcp-config", "--for", "opencode", "--role", "inferno", "--session", "agent:main:main").stdout)
+    assert opencode == {"mcp": {"relay": {"type": "local", "command": [entry["command"], *entry["args"]], "environment": entry["env"], "enabled": True}}}
 
 
 def test_relayctl_up_gives_codex_the_same_server_as_one_inline_table() -> None:
@@ -146,3 +149,54 @@ def test_gemini_in_an_untrusted_folder_refuses_to_run_headless(relayctl, short_t
         proc = _run([str(agent_programs.program("gemini")), "-m", "gemini-2.5-flash", "-p", "Check your mail."], project, env)
         assert model.requests == []
     assert proc.returncode != 0 and "trusted directory" in proc.stderr and "GEMINI_CLI_TRUST_WORKSPACE" in proc.stderr
+
+
+def test_copilot_runs_relay_mcp_from_the_printed_config_and_reads_the_mail(relayctl, short_tmp: Path) -> None:
+    """`copilot -p` with `--additional-mcp-config @FILE` (the file `mcp-config --for copilot`
+    prints) offers relay's tools as `relay-<tool>`; --allow-all-tools lets them run unasked."""
+    home, project = _team(relayctl, short_tmp)
+    config = short_tmp / "inferno.json"
+    config.write_text(relayctl("mcp-config", "--for", "copilot", "--role", "inferno").stdout)
+    seen: dict[str, Any] = {}
+
+    def turn(body: dict[str, Any]) -> dict[str, Any]:
+        answers = [m for m in body.get("messages", []) if m.get("role") == "tool"]
+        if not answers:
+            seen["tools"] = [t["function"]["name"] for t in body.get("tools", [])]
+            return model_openai.chat_tool_call("relay-check_inbox", {})
+        seen["output"] = json.dumps(answers)
+        return model_openai.chat_text("read it")
+
+    with ScriptedModel(model_openai.chat_responder(turn)) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **agent_programs.copilot_env(home, model.url)}
+        proc = _run([str(agent_programs.program("copilot")), "-p", "Check your mail.", "--allow-all-tools",
+                     "--additional-mcp-config", f"@{config}"], project, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "relay-check_inbox" in seen["tools"]
+    assert SUBJECT in seen["output"]
+
+
+def test_opencode_runs_relay_mcp_from_the_printed_block_and_reads_the_mail(relayctl, short_tmp: Path) -> None:
+    """`opencode run` with the `mcp` block `mcp-config --for opencode` prints in its
+    opencode.json offers relay's tools as `relay_<tool>` and runs them unasked."""
+    home, project = _team(relayctl, short_tmp)
+    block = json.loads(relayctl("mcp-config", "--for", "opencode", "--role", "inferno").stdout)
+    seen: dict[str, Any] = {}
+
+    def turn(body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("tools"):
+            return model_openai.chat_text("a title")  # OpenCode's title request
+        answers = [m for m in body.get("messages", []) if m.get("role") == "tool"]
+        if not answers:
+            seen["tools"] = [t["function"]["name"] for t in body["tools"]]
+            return model_openai.chat_tool_call("relay_check_inbox", {})
+        seen["output"] = json.dumps(answers)
+        return model_openai.chat_text("read it")
+
+    with ScriptedModel(model_openai.chat_responder(turn)) as model:
+        agent_programs.opencode_config(project, model.url, block)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **agent_programs.opencode_env(project)}
+        proc = _run([str(agent_programs.program("opencode")), "run", "Check your mail."], project, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "relay_check_inbox" in seen["tools"]
+    assert SUBJECT in seen["output"]

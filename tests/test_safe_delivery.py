@@ -86,6 +86,10 @@ def _codex_start(tmux: Tmux) -> None:
     tmux.keys("Down", "Enter")
 
 
+def _copilot_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    return agent_programs.copilot_env(home, url, trusted=project)  # the person approves each command (its default)
+
+
 ASKING = {
     "claude": Asking(
         "claude", model_anthropic.messages_responder,
@@ -106,7 +110,13 @@ ASKING = {
         _codex_configure, _codex_start, "Ask Codex to do anything", "Would you like to run the following command?", ["Enter"],
         HOOKED["codex"].is_turn,
     ),
+    "copilot": Asking(
+        "copilot", HOOKED["copilot"].responder,
+        lambda project: model_openai.chat_tool_call("bash", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _copilot_configure, lambda tmux: None, "/ commands", "Do you want to run this command?", ["Enter"], HOOKED["copilot"].is_turn,
+    ),
 }
+REPLY = {"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message, "copilot": model_openai.chat_text}
 
 
 def _mail_in(request: Recorded) -> bool:
@@ -137,10 +147,10 @@ def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_ans
         calls["n"] += 1
         if calls["n"] == 1:
             return [spec.command_call(project)]
-        return [{"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]("Done.")]
+        return [REPLY[name]("Done.")]
 
     answer_turn = spec.responder(turn)
-    answer_aside = spec.responder(lambda body: [{"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]("ok")])
+    answer_aside = spec.responder(lambda body: [REPLY[name]("ok")])
     tmux = Tmux(short_tmp, "a")
     with ScriptedModel(lambda r: answer_turn(r) if spec.is_turn(r) else answer_aside(r)) as model:
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
@@ -314,14 +324,17 @@ def _allow_the_busy_command(name: str, home: Path, project: Path) -> None:
         config.write_text(config.read_text().replace('approval_policy = "on-request"', 'approval_policy = "never"').replace('"read-only"', '"workspace-write"'))
 
 
-@pytest.mark.parametrize("name", sorted(ASKING))
+# Not Copilot CLI: 1.0.102 allows a single command only by --allow-tool on its command line
+# (no setting in ~/.copilot), which this start does not pass. Its after-tool hand-over is
+# tested one-shot in test_copilot_hooks.py.
+@pytest.mark.parametrize("name", sorted(n for n in ASKING if n != "copilot"))
 def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
     """Mail sent while the program runs a tool: no trigger is typed (the program is working),
     the after-tool hook hands the mail over with the tool's result, and `send --wait read`
     returns then: after the tool ended, with the model's request that carries it."""
     spec = ASKING[name]
     home, project = _relay_for(name, relayctl, store_dir, short_tmp)
-    reply = {"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message}[name]
+    reply = REPLY[name]
     calls = {"n": 0}
     arrived: dict[int, float] = {}
 

@@ -600,3 +600,65 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
     assert f'[projects."{repo}"]' not in config and config.startswith(codex_before.decode())
     assert f"{repo}/.codex/hooks.json" not in config  # Codex's trust in relay's hooks, which up gave, went with them
     assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was
+
+
+def _chat_answering_alpha_with(tool: str):
+    """A Chat Completions model that answers mail for alpha through relay's send_message
+    (named `tool` in the program) and says "Done." to everything else."""
+    from model_openai import chat_responder, chat_text, chat_tool_call
+
+    def turn(request: dict) -> dict:
+        messages = request.get("messages", [])
+        answered = any(m.get("role") == "tool" for m in messages)
+        if answered or "SUBJECT-FOR-ALPHA" not in json.dumps(messages):
+            return chat_text("Done.")
+        return chat_tool_call(tool, {"to": "boss", "subject": "hotfix deployed", "body": "as asked"})
+
+    return chat_responder(turn)
+
+
+def test_an_opencode_pane_started_by_up_has_relay_tools_and_its_plugin_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """OpenCode reads MCP servers from the project's opencode.json: `up` adds relay-mcp there
+    with the role `{env:RELAY_AGENT}`, and relay's plugin in .opencode/plugin. Mail for the
+    idle alpha starts a turn (the plugin), and the model's answer through relay's
+    send_message arrives as alpha's."""
+    from agent_programs import opencode_config, opencode_env, program
+    from scripted_model import ScriptedModel
+
+    opencode = program("opencode")
+    home = team.root / "home"
+    home.mkdir()
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "opencode"\n# was: "', 1))
+    with ScriptedModel(_chat_answering_alpha_with("relay_send_message")) as model:
+        opencode_config(team.repo, model.url)
+        env = opencode_env(team.repo)
+        env.pop("PWD")  # `up` sets it for the pane
+        team.env.update(HOME=str(home), PATH=f"{opencode.parent}:{team.env['PATH']}", TERM="xterm-256color", **env)
+        relayctl("up", str(team.file))
+        written = json.loads((team.repo / "opencode.json").read_text())
+        assert written["mcp"]["relay"]["environment"]["OVLD_ROLE"] == "{env:RELAY_AGENT}" and "provider" in written
+        assert (team.repo / ".opencode" / "plugin" / "relay.js").exists()
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="Ask anything")
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
+    """Copilot CLI gets relay-mcp from `--additional-mcp-config` (its tools allowed with
+    --allow-tool relay) and relay's hooks in .github/hooks/relay.json; in a folder the person
+    trusted, mail for alpha reaches its model and the answer arrives as alpha's."""
+    from agent_programs import copilot_env, program
+    from scripted_model import ScriptedModel
+
+    copilot = program("copilot")
+    home = team.root / "home"
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "copilot"\n# was: "', 1))
+    with ScriptedModel(_chat_answering_alpha_with("relay-send_message")) as model:
+        team.env.update(HOME=str(home), PATH=f"{copilot.parent}:{team.env['PATH']}", TERM="xterm-256color",
+                        **copilot_env(home, model.url, trusted=team.repo.resolve()))
+        relayctl("up", str(team.file))
+        hooks = json.loads((team.repo / ".github" / "hooks" / "relay.json").read_text())
+        assert "userPromptSubmitted" in hooks["hooks"]
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="/ commands")
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)

@@ -11,6 +11,11 @@ from relay and returns the argv its pane runs:
   gemini   relay's hooks and relay-mcp in the repository's .gemini/settings.json: one
            project-wide file for every Gemini pane, so the server's role is `$RELAY_AGENT`,
            which Gemini CLI fills in from each pane's own environment
+  opencode relay's plugin in the repository's .opencode/plugin/relay.js and relay-mcp under
+           `mcp` of its opencode.json: project-wide, the server's role `{env:RELAY_AGENT}`,
+           which OpenCode fills in from each pane's environment
+  copilot  an MCP config file given with --additional-mcp-config (relay's tools allowed
+           with --allow-tool relay), and relay's hooks in .github/hooks/relay.json
   other    the command line as written; the pane's environment names the agent
 
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
@@ -33,7 +38,7 @@ import tomllib
 from typing import NamedTuple
 
 from relayctl import hook_settings
-from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, server_config
+from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, opencode_config, server_config
 from relayd.fsio import replace_file
 
 from .teamfile import Agent, Team
@@ -48,6 +53,7 @@ CHANNEL_QUESTION = ("I am using this for local development", ["Enter"])
 # Gemini CLI expands `$NAME` in its settings' strings from its own environment when it
 # loads them, so one project file names each pane's own agent.
 PANE_AGENT = "$RELAY_AGENT"
+OPENCODE_PANE_AGENT = "{env:RELAY_AGENT}"  # OpenCode's spelling of the same
 
 
 # Where each program comes from (the package a person installs with `npm install -g`).
@@ -107,13 +113,16 @@ _CLOUD_PROVIDERS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE
 
 def arrival(agent: Agent) -> str:
     """How mail reaches the agent: "channel" (relay-mcp pushes it into Claude Code's session;
-    nothing is typed) or "pane" (a trigger typed into its pane, relayd.notify). `auto` takes
+    nothing is typed), "hook" (OpenCode: relay's plugin hands it over, and starts a turn when
+    the session is idle) or "pane" (a trigger typed into its pane, relayd.notify). `auto` takes
     the channel where it works: a Claude Code agent on Anthropic's API, not a cloud provider
     (Claude Code refuses channels under CLAUDE_CODE_USE_BEDROCK, _VERTEX, ...), from an account
     whose channels switch is on (Claude Code keeps it in ~/.claude.json:
     `cachedGrowthBookFeatures.tengu_harbor`, docs/mcp.md); else the pane."""
     if agent.notify != "auto":
         return agent.notify
+    if agent.kind == "opencode":
+        return "hook"  # relay's plugin starts a turn for mail to an idle session; nothing is typed
     if agent.kind != "claude" or any((agent.env.get(k) or os.environ.get(k, "")) not in ("", "0", "false") for k in _CLOUD_PROVIDERS):
         return "pane"
     home = agent.env.get("HOME") or os.environ.get("HOME") or ""
@@ -175,6 +184,16 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
         server = gemini_config(PANE_AGENT, store_dir, socket, team.name)["mcpServers"][SERVER_NAME]
         hook_settings.put_gemini_server(team.repo, SERVER_NAME, server)
         return ["gemini", *model, *agent.args]
+    if agent.kind == "opencode":
+        hook_settings.install("opencode", team.repo, store_arg, socket)
+        server = opencode_config(OPENCODE_PANE_AGENT, store_dir, socket, team.name)["mcp"][SERVER_NAME]
+        hook_settings.put_opencode_server(team.repo, SERVER_NAME, server)
+        return ["opencode", *model, *agent.args]
+    if agent.kind == "copilot":
+        config = os.path.join(state_dir, f"{agent.name}.mcp.json")
+        _write(config, json.dumps(server_config(agent.name, store_dir, socket, team.name), indent=2) + "\n")
+        hook_settings.install("copilot", team.repo, store_arg, socket)
+        return ["copilot", "--additional-mcp-config", f"@{config}", f"--allow-tool={SERVER_NAME}", *model, *agent.args]
     return [*shlex.split(agent.program), *agent.args]
 
 
@@ -183,6 +202,8 @@ def pane_env(agent: Agent, team: Team, store_dir: str, socket: str | None) -> di
     env = {"RELAY_AGENT": agent.name, "OVLD_ROLE": agent.name, "RELAY_DIR": store_dir, "OVLD_SESSION": team.name}
     if socket:
         env["RELAY_SOCKET"] = socket
+    if agent.kind == "opencode":
+        env["PWD"] = os.path.abspath(team.repo)  # OpenCode finds its project from $PWD, not its working directory
     env.update(agent.env)
     return env
 

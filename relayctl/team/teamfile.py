@@ -6,7 +6,7 @@
 
     [[agents]]
     name = "overlord"
-    program = "claude"                  # claude, codex, gemini, or any command line
+    program = "claude"                  # claude, codex, gemini, opencode, copilot, or any command line
     model = "opus"                      # optional
     task = "coordinate the team"        # optional: shown by relayctl status
     args = ["--permission-mode", "plan"]  # optional: more arguments for the program
@@ -33,7 +33,7 @@ from relayd.names import check_agent_name
 
 DEFAULT_FILE = "relay-team.toml"
 MULTIPLEXERS = ("tmux", "zellij")
-KNOWN_PROGRAMS = ("claude", "codex", "gemini")
+KNOWN_PROGRAMS = ("claude", "codex", "gemini", "opencode", "copilot")
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
 _TOP_KEYS = {"team", "multiplexer", "repo", "agents"}
 _AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
@@ -53,7 +53,7 @@ class Agent:
 
     @property
     def kind(self) -> str:
-        """claude, codex or gemini when the program is one of them, else "command"."""
+        """claude, codex, gemini, opencode or copilot when the program is one of them, else "command"."""
         return self.program if self.program in KNOWN_PROGRAMS else "command"
 
 
@@ -120,7 +120,7 @@ def _agent(raw: object, where: str, n: int) -> Agent:
     name = check_agent_name(raw.get("name"), f"name of agents entry {n}")  # type: ignore[arg-type]
     program = raw.get("program")
     if not isinstance(program, str) or not program.strip():
-        raise UsageError(f"{where}: agent {name} needs a program: claude, codex, gemini or a command line")
+        raise UsageError(f"{where}: agent {name} needs a program: claude, codex, gemini, opencode, copilot or a command line")
     try:
         shlex.split(program)
     except ValueError as exc:

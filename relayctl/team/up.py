@@ -122,8 +122,10 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
             pane_id = session.start(agent.name, argv, env, team.repo)
             outcome[agent.name] = "started"
             fresh.append((agent, pane_id))
-        # One arrival mechanism per agent: relay-mcp's push, or a trigger typed into the pane.
-        target = "channel" if clients.arrival(agent) == "channel" else f"tmux:{session.socket_path()}:{pane_id}"
+        # One arrival mechanism per agent: relay-mcp's push, relay's OpenCode plugin, or a
+        # trigger typed into the pane.
+        arrival = clients.arrival(agent)
+        target = arrival if arrival in ("channel", "hook") else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
     problems, failed = _watch_panes(session, team, fresh, say, prompt_wait, person_wait) if fresh else ([], False)

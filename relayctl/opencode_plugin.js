@@ -1,0 +1,173 @@
+// relay's OpenCode plugin: unread relay mail becomes context for the model.
+// Written by `relayctl hooks install --for opencode` into .opencode/plugin/relay.js;
+// `relayctl hooks uninstall --for opencode` removes it. Tried with OpenCode 1.18.33.
+//
+// Every decision about mail is relayctl's (`relayctl hook opencode`, one JSON event on
+// stdin, the answer on stdout); this file only passes OpenCode's events on and puts the
+// answers where OpenCode's model reads them:
+//   chat.message        the person's prompt: the mail goes in as one more (synthetic) part
+//   tool.execute.after  the mail is appended to the tool's output
+//   session.idle        the turn ended: with mail waiting, one new turn carries it
+//                       (never a second one for mail that came during that turn; none
+//                       in `opencode run`, which exits there)
+// and reports the session's state (relayd.program_state): a permission or question
+// open is "asking", and no turn is started then. While the session sits idle, mail that
+// comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
+// person's unsent draft lives in OpenCode's own prompt box and is not touched by that.
+
+import { spawn } from "node:child_process"
+
+const RELAYCTL = /* relay: relayctl argv */ ["relayctl", "hook", "opencode"] /* end */
+const AGENT = /* relay: agent */ null /* end */
+// `opencode run PROMPT` ends at its session's first idle, before any turn started then
+// would run: there, mail waiting at the end stays unread (for the next session).
+const ONE_SHOT = process.argv[2] === "run"
+
+function relay(event, fields = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(RELAYCTL[0], RELAYCTL.slice(1), { stdio: ["pipe", "pipe", "pipe"] })
+    let out = ""
+    let err = ""
+    child.stdout.on("data", (chunk) => (out += chunk))
+    child.stderr.on("data", (chunk) => (err += chunk))
+    child.on("error", () => resolve(null))
+    child.on("close", () => {
+      if (err.trim()) console.error(err.trim())
+      try {
+        resolve(out.trim() ? JSON.parse(out) : null)
+      } catch {
+        resolve(null)
+      }
+    })
+    child.stdin.end(JSON.stringify({ hook_event_name: event, ...fields }))
+  })
+}
+
+let counter = 0
+// OpenCode's part ids: "prt_", 12 hex digits of milliseconds * 4096 + a counter, 14 more.
+function partId() {
+  counter = (counter + 1) % 4096
+  const time = (BigInt(Date.now()) * 4096n + BigInt(counter)).toString(16).padStart(12, "0")
+  let tail = ""
+  while (tail.length < 14) tail += Math.random().toString(36).slice(2)
+  return "prt_" + time + tail.slice(0, 14)
+}
+
+export const RelayPlugin = async ({ client }) => {
+  const continued = new Set() // sessions whose running turn carries mail we handed over at its idle
+  const asking = new Map() // session -> open permissions and questions
+  const busy = new Set()
+  let idleSession = null // the session sitting idle at its prompt, if any
+  const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
+
+  async function atIdle(sessionID, afterOurTurn) {
+    if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0) return
+    const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: afterOurTurn || ONE_SHOT })
+    if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
+    idleSession = null
+    continued.add(sessionID)
+    await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
+  }
+
+  // Mail before the person has asked anything: no session exists yet, so one is made for
+  // the mail and shown in the TUI (as if it had been picked from the session list).
+  let starting = false
+  async function firstSession() {
+    if (starting) return
+    starting = true
+    try {
+      const created = await client.session.create({ body: {} })
+      const id = created?.data?.id
+      if (!id) return
+      idleSession = id
+      await client.tui.publish({ body: { type: "tui.session.select", properties: { sessionID: id } } }).catch(() => {})
+      await atIdle(id, false)
+    } finally {
+      starting = false
+    }
+  }
+
+  // Mail for a session that sits idle: one `relayctl subscribe inbox` runs for as long as
+  // OpenCode does (started now, so it listens before the session's first idle); an event
+  // while the session is idle is handled as at a turn's end. Without relayd it retries.
+  function waitForMail() {
+    const agent = AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
+    if (ONE_SHOT || !agent) return
+    const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), "subscribe", "inbox", "--for", agent]
+    const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+    const end = () => child.kill()
+    process.once("exit", end) // it must not outlive OpenCode
+    child.on("error", () => {})
+    child.stdout.on("data", () => {
+      if (idleSession) atIdle(idleSession, false)
+      else if (!sessions.size) firstSession()
+    })
+    child.on("close", () => {
+      process.off("exit", end)
+      setTimeout(waitForMail, 5000).unref?.()
+    })
+  }
+  waitForMail()
+
+  return {
+    "chat.message": async (input, output) => {
+      idleSession = null
+      const answer = await relay("chat.message", { session_id: input.sessionID })
+      if (answer && typeof answer.additionalContext === "string") {
+        output.parts.push({
+          id: partId(),
+          messageID: output.message.id,
+          sessionID: input.sessionID,
+          type: "text",
+          text: answer.additionalContext,
+          synthetic: true,
+        })
+      }
+    },
+    "tool.execute.after": async (input, output) => {
+      const answer = await relay("tool.execute.after", { session_id: input.sessionID, tool_name: input.tool })
+      if (answer && typeof answer.additionalContext === "string" && typeof output.output === "string") {
+        output.output += "\n\n" + answer.additionalContext
+      }
+    },
+    event: async ({ event }) => {
+      const props = event.properties ?? {}
+      const sessionID = props.sessionID ?? props.info?.id
+      switch (event.type) {
+        case "session.created":
+          if (props.info?.parentID) break
+          sessions.add(sessionID)
+          await relay("session.created", { session_id: sessionID })
+          break
+        case "session.status":
+          if (props.status?.type === "busy") {
+            busy.add(sessionID)
+            if (idleSession === sessionID) idleSession = null
+          } else busy.delete(sessionID)
+          break
+        case "session.idle": {
+          busy.delete(sessionID)
+          const ours = continued.delete(sessionID)
+          idleSession = sessionID
+          await atIdle(sessionID, ours)
+          break
+        }
+        case "permission.asked":
+        case "question.asked":
+          asking.set(sessionID, (asking.get(sessionID) ?? 0) + 1)
+          await relay(event.type, { session_id: sessionID })
+          break
+        case "permission.replied":
+        case "question.replied":
+        case "question.rejected":
+          asking.set(sessionID, Math.max(0, (asking.get(sessionID) ?? 1) - 1))
+          await relay(event.type, { session_id: sessionID })
+          break
+        case "session.deleted":
+          if (idleSession === sessionID) idleSession = null
+          await relay("session.deleted", { session_id: sessionID })
+          break
+      }
+    },
+  }
+}
