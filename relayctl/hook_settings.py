@@ -60,6 +60,7 @@ SETTINGS_FILE = {
     "opencode": os.path.join(".opencode", "plugin", "relay.js"),
 }
 OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")
+OPENCODE_CONFIG = "opencode.json"  # the project's OpenCode settings: relay-mcp goes under "mcp" (relayctl up)
 _PLUGIN_MARK = "// relay's OpenCode plugin"  # the first line: a file relay may replace or remove
 COPILOT_HOOKS_VERSION = 1  # the "version" Copilot CLI's hook files carry
 GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
@@ -139,11 +140,16 @@ def is_relay_permission(rule: Any) -> bool:
 
 
 def is_relay_server(entry: Any) -> bool:
-    """An MCP server entry that runs relay-mcp (`relay-mcp` by path, or `python -m mcp_shim`)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+    """An MCP server entry that runs relay-mcp (`relay-mcp` by path, or `python -m mcp_shim`):
+    a command and its args, or OpenCode's one argv list under "command"."""
+    if not isinstance(entry, dict):
         return False
-    args = entry.get("args") if isinstance(entry.get("args"), list) else []
-    return os.path.basename(entry["command"]) == "relay-mcp" or args[:2] == ["-m", "mcp_shim"]
+    argv = entry.get("command")
+    if isinstance(argv, str):
+        argv = [argv, *(entry.get("args") if isinstance(entry.get("args"), list) else [])]
+    if not isinstance(argv, list) or not argv or not all(isinstance(word, str) for word in argv):
+        return False
+    return os.path.basename(argv[0]) == "relay-mcp" or argv[1:3] == ["-m", "mcp_shim"]
 
 
 def settings_path(program: str, project: str) -> str:
@@ -229,10 +235,7 @@ def _uninstall_copilot(project: str) -> Change:
     if not touched:
         return Change(path, False, ())
     if not hooks and set(data) <= {"version", "hooks"}:
-        try:
-            os.unlink(path)  # relay's own file, with nothing of anyone else's left in it
-        except OSError as exc:
-            raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        _remove_own_file(path)  # relay's own file, with nothing of anyone else's left in it
         return Change(path, True, tuple(touched))
     return Change(path, save_json(path, data, project), tuple(touched))
 
@@ -266,6 +269,7 @@ def _install_opencode(project: str, store_dir: str | None, socket: str | None) -
     if old == text:
         return Change(path, False, events)
     try:
+        originals.remember(path)  # the folders made for it, for uninstall
         os.makedirs(os.path.dirname(path), exist_ok=True)
         replace_file(path, text.encode("utf-8"))
     except OSError as exc:
@@ -284,11 +288,43 @@ def _uninstall_opencode(project: str) -> Change:
         raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not ours:
         return Change(path, False, ())
+    _remove_own_file(path)
+    return Change(path, True, PROGRAMS["opencode"].installed)
+
+
+def _remove_own_file(path: str) -> None:
+    """Remove a file relay wrote whole, and the folders it made for it (relayctl.originals
+    knows which: a folder that was there before stays)."""
+    if originals.put_back(path, lambda before: not before):
+        return  # relay made it: gone, with the folders made for it
     try:
         os.unlink(path)
+    except FileNotFoundError:
+        pass
     except OSError as exc:
         raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
-    return Change(path, True, PROGRAMS["opencode"].installed)
+
+
+def _uninstall_opencode_server(project: str) -> Change:
+    """relay-mcp out of the project's opencode.json (`relayctl up` put it there), the file back
+    to its bytes from before relay when nothing else changed, or gone when relay made it."""
+    from .cmd_mcp import SERVER_NAME
+
+    path = os.path.join(os.path.abspath(project), OPENCODE_CONFIG)
+    if not os.path.lexists(path):
+        originals.forget(path)
+        return Change(path, False, ())
+    data = load_json(path)
+    servers = data.get("mcp")
+    if not (isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME))):
+        originals.forget(path)
+        return Change(path, False, ())
+    del servers[SERVER_NAME]
+    if not servers:
+        del data["mcp"]
+    if originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
+        return Change(path, True, ("mcp",))
+    return Change(path, save_json(path, data, project), ("mcp",))
 
 
 def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
@@ -316,11 +352,19 @@ def relay_alone(program: str, project: str) -> int | None:
 def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
     """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
     (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
-    path = settings_path("gemini", project)
+    return _put_server(settings_path("gemini", project), "mcpServers", project, name, entry)
+
+
+def put_opencode_server(project: str, name: str, entry: dict[str, Any]) -> Change:
+    """Put one MCP server under `mcp` of the project's opencode.json, touching no other key."""
+    return _put_server(os.path.join(os.path.abspath(project), OPENCODE_CONFIG), "mcp", project, name, entry)
+
+
+def _put_server(path: str, key: str, project: str, name: str, entry: dict[str, Any]) -> Change:
     data = load_json(path)
-    servers = data.setdefault("mcpServers", {})
+    servers = data.setdefault(key, {})
     if not isinstance(servers, dict):
-        raise RelayError(f"{path}: \"mcpServers\" is not a JSON object; fix it by hand (relay did not change the file)")
+        raise RelayError(f"{path}: \"{key}\" is not a JSON object; fix it by hand (relay did not change the file)")
     servers[name] = entry
     return Change(path, save_json(path, data, project), ())
 
@@ -334,7 +378,11 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     if program == "copilot":
         return _uninstall_copilot(project)
     if program == "opencode":
-        return _uninstall_opencode(project)
+        plugin = _uninstall_opencode(project)
+        if not everything:
+            return plugin
+        config = _uninstall_opencode_server(project)
+        return plugin if not config.changed else Change(config.path, True, (*plugin.events, *config.events))
     path = settings_path(program, project)
     if not os.path.lexists(path):
         if everything:

@@ -189,7 +189,7 @@ def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(re
     relay-mcp server, Claude Code's allow rules for relay's tools, the pre-commit guard) goes,
     and each file gets the exact bytes it had: the person's own formatting included."""
     from relayctl import hook_settings
-    from relayctl.cmd_mcp import SERVER_NAME, gemini_config
+    from relayctl.cmd_mcp import SERVER_NAME, gemini_config, opencode_config
 
     env = dict(relayctl.env, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
@@ -206,10 +206,12 @@ def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(re
         return {str(p.relative_to(project)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(project.rglob("*"))
                 if ".git/objects" not in str(p) and ".git/logs" not in str(p) and p.name not in ("index", "ORIG_HEAD")}
 
+    (project / "opencode.json").write_text('{ "theme": "tokyonight" }\n')  # the person's OpenCode settings
     before = snapshot()
-    for program in FILES:
+    for program in (*FILES, "copilot", "opencode"):
         relayctl("hooks", "install", "--for", program, "--project", str(project))
     hook_settings.put_gemini_server(str(project), SERVER_NAME, gemini_config("$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None)["mcpServers"][SERVER_NAME])
+    hook_settings.put_opencode_server(str(project), SERVER_NAME, opencode_config("{env:RELAY_AGENT}", relayctl.env["RELAY_DIR"], None, None)["mcp"][SERVER_NAME])  # as `up` does
     claude = json.loads((project / FILES["claude"]).read_text())
     claude["permissions"]["allow"] += ["mcp__relay__send_message", "mcp__relay"]  # as `up` allows relay's tools
     (project / FILES["claude"]).write_text(json.dumps(claude, indent=2))
@@ -217,7 +219,7 @@ def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(re
     assert snapshot() != before
 
     done = relayctl("uninstall", "--project", str(project))
-    assert "guard removed" in done.stdout and done.stdout.count("relay's entries removed") == 3
+    assert "guard removed" in done.stdout and done.stdout.count("relay's entries removed") == 5
     assert snapshot() == before
     assert not (Path(os.environ["XDG_STATE_HOME"]) / "relay").exists()  # the originals went with it
     again = relayctl("uninstall", "--project", str(project))
@@ -309,7 +311,8 @@ def test_opencode_gets_relays_plugin_and_a_file_of_someone_elses_is_left_alone(r
     # the project's plugin names no agent: each OpenCode session's RELAY_AGENT says whose mail it carries
     assert f'"hook", "opencode"' in text and f'"--dir", "{relayctl.env["RELAY_DIR"]}"' in text and "const AGENT = null" in text and "inferno" not in text
     relayctl("hooks", "uninstall", "--for", "opencode", "--project", str(project))
-    assert not path.exists()
+    assert not path.exists() and not (project / ".opencode").exists()  # with the folders relay made for it
+    path.parent.mkdir(parents=True)
     path.write_text("export const Mine = async () => ({})\n")
     refused = relayctl("hooks", "install", "--for", "opencode", "--agent", "inferno", "--project", str(project), check=False)
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1 and "not relay's plugin" in refused.stderr

@@ -92,8 +92,10 @@ class TmuxTeam:
         dead, status, signal = (out.rstrip("\n").split("\t") + ["", "", ""])[:3]
         return dead == "1", (f"signal {signal}" if signal and signal != "0" else f"status {status or '?'}")
 
-    def capture(self, pane_id: str) -> str:
-        return tmux("capture-pane", "-p", "-J", "-t", pane_id, check=False)
+    def capture(self, pane_id: str, history: int = 0) -> str:
+        """The pane's screen; with `history`, that many lines above it too (a pane resized
+        by the next one's split can have moved its program's last words up there)."""
+        return tmux("capture-pane", "-p", "-J", *(["-S", f"-{history}"] if history else []), "-t", pane_id, check=False)
 
     def send_keys(self, pane_id: str, *keys: str) -> None:
         tmux("send-keys", "-t", pane_id, *keys)

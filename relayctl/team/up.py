@@ -287,6 +287,11 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
             p.last_screen = screen or p.last_screen
             if dead:
                 p.state, p.status = "dead", status
+                for _ in range(20):  # tmux may mark the pane dead before it has drawn the program's last output
+                    if any(line.strip() and not line.startswith("Pane is dead") for line in p.last_screen.splitlines()):
+                        break
+                    time.sleep(0.05)
+                    p.last_screen = session.capture(p.pane_id, history=200) or p.last_screen
                 continue
             _answer(session, p.pane_id, screen, waiting, seen, sent, now)
             looks = clients.SCREENS.get(p.agent.kind)
