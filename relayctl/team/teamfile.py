@@ -166,7 +166,7 @@ def preset_text(preset: str, team: str | None = None, workers: int | None = None
     """A team file for a preset: every agent runs Claude Code in the current directory."""
     names = preset_agents(preset, workers)
     lines = [
-        f"# relay team file: `relayctl up` starts it, `relayctl down` stops it (docs/team.md).",
+        "# relay team file: `relayctl up` starts it, `relayctl down` stops it (docs/team.md).",
         f'team = "{team or preset}"',
         'multiplexer = "tmux"',
         'repo = "."',
