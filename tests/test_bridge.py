@@ -20,7 +20,7 @@ from nats_proc import NATS_SERVER, NatsServer
 from relayd.inbox import read_all
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
-from conftest import RelayCtl
+from cli_processes import RelayCtl
 from waiting import wait_for
 
 pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")

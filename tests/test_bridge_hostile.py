@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_processes import RelayCtl
 from test_bridge import NATS_SERVER, Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
 from waiting import wait_for
 
@@ -243,7 +244,6 @@ def test_a_stream_that_could_lose_mail_is_refused_at_start_and_on_reconnect(host
     assert started.returncode == 1 and "Traceback" not in started.stderr
     assert started.stderr.strip().splitlines()[-1].startswith("error: the NATS stream RELAY_MAIL has max_age 3s")
     # provision puts it right, and mail flows again.
-    from conftest import RelayCtl
 
     shown = RelayCtl(alpha.env)("bridge", "provision", "--server", nats.url, "--dir", nats.setup_dir).stdout
     assert "RELAY_MAIL" in shown and "updated" in shown
@@ -423,7 +423,6 @@ def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, 
     import nats as nats_py
     from nats.js import api
 
-    from conftest import RelayCtl
     from nats_proc import NatsServer
     from relayd.bridge.streams import problem
     from test_bridge import TEAM, Host
@@ -507,7 +506,6 @@ def test_a_reservation_flood_keeps_status_small_and_reserves_working(hosts, nats
 
 
 def test_provision_errors_are_one_line(short_tmp, relay_env):
-    from conftest import RelayCtl
     from nats_proc import free_port
 
     ctl = RelayCtl(relay_env)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import RelayCtl
+from cli_processes import RelayCtl
 
 CLI_MD = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
 

@@ -22,7 +22,7 @@ from relayd.inbox import read_all
 from relayd import ops
 from relayd.client import Client
 from relayd.store import Store
-from conftest import stop_child
+from cli_processes import stop_child
 from relayd_proc import Daemon, RawClient
 from inproc import snapshot
 from waiting import wait_for

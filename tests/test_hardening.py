@@ -21,7 +21,7 @@ import pytest
 from relayd.client import Client
 from relayd.inbox import read_all
 from relayd.store import Store
-from conftest import stop_child
+from cli_processes import stop_child
 from relayd_proc import Daemon, RawClient
 
 

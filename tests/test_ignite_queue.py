@@ -18,7 +18,7 @@ from relayd.ignite import mime
 from relayd.ignite.queue import QueueMonitor, monitor_for
 from relayd.inbox import read_all
 
-from conftest import stop_child
+from cli_processes import stop_child
 from relayd_proc import Daemon
 from test_notify import TRIGGER, Tmux
 from waiting import wait_for

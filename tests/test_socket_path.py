@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import RelayCtl
+from cli_processes import RelayCtl
 from relayd import layout
 from relayd_proc import Daemon
 

@@ -15,7 +15,7 @@ import pytest
 from relayd import layout, ops, watch
 from relayd.store import Store
 from relayd.tail import InboxTail
-from conftest import stop_child
+from cli_processes import stop_child
 from relayd_proc import Daemon
 
 

@@ -1,0 +1,38 @@
+"""Processes the tests start the way users and scripts do: relayctl, and stopping a command
+as a person would. Kept out of conftest.py so a test module can import them whichever
+conftest (tests/ or tests/torture/) pytest loaded last."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+
+class RelayCtl:
+    """Runs the installed CLI as a separate process, the way users and scripts do."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def __call__(self, *args: str, agent: str | None = None, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "relayctl"]
+        if agent:
+            argv += ["--agent", agent]
+        proc = subprocess.run(argv + list(args), env=self.env, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"relayctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+
+def stop_child(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 10.0) -> tuple:
+    """Stop a command the test started (Ctrl-C by default) and collect its output. One that
+    does not end in time is killed, and the test fails: no test leaves a process behind."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"{' '.join(map(str, proc.args))} was still running {timeout}s after signal {sig}; killed") from None
