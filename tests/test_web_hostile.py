@@ -8,9 +8,10 @@ import http.server
 import json
 import os
 import resource
+import shlex
 import socket
 import stat
-import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from test_web import browser, open_view, page, team, web  # noqa: F401  (fixtures)
 from waiting import wait_for
-from web_view import CHROMIUM, CHROMIUM_ARGS, WebView
+from web_view import WebView
 
 
 class Neighbour(http.server.ThreadingHTTPServer):
@@ -75,7 +76,7 @@ def foreground_browser(short_tmp: Path, command: str) -> Path:
 def test_open_puts_no_secret_on_any_command_line(team, relay_env, short_tmp: Path) -> None:
     """Another user can read every process's arguments (/proc/PID/cmdline): the browser gets
     a file only this user can read, and a real chromium gets in through it."""
-    dump = " ".join([CHROMIUM, *CHROMIUM_ARGS, "--virtual-time-budget=5000", "--dump-dom"])
+    dump = shlex.join([sys.executable, str(Path(__file__).parent / "browser_dump.py"), '[data-agent="athena"]'])  # a real chromium
     browser_cmd = foreground_browser(short_tmp, f"timeout 60 {dump}")
     view = WebView({**relay_env, "BROWSER": str(browser_cmd)}, "--open")
     try:
