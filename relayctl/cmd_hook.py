@@ -220,6 +220,11 @@ def answer_event(program: str, raw: str, event_name: str | None = None) -> dict 
         raise ValueError("stdin is not a hook event (expected a JSON object)")
     if event_name is not None:
         event["hook_event_name"] = event_name
+    elif program == "claude" and "hook_event_name" not in event and isinstance(event.get("hookName"), str) and copilot_caller(event):
+        # Copilot (1.0.102) runs a .claude/settings.json PermissionRequest hook with its own
+        # event (`hookName: "permissionRequest"`, camelCase fields), and takes a failing
+        # permission hook as "deny": answered as the Copilot event it is.
+        program, event["hook_event_name"] = "copilot", event["hookName"]
     spec = PROGRAMS[program]
     name = event.get("hook_event_name")
     if name in spec.other:

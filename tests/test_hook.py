@@ -246,6 +246,24 @@ def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayct
         del relayctl.env["COPILOT_CLI"]
 
 
+def test_copilot_running_the_claude_permission_hook_in_its_own_shape_is_not_refused(relayctl, store_dir: Path) -> None:
+    """Copilot 1.0.102 runs a .claude/settings.json PermissionRequest hook with its own event
+    (as the real program sent it): a failing hook is "deny" to Copilot, so relay's tools
+    (even allowed with --allow-tool) were refused in a repository with relay's Claude Code hooks."""
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "Rebasing main, hold commits", agent="overlord")
+    relayctl.env["COPILOT_CLI"] = "1"
+    try:
+        raw = json.dumps({"hookName": "permissionRequest", "sessionId": "119678f7-392c-4e7e-af58-1e1ee7b17cce", "timestamp": 1795738471867,
+                          "cwd": "/home/dev/oathkeeper", "toolName": "relay-send_message", "toolInput": {"to": "overlord"}, "permissionSuggestions": []})
+        done = relayctl("hook", "claude", agent="inferno", input=raw, check=False)
+    finally:
+        del relayctl.env["COPILOT_CLI"]
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")  # no decision: Copilot's own rules decide
+    assert _state(store_dir) == "asking"
+    assert _unread(relayctl) == ["Rebasing main, hold commits"]  # a permission question carries no mail
+
+
 @pytest.mark.parametrize(("program", "event", "key"), [("copilot", "userPromptSubmitted", "additionalContext"),
                                                        ("copilot", "postToolUse", "additionalContext"),
                                                        ("copilot", "agentStop", "reason"),
