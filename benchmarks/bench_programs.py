@@ -2,8 +2,9 @@
 
 Each program from npm (tests/agents, pinned) runs interactively in tmux against the
 scripted model server, with relay's hooks installed and relayd running, the way `relayctl
-up` sets it up: Claude Code by its channel and by the pane trigger, Codex CLI and Gemini CLI
-by the pane trigger. The program sits idle at its prompt; one message at a time is sent
+up` sets it up: Claude Code by its channel and by the pane trigger; Codex CLI, Gemini CLI and
+GitHub Copilot CLI by the pane trigger; OpenCode by relay's plugin (it starts a turn for mail
+to an idle session; nothing is typed). The program sits idle at its prompt; one message at a time is sent
 (through relayd, timed from the send), and the time until the model's request carries it is
 measured. A message that does not reach the model within MISS_AFTER seconds is a miss.
 Between sends the program is let back to its prompt (its hooks report `idle`).
@@ -27,18 +28,19 @@ AREA = "programs"
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 TRIGGER = "relay: new mail, call check_inbox"
 MISS_AFTER = 10.0
-CASES = (("claude", "channel"), ("claude", "pane"), ("codex", "pane"), ("gemini", "pane"))
-TITLES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI"}
-TARGETS = {"channel": 0.25, "pane": 0.5}  # p99 seconds (issue: safe delivery)
+CASES = (("claude", "channel"), ("claude", "pane"), ("codex", "pane"), ("gemini", "pane"), ("opencode", "plugin"), ("copilot", "pane"))
+TITLES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI", "opencode": "OpenCode", "copilot": "Copilot CLI"}
+TARGETS = {"channel": 0.25, "pane": 0.5, "plugin": 0.5}  # p99 seconds (issues: safe delivery; OpenCode and Copilot)
+READY = {"claude": "❯", "codex": "Ask Codex to do anything", "gemini": "Type your message", "opencode": "Ask anything", "copilot": "/ commands"}
 API_KEY = "sk-ant-relay-bench-00000000000000000000"
 
 
-def run(quick: bool) -> list[Row]:
+def run(quick: bool, cases: tuple[tuple[str, str], ...] = CASES) -> list[Row]:
     sends = 10 if quick else 50
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))  # the scripted model and the program helpers live with the tests
     rows = []
-    for program, way in CASES:
+    for program, way in cases:
         name = f"idle mail -> model, {TITLES[program]} by {way}, median / p99 / misses of {sends}"
         missing = _missing(program)
         if missing:
@@ -72,6 +74,8 @@ def _responder(program: str):
         return model_anthropic.messages_responder(lambda body: [model_anthropic.text("Noted.")])
     if program == "codex":
         return model_openai.responses_responder(lambda body: [model_openai.message("Noted.")])
+    if program in ("opencode", "copilot"):
+        return model_openai.chat_responder(lambda body: model_openai.chat_text("Noted."))
     return model_gemini.gemini_responder(lambda body: [model_gemini.text("Noted.")])
 
 
@@ -121,7 +125,7 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
                     settings.write_text(json.dumps({**json.loads(settings.read_text()), "model": {"name": "gemini-2.5-flash"}}))
             tmux.start(argv, project, pane_env)
             _past_start_up(tmux, program, way)
-            relayctl("register", "inferno", "--notify", "channel" if way == "channel" else f"tmux:{tmux.target()}")
+            relayctl("register", "inferno", "--notify", {"channel": "channel", "plugin": "hook"}.get(way, f"tmux:{tmux.target()}"))
             with Client(store, sock) as client:
                 for n in range(sends):
                     _wait_idle(Path(store), program, tmux)
@@ -153,13 +157,16 @@ def _past_start_up(tmux, program: str, way: str) -> None:
     if program == "claude" and way == "channel":
         tmux.wait_for("I am using this for local development", settle=1)
         tmux.keys("Enter")
-    ready = {"claude": "❯", "codex": "Ask Codex to do anything", "gemini": "Type your message"}[program]
-    tmux.wait_for(ready, timeout=90, settle=1)
+    tmux.wait_for(READY[program], timeout=90, settle=1)
 
 
 def _wait_idle(store: Path, program: str, tmux) -> None:
-    """Until the program is back at its prompt (its hooks say `idle`), at most 30 s."""
+    """Until the program is back at its prompt (its hooks say `idle`), at most 30 s. Before its
+    first turn a program may have said nothing yet (Copilot CLI starts its session, and
+    OpenCode's plugin sees one, only with the first prompt): at its prompt all the same."""
     state = store / "agents" / "inferno" / "program-state"
+    if not state.exists():
+        return
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
