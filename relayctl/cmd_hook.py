@@ -262,6 +262,8 @@ def _record_state(s, agent: str, program: str, event: dict, continued: bool = Fa
     from relayd.errors import RelayError
     from relayd.program_state import state_after
 
+    if program == "claude" and event.get("hook_event_name") == "SessionStart" and copilot_caller(event):
+        return  # Copilot's session starts with its first prompt: not "idle" (relayd.program_state)
     state = state_after(program, event, continued)
     if state is None:
         return

@@ -64,7 +64,9 @@ _BY_EVENT: dict[tuple[str, str], str] = {
     ("gemini", "AfterAgent"): "idle",
     # GitHub Copilot CLI's own hooks (.github/hooks); under .claude/settings.json it sends
     # Claude Code's names, which the "claude" rows read the same way.
-    ("copilot", "sessionStart"): "idle",
+    # No row for sessionStart: Copilot (1.0.102) starts its session only with the first
+    # prompt and runs sessionStart beside userPromptSubmitted, so "idle" from it could land
+    # after "working" and let a second trigger in while the first turn starts.
     **{("copilot", e): "working" for e in ("userPromptSubmitted", "preToolUse", "postToolUse", "postToolUseFailure")},
     ("copilot", "permissionRequest"): "asking",
     ("copilot", "agentStop"): "idle",

@@ -264,6 +264,26 @@ def test_copilot_running_the_claude_permission_hook_in_its_own_shape_is_not_refu
     assert _unread(relayctl) == ["Rebasing main, hold commits"]  # a permission question carries no mail
 
 
+def test_copilots_session_start_beside_its_first_prompt_does_not_say_idle(relayctl, store_dir: Path) -> None:
+    """Copilot 1.0.102 starts its session with the first prompt, running sessionStart (and a
+    .claude/settings.json SessionStart) at the same time as the prompt's hook: the one that
+    ends last must not leave the session "idle" while its first turn starts (a second
+    trigger typed then lost the first prompt's mail in a five-program team)."""
+    relayctl("init", "--preset", "overlord")
+    event = {"sessionId": "s1", "timestamp": 1795728509791}
+    relayctl("hook", "copilot", "userPromptSubmitted", agent="inferno", input=json.dumps(event))
+    assert _state(store_dir) == "working"
+    relayctl("hook", "copilot", "sessionStart", agent="inferno", input=json.dumps(event))
+    relayctl.env["COPILOT_CLI"] = "1"
+    try:
+        relayctl("hook", "claude", agent="inferno", input=json.dumps({**_COPILOT_AS_CLAUDE, "hook_event_name": "SessionStart", "source": "new"}))
+    finally:
+        del relayctl.env["COPILOT_CLI"]
+    assert _state(store_dir) == "working"
+    relayctl("hook", "claude", agent="inferno", input=json.dumps(EVENTS["SessionStart"]))  # Claude Code's own: at its prompt
+    assert _state(store_dir) == "idle"
+
+
 @pytest.mark.parametrize(("program", "event", "key"), [("copilot", "userPromptSubmitted", "additionalContext"),
                                                        ("copilot", "postToolUse", "additionalContext"),
                                                        ("copilot", "agentStop", "reason"),
