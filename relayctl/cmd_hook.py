@@ -207,6 +207,23 @@ def copilot_caller(event: dict) -> bool:
     return os.environ.get("COPILOT_CLI") == "1" and "timestamp" in event
 
 
+def _relays_copilot_hooks_run_too(event: dict) -> bool:
+    """Whether the project Copilot runs in (the event's cwd, up to its git root) has relay's
+    own Copilot hooks as well as relay's Claude Code hooks. Copilot (1.0.102) runs both sets
+    at once and gives its model one hook's `additionalContext`: mail the other hook took
+    was marked read and never shown."""
+    from .hook_settings import SETTINGS_FILE
+
+    here = os.path.abspath(event["cwd"] if isinstance(event.get("cwd"), str) else os.getcwd())
+    while True:
+        if os.path.isfile(os.path.join(here, SETTINGS_FILE["copilot"])):
+            return True
+        parent = os.path.dirname(here)
+        if parent == here or os.path.exists(os.path.join(here, ".git")):
+            return False
+        here = parent
+
+
 def answer_event(program: str, raw: str, event_name: str | None = None) -> dict | None:
     """What `program` should be told for the hook event `raw` (None: print nothing);
     `event_name`: the event, for a program whose events do not name themselves."""
@@ -218,6 +235,8 @@ def answer_event(program: str, raw: str, event_name: str | None = None) -> dict 
         raise ValueError(f"stdin is not a hook event (bad JSON: {exc})") from None
     if not isinstance(event, dict):
         raise ValueError("stdin is not a hook event (expected a JSON object)")
+    if program == "claude" and copilot_caller(event) and _relays_copilot_hooks_run_too(event):
+        return None  # those hand the mail over: Copilot shows one hook's context of the two
     if event_name is not None:
         event["hook_event_name"] = event_name
     elif program == "claude" and "hook_event_name" not in event and isinstance(event.get("hookName"), str) and copilot_caller(event):

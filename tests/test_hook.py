@@ -5,6 +5,7 @@ hooks in test_claude_hooks.py, test_codex_hooks.py and test_gemini_hooks.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,33 @@ def test_copilot_running_the_claude_permission_hook_in_its_own_shape_is_not_refu
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")  # no decision: Copilot's own rules decide
     assert _state(store_dir) == "asking"
     assert _unread(relayctl) == ["Rebasing main, hold commits"]  # a permission question carries no mail
+
+
+def test_where_relays_copilot_hooks_run_too_the_claude_hooks_leave_copilots_mail_to_them(relayctl, store_dir: Path, short_tmp: Path) -> None:
+    """A repository with relay's Claude Code hooks and its Copilot hooks (a team of both):
+    Copilot runs both sets at once and shows its model one hook's context, so mail taken by
+    the other was lost. The Claude hooks, run by Copilot there, take nothing."""
+    relayctl("init", "--preset", "overlord")
+    project = short_tmp / "project"
+    (project / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    for program in ("claude", "copilot"):
+        relayctl("hooks", "install", "--for", program, "--project", str(project))
+    relayctl("send", "inferno", "Rebasing main, hold commits", agent="overlord")
+    relayctl.env["COPILOT_CLI"] = "1"
+    try:
+        for event in ("UserPromptSubmit", "PostToolUse", "Stop"):
+            raw = json.dumps({**_COPILOT_AS_CLAUDE, "cwd": str(project / "src"), "hook_event_name": event, "prompt": "carry on"})
+            assert relayctl("hook", "claude", agent="inferno", input=raw).stdout == ""
+    finally:
+        del relayctl.env["COPILOT_CLI"]
+    assert _unread(relayctl) == ["Rebasing main, hold commits"]
+    own = relayctl("hook", "copilot", "userPromptSubmitted", agent="inferno", input=json.dumps({"sessionId": "s1", "timestamp": 1, "cwd": str(project)}))
+    assert "Rebasing main, hold commits" in json.loads(own.stdout)["additionalContext"]
+    # Claude Code itself, in the same repository, still gets its mail from them.
+    relayctl("send", "inferno", "Second note", agent="overlord")
+    claude = json.loads(relayctl("hook", "claude", agent="inferno", input=json.dumps({**EVENTS["UserPromptSubmit"], "cwd": str(project)})).stdout)
+    assert "Second note" in claude["hookSpecificOutput"]["additionalContext"]
 
 
 def test_copilots_session_start_beside_its_first_prompt_does_not_say_idle(relayctl, store_dir: Path) -> None:
