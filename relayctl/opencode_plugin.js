@@ -7,9 +7,10 @@
 // answers where OpenCode's model reads them:
 //   chat.message        the person's prompt: the mail goes in as one more (synthetic) part
 //   tool.execute.after  the mail is appended to the tool's output
-//   session.idle        the turn ended: with mail waiting, one new turn carries it
-//                       (never a second one for mail that came during that turn; none
-//                       in `opencode run`, which exits there)
+//   session.idle        the turn ended: with mail waiting, one new turn carries it; mail
+//                       that came during a turn relay started gets the next one (no pane
+//                       trigger follows here, as it does for the other programs), none in
+//                       `opencode run`, which exits there
 // and reports the session's state (relayd.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
@@ -54,18 +55,16 @@ function partId() {
 }
 
 export const RelayPlugin = async ({ client }) => {
-  const continued = new Set() // sessions whose running turn carries mail we handed over at its idle
   const asking = new Map() // session -> open permissions and questions
   const busy = new Set()
   let idleSession = null // the session sitting idle at its prompt, if any
   const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
 
-  async function atIdle(sessionID, afterOurTurn) {
+  async function atIdle(sessionID) {
     if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0) return
-    const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: afterOurTurn || ONE_SHOT })
+    const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: ONE_SHOT })
     if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
     idleSession = null
-    continued.add(sessionID)
     await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
   }
 
@@ -81,7 +80,7 @@ export const RelayPlugin = async ({ client }) => {
       if (!id) return
       idleSession = id
       await client.tui.publish({ body: { type: "tui.session.select", properties: { sessionID: id } } }).catch(() => {})
-      await atIdle(id, false)
+      await atIdle(id)
     } finally {
       starting = false
     }
@@ -99,7 +98,7 @@ export const RelayPlugin = async ({ client }) => {
     process.once("exit", end) // it must not outlive OpenCode
     child.on("error", () => {})
     child.stdout.on("data", () => {
-      if (idleSession) atIdle(idleSession, false)
+      if (idleSession) atIdle(idleSession)
       else if (!sessions.size) firstSession()
     })
     child.on("close", () => {
@@ -125,10 +124,15 @@ export const RelayPlugin = async ({ client }) => {
       }
     },
     "tool.execute.after": async (input, output) => {
+      // A built-in tool's result is `output.output` (text); an MCP server's tool's (relay's
+      // own included) is the server's answer, whose `content` list the model is shown.
+      // Anything else has no place for mail: it is not taken (it stays unread).
+      const text = typeof output?.output === "string"
+      if (!text && !Array.isArray(output?.content)) return
       const answer = await relay("tool.execute.after", { session_id: input.sessionID, tool_name: input.tool })
-      if (answer && typeof answer.additionalContext === "string" && typeof output.output === "string") {
-        output.output += "\n\n" + answer.additionalContext
-      }
+      if (!answer || typeof answer.additionalContext !== "string") return
+      if (text) output.output += "\n\n" + answer.additionalContext
+      else output.content.push({ type: "text", text: answer.additionalContext })
     },
     event: async ({ event }) => {
       const props = event.properties ?? {}
@@ -147,9 +151,8 @@ export const RelayPlugin = async ({ client }) => {
           break
         case "session.idle": {
           busy.delete(sessionID)
-          const ours = continued.delete(sessionID)
           idleSession = sessionID
-          await atIdle(sessionID, ours)
+          await atIdle(sessionID)
           break
         }
         case "permission.asked":
