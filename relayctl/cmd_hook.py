@@ -119,6 +119,8 @@ PROGRAMS: dict[str, Program] = {
 }
 # Events whose name the program does not put in the hook's stdin: the entry passes it.
 NAMED_BY_ENTRY = ("copilot",)
+# relay's own file of Copilot hooks in a project (hook_settings writes it).
+COPILOT_HOOKS_FILE = os.path.join(".github", "hooks", "relay.json")
 # SubagentStop (both programs) is a no-op: blocking it would hand the agent's mail to a
 # subagent, whose result the agent itself may only see summarised.
 
@@ -212,11 +214,9 @@ def _relays_copilot_hooks_run_too(event: dict) -> bool:
     own Copilot hooks as well as relay's Claude Code hooks. Copilot (1.0.102) runs both sets
     at once and gives its model one hook's `additionalContext`: mail the other hook took
     was marked read and never shown."""
-    from .hook_settings import SETTINGS_FILE
-
     here = os.path.abspath(event["cwd"] if isinstance(event.get("cwd"), str) else os.getcwd())
     while True:
-        if os.path.isfile(os.path.join(here, SETTINGS_FILE["copilot"])):
+        if os.path.isfile(os.path.join(here, COPILOT_HOOKS_FILE)):
             return True
         parent = os.path.dirname(here)
         if parent == here or os.path.exists(os.path.join(here, ".git")):

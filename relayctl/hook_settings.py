@@ -49,14 +49,14 @@ from relayd.errors import RelayError, UsageError
 from relayd.fsio import replace_file
 
 from . import originals
-from .cmd_hook import PROGRAMS
+from .cmd_hook import COPILOT_HOOKS_FILE, PROGRAMS
 from .context import installed_command
 
 SETTINGS_FILE = {
     "claude": os.path.join(".claude", "settings.json"),
     "codex": os.path.join(".codex", "hooks.json"),
     "gemini": os.path.join(".gemini", "settings.json"),
-    "copilot": os.path.join(".github", "hooks", "relay.json"),
+    "copilot": COPILOT_HOOKS_FILE,
     "opencode": os.path.join(".opencode", "plugin", "relay.js"),
 }
 OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")
