@@ -662,3 +662,116 @@ def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_i
         _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="/ commands")
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
+# -- a team of all five programs ---------------------------------------------------------------
+
+FIVE = ("claude", "codex", "gemini", "opencode", "copilot")
+
+
+def _hop(src: str, dst: str) -> str:
+    return f"HOP-{src}-to-{dst}"  # no '>' or '<': some programs' JSON escapes them
+
+
+def _model_passing_hops(me: str):
+    """The scripted model of the agent `me` (named after its program, one server each): once
+    its conversation holds the test's order, it sends one hop to every other agent through
+    relay-mcp's send_message, one tool call per request, then says "Done." to everything."""
+    from hook_sessions import PROGRAMS
+    from model_anthropic import messages_responder, text as claude_text, tool_use
+    from model_gemini import function_call as gemini_call, gemini_responder, text as gemini_text
+    from model_openai import chat_responder, chat_text, chat_tool_call, function_call as codex_call, message, responses_responder
+
+    calls = {
+        "claude": lambda args: [tool_use("mcp__relay__send_message", args)],
+        "codex": lambda args: [codex_call("send_message", args, namespace="mcp__relay")],
+        "gemini": lambda args: [gemini_call("mcp_relay_send_message", args)],
+        "opencode": lambda args: chat_tool_call("relay_send_message", args),
+        "copilot": lambda args: chat_tool_call("relay-send_message", args),
+    }
+    texts = {"claude": lambda s: [claude_text(s)], "codex": lambda s: [message(s)], "gemini": lambda s: [gemini_text(s)],
+             "opencode": chat_text, "copilot": chat_text}
+    responders = {"claude": messages_responder, "codex": responses_responder, "gemini": gemini_responder,
+                  "opencode": chat_responder, "copilot": chat_responder}
+
+    def turn(body: dict):
+        seen = json.dumps(body)
+        if f"ORDER-FOR-{me}" in seen:
+            for dst in FIVE:
+                if dst != me and _hop(me, dst) not in seen:
+                    return calls[me]({"to": dst, "subject": _hop(me, dst), "body": f"from {me}'s model"})
+        return texts[me]("Done.")
+
+    answer_turn = responders[me](turn)
+    answer_aside = responders[me](lambda body: texts[me]("ok"))
+    is_turn = PROGRAMS[me].is_turn
+    return lambda request: answer_turn(request) if is_turn(request) else answer_aside(request)
+
+
+def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_round_trip(team: Team, relayctl, store_dir: Path) -> None:
+    """One pane each of Claude Code, Codex CLI, Gemini CLI, OpenCode and Copilot CLI, started
+    by `up --trust`, each against a scripted model server of its own. Every ordered pair of
+    the 20: the test tells each agent (by mail) to pass a hop to every other; its model sends
+    the four through relay-mcp's send_message, and each hop must reach the receiving
+    program's model (in a request of that program's own server, as relay renders mail).
+    All 20 rather than a cycle and its reverse: the five start once whichever is chosen, and
+    the hops then travel at the same time, so all pairs cost little more than ten."""
+    from contextlib import ExitStack
+
+    from agent_programs import copilot_env, opencode_config, opencode_env, program
+    from hook_sessions import PROGRAMS
+    from model_openai import codex_config
+    from scripted_model import ScriptedModel
+
+    team.file.write_text('team = "crew"\nrepo = "repo"\n' + "".join(
+        f'\n[[agents]]\nname = "{name}"\nprogram = "{name}"\n' + ('model = "gemini-2.5-flash"\n' if name == "gemini" else "")
+        + ('lead = true\n' if name == "claude" else "") for name in FIVE))
+    with ExitStack() as stack:
+        models = {name: stack.enter_context(ScriptedModel(_model_passing_hops(name))) for name in FIVE}
+        home = _claude_home(team, models["claude"].url)
+        (home / ".codex").mkdir()
+        (home / ".codex" / "config.toml").write_text(codex_config(models["codex"].url))
+        (home / ".gemini").mkdir()
+        (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        opencode_config(team.repo, models["opencode"].url)
+        opencode = opencode_env(team.repo)
+        opencode.pop("PWD")  # `up` sets it for the pane
+        # Copilot's folder trust is the person's answer here: `up --trust` records it for the other three.
+        team.env.update(CODEX_HOME=str(home / ".codex"), SCRIPTED_API_KEY="sk-scripted", GOOGLE_GEMINI_BASE_URL=models["gemini"].url,
+                        GEMINI_API_KEY="scripted-key", **opencode, **copilot_env(home, models["copilot"].url, trusted=team.repo.resolve()),
+                        PATH=":".join([*{str(program(name).parent) for name in FIVE}, team.env["PATH"]]))
+        team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
+
+        started = relayctl("up", "--trust", str(team.file), timeout=240)
+        assert started.stderr == "", started.stderr
+        panes = team.panes()
+        assert sorted(panes) == sorted(FIVE)
+        screen = lambda name: team.tmux("capture-pane", "-p", "-J", "-t", panes[name][0])  # noqa: E731
+        for name, ready in (("opencode", "Ask anything"), ("copilot", "/ commands")):  # `up` waits for the other three
+            try:
+                wait_for(f"{name}'s prompt", lambda: ready in screen(name), timeout=90)
+            except AssertionError:
+                raise AssertionError(f"{ready!r} never showed; {name}'s pane shows:\n{screen(name)}") from None
+
+        relayctl("register", "boss")
+        for name in FIVE:
+            relayctl("send", name, "--subject", f"ORDER-FOR-{name}", "send a hop to every other agent", agent="boss")
+        pairs = [(src, dst) for src in FIVE for dst in FIVE if src != dst]
+
+        def missing() -> list[tuple[str, str]]:
+            return [(src, dst) for src, dst in pairs
+                    if not any(PROGRAMS[dst].is_turn(r) and f"subject: {_hop(src, dst)}" in r.text for r in list(models[dst].requests))]
+
+        try:
+            wait_for("every hop at its receiver's model", lambda: not missing(), timeout=150, every=0.5)
+        except AssertionError:
+            shown = "\n".join(f"--- {name}:\n{screen(name)}" for name in FIVE)
+            raise AssertionError(f"hops that never reached the receiving model: {missing()}\n{shown}") from None
+
+    for dst in FIVE:  # each hop was sent once, by its own agent's relay-mcp, and relay says it was read
+        inbox = json.loads(relayctl("--json", "read", agent=dst).stdout)
+        hops = sorted((m["from"], m["subject"]) for m in inbox if m["subject"].startswith("HOP-"))
+        assert hops == sorted((src, _hop(src, dst)) for src in FIVE if src != dst), (dst, hops)
+        assert json.loads(relayctl("--json", "read", "--unread", agent=dst).stdout) == [], dst
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=30)
