@@ -55,9 +55,12 @@ def uninstall(project: str) -> None:
     \b
       the pre-commit guard      .git/hooks/pre-commit (or core.hooksPath's); the hook it
                                 chained is put back in its place
-      hooks, MCP servers,       relay's entries in .claude/settings.json, .codex/hooks.json
-      allow rules               and .gemini/settings.json (relay's hook commands, Gemini
-                                CLI's relay-mcp server, Claude Code's mcp__relay rules)
+      hooks, MCP servers,       relay's entries in .claude/settings.json, .codex/hooks.json,
+      allow rules, plugin       .gemini/settings.json and opencode.json (relay's hook
+                                commands, Gemini CLI's and OpenCode's relay-mcp server,
+                                Claude Code's mcp__relay rules); relay's own files
+                                .github/hooks/relay.json (Copilot CLI) and
+                                .opencode/plugin/relay.js (OpenCode)
       trust records             what `relayctl up --trust` added for this project to
                                 ~/.claude.json, ~/.codex/config.toml and
                                 ~/.gemini/trustedFolders.json, and Codex's trust in
