@@ -56,6 +56,7 @@ function partId() {
 
 export const RelayPlugin = async ({ client }) => {
   const asking = new Map() // session -> open permissions and questions
+  const carrying = new Set() // sessions whose next prompt is the mail relay handed over
   const busy = new Set()
   let idleSession = null // the session sitting idle at its prompt, if any
   const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
@@ -65,7 +66,13 @@ export const RelayPlugin = async ({ client }) => {
     const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: ONE_SHOT })
     if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
     idleSession = null
-    await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
+    carrying.add(sessionID)
+    try {
+      await client.session.promptAsync({ path: { id: sessionID }, body: { parts: [{ type: "text", text: answer.reason }] } })
+    } catch (error) {
+      carrying.delete(sessionID)
+      throw error
+    }
   }
 
   // Mail before the person has asked anything: no session exists yet, so one is made for
@@ -111,6 +118,9 @@ export const RelayPlugin = async ({ client }) => {
   return {
     "chat.message": async (input, output) => {
       idleSession = null
+      // The prompt relay itself just started carries the mail (and its answer said
+      // "working"): asking again would only hold the model's request up by a relayctl run.
+      if (carrying.delete(input.sessionID)) return
       const answer = await relay("chat.message", { session_id: input.sessionID })
       if (answer && typeof answer.additionalContext === "string") {
         output.parts.push({
