@@ -301,7 +301,7 @@ def take_unread(s, agent: str) -> str | None:
 
 def _record_hook(s, agent: str) -> None:
     """The hook handing mail to the model is this agent's announcement: the senders'
-    `relayctl track` shows it (relayd.receipts). A report only: never fails the hook."""
+    `relayctl track` shows it (relayd.delivery.receipts). A report only: never fails the hook."""
     from relayd.errors import RelayError
 
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
+import relayd.inbox.read  # noqa: F401  (registers read and unread, so the other operations need not load)
+import relayd.inbox.send  # noqa: F401  (registers send)
 
 from . import actions
 from .actions import render_message  # noqa: F401  (cmd_delivery prints dead letters with it)

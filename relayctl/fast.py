@@ -87,7 +87,7 @@ COMMANDS: dict[str, Spec] = {
         },
         "args",
         True,
-        "relayd.inbox",
+        "relayd.inbox.send",
     ),
     "read": Spec(
         {
@@ -104,7 +104,7 @@ COMMANDS: dict[str, Spec] = {
         },
         None,
         True,
-        "relayd.inbox",
+        "relayd.inbox.read",
     ),
     "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents"),
     "status": Spec(

@@ -22,7 +22,9 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    from . import admin, agents, commands, delivery, gc, inbox, overview, program_state, receipts, reservations, session, wake  # noqa: F401  (registration side effect)
+    from . import admin, agents, commands, gc, overview, program_state, reservations, session, wake  # noqa: F401  (registration side effect)
+    from .delivery import ack, dlq, receipts, sweep  # noqa: F401
+    from .inbox import read, send  # noqa: F401
 
     return REGISTERED
 

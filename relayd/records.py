@@ -30,7 +30,7 @@ class Message(msgspec.Struct, kw_only=True):
     priority: Priority = "normal"
     tags: list[str] = msgspec.field(default_factory=list)
     type: str | None = None  # IGNITE message type (seed 003), e.g. task_assignment
-    ack: bool = False  # owed until the recipient acknowledges it (relayd.delivery)
+    ack: bool = False  # owed until the recipient acknowledges it (relayd.delivery.sweep)
     attempt: int | None = None  # with ack: which delivery of this id this line is (1 = the first)
 
 

@@ -88,7 +88,7 @@ def recipient_host(store: Store, name: str, ack: bool = False) -> str | None:
 
     In direct mode on a bridged store, a name the last directory listed as remote is
     refused here (Unavailable): only relayd forwards across hosts. So is `ack` to a
-    remote agent: an owed message is tracked on one host (relayd.owed), and the
+    remote agent: an owed message is tracked on one host (relayd.delivery.owed), and the
     recipient's acknowledgement would be made on another.
     """
     remote: Remote | None = getattr(store, "remote", None)

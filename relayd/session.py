@@ -19,7 +19,7 @@ import msgspec
 
 from .agents import TouchParams, touch
 from .errors import UsageError
-from .inbox import UnreadParams, unread
+from .inbox.read import UnreadParams, unread
 from .registry import TEAM_DECIDED, operation
 from .store import Store
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd import ops
 from relayd.client import Client
 from relayd.store import Store

@@ -74,7 +74,7 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
 # modules are needed, but not what only a rarer path uses: relayd's wire protocol (nobody to
 # talk to), what a send --ack owes, the bridge's agents of other hosts, and the pane or
 # command triggers with their receipts (the recipient here is told by relay-mcp's channel).
-RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.owed", "relayd.remote", "relayd.receipts", "shlex", "subprocess")
+RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.owed", "relayd.r
         (["--agent", "storm", "send", "inferno", "hello"], "sent ", ()),
         (["--agent", "inferno", "read", "--unread"], "hello", ()),
         (["--agent", "storm", "heartbeat"], "", ()),
-        (["status"], "relayd: not running", ("relayd.owed", "relayd.receipts", "relayd.remote")),  # owed counts, announcements, bridge
+        (["status"], "relayd: not running", ("relayd.delivery.owed", "relayd.delivery.receipts", "relayd.remote")),  # owed counts, announcements, bridge
     ],
     ids=["send", "read", "heartbeat", "status"],
 )
