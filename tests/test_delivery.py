@@ -27,17 +27,10 @@ from relayd.owing import policy_for
 from relayd.errors import UsageError
 from relayd.inbox.read import read_all
 from relayd.store import Store
+from ack_team import Clock, ack_team
 from relayd_proc import Daemon
 
 ANOTHER_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
-
-
-class Clock:
-    def __init__(self, start: float = 1_900_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -48,11 +41,7 @@ def clock() -> Clock:
 @pytest.fixture
 def store(store_dir: Path, clock: Clock):
     """A store with an injected clock and seeded jitter; `leader` is the escalation agent."""
-    with Store(str(store_dir), fsync=False, clock=clock, rand=random.Random(7).random) as opened:
-        ops.call(opened, "init", {})
-        for name in ("alice", "bob", "leader"):
-            ops.call(opened, "register", {"name": name})
-        (store_dir / "config.json").write_text(json.dumps({"delivery": {"escalate_to": "leader"}}))
+    with ack_team(store_dir, clock) as opened:
         yield opened
 
 
