@@ -15,6 +15,10 @@ from .names import AGENT_NAME_RE, PRIORITIES, check_agent_name, normalize_priori
 
 Priority = Literal["low", "normal", "high", "urgent"]
 SUBJECT_DEFAULT_CHARS = 80
+# What one answer may carry: a send's stored messages, a read's messages. It stays under the
+# wire protocol's 1 MiB line with room for the envelope, so an answer through relayd never
+# fails after the operation took effect.
+MAX_RESULT = 768 * 1024
 
 
 class Message(msgspec.Struct, kw_only=True):

@@ -19,18 +19,13 @@ import relayd.delivery  # noqa: F401  (fills relayd.inbox.hooks: read receipts, 
 from .. import layout
 from ..errors import UsageError
 from ..fsio import blocks_forward, complete_lines, lines_backward, regions_holding
-from ..records import Message, check_agent_name, first_line_ts, json_encoder, message_decoder
+from ..records import MAX_RESULT, Message, check_agent_name, first_line_ts, json_encoder, message_decoder
 from ..registry import operation
 from ..store import Store
 from ..timefmt import parse_iso, parse_since
 from . import hooks
 from .cursor import Position, Snapshot, snapshot, unread_ranges
 from .cursor import advance as advance_cursor
-
-# What one answer may carry: a send's stored messages, a read's messages. It stays under the
-# wire protocol's 1 MiB line with room for the envelope, so an answer through relayd never
-# fails after the operation took effect.
-MAX_RESULT = 768 * 1024
 
 
 class CorruptLine(msgspec.Struct, kw_only=True):

@@ -22,13 +22,12 @@ from .. import layout, presence
 from ..dedup import check_id, find_recent, not_before_iso
 from ..errors import RelayError, UnknownAgent, UsageError
 from ..fsio import Dir
-from ..records import SUBJECT_DEFAULT_CHARS, Message, check_agent_name, json_encoder, meta_decoder, normalize_priority
+from ..records import MAX_RESULT, SUBJECT_DEFAULT_CHARS, Message, check_agent_name, json_encoder, meta_decoder, normalize_priority
 from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso, parse_iso
 from ..ulid import new_ulid
 from .append import Appends, arrival, check_inbox, is_remote
-from .read import MAX_RESULT
 
 MAX_BODY = 256 * 1024
 MAX_SUBJECT = 1024
