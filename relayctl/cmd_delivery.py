@@ -7,7 +7,7 @@ import sys
 import click
 
 from relayd import timefmt
-import relayd.delivery.ack  # noqa: F401  (registers ack, redeliver and the dlq operations)
+import relayd.delivery.ack  # noqa: F401  (registers ack; the two below, redeliver and the dlq operations)
 import relayd.delivery.dlq  # noqa: F401
 import relayd.delivery.sweep  # noqa: F401
 
