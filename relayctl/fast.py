@@ -7,6 +7,10 @@ start-up. So this module reads argv itself, talks to the socket with the standar
 library, and runs the very same command functions (`relayctl.actions`) with the same
 Settings and output as the click commands.
 
+An agent program runs `relayctl hook PROGRAM` at every event of every session, and the
+mail it hands over (and the trigger waiting for the program's next prompt) waits for it:
+that takes the fast path too (relayctl.hook_answer), with relayd up.
+
 It takes only what it is sure of: those four commands with the options in `COMMANDS`,
 spelled as click accepts them. Anything else -- help, another command or option,
 anything click would refuse, a socket that answers oddly -- goes untouched to the full
@@ -175,6 +179,10 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
     while i < len(argv) and argv[i].startswith("-"):
         name, _, value, i = _option(GLOBAL, argv, i)
         settings[name] = value
+    if i < len(argv) and argv[i] == "hook":
+        params = _hook(argv[i + 1:])
+        _environment(settings, environ)
+        return "hook", settings, params
     if i >= len(argv) or argv[i] not in COMMANDS:
         raise _Declined
     command = argv[i]
@@ -200,10 +208,28 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
         params[spec.positional] = tuple(positional)
     elif positional:
         raise _Declined
+    _environment(settings, environ)
+    return command, settings, params
+
+
+def _environment(settings: dict[str, Any], environ: Any) -> None:
     for field, names in ENVIRONMENT.items():
         if settings[field] is None:
             settings[field] = next((environ[name] for name in names if environ.get(name)), None)
-    return command, settings, params
+
+
+def _hook(argv: list[str]) -> dict[str, Any]:
+    """`hook PROGRAM`, or `hook PROGRAM EVENT` for a program whose events do not name
+    themselves: the parameters of hook_answer.hook. Anything else (--help, an unknown
+    program, an option) is the full CLI's to explain."""
+    from .hook_answer import NAMED_BY_ENTRY, PROGRAMS
+
+    if not argv or argv[0] not in PROGRAMS or any(token.startswith("-") for token in argv):
+        raise _Declined
+    program, rest = argv[0], argv[1:]
+    if len(rest) != (1 if program in NAMED_BY_ENTRY else 0):
+        raise _Declined
+    return {"program": program, "event": rest[0] if rest else None}
 
 
 class _Lost(Exception):
@@ -343,7 +369,12 @@ class QuickClient:
     def _full_call(self, op: str, params: dict[str, Any]) -> Any:
         self.close()
         if self._full is None:
-            __import__(COMMANDS[op].module)
+            if op in COMMANDS:
+                __import__(COMMANDS[op].module)
+            else:
+                from relayd import ops
+
+                ops.table()  # a hook's operations: rare here (relayd went away mid-hook)
             from relayd.client import Client
 
             self._full = Client(self.store_dir, self._given_socket, daemon=not self._absent)
@@ -402,7 +433,6 @@ def _fast(argv: list[str]) -> int | None:
         return None
     from relayd.errors import Internal, RelayError, VersionMismatch
 
-    from . import actions
     from .context import Settings, fail
 
     settings = Settings(agent=fields["agent"] or None, store_dir=fields["store_dir"] or None, socket=fields["socket"] or None, json=fields["json"], quiet=fields["quiet"])
@@ -420,6 +450,12 @@ def _fast(argv: list[str]) -> int | None:
         return None  # e.g. no HOME: the full CLI says so
     settings._client = client
     try:
+        if command == "hook":
+            from .hook_answer import hook
+
+            return hook(settings, **params)  # (its errors are its own: one line, status 1)
+        from . import actions
+
         getattr(actions, command)(settings, **params)
     except RelayError as exc:
         if isinstance(exc, Internal) and exc.__cause__ is not None and os.environ.get("RELAY_DEBUG"):

@@ -28,11 +28,11 @@ SCRIPT = Path(sys.executable).parent / "relayctl"  # as pip installed it from py
 HEAVY = ("re", "json", "click", "msgspec", "anyio", "structlog", "relayd.store")
 
 
-def imported(argv: list[str], env: dict[str, str], script: Path = SCRIPT) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def imported(argv: list[str], env: dict[str, str], script: Path = SCRIPT, stdin: str | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run the script without site (relay and its dependencies on PYTHONPATH); the process
     and the names of every module it imported."""
     env = dict(env, PYTHONPATH=os.pathsep.join([str(ROOT), sysconfig.get_path("purelib")]))
-    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", str(script), *argv], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", str(script), *argv], env=env, input=stdin, capture_output=True, text=True, timeout=60)
     names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     return proc, names
 
@@ -67,6 +67,23 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     proc, names = imported(argv, relay_env)
     assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
     assert "relayctl.fast" in names and "relayd.client" not in names  # the fast path talked to relayd
+    assert sorted(names & set(HEAVY)) == []
+
+
+@pytest.mark.parametrize("program, event", [("claude", "UserPromptSubmit"), ("gemini", "AfterAgent"), ("copilot", None)])
+def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or_store(daemon, relayctl, relay_env: dict[str, str], program: str, event: str | None) -> None:
+    """A program runs `relayctl hook` at every event of every session, and the mail it
+    hands over waits for it: it takes the fast path too, and still hands the mail over."""
+    relayctl("--agent", "storm", "send", "inferno", "hello")
+    argv = ["--agent", "inferno", "hook", program] + (["userPromptSubmitted"] if event is None else [])
+    stdin = json.dumps({"hook_event_name": event, "prompt": "hi"} if event else {"prompt": "hi", "timestamp": 1})
+    proc, names = imported(argv, relay_env, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if program == "gemini":
+        assert json.loads(proc.stdout)["decision"] == "block" and "hello" in json.loads(proc.stdout)["reason"]
+    else:
+        assert "hello" in proc.stdout
+    assert "relayctl.fast" in names and "relayd.client" not in names and "relayctl.cmd_hook" not in names
     assert sorted(names & set(HEAVY)) == []
 
 
