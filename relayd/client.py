@@ -209,16 +209,22 @@ class Client:
         one), so when relayd vanishes mid-request the send is simply repeated with the same
         id, through a restarted daemon or in direct mode: the store appends it once.
         """
+        return self.ask(op, params)["result"]
+
+    def ask(self, op: str, params: dict[str, Any] | None = None, **session: Any) -> dict[str, Any]:
+        """`call` with a request's session fields (relayd.session: `agent`, `touch`,
+        `unread`, `announce`): {"result": ..., "unread": ..., "announced": ...}, the last two
+        None unless asked for."""
         params = _with_send_id(op, params or {})
-        inner_op, _ = _inner(op, params)
         lost = 0
         self.silent = False
         while True:
             line = self._daemon()
             if line is None:
-                return self._direct(op, params)
-            line.sock.settimeout(line.wait)
-            if not self._fresh and not _repeatable(inner_op):
+                return self._direct(op, params, session)
+            # (relayd answers a request that waits for announcements that much later)
+            line.sock.settimeout(line.wait + session.get("announce", 0.0))
+            if not self._fresh and not _repeatable(op):
                 # A connection kept from an earlier call: relayd may have stopped since. A
                 # request it has not seen can run here, so ask first whether it answers.
                 try:
@@ -226,47 +232,47 @@ class Client:
                 except _Silent:
                     self._drop()
                     self.silent = True
-                    return self._direct(op, params)
+                    return self._direct(op, params, session)
                 except _Lost:
                     self._drop()
                     continue  # reconnect: its greeting asks the same
             try:
-                request_id = self._request(line, op, params)
+                request_id = self._request(line, op, params, session)
             except _Lost:
                 self._drop()  # died since our last call, before seeing this request: safe to redo
                 lost += 1
                 if lost > _RETRIES:
-                    return self._direct(op, params)
+                    return self._direct(op, params, session)
                 continue
             try:
-                reply, result = self._reply(line, request_id, lambda: self._patient(line, inner_op))
+                reply, result = self._reply(line, request_id, lambda: self._patient(line, op))
             except _Silent:
                 self._drop()  # a late answer on this connection would be misread: close it
                 self.silent = True
-                return self._direct(op, params)
+                return self._direct(op, params, session)
             except _Lost:
                 self._drop()
                 lost += 1
-                idempotent = _repeatable(inner_op)  # (a session_call's touch may repeat)
+                idempotent = _repeatable(op)  # (a touch may repeat)
                 if idempotent and lost <= _RETRIES:
                     continue  # the same request again: a send repeats its id, so it lands once
                 if idempotent:
-                    return self._direct(op, params)
-                raise went_away(inner_op) from None
+                    return self._direct(op, params, session)
+                raise went_away(op) from None
             except TimedOut:
                 self._drop()
-                raise no_answer(inner_op) from None
+                raise no_answer(op) from None
             except RelayError:
                 self._drop()
                 raise
             self.mode = "daemon"
             if not reply.ok:
                 raise from_wire(msgspec.to_builtins(reply.error) if reply.error else {})
-            return result
+            return {"result": result, "unread": reply.unread, "announced": reply.announced}
 
-    def _request(self, line: _Line, op: str, params: dict[str, Any]) -> int:
+    def _request(self, line: _Line, op: str, params: dict[str, Any], session: dict[str, Any] | None = None) -> int:
         request_id = next(self._ids)
-        line.send(line.protocol.Request(id=request_id, op=op, params=params, parts=True))
+        line.send(line.protocol.Request(id=request_id, op=op, params=params, parts=True, **(session or {})))
         return request_id
 
     def _patient(self, line: _Line, op: str) -> None:
@@ -299,24 +305,36 @@ class Client:
             elif isinstance(frame, protocol.ErrorFrame):
                 raise from_wire(msgspec.to_builtins(frame.error))
 
-    def _direct(self, op: str, params: dict[str, Any]) -> Any:
+    def _direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
         from . import ops
 
         self.mode = "direct"
-        result = ops.call(self.store(), op, params)
-        inner_op, _ = _inner(op, params)
-        appended = result.get("result") if inner_op != op and isinstance(result, dict) else result
-        if inner_op in APPENDING_OPS and isinstance(appended, dict) and (appended.get("messages") or inner_op == "redeliver"):
+        unread = None
+        if session.get("touch") or session.get("unread"):
+            from . import session as bookkeeping
+
+            result, unread = bookkeeping.run(self.store(), ops.lookup(op), params, session.get("agent"), bool(session.get("touch")), bool(session.get("unread")))
+            result = msgspec.to_builtins(result)
+        else:
+            result = ops.call(self.store(), op, params)
+        if op in APPENDING_OPS and isinstance(result, dict) and (result.get("messages") or op == "redeliver"):
             # With no daemon to react to the inbox events, whoever appended notifies; and
             # `redeliver` (run from cron without relayd) also retries triggers held back.
             from .notify import agents_awaiting_trigger, notify_new_messages
 
-            recipients = list(dict.fromkeys(m["to"] for m in appended.get("messages", [])))
-            if inner_op == "redeliver":
+            recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
+            if op == "redeliver":
                 recipients = list(dict.fromkeys(recipients + agents_awaiting_trigger(self.store())))
             if recipients:
-                appended["notifications"] = notify_new_messages(self.store(), recipients)
-        return result
+                result["notifications"] = notify_new_messages(self.store(), recipients)
+        announced = None
+        if session.get("announce"):
+            # No relayd to announce later: this send announced (its notifications), or what
+            # its recipients' tracks say now is all there is to know.
+            from . import session as bookkeeping
+
+            announced = bookkeeping.notified(result["notifications"]) if isinstance(result, dict) and result.get("notifications") else bookkeeping.announcements(self.store(), bookkeeping.message_ids(result))[0]
+        return {"result": result, "unread": unread, "announced": announced}
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, topics: list[str], agent: str | None = None, after: str | None = None, scope: str = "host") -> Iterator[dict[str, Any]]:
@@ -369,20 +387,11 @@ class Client:
 APPENDING_OPS = frozenset({"send", "redeliver", "dlq_retry", "gc"})
 
 
-def _inner(op: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The operation a request runs and its parameters: a session_call's own, or itself."""
-    if op == "session_call" and isinstance(params.get("params"), dict):
-        return str(params.get("op")), params["params"]
-    return op, params
-
-
 def _with_send_id(op: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A send (also inside a session_call) with its message id chosen now, unless given."""
-    inner_op, inner = _inner(op, params)
-    if inner_op != "send" or inner.get("id"):
+    """A send with its message id chosen now, unless given."""
+    if op != "send" or params.get("id"):
         return params
-    inner = dict(inner, id=new_ulid())
-    return dict(params, params=inner) if inner_op != op else inner
+    return dict(params, id=new_ulid())
 
 
 def _give_up() -> None:

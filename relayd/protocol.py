@@ -56,6 +56,11 @@ class Request(Frame, tag="request"):
     """Run operation `op` (a name from `relayd.ops.table()`) with `params`. `parts`: the
     client takes a result longer than one line as `part` frames (see `Part`).
 
+    The session fields (version 3, relayd.session) ask for an agent's bookkeeping around
+    any operation: `touch` its last-seen first, count its `unread` messages after, and
+    (`announce`, seconds) wait that long at most for relayd's own triggers to report how
+    the recipients of the messages it stored were told; the response carries the answers.
+
     A received request holds its params as JSON text (`msgspec.Raw`), which
     `relayd.ops.decode_params` decodes once, straight into the operation's own type. A
     client may build one with a dict instead (msgspec encodes what a field holds)."""
@@ -64,6 +69,14 @@ class Request(Frame, tag="request"):
     op: str
     params: msgspec.Raw = _NO_PARAMS
     parts: bool = False
+    agent: str | None = None
+    touch: bool = False
+    unread: bool = False
+    announce: float = 0.0
+
+    def bookkeeping(self) -> bool:
+        """Whether the request asks for any session field."""
+        return self.touch or self.unread or self.announce > 0
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
@@ -73,13 +86,16 @@ class ErrorBody(msgspec.Struct, omit_defaults=True):
 
 
 class Response(Frame, tag="response"):
-    """`parts` > 0: the result came before it in that many `part` frames."""
+    """`parts` > 0: the result came before it in that many `part` frames. `unread` and
+    `announced` answer the request's session fields (absent when not asked)."""
 
     id: RequestId
     ok: bool
     result: Any = None
     error: ErrorBody | None = None
     parts: int = 0
+    unread: int | None = None
+    announced: list[Any] | None = None
 
 
 class Part(Frame, tag="part"):
@@ -196,13 +212,16 @@ def encode_result(result: Any) -> bytes:
     return _encoder.encode(result)
 
 
-def reply_lines(request_id: RequestId, result_json: bytes, parts: bool) -> bytes | None:
+def reply_lines(request_id: RequestId, result_json: bytes, parts: bool, unread: int | None = None, announced: list[Any] | None = None) -> bytes | None:
     """The wire lines of a successful response whose encoded result is `result_json`:
     one line when it fits, else (when the client takes them) `part` frames and a closing
     response. None: too long for one line and the client did not ask for parts."""
     head = b'{"type":"response","id":' + _encoder.encode(request_id) + b',"ok":true,"result":'
-    if len(head) + len(result_json) + 2 <= MAX_LINE:
-        return head + result_json + b"}\n"
+    tail = b"}\n"
+    if unread is not None or announced is not None:
+        tail = _encoder.encode(Response(id=0, ok=True, unread=unread, announced=announced)).partition(b',"ok":true')[2] + b"\n"
+    if len(head) + len(result_json) + len(tail) <= MAX_LINE:
+        return head + result_json + tail
     if not parts:
         return None
     out = []
@@ -213,7 +232,7 @@ def reply_lines(request_id: RequestId, result_json: bytes, parts: bool) -> bytes
             end -= 1  # never cut a UTF-8 character in two
         out.append(encode(Part(id=request_id, data=result_json[start:end].decode())))
         start = end
-    out.append(encode(Response(id=request_id, ok=True, parts=len(out))))
+    out.append(encode(Response(id=request_id, ok=True, parts=len(out), unread=unread, announced=announced)))
     return b"".join(out)
 
 
