@@ -15,9 +15,8 @@ import msgspec
 
 from .errors import LineTooLong, ProtocolError, RelayError
 from .handshake import VERSION as VERSION  # the version lives with the greeting
+from .link import MAX_LINE as MAX_LINE  # (the clients' connection reads lines too)
 from .records import Event
-
-MAX_LINE = 1 << 20  # bytes per line, newline included
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
 TOPICS: dict[str, str] = {
