@@ -26,7 +26,7 @@ import os
 import sys
 
 from relayd import layout  # (loaded by every run anyway: the store and socket paths)
-from relayd.link import Caller
+from relayd.connection import Caller
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def _hook(argv: list[str]) -> dict[str, Any]:
 
 
 class QuickClient(Caller):
-    """The requests of relayd.link over a blocking socket, stdlib only (no msgspec). Where
+    """The requests of relayd.connection over a blocking socket, stdlib only (no msgspec). Where
     no relayd serves the store, the call runs here through `relayd.client.Client`, as
     under the full CLI, loading only the domain module that registers its operation."""
 

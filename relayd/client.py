@@ -1,4 +1,4 @@
-"""The full client used by `relayctl` and `relay-mcp`: the requests of `relayd.link` (to
+"""The full client used by `relayctl` and `relay-mcp`: the requests of `relayd.connection` (to
 relayd when it runs; see there when it counts as absent or hung), and, where relayd is
 absent, the very same store function run in this process; plus subscriptions.
 
@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import msgspec
 
 from .errors import Unavailable
-from .link import Caller, Lost, wire_error
+from .connection import Caller, Lost, wire_error
 from .store import Store
 
 

@@ -15,7 +15,7 @@ import msgspec
 
 from .errors import LineTooLong, ProtocolError, RelayError
 from .handshake import VERSION as VERSION  # the version lives with the greeting
-from .link import MAX_LINE as MAX_LINE  # (the clients' connection reads lines too)
+from .connection import MAX_LINE as MAX_LINE  # (the clients' connection reads lines too)
 from .records import Event
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
