@@ -234,9 +234,13 @@ def _hook(argv: list[str]) -> dict[str, Any]:
 
 
 class QuickClient(Caller):
-    """The requests of relayd.connection over a blocking socket, stdlib only (no msgspec). Where
-    no relayd serves the store, the call runs here through `relayd.client.Client`, as
+    """The requests of relayd.connection over a blocking socket, stdlib only (no msgspec).
+    Where no relayd serves the store, the call runs here through `relayd.client.Client`, as
     under the full CLI, loading only the domain module that registers its operation."""
+
+    # One short process whose calls (a hook's few) follow each other at once on the
+    # connection it has just greeted: a round trip to ask first would only slow each one.
+    probe = False
 
     def __init__(self, store_dir: str, socket_path: str, given_socket: str | None) -> None:
         super().__init__(store_dir, socket_path, timeout=TIMEOUT)

@@ -241,6 +241,10 @@ class Caller:
     the module's docstring. A subclass says what runs a request on the store itself
     (`_direct`) and which operations change it (`_mutates`)."""
 
+    # Ask a connection kept from an earlier call whether relayd still answers before a
+    # request that must not run twice (see `ask`).
+    probe = True
+
     def __init__(self, store_dir: str, socket_path: str | None = None, *, name: str = "relayctl", timeout: float | None = 30.0, daemon: bool = True, **codec: Any) -> None:
         """`daemon=False`: the caller has just found no relayd for this store (relayctl's
         fast path), so every call runs on the store directly without trying the socket."""
@@ -310,7 +314,7 @@ class Caller:
                 return self.direct(op, params, session)
             # (relayd answers a request that waits for announcements that much later)
             line.sock.settimeout(line.wait + session.get("announce", 0))
-            if not self._fresh and not repeatable:
+            if not self._fresh and self.probe and not repeatable:
                 # A connection kept from an earlier call: relayd may have stopped since. A
                 # request it has not seen can run here, so ask first whether it answers.
                 try:
