@@ -1,5 +1,6 @@
 """The one client connection to relayd: connect, greet, read lines, request with parts,
-retry, and a send's id (DESIGN §3, docs/protocol.md).
+retry, and a send's id (DESIGN §3, docs/protocol.md); and the framing of lines, which
+relayd's side (relayd.protocol.Connection) shares.
 
 Every client builds on it, in one of two styles: relayctl's quick client
 (`relayctl.fast.QuickClient`) and the full client (`relayd.client.Client`) are both a
@@ -26,15 +27,59 @@ import itertools
 import os
 
 from . import jsonline, layout
-from .errors import NO_ANSWER, PeerError, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
+from .errors import NO_ANSWER, LineTooLong, PeerError, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 
 TYPE_CHECKING = False  # typing itself costs relayctl ~2 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-MAX_LINE = 1 << 20  # bytes per line, newline included (relayd.protocol re-exports it)
+MAX_LINE = 1 << 20  # bytes per line, newline included (relayd.protocol re-exports it, and LineFramer)
 RECEIVE_BYTES = 256 * 1024
 RETRIES = 3  # reconnects for one request whose daemon vanished (a restart may be under way)
+
+
+class LineFramer:
+    """Splits a byte stream into lines of at most `max_line` bytes (newline included)."""
+
+    __slots__ = ("_buffer", "max_line", "overflowed")
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self._buffer = bytearray()
+        self.max_line = max_line
+        self.overflowed = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Complete lines (without their newline). Raises LineTooLong once a line
+        exceeds the limit; after that the framer accepts nothing more."""
+        if self.overflowed:
+            raise LineTooLong(f"line longer than {self.max_line} bytes")
+        buffer = self._buffer
+        start_scan = len(buffer)
+        buffer += data
+        lines = []
+        start = 0
+        newline = buffer.find(b"\n", start_scan)
+        while newline >= 0:
+            if newline + 1 - start > self.max_line:
+                self._overflow()
+            lines.append(bytes(buffer[start:newline]))
+            start = newline + 1
+            newline = buffer.find(b"\n", start)
+        if start:
+            del buffer[:start]
+        if len(buffer) >= self.max_line:  # no room left for the newline
+            self._overflow()
+        return lines
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self._buffer = bytearray()
+        raise LineTooLong(f"line longer than {self.max_line} bytes")
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete line held back."""
+        return len(self._buffer)
 
 
 def _encode_line(frame: dict) -> bytes:
@@ -57,7 +102,7 @@ class Line:
         self.wait = wait  # for an answer, before relayd counts as hung (layout.ANSWER_WAIT)
         self.loads = loads
         self.dumps = dumps
-        self._buffer = b""
+        self._framer = LineFramer()
         self._frames: list[dict] = []
         self._poller: Any = None
 
@@ -70,27 +115,21 @@ class Line:
     def take(self, data: bytes) -> list[dict]:
         """The frames completed by `data` (blank lines skipped); PeerError for a line that is
         not a JSON object or is longer than the protocol allows."""
-        buffer = self._buffer + data
+        try:
+            lines = self._framer.feed(data)
+        except LineTooLong:
+            raise PeerError(f"relayd sent a line longer than {MAX_LINE} bytes") from None
         frames = []
-        start = 0
-        newline = buffer.find(b"\n")
-        while newline >= 0:
-            line = buffer[start:newline]
-            if newline + 1 - start > MAX_LINE:
-                raise PeerError(f"relayd sent a line longer than {MAX_LINE} bytes")
-            if line.strip():
-                try:
-                    frame = self.loads(line)
-                except (ValueError, RecursionError):
-                    frame = None
-                if not isinstance(frame, dict):
-                    raise PeerError("relayd sent something that is not relay's protocol: not a JSON object on one UTF-8 line")
-                frames.append(frame)
-            start = newline + 1
-            newline = buffer.find(b"\n", start)
-        self._buffer = buffer[start:]
-        if len(self._buffer) >= MAX_LINE:
-            raise PeerError(f"relayd sent a line longer than {MAX_LINE} bytes")
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                frame = self.loads(line)
+            except (ValueError, RecursionError):
+                frame = None
+            if not isinstance(frame, dict):
+                raise PeerError("relayd sent something that is not relay's protocol: not a JSON object on one UTF-8 line")
+            frames.append(frame)
         return frames
 
     def receive(self) -> dict:
@@ -158,7 +197,7 @@ class Line:
     def stale(self) -> bool:
         """Between requests relayd sends nothing on a request connection: anything readable
         now is its end (or a closing error frame), so this connection is no use any more."""
-        if self._frames or self._buffer:
+        if self._frames or self._framer.pending:
             return True
         if self._poller is None:
             import select  # here: only a connection kept between requests needs it

@@ -15,7 +15,7 @@ import msgspec
 
 from .errors import LineTooLong, ProtocolError, RelayError
 from .handshake import VERSION as VERSION  # the version lives with the greeting
-from .connection import MAX_LINE as MAX_LINE  # (the clients' connection reads lines too)
+from .connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
 from .records import Event
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
@@ -158,50 +158,6 @@ class Violation(msgspec.Struct, frozen=True):
     message: str
     fatal: bool = True
     request_id: RequestId | None = None
-
-
-class LineFramer:
-    """Splits a byte stream into lines of at most `max_line` bytes (newline included)."""
-
-    __slots__ = ("_buffer", "max_line", "overflowed")
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self._buffer = bytearray()
-        self.max_line = max_line
-        self.overflowed = False
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Complete lines (without their newline). Raises LineTooLong once a line
-        exceeds the limit; after that the framer accepts nothing more."""
-        if self.overflowed:
-            raise LineTooLong(f"line longer than {self.max_line} bytes")
-        buffer = self._buffer
-        start_scan = len(buffer)
-        buffer += data
-        lines = []
-        start = 0
-        newline = buffer.find(b"\n", start_scan)
-        while newline >= 0:
-            if newline + 1 - start > self.max_line:
-                self._overflow()
-            lines.append(bytes(buffer[start:newline]))
-            start = newline + 1
-            newline = buffer.find(b"\n", start)
-        if start:
-            del buffer[:start]
-        if len(buffer) >= self.max_line:  # no room left for the newline
-            self._overflow()
-        return lines
-
-    def _overflow(self) -> None:
-        self.overflowed = True
-        self._buffer = bytearray()
-        raise LineTooLong(f"line longer than {self.max_line} bytes")
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an incomplete line held back."""
-        return len(self._buffer)
 
 
 PART_BYTES = 256 * 1024  # JSON text per part: escaped, at most twice that, well inside a line
