@@ -23,7 +23,6 @@ not answering).
 
 from __future__ import annotations
 
-import itertools
 import os
 
 from . import jsonline, layout
@@ -293,7 +292,7 @@ class Caller:
         self.timeout = timeout
         self.codec = codec
         self._line: Line | None = None
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self._try_daemon = daemon
         self._fresh = False  # the connection was opened (and greeted) for the current call
         self.mode = "direct"  # "daemon" once a call went through relayd
@@ -399,7 +398,7 @@ class Caller:
             return {"result": result, "unread": reply.get("unread"), "announced": reply.get("announced")}
 
     def _request(self, line: Line, op: str, params: dict[str, Any], session: dict[str, Any]) -> int:
-        request_id = next(self._ids)
+        self._last_id = request_id = self._last_id + 1
         line.send({"type": "request", "id": request_id, "op": op, "params": params, "parts": True, **session})
         return request_id
 
