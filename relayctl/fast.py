@@ -239,7 +239,7 @@ class QuickClient(Caller):
     under the full CLI, loading only the domain module that registers its operation."""
 
     # One short process whose calls (a hook's few) follow each other at once on the
-    # connection it has just greeted: a round trip to ask first would only slow each one.
+    # connection it has just greeted: checking it again would only slow each one.
     probe = False
 
     def __init__(self, store_dir: str, socket_path: str, given_socket: str | None) -> None:

@@ -279,8 +279,8 @@ class Caller:
     the module's docstring. A subclass says what runs a request on the store itself
     (`_direct`) and which operations change it (`_mutates`)."""
 
-    # Ask a connection kept from an earlier call whether relayd still answers before a
-    # request that must not run twice (see `ask`).
+    # Check a connection kept from an earlier call: that relayd has not closed it meanwhile,
+    # and, before a request that must not run twice, that it still answers (see `_ask`).
     probe = True
 
     def __init__(self, store_dir: str, socket_path: str | None = None, *, name: str = "relayctl", timeout: float | None = 30.0, daemon: bool = True, **codec: Any) -> None:
@@ -320,11 +320,14 @@ class Caller:
         return line if isinstance(line, Line) else None
 
     def _daemon(self) -> Line | None:
-        if self._line is not None and self._line.stale():
+        """The connection for the current call: the one kept from an earlier call while
+        relayd has not closed it, else a new one (`_fresh`), or None."""
+        if self._line is not None and not self._fresh and self.probe and self._line.stale():
             self._drop()  # relayd closed it meanwhile (idle, or restarted): open a fresh one
-        self._fresh = self._line is None
-        if self._line is None and self._try_daemon:
-            self._line = self._open()
+        if self._line is None:
+            self._fresh = True
+            if self._try_daemon:
+                self._line = self._open()
         return self._line
 
     def _drop(self) -> None:
@@ -341,7 +344,13 @@ class Caller:
         """`call` with a request's session fields (relayd.session: `agent`, `touch`,
         `unread`, `announce`): {"result": ..., "unread": ..., "announced": ...}, the last two
         None unless asked for."""
-        params = with_send_id(op, params or {})
+        try:
+            return self._ask(op, params or {}, session)
+        finally:
+            self._fresh = False  # kept for the next call: from an earlier one then
+
+    def _ask(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
+        params = with_send_id(op, params)
         repeatable = op == "send" or not self._mutates(op)  # may run again after an unknown outcome
         lost = 0
         if self._try_daemon:
