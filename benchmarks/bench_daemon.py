@@ -139,7 +139,7 @@ SENDER = textwrap.dedent(
 
 
 def concurrent_clients(quick: bool) -> list[Row]:
-    from relayd.inbox import read_all
+    from relayd.inbox.read import read_all
     from relayd.store import Store
 
     clients, each = (20, 100) if quick else (20, 1000)

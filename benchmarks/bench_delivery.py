@@ -7,7 +7,7 @@
   with `ack` (its owed record is its own inbox line, which carries the redelivery terms: no
   write or fsync of its own; target within 10%); and to a recipient whose arrival mechanism
   runs (`cmd:true`), so each send also leaves an announcement receipt.
-* `track` (relayd.receipts) on a store whose inbox holds 1,000,000 messages of today: the
+* `track` (relayd.delivery.receipts) on a store whose inbox holds 1,000,000 messages of today: the
   newest message (the usual question, right after a send) and the oldest one (the whole
   inbox is newer than it, so all of it is read).
 """
@@ -18,8 +18,9 @@ import os
 import shutil
 import sys
 
-from relayd import layout, ops, owed
-from relayd.inbox import append_messages
+from relayd import layout, ops
+from relayd.inbox.append import deliver
+from relayd.owing import Policy, owed_line
 from relayd.records import Message
 from relayd.store import Store
 from relayd.ulid import new_ulid
@@ -34,10 +35,10 @@ AREA = "delivery"
 def _owe(store: Store, count: int) -> list[str]:
     """`count` owed messages in the inbox of `owes`, as sends with ack write them, none due for
     an hour (the steady state)."""
-    policy = owed.Policy(3600.0, 3600.0, 3)
+    policy = Policy(3600.0, 3600.0, 3)
     stamp = "2026-11-21T00:00:00.000Z"
     messages = [Message(id=new_ulid(), ts=stamp, from_="alice", to="owes", subject=f"owed {n}", body="must arrive", ack=True, attempt=1) for n in range(count)]
-    append_messages(store, "owes", [owed.owing(store, m, policy) for m in messages])
+    deliver(store, {"owes": [owed_line(store, m, policy) for m in messages]})
     return [m.id for m in messages]
 
 

@@ -1,5 +1,5 @@
-"""relayctl start-up: send, read --unread, heartbeat and status as whole processes, with
-relayd up (the fast path: one JSON line each way) and down (direct mode on the store), on
+"""relayctl start-up: send, read --unread, heartbeat and status as whole processes (and,
+with relayd up, the hook an agent program runs at every prompt), with relayd up (the fast path: one JSON line each way) and down (direct mode on the store), on
 a regular install (`pip install .` into a scratch venv), next to that interpreter's
 `python -c pass` with both absolute times (benchmarks/common.py cli_start)."""
 
@@ -24,8 +24,12 @@ def relayd_up(quick: bool) -> list[Row]:
             "read --unread": ["--agent", "inferno", "read", "--unread"],
             "heartbeat": ["--agent", "storm", "heartbeat"],
             "status": ["status"],
+            # What Claude Code runs at every prompt (the mail it hands over, and a trigger
+            # typed into the pane, wait for it): here with nothing unread, the usual case.
+            "hook claude (UserPromptSubmit)": ["--agent", "storm", "hook", "claude"],
         }
-        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30)
+        event = {"hook claude (UserPromptSubmit)": b'{"hook_event_name": "UserPromptSubmit", "prompt": "go on", "session_id": "s"}'}
+        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30, event)
     finally:
         daemon.close()
 

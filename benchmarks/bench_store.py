@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd import layout, ops
 from relayd.fsio import append_lines
 from relayd.records import Cursor, Message, json_encoder

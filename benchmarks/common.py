@@ -121,11 +121,12 @@ if __name__ == '__main__':
 """
 
 
-def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float, situation: str, runs: int) -> list[Row]:
+def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float, situation: str, runs: int, stdin: dict[str, bytes] | None = None) -> list[Row]:
     """Whole `relayctl` processes, started as users start them (the installed script) on a
     regular install (`plain_install`), next to that interpreter's own `python -c pass`,
     interleaved so drift hits all alike: one ratio row each, with both absolute times. For
     the first command also through an entry-point wrapper as pip writes it, for reference.
+    `stdin`: what a command reads (a hook's event), by its name.
     Bytecode cached as an installed package runs (`bytecode_cached`), filled by a first
     untimed round."""
     python, installed = plain_install()
@@ -141,7 +142,7 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
         for round_ in range(runs + 1):
             for name, argv in argvs.items():
                 start = time.perf_counter()
-                subprocess.run(argv, env=cached, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                subprocess.run(argv, env=cached, cwd="/", input=(stdin or {}).get(name, b""), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                 if round_:  # the first round fills the bytecode cache
                     samples[name].append(time.perf_counter() - start)
     base = median_ms(samples["python -c pass"])

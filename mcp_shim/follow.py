@@ -178,7 +178,7 @@ class Follower(threading.Thread):
 
     def _record_channel(self) -> None:
         """The channel push is this agent's announcement: it goes to the delivery log, so
-        the senders' `track` shows it (relayd.receipts)."""
+        the senders' `track` shows it (relayd.delivery.receipts)."""
         from relayd.client import Client
         from relayd.errors import RelayError
 

@@ -86,12 +86,16 @@ class Shim:
 
     # -- store access ----------------------------------------------------------------
     def call(self, op: str, params: dict[str, Any]) -> Any:
+        return self.ask(op, params)["result"]
+
+    def ask(self, op: str, params: dict[str, Any], **session: Any) -> dict[str, Any]:
+        """`call` with a request's session fields (relayd.client.Client.ask)."""
         if self._client is None:
             from relayd.client import Client
 
             self._client = Client(self.identity.store_dir, self.identity.socket_path, name="relay-mcp")
         try:
-            return self._client.call(op, params)
+            return self._client.ask(op, params, **session)
         finally:
             if self._client.mode != self._mode:
                 self._mode = self._client.mode
@@ -171,7 +175,7 @@ class Shim:
             args = check_arguments(tool, arguments)
             calls = ToolCall(self)
             try:
-                structured = tool.run(Context(self.identity.role, calls.call), args)
+                structured = tool.run(Context(self.identity.role, calls.ask), args)
             finally:
                 calls.seen()  # a tool that failed before reaching the store still counts as a sign of life
             notice = self.unread_notice(calls.unread)
@@ -225,41 +229,41 @@ class Shim:
 
 
 class ToolCall:
-    """The store requests of one tool call, with the session's bookkeeping folded into them
-    (relayd.session): the first also refreshes the role's last-seen, each one answers the
-    unread count after it. So a tool that makes one request costs one round trip, not three.
-    An operation a bridged relayd decides team-wide goes alone, and the bookkeeping then
-    takes requests of its own, as before."""
+    """The store requests of one tool call, with the session's bookkeeping in their own
+    fields (relayd.session): the first also refreshes the role's last-seen, each one answers
+    the unread count after it. So a tool that makes one request costs one round trip, not
+    three. An operation a bridged relayd decides team-wide (it may refuse before running
+    anything) goes alone, and the bookkeeping then takes requests of its own, as before."""
 
     def __init__(self, shim: Shim) -> None:
         self.shim = shim
         self.touched = False
         self.unread: int | None = None  # after the latest request; None: not known
 
-    def call(self, op: str, params: dict[str, Any]) -> Any:
+    def ask(self, op: str, params: dict[str, Any], **more: Any) -> dict[str, Any]:
         from relayd.errors import RelayError, UnknownAgent
         from relayd.registry import TEAM_DECIDED
 
         if op in TEAM_DECIDED:
             self.seen()
             self.unread = None
-            return self.shim.call(op, params)
+            return self.shim.ask(op, params, **more)
         role = self.shim.identity.role
-        request = {"agent": role, "op": op, "params": params, "touch": not self.touched}
+        fields = dict(more, agent=role, touch=not self.touched, unread=True)
         try:
-            answer = self.shim.call("session_call", request)
+            answer = self.shim.ask(op, params, **fields)
         except UnknownAgent as exc:
             if self.touched or exc.details.get("agent") != role:
                 self.touched = True
                 raise  # (about another agent, e.g. the recipient of a send)
             self.seen()  # the role is new: register it (nothing else ran), then ask again
-            answer = self.shim.call("session_call", dict(request, touch=False))
+            answer = self.shim.ask(op, params, **dict(fields, touch=False))
         except RelayError:
             self.touched = True  # it touched before failing, or the store is out of reach: no second try
             raise
         self.touched = True
         self.unread = answer["unread"]
-        return answer["result"]
+        return answer
 
     def seen(self) -> None:
         if not self.touched:

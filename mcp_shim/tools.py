@@ -93,16 +93,16 @@ class ToolFailed(Exception):
 
 
 class Context:
-    """What a tool handler may use: the caller's role, the store operations, and a clock
-    and a pause (a test may give its own) for waiting on an announcement."""
+    """What a tool handler may use: the caller's role and the store operations. `ask` is
+    `call` with a request's session fields (relayd.session), answering {"result": ...,
+    "announced": ...}."""
 
-    def __init__(self, role: str, call: Callable[[str, dict[str, Any]], Any], clock: Callable[[], float] | None = None, pause: Callable[[float], None] | None = None) -> None:
-        import time
-
+    def __init__(self, role: str, ask: Callable[..., dict[str, Any]]) -> None:
         self.role = role
-        self.call = call
-        self.clock = clock or time.monotonic
-        self.pause = pause or time.sleep
+        self.ask = ask
+
+    def call(self, op: str, params: dict[str, Any]) -> Any:
+        return self.ask(op, params)["result"]
 
 
 NOTICE = "notice"  # the unread-mail notice inside structuredContent, which is all Claude Code shows a model
@@ -132,58 +132,29 @@ class Tool:
         return entry
 
 
-# With relayd up, how long send_message waits for relayd's own triggers (tmux, zellij,
-# cmd) to report, so a failed one is in the tool result rather than only in a bounce
-# later. A trigger normally reports within ~100 ms; a tmux one waits for the pane's echo
-# (relayd.notify.ECHO_WAIT). Channel and hook announcements come from the recipient's own
-# session, maybe much later: they are never waited for.
+# With relayd up, how long send_message's request asks relayd to wait for its own
+# triggers (tmux, zellij, cmd) to report, so a failed one is in the tool result rather
+# than only in a bounce later. A trigger normally reports within ~100 ms; a tmux one waits
+# for the pane's echo (relayd.notify.ECHO_WAIT). Channel and hook announcements come from
+# the recipient's own session, maybe much later: they are never waited for.
 ANNOUNCE_WAIT = 3.0
-_ANNOUNCE_POLL = 0.05
 
 
-def _sent(result: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """The stored messages, how each recipient is announced (`announced`), and the recipients
-    whose notification failed (`not_notified`): their mail is in the inbox, but they were
-    not told, so they see it only when they look."""
+def _sent(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    """Send; the stored messages, how each recipient is announced (`announced`), and the
+    recipients whose notification failed (`not_notified`): their mail is in the inbox, but
+    they were not told, so they see it only when they look. One request: it also carries
+    the announcements (relayd.session), `pending` where not known within ANNOUNCE_WAIT."""
+    answer = ctx.ask("send", params, announce=ANNOUNCE_WAIT)
+    result = answer["result"]
     sent: dict[str, Any] = {"sent": [{"id": m["id"], "to": m["to"]} for m in result["messages"]]}
-    announced = _announced(result, ctx)
+    announced = answer.get("announced") or []
     failed = [{"to": a["to"], "method": a["how"], "error": a.get("error") or "failed"} for a in announced if a.get("ok") is False]
     if failed:
         sent["not_notified"] = failed
     if announced:
         sent["announced"] = announced
     return sent
-
-
-def _announced(result: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
-    """Without relayd the send itself announced (its `notifications`); with relayd the
-    announcement follows the reply, so the message's track says what happened: done
-    (`ok`, with `error` when it failed) or still `pending` -- after waiting up to
-    ANNOUNCE_WAIT for relayd's own triggers; a failure found later comes back as a bounce."""
-    if result.get("notifications"):  # (through relayd the list is empty)
-        return [{"to": n.get("agent"), "how": n.get("method"), "ok": bool(n.get("ok", True)), **({"error": n["error"]} if n.get("error") else {})} for n in result["notifications"]]
-    from relayd.errors import RelayError
-    from relayd.notify import TRIGGERS
-
-    out = []
-    deadline = ctx.clock() + ANNOUNCE_WAIT
-    for message_id in dict.fromkeys(m["id"] for m in result["messages"]):
-        while True:
-            try:
-                ways = ctx.call("track", {"id": message_id})["recipients"]
-            except RelayError:
-                ways = []  # a report, not the send: the mail is stored either way
-                break
-            if not any(way.get("announced") is None and way["mechanism"] in TRIGGERS for way in ways) or ctx.clock() >= deadline:
-                break
-            ctx.pause(_ANNOUNCE_POLL)
-        for way in ways:
-            told = way.get("announced")
-            if told:
-                out.append({"to": way["to"], "how": told["how"], "ok": told["ok"], **({"error": told["error"]} if told.get("error") else {})})
-            else:
-                out.append({"to": way["to"], "how": way["mechanism"], "pending": True})
-    return out
 
 
 def delivery_warning(structured: dict[str, Any]) -> str | None:
@@ -200,14 +171,14 @@ def _send_message(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     for optional in ("priority", "thread", "ack"):
         if args.get(optional) is not None:
             params[optional] = args[optional]
-    return _sent(ctx.call("send", params), ctx)
+    return _sent(ctx, params)
 
 
 def _broadcast(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     params = {"agent": ctx.role, "broadcast": True, "subject": args["subject"], "body": args["body"]}
     if args.get("priority") is not None:
         params["priority"] = args["priority"]
-    return _sent(ctx.call("send", params), ctx)
+    return _sent(ctx, params)
 
 
 CHECK_INBOX_BYTES = 64 * 1024

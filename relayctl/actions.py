@@ -34,25 +34,27 @@ def render_message(m: dict, delivery: str | None = None) -> str:
     return head + "\n" + "\n".join("    " + visible(line, lines=True) for line in body.split("\n"))
 
 
-def send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None, wait_for=None, timeout="5m") -> None:
-    """Send and report; with `wait_for` (read or ack), then wait for every recipient to get there."""
+def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **options) -> None:
+    """Send and report; with `wait_for` (read or ack), then wait for every recipient to get
+    there. `options`: send's other options, as relayctl.fast.COMMANDS declares them (the
+    click command and the fast path pass them on by those names)."""
     wait = None
     if wait_for is not None:
         from relayd.timefmt import parse_duration
 
-        if wait_for == "ack" and not ack:
+        if wait_for == "ack" and not options["ack"]:
             raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
-        if mime_files:
+        if options["mime_files"]:
             raise UsageError("--wait goes with a message of your own, not --mime files")
         wait = parse_duration(timeout).total_seconds()
-    sent = _send(s, args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id)
+    sent = _send(s, args, **options)
     if wait is not None and sent:
         from .cmd_track import wait_for as wait_until
 
         wait_until(s, sent, wait_for, wait)
 
 
-def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id) -> str | None:
+def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> str | None:
     """Send and report; the message id (None for --mime files)."""
     if mime_files:
         if args or broadcast:

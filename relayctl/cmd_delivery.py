@@ -7,7 +7,9 @@ import sys
 import click
 
 from relayd import timefmt
-import relayd.delivery  # noqa: F401  (registers ack, redeliver and the dlq operations)
+import relayd.delivery.ack  # noqa: F401  (registers ack; the two below, redeliver and the dlq operations)
+import relayd.delivery.dlq  # noqa: F401
+import relayd.delivery.sweep  # noqa: F401
 
 from .cmd_messages import render_message
 from .context import echo, settings, visible

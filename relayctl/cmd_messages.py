@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-import relayd.inbox  # noqa: F401  (registers send and read, so the other operations need not load)
+import relayd.inbox.read  # noqa: F401  (registers read and unread, so the other operations need not load)
+import relayd.inbox.send  # noqa: F401  (registers send)
 
 from . import actions
 from .actions import render_message  # noqa: F401  (cmd_delivery prints dead letters with it)
@@ -28,7 +29,7 @@ from .options import declared
 @declared("send", "--id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
 @declared("send", "--wait", help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
 @declared("send", "--timeout", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
-def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout) -> None:
+def send(args: tuple[str, ...], **options) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
     MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
@@ -57,7 +58,7 @@ def send(args: tuple[str, ...], subject, thread, priority, tags, broadcast, type
       relayctl send athena "deploy done" --id 01JMHF3XYZ0000000000000000   # again: not sent twice
       relayctl send glacier "merge now?" --wait read --timeout 10m   # exit 0 once glacier read it
     """
-    actions.send(settings(), args, subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id, wait_for, timeout)
+    actions.send(settings(), args, **options)  # (options by the names relayctl.fast.COMMANDS declares)
 
 
 @click.command()

@@ -1,5 +1,5 @@
 """track: what happened to a message on its way to each recipient; and the waiting
-behind `send --wait read|ack` (relayd.receipts says where each step comes from)."""
+behind `send --wait read|ack` (relayd.delivery.receipts says where each step comes from)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,10 @@ start-up. So this module reads argv itself, talks to the socket with the standar
 library, and runs the very same command functions (`relayctl.actions`) with the same
 Settings and output as the click commands.
 
+An agent program runs `relayctl hook PROGRAM` at every event of every session, and the
+mail it hands over (and the trigger waiting for the program's next prompt) waits for it:
+that takes the fast path too (relayctl.hook_answer), with relayd up.
+
 It takes only what it is sure of: those four commands with the options in `COMMANDS`,
 spelled as click accepts them. Anything else -- help, another command or option,
 anything click would refuse, a socket that answers oddly -- goes untouched to the full
@@ -22,6 +26,7 @@ import os
 import sys
 
 from relayd import layout  # (loaded by every run anyway: the store and socket paths)
+from relayd.connection import Caller
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
@@ -87,7 +92,7 @@ COMMANDS: dict[str, Spec] = {
         },
         "args",
         True,
-        "relayd.inbox",
+        "relayd.inbox.send",
     ),
     "read": Spec(
         {
@@ -104,7 +109,7 @@ COMMANDS: dict[str, Spec] = {
         },
         None,
         True,
-        "relayd.inbox",
+        "relayd.inbox.read",
     ),
     "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents"),
     "status": Spec(
@@ -175,6 +180,10 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
     while i < len(argv) and argv[i].startswith("-"):
         name, _, value, i = _option(GLOBAL, argv, i)
         settings[name] = value
+    if i < len(argv) and argv[i] == "hook":
+        params = _hook(argv[i + 1:])
+        _environment(settings, environ)
+        return "hook", settings, params
     if i >= len(argv) or argv[i] not in COMMANDS:
         raise _Declined
     command = argv[i]
@@ -200,184 +209,78 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
         params[spec.positional] = tuple(positional)
     elif positional:
         raise _Declined
-    for field, names in ENVIRONMENT.items():
-        if settings[field] is None:
-            settings[field] = next((environ[name] for name in names if environ.get(name)), None)
+    _environment(settings, environ)
     return command, settings, params
 
 
-class _Lost(Exception):
-    """relayd went away mid-conversation."""
+def _environment(settings: dict[str, Any], environ: Any) -> None:
+    for field, names in ENVIRONMENT.items():
+        if settings[field] is None:
+            settings[field] = next((environ[name] for name in names if environ.get(name)), None)
 
 
-class QuickClient:
-    """One request to relayd over a blocking socket: stdlib only, no msgspec. Where
-    `relayd.client.Client` would fall back to the store in this process, it hands the
-    call to that Client."""
+def _hook(argv: list[str]) -> dict[str, Any]:
+    """`hook PROGRAM`, or `hook PROGRAM EVENT` for a program whose events do not name
+    themselves: the parameters of hook_answer.hook. Anything else (--help, an unknown
+    program, an option) is the full CLI's to explain."""
+    from .hook_answer import NAMED_BY_ENTRY, PROGRAMS
+
+    if not argv or argv[0] not in PROGRAMS or any(token.startswith("-") for token in argv):
+        raise _Declined
+    program, rest = argv[0], argv[1:]
+    if len(rest) != (1 if program in NAMED_BY_ENTRY else 0):
+        raise _Declined
+    return {"program": program, "event": rest[0] if rest else None}
+
+
+class QuickClient(Caller):
+    """The requests of relayd.connection over a blocking socket, stdlib only (no msgspec).
+    Where no relayd serves the store, the call runs here through `relayd.client.Client`, as
+    under the full CLI, loading only the domain module that registers its operation."""
+
+    # One short process whose calls (a hook's few) follow each other at once on the
+    # connection it has just greeted: checking it again would only slow each one.
+    probe = False
 
     def __init__(self, store_dir: str, socket_path: str, given_socket: str | None) -> None:
-        self.store_dir = store_dir
-        self.socket_path = socket_path
+        super().__init__(store_dir, socket_path, timeout=TIMEOUT)
         self._given_socket = given_socket
-        self._absent = False  # no relayd serves this store: calls run on it directly
-        self.mode = "daemon"
-        self.silent = False  # relayd is there and does not answer (as relayd.client.Client says)
-        self._sock: Any = None
-        self._buffer = b""
         self._full: Any = None
 
     def connect(self) -> bool:
         """Connect and greet. True: relayd serves this store here, or surely none does
         (then calls run on the store in this process, as relayd.client.Client would).
-        False: something else (refused, timed out, an odd answer): the full CLI decides."""
-        from relayd import layout
-
-        if not layout.socket_path_fits(self.socket_path):
-            self._absent = True
-            return True  # no daemon can listen at such a path: direct mode
-        import _socket
-
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-        sock.settimeout(layout.ANSWER_WAIT)  # (the whole timeout for a request, in call)
-        try:
-            sock.connect(self.socket_path)
-        except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
-            sock.close()
-            self._absent = True
-            return True  # no daemon: direct mode
-        except TimeoutError:
-            sock.close()
-            return self._hung()
-        except OSError:
-            sock.close()
-            return False
-        self._sock = sock
-        from relayd import handshake
+        False: something else (refused, an odd answer): the full CLI decides."""
         from relayd.errors import VersionMismatch
 
         try:
-            self._send(handshake.hello("relayctl"))
-            ours = handshake.ours(self._line(), self.store_dir, "relayctl")
-        except _Lost:
-            self.close()
-            self._absent = True
-            return True  # it was shutting down: as good as absent
-        except TimeoutError:
-            self.close()
-            return self._hung()
+            self._daemon()
         except VersionMismatch:
-            self.close()
             raise  # the user must restart one side; nothing else would work
         except Exception:
-            self.close()
             return False
-        if not ours:
-            self.close()
-            self._absent = True
-            return True  # a daemon for another store: not ours
+        self._try_daemon = self._line is not None  # none there now: run here, without asking again
         return True
 
-    def _hung(self) -> bool:
-        """No greeting within the answer wait: relayd is stopped or stuck, and has seen no
-        request of ours, so this command runs on the store directly."""
-        self._absent = self.silent = True
-        return True
+    def _mutates(self, op: str) -> bool:
+        return MUTATES.get(op, True)
 
-    def call(self, op: str, params: dict[str, Any]) -> Any:
-        if op == "send" and not params.get("id"):
-            # Chosen before the first attempt, as relayd.client.Client does: a send cut
-            # short by relayd vanishing is repeated with it and lands once.
-            from relayd.ulid import new_ulid
-
-            params = dict(params, id=new_ulid())
-        if self._sock is None:
-            return self._full_call(op, params)
-        try:
-            self._send({"type": "request", "id": 1, "op": op, "params": params, "parts": True})
-        except _Lost:
-            return self._full_call(op, params)  # relayd never saw it: safe to do it elsewhere
-        pieces: list[str] = []  # a long result arrives as "part" frames before its response
-        waited = False  # the answer wait is over and this request waits out the rest
-        while True:
-            try:
-                frame = self._line()
-            except _Lost:
-                if op != "send" and MUTATES.get(op, True):
-                    from relayd.errors import went_away
-
-                    raise went_away(op) from None
-                return self._full_call(op, params)  # (Client retries, reconnecting; a send keeps its id)
-            except TimeoutError:
-                if op == "send" or not MUTATES.get(op, True):
-                    self._hung()  # safe to run here (relayd.client.Client._patient says why)
-                    return self._full_call(op, params)
-                if not waited:
-                    waited = True
-                    self._sock.settimeout(TIMEOUT - self._sock.gettimeout())
-                    continue
-                from relayd.errors import no_answer
-
-                raise no_answer(op) from None
-            except ValueError:
-                from relayd.errors import PeerError
-
-                raise PeerError("relayd sent something that is not relay's protocol: not a JSON object on one UTF-8 line") from None
-            kind = frame.get("type") if isinstance(frame, dict) else None
-            if kind == "part" and frame.get("id") == 1 and isinstance(frame.get("data"), str):
-                pieces.append(frame["data"])
-            elif kind == "response" and frame.get("id") == 1:
-                if frame.get("ok") and frame.get("parts"):
-                    from relayd import jsonline as json
-
-                    if frame["parts"] != len(pieces):
-                        from relayd.errors import ProtocolError
-
-                        raise ProtocolError(f"relayd announced {frame['parts']} parts of a result and sent {len(pieces)}")
-                    return json.loads("".join(pieces))
-                if frame.get("ok"):
-                    return frame.get("result")
-                raise _wire_error(frame.get("error") or {})
-            elif kind == "error":
-                raise _wire_error(frame.get("error") or {})
-
-    def _full_call(self, op: str, params: dict[str, Any]) -> Any:
+    def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
         self.close()
         if self._full is None:
-            __import__(COMMANDS[op].module)
+            if op in COMMANDS:
+                __import__(COMMANDS[op].module)
+            else:
+                from relayd import ops
+
+                ops.table()  # a hook's operations: rare here (relayd went away mid-hook)
             from relayd.client import Client
 
-            self._full = Client(self.store_dir, self._given_socket, daemon=not self._absent)
+            self._full = Client(self.store_dir, self._given_socket, daemon=False)
         try:
-            return self._full.call(op, params)
+            return self._full.direct(op, params, session)
         finally:
             self.mode = self._full.mode
-
-    def _send(self, obj: dict[str, Any]) -> None:
-        from relayd import jsonline as json
-
-        try:
-            self._sock.sendall(json.dumps(obj).encode() + b"\n")
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise _Lost(str(exc)) from None
-
-    def _line(self) -> Any:
-        from relayd import jsonline as json
-
-        while b"\n" not in self._buffer:
-            try:
-                data = self._sock.recv(256 * 1024)
-            except ConnectionResetError as exc:
-                raise _Lost(str(exc)) from None
-            if not data:
-                raise _Lost("relayd closed the connection")
-            self._buffer += data
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
 
     def finish(self) -> None:
         self.close()
@@ -388,12 +291,6 @@ class QuickClient:
 MUTATES = {name: spec.mutates for name, spec in COMMANDS.items()}  # each command runs the operation of its name
 
 
-def _wire_error(error: dict[str, Any]) -> Exception:
-    from relayd.errors import from_wire
-
-    return from_wire(error if isinstance(error, dict) else {})
-
-
 def _fast(argv: list[str]) -> int | None:
     """Run argv on the fast path; its exit status, or None when the full CLI should take it."""
     try:
@@ -402,7 +299,6 @@ def _fast(argv: list[str]) -> int | None:
         return None
     from relayd.errors import Internal, RelayError, VersionMismatch
 
-    from . import actions
     from .context import Settings, fail
 
     settings = Settings(agent=fields["agent"] or None, store_dir=fields["store_dir"] or None, socket=fields["socket"] or None, json=fields["json"], quiet=fields["quiet"])
@@ -420,6 +316,12 @@ def _fast(argv: list[str]) -> int | None:
         return None  # e.g. no HOME: the full CLI says so
     settings._client = client
     try:
+        if command == "hook":
+            from .hook_answer import hook
+
+            return hook(settings, **params)  # (its errors are its own: one line, status 1)
+        from . import actions
+
         getattr(actions, command)(settings, **params)
     except RelayError as exc:
         if isinstance(exc, Internal) and exc.__cause__ is not None and os.environ.get("RELAY_DEBUG"):

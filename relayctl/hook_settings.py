@@ -4,7 +4,7 @@ Each program reads its hooks from a JSON file in the project, in one shape:
 `{"hooks": {EVENT: [{"matcher"?: ..., "hooks": [{"type": "command", "command": ...}]}]}}`
 (Claude Code `.claude/settings.json`, Codex CLI `.codex/hooks.json`, Gemini CLI
 `.gemini/settings.json`). `install` reads the file, puts relay's command under each event
-of `cmd_hook.PROGRAMS` (replacing a relay entry already there, in place, and touching no
+of `hook_answer.PROGRAMS` (replacing a relay entry already there, in place, and touching no
 other hook or key), and writes it back atomically only when something changed;
 `uninstall` takes out relay's commands alone. A file that is not a JSON object is
 refused with one line and left as it is.
@@ -49,7 +49,7 @@ from relayd.errors import RelayError, UsageError
 from relayd.fsio import replace_file
 
 from . import originals
-from .cmd_hook import COPILOT_HOOKS_FILE, PROGRAMS
+from .hook_answer import COPILOT_HOOKS_FILE, PROGRAMS
 from .context import installed_command
 
 SETTINGS_FILE = {

@@ -7,10 +7,10 @@
 * consumed and done commands older than an hour are removed with their claim markers; a
   claim left on a still-pending command for over a minute (its consumer died mid-claim)
   is removed, so the command can be claimed again;
-* the redelivery sweep runs (relayd.delivery), and acknowledgements older than
+* the redelivery sweep runs (relayd.delivery.sweep), and acknowledgements older than
   `delivery.keep_acked` are forgotten;
 * with `keep` (or config.json's `gc.keep`), read messages older than that are dropped from
-  rotated inboxes (`relayd.retention`).
+  rotated inboxes (`relayd.delivery.retention`).
 The daemon runs it on a timer; `dry_run` only reports.
 """
 
@@ -27,13 +27,14 @@ from .presence import archive, last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
 from .config import load_config
-from .delivery import RedeliverParams, forget_old_acks, redeliver
+from .delivery.ack import forget_old_acks
+from .delivery.sweep import RedeliverParams, redeliver
 from .errors import UnknownAgent, UsageError
 from .registry import operation
 from .records import Message, Reservation, reservation_decoder
 from .guard_index import directory_stamp, written_through
 from .reservations import is_expired, load_all
-from .retention import Trimmed, trim_all
+from .delivery.retention import Trimmed, trim_all
 from .store import Store
 from .timefmt import now, parse_duration, parse_iso
 
@@ -65,7 +66,7 @@ def gc(store: Store, p: GcParams) -> GcResult:
     """Remove expired reservations, archive stale agents, drop finished commands older than 1h.
 
     With a retention limit (`keep`, else config.json gc.keep), read messages older than it
-    also leave rotated inboxes (relayd.retention)."""
+    also leave rotated inboxes (relayd.delivery.retention)."""
     stale = parse_duration(p.stale)
     reference = now()
     keep = p.keep if p.keep is not None else load_config(store).gc.keep

@@ -19,9 +19,20 @@ from . import __version__
 from .errors import PeerError, VersionMismatch, from_wire
 
 # The protocol version; relayd.protocol re-exports it. Raise it whenever a client of this
-# version needs something an older relayd does not have (2: the session_call operation),
-# so such a pair says "restart" instead of failing request by request.
-VERSION = 2
+# version needs something an older relayd does not have (2: the session_call operation;
+# 3: a request's session fields, which a relayd of 2 would ignore), so such a pair says
+# "restart" instead of failing request by request. relayd still serves a client of any
+# version from OLDEST on, answering its hello with that client's own version (`spoken`).
+VERSION = 3
+OLDEST = 1
+
+
+def spoken(theirs: object) -> int:
+    """The version relayd answers a client's hello with: the client's own when relayd still
+    speaks it (a newer relayd keeps every older request form working), else relayd's."""
+    if isinstance(theirs, int) and not isinstance(theirs, bool) and OLDEST <= theirs <= VERSION:
+        return theirs
+    return VERSION
 
 
 def hello(program: str) -> dict[str, object]:

@@ -4,7 +4,7 @@
 with no daemon, by the client that sent the message. It returns one outcome per recipient:
 `{"agent", "method", "ok", "skipped"?, "error"?, "retry"?}`, and never raises. The
 outcomes go to the delivery log, and mail whose announcement failed is bounced to its
-senders once (relayd.receipts).
+senders once (relayd.delivery.receipts).
 
 Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
@@ -94,7 +94,7 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     told = [o for o in outcomes if o["method"] in TRIGGERED and not o.get("retry")]  # (a held trigger is recorded when it goes out)
     if told:
-        from .receipts import announced
+        from .delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
 
         announced(store, told)
     return outcomes
@@ -109,7 +109,7 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
     flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
     program going idle, passes them to notify_new_messages to retry."""
     from .agents import read_meta
-    from .inbox import has_unread
+    from .inbox.read import has_unread
 
     waiting = []
     for name in store.known_agents() if among is None else among:

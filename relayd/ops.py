@@ -22,7 +22,9 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    from . import admin, agents, commands, delivery, gc, inbox, overview, program_state, receipts, reservations, session, wake  # noqa: F401  (registration side effect)
+    from . import admin, agents, commands, gc, overview, program_state, reservations, wake  # noqa: F401  (registration side effect)
+    from .delivery import ack, dlq, receipts, sweep  # noqa: F401
+    from .inbox import read, send  # noqa: F401
 
     return REGISTERED
 
@@ -34,9 +36,8 @@ _decoders: dict[type, msgspec.json.Decoder] = {}
 def decode_params(op: Operation, params: object) -> msgspec.Struct:
     """Validate parameters into the operation's Struct, always by one JSON decoder: a
     request's params arrive as JSON text (`msgspec.Raw`) and are decoded once, straight
-    into the Struct; a client's mapping (direct mode, the CLI) is encoded first, so a
-    nested request's params (session_call's) stay JSON text on both paths and every
-    refusal reads the same."""
+    into the Struct; a client's mapping (direct mode, the CLI) is encoded first, so every
+    refusal reads the same on both paths."""
     if isinstance(params, op.params):
         return params
     decoder = _decoders.get(op.params)

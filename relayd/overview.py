@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from .agents import AgentState, agent_states
-from .receipts import LastAnnouncement, last_announcements
+from .delivery.receipts import LastAnnouncement, last_announcements
 from .registry import operation
 from .store import Store
 
@@ -42,7 +42,7 @@ class DeliveryCounts(msgspec.Struct, kw_only=True):
 
 def delivery_counts(store: Store) -> DeliveryCounts:
     from . import layout
-    from .owed import count_by_agent
+    from .delivery.owed import count_by_agent
 
     owed = count_by_agent(store, layout.OWED)
     dead = count_by_agent(store, layout.DEAD_LETTER)
@@ -77,7 +77,7 @@ def _registered_within_window(store: Store, name: str) -> bool:
     """The agent is younger than the delivery log's window status reads: no announcement
     there means none ever (older agents may have been told before it)."""
     from .agents import read_meta
-    from .receipts import ANNOUNCED_WINDOW_MS
+    from .delivery.receipts import ANNOUNCED_WINDOW_MS
     from .timefmt import now, parse_iso
 
     with store.agent_dir(name) as agent:

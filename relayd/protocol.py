@@ -15,9 +15,8 @@ import msgspec
 
 from .errors import LineTooLong, ProtocolError, RelayError
 from .handshake import VERSION as VERSION  # the version lives with the greeting
+from .connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
 from .records import Event
-
-MAX_LINE = 1 << 20  # bytes per line, newline included
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.
 TOPICS: dict[str, str] = {
@@ -56,6 +55,11 @@ class Request(Frame, tag="request"):
     """Run operation `op` (a name from `relayd.ops.table()`) with `params`. `parts`: the
     client takes a result longer than one line as `part` frames (see `Part`).
 
+    The session fields (version 3, relayd.session) ask for an agent's bookkeeping around
+    any operation: `touch` its last-seen first, count its `unread` messages after, and
+    (`announce`, seconds) wait that long at most for relayd's own triggers to report how
+    the recipients of the messages it stored were told; the response carries the answers.
+
     A received request holds its params as JSON text (`msgspec.Raw`), which
     `relayd.ops.decode_params` decodes once, straight into the operation's own type. A
     client may build one with a dict instead (msgspec encodes what a field holds)."""
@@ -64,6 +68,14 @@ class Request(Frame, tag="request"):
     op: str
     params: msgspec.Raw = _NO_PARAMS
     parts: bool = False
+    agent: str | None = None
+    touch: bool = False
+    unread: bool = False
+    announce: float = 0.0
+
+    def bookkeeping(self) -> bool:
+        """Whether the request asks for any session field."""
+        return self.touch or self.unread or self.announce > 0
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
@@ -73,13 +85,16 @@ class ErrorBody(msgspec.Struct, omit_defaults=True):
 
 
 class Response(Frame, tag="response"):
-    """`parts` > 0: the result came before it in that many `part` frames."""
+    """`parts` > 0: the result came before it in that many `part` frames. `unread` and
+    `announced` answer the request's session fields (absent when not asked)."""
 
     id: RequestId
     ok: bool
     result: Any = None
     error: ErrorBody | None = None
     parts: int = 0
+    unread: int | None = None
+    announced: list[Any] | None = None
 
 
 class Part(Frame, tag="part"):
@@ -145,50 +160,6 @@ class Violation(msgspec.Struct, frozen=True):
     request_id: RequestId | None = None
 
 
-class LineFramer:
-    """Splits a byte stream into lines of at most `max_line` bytes (newline included)."""
-
-    __slots__ = ("_buffer", "max_line", "overflowed")
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self._buffer = bytearray()
-        self.max_line = max_line
-        self.overflowed = False
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Complete lines (without their newline). Raises LineTooLong once a line
-        exceeds the limit; after that the framer accepts nothing more."""
-        if self.overflowed:
-            raise LineTooLong(f"line longer than {self.max_line} bytes")
-        buffer = self._buffer
-        start_scan = len(buffer)
-        buffer += data
-        lines = []
-        start = 0
-        newline = buffer.find(b"\n", start_scan)
-        while newline >= 0:
-            if newline + 1 - start > self.max_line:
-                self._overflow()
-            lines.append(bytes(buffer[start:newline]))
-            start = newline + 1
-            newline = buffer.find(b"\n", start)
-        if start:
-            del buffer[:start]
-        if len(buffer) >= self.max_line:  # no room left for the newline
-            self._overflow()
-        return lines
-
-    def _overflow(self) -> None:
-        self.overflowed = True
-        self._buffer = bytearray()
-        raise LineTooLong(f"line longer than {self.max_line} bytes")
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an incomplete line held back."""
-        return len(self._buffer)
-
-
 PART_BYTES = 256 * 1024  # JSON text per part: escaped, at most twice that, well inside a line
 
 
@@ -196,13 +167,16 @@ def encode_result(result: Any) -> bytes:
     return _encoder.encode(result)
 
 
-def reply_lines(request_id: RequestId, result_json: bytes, parts: bool) -> bytes | None:
+def reply_lines(request_id: RequestId, result_json: bytes, parts: bool, unread: int | None = None, announced: list[Any] | None = None) -> bytes | None:
     """The wire lines of a successful response whose encoded result is `result_json`:
     one line when it fits, else (when the client takes them) `part` frames and a closing
     response. None: too long for one line and the client did not ask for parts."""
     head = b'{"type":"response","id":' + _encoder.encode(request_id) + b',"ok":true,"result":'
-    if len(head) + len(result_json) + 2 <= MAX_LINE:
-        return head + result_json + b"}\n"
+    tail = b"}\n"
+    if unread is not None or announced is not None:
+        tail = _encoder.encode(Response(id=0, ok=True, unread=unread, announced=announced)).partition(b',"ok":true')[2] + b"\n"
+    if len(head) + len(result_json) + len(tail) <= MAX_LINE:
+        return head + result_json + tail
     if not parts:
         return None
     out = []
@@ -213,7 +187,7 @@ def reply_lines(request_id: RequestId, result_json: bytes, parts: bool) -> bytes
             end -= 1  # never cut a UTF-8 character in two
         out.append(encode(Part(id=request_id, data=result_json[start:end].decode())))
         start = end
-    out.append(encode(Response(id=request_id, ok=True, parts=len(out))))
+    out.append(encode(Response(id=request_id, ok=True, parts=len(out), unread=unread, announced=announced)))
     return b"".join(out)
 
 

@@ -15,6 +15,10 @@ from .names import AGENT_NAME_RE, PRIORITIES, check_agent_name, normalize_priori
 
 Priority = Literal["low", "normal", "high", "urgent"]
 SUBJECT_DEFAULT_CHARS = 80
+# What one answer may carry: a send's stored messages, a read's messages. It stays under the
+# wire protocol's 1 MiB line with room for the envelope, so an answer through relayd never
+# fails after the operation took effect.
+MAX_RESULT = 768 * 1024
 
 
 class Message(msgspec.Struct, kw_only=True):
@@ -30,7 +34,7 @@ class Message(msgspec.Struct, kw_only=True):
     priority: Priority = "normal"
     tags: list[str] = msgspec.field(default_factory=list)
     type: str | None = None  # IGNITE message type (seed 003), e.g. task_assignment
-    ack: bool = False  # owed until the recipient acknowledges it (relayd.delivery)
+    ack: bool = False  # owed until the recipient acknowledges it (relayd.delivery.sweep)
     attempt: int | None = None  # with ack: which delivery of this id this line is (1 = the first)
 
 

@@ -5,7 +5,7 @@ plugs into the store as `store.remote`, an object with the `Remote` interface be
 operations ask this module, never the bridge directly:
 
 * `recipient_host` — is a name a remote agent? (a send appends it to the outbox instead
-  of an inbox: `append_messages` calls `enqueue`);
+  of an inbox: `relayd.inbox.append.deliver` calls `enqueue`);
 * `broadcast_targets` — remote agents a broadcast also reaches;
 * `refuse_unbridged` — in direct mode (relayd down) on a bridged store, what needs the
   bridge is refused with a sentence that says so, instead of an "unknown agent";
@@ -88,7 +88,7 @@ def recipient_host(store: Store, name: str, ack: bool = False) -> str | None:
 
     In direct mode on a bridged store, a name the last directory listed as remote is
     refused here (Unavailable): only relayd forwards across hosts. So is `ack` to a
-    remote agent: an owed message is tracked on one host (relayd.owed), and the
+    remote agent: an owed message is tracked on one host (relayd.delivery.owed), and the
     recipient's acknowledgement would be made on another.
     """
     remote: Remote | None = getattr(store, "remote", None)

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-import msgspec
-
-from . import handshake, layout, protocol
+from . import layout
 from .errors import RelayError
+from .connection import Line, Lost, connect
+from .protocol import ALL_TOPICS
 
 RETRY_SECONDS = 2.0
 
@@ -62,7 +61,7 @@ def inbox(store_dir: str, agent: str) -> Target:
 
 def event_log(store_dir: str) -> Target:
     """Every mutation of the store (`events.jsonl`)."""
-    return Target(store_dir, frozenset({layout.EVENTS, layout.EVENTS_ROTATED}), (protocol.ALL_TOPICS,))
+    return Target(store_dir, frozenset({layout.EVENTS, layout.EVENTS_ROTATED}), (ALL_TOPICS,))
 
 
 def directory(path: str) -> Target:
@@ -78,67 +77,52 @@ def directories(paths: list[str]) -> Target:
 
 
 class _DaemonLink:
-    """A subscription on relayd's socket, read without blocking once established."""
+    """A subscription on relayd's socket (a relayd.connection.Line), read without blocking once
+    established."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.conn = protocol.Connection("client")
-        self.frames: list[object] = []
+    def __init__(self, line: Line) -> None:
+        self.line = line
 
     @classmethod
     def open(cls, socket_path: str, store_dir: str, target: Target, client: str) -> "_DaemonLink | None":
         """A link when relayd serves `store_dir` at `socket_path`; None when it does not."""
         if not target.topics or not os.path.exists(socket_path):
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(2.0)
         try:
-            sock.connect(socket_path)
-            link = cls(sock)
-            sock.sendall(msgspec.json.encode(handshake.hello(client)) + b"\n")
-            if not handshake.ours(msgspec.to_builtins(link._next_frame()), store_dir, client):
-                raise ConnectionError("relayd serves another store")
-            link._send(protocol.Subscribe(topics=list(target.topics), agent=target.agent))
-            answer = link._next_frame()
-            if not isinstance(answer, protocol.Subscribed):
-                raise ConnectionError(f"relayd answered subscribe with {type(answer).__name__}")
-        except (OSError, ConnectionError, RelayError):
-            sock.close()
+            line = connect(socket_path, store_dir, client, 2.0)
+        except (OSError, RelayError):
             return None  # (a relayd of another protocol version: the requests made alongside say so)
-        sock.setblocking(False)
-        return link
-
-    def _send(self, frame: protocol.Frame) -> None:
-        self.sock.sendall(protocol.encode(frame))
-
-    def _next_frame(self) -> object:
-        while not self.frames:
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("relayd closed the connection")
-            self.frames.extend(self.conn.receive_data(data))
-        return self.frames.pop(0)
+        if not isinstance(line, Line):
+            return None
+        try:
+            line.subscribe(list(target.topics), target.agent)
+        except (OSError, Lost, RelayError):
+            line.close()
+            return None
+        line.sock.setblocking(False)
+        return cls(line)
 
     def consume(self) -> bool:
         """True when events arrived; ConnectionError when relayd went away."""
         try:
-            data = self.sock.recv(65536)
+            data = self.line.sock.recv(65536)
         except BlockingIOError:
             return False
         except OSError as exc:
             raise ConnectionError(str(exc)) from None
         if not data:
             raise ConnectionError("relayd closed the connection")
-        frames = self.conn.receive_data(data)
-        if self.conn.closed:
-            raise ConnectionError("relayd sent something that is not relay's protocol")
-        return any(isinstance(f, protocol.EventFrame) for f in frames)
+        try:
+            frames = self.line.take(data)
+        except RelayError:
+            raise ConnectionError("relayd sent something that is not relay's protocol") from None
+        return any(frame.get("type") == "event" for frame in frames)
 
     def fileno(self) -> int:
-        return self.sock.fileno()
+        return self.line.sock.fileno()
 
     def close(self) -> None:
-        self.sock.close()
+        self.line.close()
 
 
 class _DirectoryWatch:

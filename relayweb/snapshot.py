@@ -7,7 +7,8 @@ from typing import Any
 
 import msgspec
 
-from relayd import due, layout, owed, timefmt
+from relayd import timefmt
+from relayd.delivery.owed import read_owed
 from relayd.client import Client
 from relayd.errors import RelayError
 from relayd.search import SearchQuery, SearchResult, search
@@ -50,23 +51,8 @@ def owed_messages(store: Store) -> list[dict[str, Any]]:
     letter) comes. Read from owed/ (one small file each), from the inbox lines the sweep has
     not taken yet, and from the parked records (due later than all of those) until enough
     are found; at most OWED_SHOWN."""
-    listed = owed.names(store, layout.OWED)
-    records = [owed.read(store, layout.OWED, name) for name in listed]
-    there = set(listed)
-    records += [record for (to, message_id), record in owed.unabsorbed(store).items() if owed.record_name(to, message_id) not in there]
-    if len(records) < OWED_SHOWN:
-        held = due.held_names(store)
-        for record in due.every(store):
-            name = owed.record_name(record.message.to, record.message.id)
-            if name not in held:
-                held.add(name)
-                records.append(record)
-            if len(records) >= OWED_SHOWN:
-                break
     shown = []
-    for record in records:
-        if record is None:
-            continue  # acknowledged or dead-lettered meanwhile, or damaged: not owed here
+    for record in read_owed(store, records=OWED_SHOWN).records:  # under delivery.lock, as status counts them
         m = record.message
         when = timefmt.to_iso(datetime.fromtimestamp(record.due, timezone.utc))
         shown.append({"id": m.id, "to": m.to, "from": m.from_, "subject": m.subject, "attempt": record.attempt, "of": record.last_attempt, "due": when})
@@ -78,7 +64,7 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     status = client.call("status", {})
     delivery = status.get("delivery") or {}
     agents = status["agents"]
-    for agent in agents:  # status gave each its arrival mechanism and how it was last told (relayd.receipts)
+    for agent in agents:  # status gave each its arrival mechanism and how it was last told (relayd.delivery.receipts)
         try:
             unread = client.call("unread", {"agent": agent["name"]})
         except RelayError:

@@ -55,8 +55,6 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
     if field.required:
         return "**required**"
     value = field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
-    if isinstance(value, msgspec.Raw):  # JSON text kept as it came (session_call's params)
-        return f"`{bytes(value).decode()}`"
     return f"`{json.dumps(value)}`"
 
 

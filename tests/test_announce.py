@@ -1,7 +1,8 @@
-"""No message without its announcement (relayd.announce): a line a sender stored in an
+"""No message without its announcement (relayd.delivery.announce): a line a sender stored in an
 inbox but was killed before announcing is found and announced by the redelivery sweep
 (direct mode) and by relayd when it starts. A killed sender is reproduced exactly: the
-inbox append of a send (inbox.append_messages) without the event-log append that follows it.
+inbox append of a send (relayd.inbox.append.Appends) kept without the event-log append that
+follows it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from relayd import ops
-from relayd.inbox import append_messages, build_messages, SendParams
+from relayd.inbox.append import Appends
+from relayd.inbox.send import SendParams, build_messages
 from relayd.store import Store
 from relayd_proc import Daemon
 
@@ -34,7 +36,10 @@ def send(store: Store, body: str) -> str:
 def killed_mid_send(store: Store, body: str) -> str:
     """The inbox append of a send, then nothing: its sender died before the event."""
     messages = build_messages(store, SendParams(agent="alice", to=["bob"], body=body))
-    append_messages(store, "bob", messages)
+    with Appends(store) as appends:
+        appends.lock("bob")
+        appends.append("bob", messages)
+        appends.commit([])  # kept without its event: the sender died here
     return messages[0].id
 
 

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from relayd import layout, ops, receipts, remote
+from relayd import layout, ops, remote
+from relayd.delivery import receipts
 from relayd.fsio import Syncer
 from relayd.records import Message
 from relayd.store import Store

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nats_proc import NATS_SERVER, NatsServer
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
 from cli_processes import RelayCtl
@@ -309,7 +309,7 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
 
     import msgspec
 
-    from relayd.inbox import append_messages
+    from relayd.inbox.append import deliver
     from relayd.records import Message
 
     alpha, beta = hosts
@@ -323,7 +323,7 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
 
     # Appended by a receiver that was killed before it logged the id (bridge/received.jsonl).
     with Store(beta.env["RELAY_DIR"]) as store:
-        append_messages(store, "bob", [message(1)])
+        deliver(store, {"bob": [message(1)]})
     beta.start()
     wait_for("beta to connect", lambda: connected(beta))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from relayd.inbox import read_all
-from relayd import ops
+from relayd.inbox.read import read_all
+from relayd import ops, session
 from relayd.client import Client
 from relayd.store import Store
 from cli_processes import stop_child
@@ -147,10 +147,12 @@ def scenario():
         ("read", lambda r: {"agent": "inferno"}),
         ("agents", lambda r: {}),
         ("agents", lambda r: {"name": "inferno"}),
-        ("session_call", lambda r: {"agent": "inferno", "op": "send", "params": {"agent": "inferno", "to": ["storm"], "body": "from a tool call"}}),
-        ("session_call", lambda r: {"agent": "storm", "op": "read", "params": {"agent": "storm", "unread": True, "mark_read": True}}),
-        ("session_call", lambda r: {"agent": "storm", "op": "reserve", "params": {"agent": "storm", "pattern": "x", "repo": REPO}}),
-        ("session_call", lambda r: {"agent": "nobody", "op": "agents", "params": {}}),
+        # a request's session fields (relayd.session), on a batched operation and others
+        ("send", lambda r: {"agent": "inferno", "to": ["storm"], "body": "from a tool call"}, {"agent": "inferno", "touch": True, "unread": True}),
+        ("read", lambda r: {"agent": "storm", "unread": True, "mark_read": True}, {"agent": "storm", "touch": True, "unread": True}),
+        ("reserve", lambda r: {"agent": "storm", "pattern": "x", "repo": REPO}, {"agent": "storm", "unread": True}),
+        ("agents", lambda r: {}, {"agent": "nobody", "touch": True, "unread": True}),
+        ("agents", lambda r: {}, {"touch": True}),
         ("status", lambda r: {}),
         ("reserve", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO, "ttl": "1h", "reason": "auth"}),
         ("reserve", lambda r: {"agent": "glacier", "pattern": "src/auth/login.py", "repo": REPO}),
@@ -193,10 +195,11 @@ def normalize(value, root):
 
 
 def run_scenario(call, root):
+    """`call(op, params, session fields)` for each step."""
     results, last = [], {}
-    for op, params in scenario():
+    for op, params, *session in scenario():
         try:
-            result = call(op, params(last))
+            result = call(op, params(last), *session)
             last[op] = result
             results.append((op, "ok", normalize(result, root)))
         except Exception as exc:  # RelayError: compare code and message
@@ -228,8 +231,14 @@ def normalized_store(root):
     return {k: sorted(v) for k, v in files.items()}
 
 
+def direct_session(store, op, params, fields):
+    """What relayd answers a request with session fields, run here as direct mode does."""
+    result, unread = session.run(store, ops.lookup(op), params, fields.get("agent"), fields.get("touch", False), fields.get("unread", False))
+    return {"result": msgspec.to_builtins(result), "unread": unread, "announced": None}
+
+
 def test_every_operation_gives_the_same_result_and_store_through_the_daemon_and_directly(short_tmp, relay_env):
-    covered = {op for op, _ in scenario()}
+    covered = {op for op, *_ in scenario()}
     missing = set(ops.table()) - covered
     assert not missing, f"add these operations to the equivalence scenario: {sorted(missing)}"
 
@@ -239,10 +248,10 @@ def test_every_operation_gives_the_same_result_and_store_through_the_daemon_and_
     daemon = Daemon(env, "--redeliver-interval", "1h").start()  # the scenario runs the sweeps itself
     try:
         with Client(daemon_store, env["RELAY_SOCKET"]) as client:
-            through_daemon = run_scenario(client.call, daemon_store)
+            through_daemon = run_scenario(lambda op, params, fields=None: client.ask(op, params, **fields) if fields else client.call(op, params), daemon_store)
             assert client.mode == "daemon"
         with Store(direct_store) as store:
-            direct = run_scenario(lambda op, params: ops.call(store, op, params), direct_store)
+            direct = run_scenario(lambda op, params, fields=None: direct_session(store, op, params, fields) if fields else ops.call(store, op, params), direct_store)
         for got, want in zip(through_daemon, direct):
             assert got == want
         assert normalized_store(daemon_store) == normalized_store(direct_store)

@@ -20,21 +20,17 @@ from typing import Iterator
 
 import pytest
 
-from relayd import delivery, due, layout, ops, owed
+from relayd import layout, ops
+from relayd.delivery import owed, parked
+from relayd.delivery.record import new_record, read_record, write_record
+from relayd.owing import policy_for
 from relayd.errors import UsageError
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.store import Store
+from ack_team import Clock, ack_team
 from relayd_proc import Daemon
 
 ANOTHER_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
-
-
-class Clock:
-    def __init__(self, start: float = 1_900_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -45,11 +41,7 @@ def clock() -> Clock:
 @pytest.fixture
 def store(store_dir: Path, clock: Clock):
     """A store with an injected clock and seeded jitter; `leader` is the escalation agent."""
-    with Store(str(store_dir), fsync=False, clock=clock, rand=random.Random(7).random) as opened:
-        ops.call(opened, "init", {})
-        for name in ("alice", "bob", "leader"):
-            ops.call(opened, "register", {"name": name})
-        (store_dir / "config.json").write_text(json.dumps({"delivery": {"escalate_to": "leader"}}))
+    with ack_team(store_dir, clock) as opened:
         yield opened
 
 
@@ -60,13 +52,13 @@ def copies(store: Store, agent: str, message_id: str) -> list[int]:
 
 def where(store_dir: Path, to: str, message_id: str) -> list[str]:
     """The states holding the record: its files, and owed while its inbox line waits for the
-    sweep or it is parked until its due minute (relayd.due); a line or a parked copy counts
+    sweep or it is parked until its due minute (relayd.delivery.parked); a line or a parked copy counts
     only where no folder holds the record, so each counts once."""
     name = f"{to}.{message_id}.json"
     found = [state for state in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) if (store_dir / state / name).exists()]
     if not found:
         with Store(str(store_dir)) as store:
-            if (to, message_id) in owed.unabsorbed(store) or due.is_parked(store, to, message_id):
+            if (to, message_id) in owed.unabsorbed(store) or parked.is_parked(store, to, message_id):
                 found.append(layout.OWED)
     return found
 
@@ -174,12 +166,12 @@ def test_dlq_retry_makes_a_fresh_owed_message_that_can_be_acknowledged(store: St
 
 
 def test_a_send_that_died_before_its_append_owes_nothing(store: Store, clock: Clock, store_dir: Path, monkeypatch) -> None:
-    import relayd.inbox
+    import relayd.inbox.append
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # stands in for kill -9 before the inbox append
 
-    monkeypatch.setattr(relayd.inbox._Appends, "append", crash)  # send's inbox append
+    monkeypatch.setattr(relayd.inbox.append.Appends, "append", crash)  # send's inbox append
     with pytest.raises(KeyboardInterrupt):
         send_owed(store)
     monkeypatch.undo()
@@ -216,7 +208,7 @@ def test_kill_9_between_the_inbox_append_and_the_event_owes_the_message_once_wit
     swept = ops.call(store, "redeliver", {})
     assert swept["announced"] == [{"id": message_id, "to": "bob"}] and swept["owed"] == 1
     assert swept["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 2, "of": 6}]  # the send's own terms
-    assert owed.read(store, layout.OWED, f"bob.{message_id}.json").base == 1.0  # type: ignore[union-attr]
+    assert read_record(store, layout.OWED, f"bob.{message_id}.json").base == 1.0  # type: ignore[union-attr]
     ops.call(store, "redeliver", {})
     assert copies(store, "bob", message_id) == [1, 2]
     assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"
@@ -323,9 +315,9 @@ def test_status_counts_each_owed_message_once_while_a_sweep_moves_it(store: Stor
     if point == "absorbed, mark not moved":
         monkeypatch.setattr(owed, "into_owed", at_the_point(owed.into_owed))
     elif point == "parked again, owed file not removed":
-        monkeypatch.setattr(due, "park", at_the_point(due.park))
+        monkeypatch.setattr(parked, "park", at_the_point(parked.park))
     else:
-        monkeypatch.setattr(due, "into_owed", at_the_point(owed.into_owed))
+        monkeypatch.setattr(parked, "into_owed", at_the_point(owed.into_owed))
     swept = ops.call(store, "redeliver", {})
     monkeypatch.undo()
     for counter in holders:
@@ -336,17 +328,17 @@ def test_status_counts_each_owed_message_once_while_a_sweep_moves_it(store: Stor
 
 
 def test_a_failed_send_owes_nothing_where_its_append_was_taken_back(store: Store, store_dir: Path, monkeypatch) -> None:
-    import relayd.inbox
+    import relayd.inbox.append
     from relayd.errors import StoreError
 
-    real_append = relayd.inbox._Appends.append
+    real_append = relayd.inbox.append.Appends.append
 
     def full(self, recipient, messages):
         if recipient == "leader":
             raise StoreError("inbox.jsonl: No space left on device")  # after bob's append was written
         real_append(self, recipient, messages)
 
-    monkeypatch.setattr(relayd.inbox._Appends, "append", full)
+    monkeypatch.setattr(relayd.inbox.append.Appends, "append", full)
     with pytest.raises(StoreError):
         ops.call(store, "send", {"agent": "alice", "to": ["bob", "leader"], "body": "to both", "ack": True})
     monkeypatch.undo()
@@ -358,17 +350,17 @@ def test_a_failed_send_owes_nothing_where_its_append_was_taken_back(store: Store
 def test_records_of_older_stores_are_honoured(store: Store, clock: Clock, store_dir: Path) -> None:
     """Stores written before hold one file per owed record, or an `owed` line in the delivery log
     with the log's mark as "<inode> <offset>", and inbox lines without terms: swept, acked, tracked as before."""
-    from relayd.inbox import append_messages
+    from relayd.inbox.append import deliver
     from relayd.records import Message
 
-    policy = owed.policy_for(store, None, None)
+    policy = policy_for(store, None, None)
     filed, logged = (Message(id=i, ts="2030-03-17T17:46:40.000Z", from_="alice", to="bob", subject=i[-4:], body="old", ack=True, attempt=1) for i in (ANOTHER_ULID, "01ARZ3NDEKTSV4RRFFQ69G5FAW"))
-    append_messages(store, "bob", [filed, logged])
+    deliver(store, {"bob": [filed, logged]})
     with store.root_dir().locked(layout.DELIVERY_LOCK):
         owed.absorb(store)  # (the inbox lines hold no terms: nothing to absorb from them)
-    owed.write(store, layout.OWED, owed.new_record(store, filed, policy))
+    write_record(store, layout.OWED, new_record(store, filed, policy))
     size = (store_dir / layout.DELIVERY_LOG).stat().st_size if (store_dir / layout.DELIVERY_LOG).exists() else 0
-    owed.open_records(store, [owed.new_record(store, logged, policy)])
+    owed.open_records(store, [new_record(store, logged, policy)])
     (store_dir / layout.DELIVERY_ABSORBED).write_text(f"{(store_dir / layout.DELIVERY_LOG).stat().st_ino} {size}\n")
     assert ops.call(store, "status", {})["delivery"]["owed"] == 2
     clock.now += 10
@@ -429,15 +421,15 @@ def test_an_idle_sweep_reads_no_inbox(store: Store, clock: Clock, store_dir: Pat
     for _ in range(50):
         ops.call(store, "send", {"agent": "alice", "to": ["bob"], "body": "chatter"})
     assert ops.call(store, "redeliver", {})["owed"] == len(owed_ids)
+    import relayd.delivery.sweep
     import relayd.fsio
-    import relayd.inbox
-    import relayd.owed
+    import relayd.inbox.read
 
     opened = []
-    monkeypatch.setattr(relayd.inbox, "_snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
+    monkeypatch.setattr(relayd.inbox.read, "snapshot", lambda agent: opened.append(agent) or (_ for _ in ()).throw(AssertionError("inbox read")))
     monkeypatch.setattr(relayd.fsio.Dir, "open_reading", lambda folder, name: opened.append(name) or (_ for _ in ()).throw(AssertionError(f"{name} read")))
-    monkeypatch.setattr(relayd.owed, "read", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
-    monkeypatch.setattr(due, "_lines", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
+    monkeypatch.setattr(relayd.delivery.sweep, "read_record", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("record read")))
+    monkeypatch.setattr(parked, "_lines", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError("parked file read")))
     # relayd's sweep, every second after its first (which also announces what has no event)
     assert ops.call(store, "redeliver", {"announce": False})["owed"] == len(owed_ids)
     assert opened == []
@@ -454,14 +446,14 @@ def test_records_due_later_are_parked_by_minute_and_come_back_at_their_moment(st
     assert ops.call(store, "ack", {"agent": "leader", "ids": [early]})["results"] == [{"id": early, "outcome": "not_yours", "owner": "bob"}]
     assert ops.call(store, "ack", {"agent": "bob", "ids": [early]})["results"] == [{"id": early, "outcome": "acked", "attempt": 1}]
     assert where(store_dir, "bob", early) == [layout.ACKED] and ops.call(store, "track", {"id": early})["recipients"][0]["ack"] == "acked"
-    assert early not in [r.message.id for r in due.every(store)]  # its parked line is settled
+    assert early not in [r.message.id for r in parked.every(store)]  # its parked line is settled
     record = owed.unabsorbed(store) or {}
     assert record == {}
-    due_at = [r.due for r in due.every(store)]
+    due_at = [r.due for r in parked.every(store)]
     assert len(due_at) == 1 and swept["next_due"] is not None
     clock.now = due_at[0] - 0.001  # its minute has begun (into owed/), its moment not yet
     assert ops.call(store, "redeliver", {})["redelivered"] == [] and os.listdir(store_dir / layout.OWED) == [f"bob.{later}.json"]
-    assert f"{due.minute(due_at[0])}.jsonl" not in os.listdir(store_dir / layout.DUE)  # emptied into owed/, removed
+    assert f"{parked.minute(due_at[0])}.jsonl" not in os.listdir(store_dir / layout.DUE)  # emptied into owed/, removed
     clock.now = due_at[0]
     assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": later, "to": "bob", "attempt": 2, "of": 2}]
     # Its next wait is an hour or so again: parked again, not left in owed/.
@@ -607,7 +599,7 @@ def _check_every_owed_message_in_exactly_one_state(store_dir: Path, sent: list[s
     # A sweep killed after telling the sender but before its rename leaves the record in owed/
     # with its escalation id set: dead-lettered as far as anyone can ack, finished by the next sweep.
     with Store(str(store_dir)) as store:
-        halfway = [m for m in sent if (r := owed.read(store, layout.OWED, f"bob.{m}.json")) is not None and r.escalation_id]
+        halfway = [m for m in sent if (r := read_record(store, layout.OWED, f"bob.{m}.json")) is not None and r.escalation_id]
     assert set(dead) <= set(escalations) <= set(dead) | set(halfway) and set(escalations.values()) <= {1}
     return states
 
@@ -729,11 +721,12 @@ def test_sends_logging_records_while_sweeps_absorb_them_owe_each_message_once(sw
 
 _KILLED_WHILE_PARKED = """
 import os, signal, sys
-from relayd import delivery, due, ops
+from relayd import ops
+from relayd.delivery import parked
 from relayd.store import Store
 
 point, now, message_id = sys.argv[2], float(sys.argv[3]), sys.argv[4]
-real_park, real_settle = due.park, due.settle
+real_park, real_settle = parked.park, parked.settle
 
 def park_then_die(store, records, when):
     soon = real_park(store, records, when)
@@ -744,8 +737,8 @@ def park_then_die(store, records, when):
 def die_before_settling(*args):
     os.kill(os.getpid(), signal.SIGKILL)  # acked/ holds the record; its parked line stays
 
-due.park = park_then_die if point == "redelivery" else real_park
-due.settle = die_before_settling
+parked.park = park_then_die if point == "redelivery" else real_park
+parked.settle = die_before_settling
 with Store(sys.argv[1], clock=lambda: now, rand=lambda: 1.0) as store:
     if point == "redelivery":
         ops.call(store, "redeliver", {})
@@ -761,13 +754,13 @@ def test_kill_9_between_a_parked_copy_and_its_state_file_leaves_one_state_and_no
     store.rand = lambda: 1.0  # every wait its full length: an hour, then two
     message_id = send_owed(store, ack_wait="1h", max_deliver=3)
     ops.call(store, "redeliver", {})  # parked for its due minute
-    [first_due] = [r.due for r in due.every(store)]
+    [first_due] = [r.due for r in parked.every(store)]
     when = first_due if point == "redelivery" else clock.now
     proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_PARKED, str(store_dir), point, repr(when), message_id], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     if point == "ack":
         assert where(store_dir, "bob", message_id) == [layout.ACKED]
-        assert [r.message.id for r in due.every(store)] == [message_id]  # the parked line the kill left
+        assert [r.message.id for r in parked.every(store)] == [message_id]  # the parked line the kill left
         clock.now = first_due + 10_000
         assert ops.call(store, "redeliver", {})["messages"] == []  # its minute came: the folder wins, nothing delivered
         assert ops.call(store, "status", {})["delivery"]["owed"] == 0 and os.listdir(store_dir / layout.DUE) == []
@@ -775,12 +768,12 @@ def test_kill_9_between_a_parked_copy_and_its_state_file_leaves_one_state_and_no
         return
     assert copies(store, "bob", message_id) == [1, 2]
     assert where(store_dir, "bob", message_id) == [layout.OWED]  # its owed/ file (attempt 2) and a parked copy of it
-    record = owed.read(store, layout.OWED, f"bob.{message_id}.json")
+    record = read_record(store, layout.OWED, f"bob.{message_id}.json")
     assert record is not None and record.attempt == 2
     clock.now = record.due - 1
     swept = ops.call(store, "redeliver", {})
     assert swept["redelivered"] == [] and copies(store, "bob", message_id) == [1, 2]  # no attempt twice
-    assert swept["announced"] == [{"id": message_id, "to": "bob"}]  # attempt 2's event, which the kill cut off
+    assert swept["announced"] == []  # attempt 2's event was written with its line, under the inbox lock, before the kill
     clock.now = record.due
     assert ops.call(store, "redeliver", {})["redelivered"] == [{"id": message_id, "to": "bob", "attempt": 3, "of": 4}]
     assert ops.call(store, "ack", {"agent": "bob", "ids": [message_id]})["results"][0]["outcome"] == "acked"

@@ -64,6 +64,16 @@ def test_the_architecture_map_names_only_what_exists() -> None:
     assert listed and domains <= set(re.findall(r"`(\w+)`", listed.group(1))), sorted(domains)
 
 
+def test_the_architecture_names_every_module() -> None:
+    """A newcomer finds every module of the four packages in docs/architecture.md, and
+    nothing there that is gone (the check above)."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "architecture.md").read_text()
+    modules = [f.relative_to(root).as_posix() for package in ("relayd", "relayctl", "mcp_shim", "relayweb") for f in (root / package).rglob("*.py")]
+    assert len(modules) > 100
+    assert [m for m in sorted(modules) if f"`{m}`" not in text] == []
+
+
 def test_the_docs_name_the_program_versions_the_tests_run() -> None:
     """The versions the tests drive (tests/agents/package.json) are the ones docs/mcp.md
     says were tried, and it names no other: a newer pin updates the docs with it."""

@@ -15,6 +15,7 @@ import pytest
 from relayd import handshake, watch
 from relayd.client import Client
 from relayd.errors import VersionMismatch
+from rawclient import RawClient
 from unix_server import UnixServer
 
 
@@ -67,6 +68,22 @@ def test_newer_client_against_real_relayd_is_told_to_restart_relayd(daemon, monk
         with pytest.raises(VersionMismatch) as caught:
             client.call("heartbeat", {"agent": "storm"})
     assert str(caught.value) == f"relayd speaks protocol {handshake.VERSION - 1}, this relayctl {handshake.VERSION}: restart relayd"
+
+
+@pytest.mark.timeout(60)
+def test_relayd_answers_an_older_client_in_its_own_version(daemon) -> None:
+    """A relayd serves every client from protocol OLDEST on (each version only adds), so it
+    answers an older client's hello with that client's version, which the client accepts;
+    a newer client (or a hello without a usable version) is answered with relayd's own."""
+    client = RawClient(daemon.socket_path)
+    try:
+        for theirs, answered in [(1, 1), (2, 2), (handshake.VERSION, handshake.VERSION), (handshake.VERSION + 1, handshake.VERSION), (0, handshake.VERSION)]:
+            client.send_line({"type": "hello", "version": theirs, "client": "relay-mcp 0.0.9"})
+            answer = client.line()
+            assert answer["version"] == answered, theirs
+        assert handshake.VERSION == 3  # (docs/protocol.md: version 3 added the session fields)
+    finally:
+        client.close()
 
 
 @pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from relayd.client import Client
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.store import Store
 from cli_processes import stop_child
 from relayd_proc import Daemon, RawClient

@@ -20,7 +20,7 @@ import pytest
 from relayd import handshake, ops
 from relayd.client import Client
 from relayd.errors import TimedOut
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.store import Store
 from relayd.ulid import new_ulid
 from relayd_proc import RawClient

@@ -14,7 +14,7 @@ import pytest
 
 from relayd import handshake, ops
 from relayd.client import Client
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.records import Message, json_encoder
 from relayd.store import Store
 from relayd.timefmt import now, to_iso

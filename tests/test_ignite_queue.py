@@ -16,7 +16,7 @@ import pytest
 from relayd.client import Client
 from relayd.ignite import mime
 from relayd.ignite.queue import QueueMonitor, monitor_for
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 
 from cli_processes import stop_child
 from relayd_proc import Daemon

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from relayd import ops
 from relayd.daemon.events import EventLog, Hub
 from relayd.fsio import blocks_forward, complete_end, complete_lines, line_start_at, lines_backward, regions_backward, regions_holding
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.records import Message, json_encoder
 from relayd.store import Store
 from relayd.timefmt import now_iso

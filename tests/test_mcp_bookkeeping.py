@@ -1,6 +1,8 @@
-"""relay-mcp's bookkeeping (last-seen before, unread count after) travels in the same
-request as the tool's operation (relayd.session): a real relay-mcp, driven by the MCP SDK
-client, talks to a real relayd through a proxy that records every request it sends."""
+"""relay-mcp's bookkeeping (last-seen before, unread count after, how a send's recipients
+were told) travels in the same request as the tool's operation, as its session fields
+(relayd.session, protocol 3): a real relay-mcp, driven by the MCP SDK client, talks to a
+real relayd through a proxy that records every request it sends. A version 2 client's
+`session_call` still works."""
 
 from __future__ import annotations
 
@@ -13,10 +15,15 @@ from typing import Any, Iterator
 import msgspec
 import pytest
 from test_mcp_shim import mcp_client, start_relayd, stop_relayd, structured
+from rawclient import RawClient
 from unix_server import UnixServer
 
 from relayd import ops
 from relayd.store import Store
+
+
+SESSION_FIELDS = ("touch", "unread", "announce")
+BOOKKEEPING = ("touch", "unread")  # a tool call's first request: refresh last-seen, count unread
 
 
 class RecordingProxy:
@@ -51,10 +58,10 @@ class RecordingProxy:
                 except OSError:
                     pass
 
-    def take(self) -> list[tuple[str, str | None]]:
-        """(op, the operation a session_call runs) of each request since the last take."""
+    def take(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(op, the session fields it asks for) of each request since the last take."""
         taken, self.requests = self.requests, []
-        return [(r["op"], r["params"].get("op") if r["op"] == "session_call" else None) for r in taken]
+        return [(r["op"], tuple(field for field in SESSION_FIELDS if r.get(field))) for r in taken]
 
     def close(self) -> None:
         self.server.close()
@@ -92,10 +99,10 @@ async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], Recordin
     async with mcp_client(env, "glacier", "legacy") as glacier:
         proxy.take()  # (the session's start: presence refreshed on the files)
         sent = await glacier.call_tool("send_message", {"to": "inferno", "subject": "frontend", "body": "on it"})
-        # the send with its bookkeeping is one request; through relayd the announcement
-        # follows the reply, so send_message then asks the message's track how each
-        # recipient is being told (issue 23's report) -- a second request, not bookkeeping
-        assert proxy.take() == [("session_call", "send"), ("session_call", "track")]
+        # the send with its bookkeeping is one request, and relayd's reply to it also says how
+        # each recipient is being told (issue 23's report): no second request for the track
+        assert proxy.take() == [("send", (*BOOKKEEPING, "announce"))]
+        assert structured(sent)["announced"] == [{"to": "inferno", "how": "channel", "pending": True}]
         # the same answer as three requests gave: the send, the notice of waiting mail, last-seen refreshed
         assert structured(sent)["notice"] == "[relay] 1 unread message waiting: call check_inbox."
         assert sent.content[-1].text == "[relay] 1 unread message waiting: call check_inbox."
@@ -106,46 +113,59 @@ async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], Recordin
         read = await glacier.call_tool("check_inbox", {})
         # marking read is not safe to repeat: relay-mcp first asks whether relayd answers
         # at all (docs/daemon.md, "When relayd does not answer"), then reads
-        assert proxy.take() == [("version", None), ("session_call", "read")]
+        assert proxy.take() == [("version", ()), ("read", BOOKKEEPING)]
         assert [m["body"] for m in structured(read)["messages"]] == ["frontend is blocked on you"]
         assert "notice" not in structured(read)
 
         # an operation a bridged relayd decides team-wide goes alone: bookkeeping apart, as before
         await glacier.call_tool("reserve_files", {"pattern": "src/ui/**", "repo": "/tmp/somewhere"})
-        assert proxy.take() == [("version", None), ("touch", None), ("version", None), ("reserve", None), ("unread", None)]
+        assert proxy.take() == [("version", ()), ("touch", ()), ("version", ()), ("reserve", ()), ("unread", ())]
 
         failed = await glacier.call_tool("send_message", {"to": "nobody", "subject": "hi", "body": "hello?"})
         assert failed.is_error and "unknown agent 'nobody'" in failed.content[0].text
-        assert proxy.take() == [("session_call", "send")]
+        assert proxy.take() == [("send", (*BOOKKEEPING, "announce"))]
 
 
 @pytest.mark.anyio
 async def test_a_new_role_is_registered_then_its_call_runs(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
     env, proxy = proxied
     async with mcp_client(env, "reviewer", "legacy") as reviewer:
-        assert proxy.take() == [("touch", None), ("version", None), ("register", None)]  # the session's start registers the new role
+        assert proxy.take() == [("touch", ()), ("version", ()), ("register", ())]  # the session's start registers the new role
         status = structured(await reviewer.call_tool("check_hub_status", {}))
-        assert proxy.take() == [("session_call", "unread"), ("session_call", "agents")]
+        assert proxy.take() == [("unread", BOOKKEEPING), ("agents", ("unread",))]
         assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
         assert heartbeat(env, "reviewer")  # registered
         # gone meanwhile (e.g. collected as stale): the next tool call registers it again first
         shutil.rmtree(os.path.join(env["RELAY_DIR"], "agents", "reviewer"))
         status = structured(await reviewer.call_tool("check_hub_status", {}))
-        assert proxy.take() == [("session_call", "unread"), ("version", None), ("touch", None), ("version", None), ("register", None), ("session_call", "unread"), ("session_call", "agents")]
+        assert proxy.take() == [("unread", BOOKKEEPING), ("version", ()), ("touch", ()), ("version", ()), ("register", ()), ("unread", ("unread",)), ("agents", ("unread",))]
         assert status["unread_count"] == 0 and "inferno" in {a["name"] for a in status["team_presence"]}
         assert heartbeat(env, "reviewer")  # registered
 
 
-def test_session_call_refuses_what_it_must_not_wrap(relayctl: Any, relay_env: dict[str, str]) -> None:
-    from relayd.errors import UnknownAgent, UsageError
-
-    relayctl("init", "--preset", "overlord")
-    with Store(relay_env["RELAY_DIR"]) as store:
+def test_a_version_2_client_still_runs_session_call(daemon: Any) -> None:
+    """A relay-mcp of protocol 2 greets with version 2 and wraps each tool call's operation in
+    `session_call`: relayd answers its hello in version 2 (else that client refuses it,
+    "restart relayd") and runs the call in its shape, with its refusals."""
+    client = RawClient(daemon.socket_path)
+    try:
+        client.send_line({"type": "hello", "version": 2, "client": "relay-mcp 0.0.9"})
+        assert client.line()["version"] == 2
+        before = heartbeat(daemon.env, "storm")
+        reply = client.request("session_call", {"agent": "storm", "op": "send", "params": {"agent": "storm", "to": ["inferno"], "body": "from an old session"}})
+        assert reply["ok"], reply
+        assert reply["result"]["unread"] == 0 and reply["result"]["result"]["messages"][0]["to"] == "inferno"
+        assert "unread" not in reply and "announced" not in reply  # (version 3's own fields: not asked)
+        after = heartbeat(daemon.env, "storm")
+        assert after is not None and (before is None or after > before)  # touched, as version 2 did
+        reply = client.request("session_call", {"agent": "inferno", "op": "read", "params": {"agent": "inferno", "unread": True, "mark_read": True}, "touch": False})
+        assert [m["body"] for m in reply["result"]["result"]["messages"]] == ["from an old session"] and reply["result"]["unread"] == 0
+        reply = client.request("session_call", {"agent": "storm", "op": "unread", "params": {"agent": "storm"}, "touch": False, "unread": False})
+        assert reply["result"] == {"result": {"agent": "storm", "unread": 0, "pending": False}, "unread": None}
         for op in ("register", "reserve", "release", "session_call"):
-            with pytest.raises(UsageError, match=f"cannot run {op}"):
-                ops.call(store, "session_call", {"agent": "storm", "op": op, "params": {}})
-        with pytest.raises(UnknownAgent) as caught:
-            ops.call(store, "session_call", {"agent": "nobody", "op": "agents", "params": {}})
-        assert caught.value.details["agent"] == "nobody"
-        answer = ops.call(store, "session_call", {"agent": "storm", "op": "unread", "params": {"agent": "storm"}, "touch": False, "unread": False})
-        assert answer == {"result": {"agent": "storm", "unread": 0, "pending": False}, "unread": None}
+            reply = client.request("session_call", {"agent": "storm", "op": op, "params": {}})
+            assert reply["error"]["code"] == "invalid_argument" and f"cannot run {op}" in reply["error"]["message"]
+        reply = client.request("session_call", {"agent": "nobody", "op": "agents", "params": {}})
+        assert reply["error"]["code"] == "unknown_agent" and reply["error"]["details"]["agent"] == "nobody"
+    finally:
+        client.close()

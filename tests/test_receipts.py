@@ -1,4 +1,4 @@
-"""Receipts (relayd.receipts): per recipient, stored / announced how / read / acknowledged,
+"""Receipts (relayd.delivery.receipts): per recipient, stored / announced how / read / acknowledged,
 shown by `relayctl track`, waited on by `send --wait`, and a failed announcement bounced to
 the sender once. Real relayctl processes and a real relayd; `cmd:false` is an arrival
 mechanism that always fails, `cmd:true` one that always works.
@@ -227,7 +227,7 @@ def test_failures_older_than_the_window_read_are_marked_as_going_back_further(te
     so instead of claiming it began at the oldest failure read."""
     from datetime import timedelta
 
-    from relayd import receipts
+    from relayd.delivery import receipts
     from relayd.timefmt import now, to_iso
 
     reference = now()

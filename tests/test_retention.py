@@ -7,8 +7,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from relayd import ops
-from relayd.inbox import append_messages, read_all
-from relayd.owed import owing, policy_for
+from relayd.inbox.append import deliver
+from relayd.inbox.read import read_all
+from relayd.owing import owed_line, policy_for
 from relayd.records import Message
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
@@ -34,12 +35,12 @@ def _rotated_inbox(store_dir: Path, read_first: int, ages: list[int] = [40] * 10
         if owed is not None:
             olds[owed].ack, olds[owed].attempt = True, 1
             store.rand = lambda: 1.0  # the full wait: not due again during the test
-            olds[owed] = owing(store, olds[owed], policy_for(store, "1h", None))  # its line owes, as a send with ack writes it
-        append_messages(store, "bob", olds)
+            olds[owed] = owed_line(store, olds[owed], policy_for(store, "1h", None))  # its line owes, as a send with ack writes it
+        deliver(store, {"bob": olds})
         if read_first:
             ops.call(store, "read", {"agent": "bob", "unread": True, "last": read_first, "mark_read": True})
-        append_messages(store, "bob", [_message("bob", FILLER, timedelta(days=35))])  # rotates
-        append_messages(store, "bob", [_message("bob", "fresh", timedelta(0))])
+        deliver(store, {"bob": [_message("bob", FILLER, timedelta(days=35))]})  # rotates
+        deliver(store, {"bob": [_message("bob", "fresh", timedelta(0))]})
         assert (store_dir / "agents" / "bob" / "inbox.jsonl.1").exists()
     return olds[owed].id if owed is not None else ""
 

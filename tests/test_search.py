@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from relayd import layout, ops
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd.search import SearchQuery, search
 from relayd.store import Store
 

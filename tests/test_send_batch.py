@@ -8,10 +8,10 @@ import os
 
 import msgspec
 
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd import ops
 from relayd.errors import RelayError
-from relayd.inbox import SendParams, send_many
+from relayd.inbox.send import SendParams, send_many
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
 from test_daemon import normalize, normalized_store

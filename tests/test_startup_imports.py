@@ -28,11 +28,11 @@ SCRIPT = Path(sys.executable).parent / "relayctl"  # as pip installed it from py
 HEAVY = ("re", "json", "click", "msgspec", "anyio", "structlog", "relayd.store")
 
 
-def imported(argv: list[str], env: dict[str, str], script: Path = SCRIPT) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def imported(argv: list[str], env: dict[str, str], script: Path = SCRIPT, stdin: str | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run the script without site (relay and its dependencies on PYTHONPATH); the process
     and the names of every module it imported."""
     env = dict(env, PYTHONPATH=os.pathsep.join([str(ROOT), sysconfig.get_path("purelib")]))
-    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", str(script), *argv], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", str(script), *argv], env=env, input=stdin, capture_output=True, text=True, timeout=60)
     names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     return proc, names
 
@@ -70,11 +70,28 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     assert sorted(names & set(HEAVY)) == []
 
 
+@pytest.mark.parametrize("program, event", [("claude", "UserPromptSubmit"), ("gemini", "AfterAgent"), ("copilot", None)])
+def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or_store(daemon, relayctl, relay_env: dict[str, str], program: str, event: str | None) -> None:
+    """A program runs `relayctl hook` at every event of every session, and the mail it
+    hands over waits for it: it takes the fast path too, and still hands the mail over."""
+    relayctl("--agent", "storm", "send", "inferno", "hello")
+    argv = ["--agent", "inferno", "hook", program] + (["userPromptSubmitted"] if event is None else [])
+    stdin = json.dumps({"hook_event_name": event, "prompt": "hi"} if event else {"prompt": "hi", "timestamp": 1})
+    proc, names = imported(argv, relay_env, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if program == "gemini":
+        assert json.loads(proc.stdout)["decision"] == "block" and "hello" in json.loads(proc.stdout)["reason"]
+    else:
+        assert "hello" in proc.stdout
+    assert "relayctl.fast" in names and "relayd.client" not in names and "relayctl.cmd_hook" not in names
+    assert sorted(names & set(HEAVY)) == []
+
+
 # With relayd down, each command runs its operation on the store: msgspec and the store's
 # modules are needed, but not what only a rarer path uses: relayd's wire protocol (nobody to
 # talk to), what a send --ack owes, the bridge's agents of other hosts, and the pane or
 # command triggers with their receipts (the recipient here is told by relay-mcp's channel).
-RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.owed", "relayd.remote", "relayd.receipts", "shlex", "subprocess")
+RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
 
 
 @pytest.mark.parametrize(
@@ -83,7 +100,7 @@ RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.owed", "relayd.r
         (["--agent", "storm", "send", "inferno", "hello"], "sent ", ()),
         (["--agent", "inferno", "read", "--unread"], "hello", ()),
         (["--agent", "storm", "heartbeat"], "", ()),
-        (["status"], "relayd: not running", ("relayd.owed", "relayd.receipts", "relayd.remote")),  # owed counts, announcements, bridge
+        (["status"], "relayd: not running", ("relayd.delivery.owed", "relayd.delivery.receipts", "relayd.remote")),  # owed counts, announcements, bridge
     ],
     ids=["send", "read", "heartbeat", "status"],
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd.inbox import read_all
+from relayd.inbox.read import read_all
 from relayd import ops
 from relayd.records import message_decoder
 from relayd.store import Store

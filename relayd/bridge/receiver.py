@@ -12,7 +12,7 @@ leaves only there).
 Nothing is stored unchecked. The sending host is the last token of the subject
 (`relay.mail.<this host>.<sender host>`), which NATS let only that host publish on; a
 message is stored only if its `from` is an agent the directory gives to that host and it
-passes the checks of a local send (`relayd.inbox.check_message`: names, ULID id, sizes,
+passes the checks of a local send (`relayd.inbox.send.check_message`: names, ULID id, sizes,
 tags). Anything else -- a forged sender, a bad id, a 900 KB body, mail for a name this
 host does not have -- goes to `bridge/undeliverable.jsonl`, one line each with the
 reason, the sending host and the first 4 KiB of what came, and is acknowledged rather
@@ -32,7 +32,8 @@ import structlog
 from relayd import layout
 from relayd.errors import RelayError
 from relayd.fsio import Dir, append_file, complete_lines, line_start_at
-from relayd.inbox import append_messages, arrival, check_message
+from relayd.inbox.append import deliver
+from relayd.inbox.send import check_message
 from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
 
@@ -154,8 +155,7 @@ class Receiver:
         for message in fresh:
             by_inbox.setdefault(message.to, []).append(message)
         try:
-            for recipient, messages in by_inbox.items():
-                append_messages(self.store, recipient, messages)
+            deliver(self.store, by_inbox)  # each arrival emitted under its inbox's lock
             if undeliverable:
                 self._append(layout.UNDELIVERABLE, undeliverable)
                 self.refused += len(undeliverable)
@@ -166,7 +166,6 @@ class Receiver:
                 # Held from now on, even if this task is cancelled before the ack (a lost
                 # connection): the appends are made and the group commit will sync them.
                 self.recent.update(_key(m) for m in fresh)
-            self.store.emit(*(arrival(self.store, m) for m in delivered))
             await self.durable()
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.

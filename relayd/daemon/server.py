@@ -27,7 +27,7 @@ import structlog
 from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from relayd import __version__, ops, protocol
+from relayd import __version__, handshake, ops, protocol, session
 from relayd.errors import Dropped, Internal, PermissionDenied, ProtocolError, RelayError, Unavailable
 from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
 from relayd.records import check_agent_name
@@ -198,14 +198,35 @@ class Server:
     # -- operations ------------------------------------------------------------------
     def execute(self, request: Request) -> tuple[Batch | None, bytes]:
         """Run one operation in this (the loop) thread; the reply waits for the batch."""
-        self.requests += 1
         try:
-            op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
-            payload = _reply(request, ops.run(self.store, op, request.params))
+            payload = _reply(request, *self.outcome(request))
         except RelayError as exc:
             _log_bug(request.op, exc)
             payload = _refusal(request, exc)
         return self._pending(), payload
+
+    def outcome(self, request: Request) -> tuple[Any, int | None]:
+        """Run one request now: (its result, the unread count its session fields asked for).
+        Raises the operation's RelayError."""
+        self.requests += 1
+        if request.op == session.LEGACY:
+            return session.legacy(self.store, request.params), None  # a version 2 client's
+        op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
+        if not request.bookkeeping():
+            return ops.run(self.store, op, request.params), None
+        return session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
+
+    async def announced(self, result: Any, wait: float) -> list[Any]:
+        """How the recipients of the messages in `result` are being told, once relayd's own
+        triggers reported or `wait` seconds (at most session.ANNOUNCE_MAX) passed. Looked
+        up in their tracks every ANNOUNCE_POLL, as a client asking `track` would."""
+        ids = session.message_ids(result)
+        deadline = anyio.current_time() + min(wait, session.ANNOUNCE_MAX)
+        while True:
+            told, settled = session.announcements(self.store, ids)
+            if settled or anyio.current_time() >= deadline:
+                return told
+            await anyio.sleep(session.ANNOUNCE_POLL)
 
     def _pending(self) -> Batch | None:
         return self.committer.pending() if self.committer is not None else None
@@ -215,12 +236,13 @@ class Server:
         while the current fsync round runs (see `run_deferred`). None when it is run
         alone instead: not batchable, or no group commit."""
         op = self.table.get(request.op)
-        if op is None or op.batch is None or self.committer is None:
+        if op is None or op.batch is None or self.committer is None or request.announce > 0:
             return None
         self.requests += 1
         item = Deferred(op, request, self.round)
         try:
             item.params = ops.decode_params(op, request.params)
+            session.before(self.store, request.agent, request.touch)  # (its unread count: after the batch)
         except RelayError as exc:  # answered in its place, after the requests before it
             item.payload = _refusal(request, exc)
         self.deferred.append(item)
@@ -254,7 +276,7 @@ class Server:
                 try:
                     if isinstance(outcome, RelayError):
                         raise outcome
-                    item.payload = _reply(item.request, outcome)
+                    item.payload = _reply(item.request, outcome, session.after(self.store, item.request.agent, item.request.unread))
                 except RelayError as exc:
                     item.payload = _refusal(item.request, exc)
         batch = self._pending()
@@ -279,9 +301,9 @@ class Server:
         return sum(peer.unanswered for peer in self.peers) <= 1
 
 
-def _reply(request: Request, result: Any) -> bytes:
+def _reply(request: Request, result: Any, unread: int | None = None, announced: list[Any] | None = None) -> bytes:
     result_json = protocol.encode_result(result)
-    payload = protocol.reply_lines(request.id, result_json, request.parts)
+    payload = protocol.reply_lines(request.id, result_json, request.parts, unread, announced)
     if payload is None:
         raise RelayError(
             f"the result of {request.op} is {len(result_json)} bytes, more than one line may hold ({protocol.MAX_LINE}); "
@@ -469,13 +491,17 @@ class Peer:
                     if (decide := self.server.team_ops.get(item.op)) is not None:
                         self._decide(item, decide)
                         continue
+                    if item.announce > 0:
+                        self._announce(item)
+                        continue
                     batch, payload = self.server.execute(item)
                     self._queue((batch, item.id, payload), durable_later=batch is not None)
                 case Violation():
                     log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
                     self._queue((None, None, self.conn.violation_reply(item)))
                 case Hello():
-                    answer = Hello(version=protocol.VERSION, server=f"relayd {__version__}", store=self.server.store.root)
+                    # (a client of an older version is answered in its own: relayd still speaks it)
+                    answer = Hello(version=handshake.spoken(item.version), server=f"relayd {__version__}", store=self.server.store.root)
                     self._queue((None, None, protocol.encode(answer)))
                 case Subscribe():
                     self._subscribe(item)
@@ -498,6 +524,34 @@ class Peer:
         slot.ran.set()
         self.state.deciding_done()
         self._handle_frames()
+        self._flush()
+
+    def _announce(self, request: Request) -> None:
+        """A request that also waits for its messages' announcements: it runs now, in its
+        turn, and its reply keeps its place in the outbox while a task waits (the
+        connection goes on reading; the replies after it wait behind it)."""
+        try:
+            result, unread = self.server.outcome(request)
+        except RelayError as exc:
+            _log_bug(request.op, exc)
+            batch = self.server._pending()
+            self._queue((batch, request.id, _refusal(request, exc)), durable_later=batch is not None)
+            return
+        slot = Deferred(None, request, anyio.Event())
+        slot.batch = self.server._pending()
+        self._queue(slot, durable_later=True)
+        assert self._group is not None
+        self._group.start_soon(self._announced, slot, result, unread)
+
+    async def _announced(self, slot: Deferred, result: Any, unread: int | None) -> None:
+        try:
+            if slot.batch is not None:
+                await slot.batch.wait()  # announcements follow the durable write
+            announced = await self.server.announced(result, slot.request.announce)
+            slot.payload = _reply(slot.request, result, unread, announced)
+        except RelayError as exc:  # (a failed fsync: _flush answers with its error)
+            slot.payload = _refusal(slot.request, exc)
+        slot.ran.set()
         self._flush()
 
     # -- writing ---------------------------------------------------------------------

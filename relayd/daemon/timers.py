@@ -4,7 +4,7 @@ GC runs store functions in the loop thread like any request. The redelivery swee
 in a worker thread on a store of its own with direct-mode fsyncs, exactly as a
 `relayctl redeliver` beside relayd would (delivery.lock keeps them apart, its events reach
 subscribers and notifications through the event log): absorbing many owed records
-(relayd.owed) reads inboxes and writes records, which must not hold up every client's request. A stale agent is announced
+(relayd.delivery.owed) reads inboxes and writes records, which must not hold up every client's request. A stale agent is announced
 once, as a `presence` event with action `stale` appended to events.jsonl (so it reaches
 subscribers the same way as everything else); it is announced again only after it has
 been alive in between.
@@ -35,9 +35,9 @@ async def collect_garbage(store: Store, every: float) -> None:
 
 
 async def redeliver_owed(store: Store, every: float) -> None:
-    """The redelivery sweep (relayd.delivery) every `every` seconds; cheap when nothing is due.
+    """The redelivery sweep (relayd.delivery.sweep) every `every` seconds; cheap when nothing is due.
     The first one also announces what writers killed while relayd was away left unannounced
-    (relayd.announce); later, relayd's own sends write both, and clients fall back to direct
+    (relayd.delivery.announce); later, relayd's own sends write both, and clients fall back to direct
     mode only while relayd is away."""
     from relayd.fsio import NoSync
 

@@ -136,7 +136,7 @@ def find_message(store, message_id: str, agent: str | None = None) -> dict:
     import msgspec
 
     from relayd.errors import NotFound
-    from relayd.inbox import read_all
+    from relayd.inbox.read import read_all
 
     for name in [agent] if agent else store.known_agents():
         for message in read_all(store, name).messages:

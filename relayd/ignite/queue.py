@@ -54,7 +54,7 @@ from typing import Callable
 from relayd import layout
 from relayd.errors import QueueBusy, RelayError
 from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
-from relayd.owed import Policy  # the shared backoff: wait(delivered, rand), max_deliver
+from relayd.owing import Policy  # the shared backoff: wait(delivered, rand), max_deliver
 
 from . import files, mime
 from .files import DEAD_LETTER, MALFORMED, PROCESSED
@@ -688,8 +688,8 @@ def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log
 
     from relayd import layout
     from relayd.config import load_config
-    from relayd.inbox import read_all
-    from relayd.owed import policy_for
+    from relayd.inbox.read import read_all
+    from relayd.owing import policy_for
 
     store = client.store()
     store.require_existing()

@@ -1,219 +1,52 @@
-"""Delivery records: what a message sent with `ack` owes, and where that record lives.
+"""Where owed records are: every form one takes on disk, and the one locked read of them all.
 
-A send stores what it owes in the line it appends anyway: the inbox line of a first delivery
-with ack carries its terms (`"owed": {"due", "base", "cap", "max_deliver"}` after the
-message's own fields; readers decode the line as a plain message and never see them). That
-line is the owed record from the moment it is durable, in the append's own fsync (under
-relayd the group commit round it shares with every other send): `--ack` costs no extra file,
-write or fsync. If the append is taken back (a failed send), the record goes with it; a torn
-line is no record, and its send never reported success.
+A message sent with `ack` is owed until its recipient acknowledges it. Its record takes
+these forms, in this order; at any moment the truth is the first one of the list that holds
+it, read under `delivery.lock` (`read_owed`):
 
-The sweep absorbs those lines into the compact state below (`absorb`, under
-`delivery.lock`), reading each inbox only past its mark in `delivery.absorbed` (inode and
-offset, as `relayd.announce` does for events); until then `unabsorbed` reads them. An inbox
-rotation drops the previous `inbox.jsonl.1`; before it does (`hand_over`, under the inbox
-lock), the owed lines of that file no sweep absorbed yet are written to the delivery log
-as `owed` records and fsynced, so no record is lost however long no sweep runs. The log's
-owed lines (and those of earlier versions, which logged every record there) are absorbed
-the same way, past the log's own mark; once absorbed to its end the log is rotated.
+    form                                  why it exists
+    acked/ or dead_letter/ <to>.<id>.json the settled states (relayd.delivery.record): the truth
+    owed/<to>.<id>.json                   due within the minute; its mtime is its due time
+    due/<minute>.jsonl line               speed: parked until its minute, so a sweep costs what
+                                          is due soon, not what is owed (relayd.delivery.parked)
+    inbox line with "owed" terms          speed: a send --ack writes no file of its own; the line
+                                          owes from the moment it is durable (relayd.owing)
+    delivery.jsonl "owed" line            safety: an inbox rotation hands over the owed lines of
+                                          the file it drops, when no sweep absorbed them yet
 
-In compact state a record is one small JSON file whose directory is its state:
+Two mark files say how far the slow forms were read: `delivery.absorbed` (inode and offset
+of the delivery log and of each inbox: everything before is in owed/ or parked), and
+`announced.json` (relayd.delivery.announce, a different rule: lines without their event).
 
-    owed/<to>.<id>.json         waiting for the recipient's acknowledgement; its mtime is
-                                the moment it is due again (redelivery or dead letter)
-    acked/<to>.<id>.json        acknowledged; kept a while so a repeated ack says "already"
-    dead_letter/<to>.<id>.json  every delivery went unacknowledged; the sender was told
+The sweep absorbs inbox and log lines into compact state (`absorb`, under `delivery.lock`),
+reading each inbox only past its mark; until then `unabsorbed` reads them. The log's owed
+lines (and those of earlier versions, which logged every record there, and their
+`cancelled` lines) are absorbed the same way past the log's own mark; once absorbed to its
+end the log is rotated. The marks move only after the records they pass are durable, and
+absorbing is idempotent (a record already in a folder is left alone), so a sweep killed half
+way only repeats work.
 
-A record leaves `owed/` only by rename, so whatever crashes, it is in exactly one of the
-three. It carries the whole message, so redelivering it needs nothing else. A record file's
-data is fsynced before it gets its final name, under relayd too (`write`): no crash leaves
-a named record without its data, and the marks move only after the records they pass are
-durable. Absorbing is idempotent (a record already in a folder is left alone), so a sweep
-killed half way only repeats work. This module holds the record, its lines and its paths;
-`relayd.delivery` holds the operations that move it (ack, the redelivery sweep, the
-dead-letter commands).
+This module imports nothing of the inbox: it is what the inbox's hooks reach (the hand-over
+before a rotation, the ack states a read shows).
 """
 
 from __future__ import annotations
 
 import fcntl
-import functools
 import os
 
 import msgspec
 
-from . import layout
-from .announce import Mark
-from .errors import UsageError
-from .fsio import Dir, NoSync, Syncer, complete_lines
-from .records import Message, json_encoder, message_decoder
-from .store import Store
-from .timefmt import now_iso, parse_duration
-
-SUFFIX = ".json"
-MAX_DELIVER_LIMIT = 100
-
-
-class Policy(msgspec.Struct, frozen=True):
-    """How long to wait for an ack before presenting a message again, and how often."""
-
-    base: float  # seconds: `ack_wait`
-    cap: float  # seconds
-    max_deliver: int  # redeliveries after the first delivery
-
-    def wait(self, delivered: int, rand: float) -> float:
-        """Seconds to wait after delivery number `delivered` (1 = the first): full jitter,
-        random(0, min(cap, base * 2**(delivered - 1)))."""
-        return rand * min(self.cap, self.base * 2.0 ** min(delivered - 1, 64))
-
-
-class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
-    message: Message  # as first sent
-    attempt: int  # the last delivery recorded (1 = the first)
-    last_attempt: int  # once this one goes unacknowledged, the message is dead-lettered
-    max_deliver: int  # redeliveries granted at the send (and again at each `dlq retry`)
-    base: float
-    cap: float
-    due: float  # epoch seconds: when the sweep acts on it next
-    delivered_at: list[str]  # when each attempt was made, in order
-    retried_at: list[str] = msgspec.field(default_factory=list)  # `dlq retry` times
-    reason: str | None = None  # why it was dead-lettered
-    dead_at: str | None = None
-    escalation_id: str | None = None  # the id of the escalation message, chosen once
-    told: list[str] = msgspec.field(default_factory=list)  # who got the escalation
-
-    def next_wait(self, rand: float) -> float:
-        """The wait after the current attempt; the backoff restarts at each `dlq retry`."""
-        delivered = self.attempt - (self.last_attempt - self.max_deliver) + 1
-        return Policy(self.base, self.cap, self.max_deliver).wait(delivered, rand)
-
-
-record_decoder = msgspec.json.Decoder(Record)
-
-
-def record_name(to: str, message_id: str) -> str:
-    return f"{to}.{message_id}{SUFFIX}"
-
-
-def split_name(name: str) -> tuple[str, str] | None:
-    """(to, id) of a record file name; None for anything else (temp files, rotated mail)."""
-    if name.startswith(".") or not name.endswith(SUFFIX):
-        return None
-    to, dot, message_id = name[: -len(SUFFIX)].partition(".")
-    return (to, message_id) if dot and to and message_id else None
-
-
-def policy_for(store: Store, ack_wait: str | None, max_deliver: int | None) -> Policy:
-    """The store's defaults (config.json "delivery"), overridden per message."""
-    defaults = _delivery_defaults(store)
-    base = _seconds(ack_wait if ack_wait is not None else defaults.ack_wait, "ack-wait")
-    cap = _seconds(defaults.cap, "delivery.cap in config.json")
-    count = defaults.max_deliver if max_deliver is None else max_deliver
-    if not 1 <= count <= MAX_DELIVER_LIMIT:
-        raise UsageError(f"max-deliver must be 1-{MAX_DELIVER_LIMIT} redeliveries, not {count}")
-    return Policy(base, max(cap, base), count)
-
-
-# Every send --ack asks for the defaults: config.json is read again only when it changed.
-_defaults_seen: dict[str, tuple[tuple[int, int, int], object]] = {}
-
-
-def _delivery_defaults(store: Store):  # -> config.Delivery
-    from .config import load_config
-
-    try:
-        info = os.stat(layout.CONFIG_FILE, dir_fd=store.root_dir().fd, follow_symlinks=False)
-        identity = (info.st_ino, info.st_size, info.st_mtime_ns)
-    except FileNotFoundError:
-        identity = (0, 0, 0)
-    seen = _defaults_seen.get(store.root)
-    if seen is not None and seen[0] == identity:
-        return seen[1]
-    defaults = load_config(store).delivery
-    _defaults_seen[store.root] = (identity, defaults)
-    return defaults
-
-
-@functools.lru_cache(maxsize=64)  # every send --ack asks again for the same few durations
-def _seconds(text: str, what: str) -> float:
-    seconds = parse_duration(text).total_seconds()
-    if seconds <= 0:
-        raise UsageError(f"{what} must be longer than 0, not {text!r}")
-    return seconds
-
-
-class _DataFirst(Syncer):
-    """Fsyncs a file's data at once (under relayd, `store.sync` only queues the fsync for its
-    round); a directory's fsync goes to `then` (the round, or nowhere when a caller syncs the
-    directory once for many records)."""
-
-    def __init__(self, then: Syncer | None) -> None:
-        self.then = then
-
-    def dir(self, fd: int) -> None:
-        if self.then is not None:
-            self.then.dir(fd)
-
-
-def _writer(store: Store, dirs: bool = True) -> Syncer:
-    return store.sync if isinstance(store.sync, NoSync) else _DataFirst(store.sync if dirs else None)
-
-
-def write(store: Store, folder: str, record: Record, sync: Syncer | None = None, mtime: float | None = None) -> None:
-    """Replace the record in `folder` atomically; its mtime becomes its due time (or `mtime`:
-    in acked/, when it was acknowledged).
-
-    Its data is fsynced before the rename, also under relayd, where `store.sync` would only
-    queue that fsync for the group commit round and a crash before the round ends could
-    leave the new name with no data behind it. The directory fsync joins the round."""
-    m = record.message
-    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due if mtime is None else mtime)
-
-
-def read(store: Store, folder: str, name: str) -> Record | None:
-    raw = store.top(folder).read_bytes(name)
-    if not raw:
-        return None
-    try:
-        return record_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def new_record(store: Store, message: Message, policy: Policy) -> Record:
-    """A message's first owed record (attempt 1, due after its wait)."""
-    due = store.clock() + policy.wait(1, store.rand())
-    return Record(message=message, attempt=1, last_attempt=1 + policy.max_deliver, max_deliver=policy.max_deliver, base=policy.base, cap=policy.cap, due=due, delivered_at=[message.ts])
-
-
-# -- the inbox line is the record until the sweep absorbs it ----------------------------------
-
-
-class Terms(msgspec.Struct, kw_only=True):
-    """What a first delivery owes, carried by its inbox line (see the module docstring)."""
-
-    due: float  # epoch seconds: when the first redelivery (or the dead letter) is due
-    base: float
-    cap: float
-    max_deliver: int
-
-
-class OwedLine(Message, kw_only=True):
-    """An inbox line of a message sent with ack, first delivery: the message and its terms.
-    Readers decode it as a plain `Message` (the extra field is ignored)."""
-
-    owed: Terms
-
-
-# How an owed line is told from the others without decoding them: the key only a real field
-# can spell (quotes inside strings are escaped), placed last by the encoder.
-_MARKER = b',"owed":{'
-
-
-def owing(store: Store, message: Message, policy: Policy) -> OwedLine:
-    """The inbox line of a message's first delivery with ack: it owes from the moment it is durable."""
-    due = store.clock() + policy.wait(1, store.rand())
-    return OwedLine(**msgspec.structs.asdict(message), owed=Terms(due=due, base=policy.base, cap=policy.cap, max_deliver=policy.max_deliver))
+from .. import layout
+from ..fsio import Dir, Syncer, complete_lines
+from ..owing import MARKER, Terms
+from ..records import json_encoder, message_decoder
+from ..store import Store
+from ..timefmt import now_iso
+from . import parked
+from .log import Receipt, receipt_decoder
+from .log import write as log
+from .record import Mark, Record, held_names, into_owed, names, now_syncer, read_record, record_name, split_name
 
 
 class _TermsOf(msgspec.Struct):
@@ -236,7 +69,7 @@ def _owed_lines(fd: int, start: int) -> tuple[int, list[Record]]:
     end = start
     found = []
     for end, line in complete_lines(fd, start):
-        if _MARKER in line:
+        if MARKER in line:
             try:
                 found.append(_record_of(line))
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -248,8 +81,6 @@ def open_records(store: Store, records: list[Record], sync: Syncer | None = None
     """Records as `owed` lines of the delivery log, durable before this returns (through `sync`,
     by default the store's). Sends no longer write these; an inbox rotation hands over the
     unabsorbed owed lines of the file it drops this way (`hand_over`)."""
-    from .receipts import Receipt, write as log
-
     now = now_iso()
     log(store, [Receipt(ts=now, step="owed", to=r.message.to, record=r) for r in records], sync=sync or store.sync)
 
@@ -295,8 +126,6 @@ def _ranges(current: int, current_ino: int, rotated: int, rotated_ino: int, mark
 
 def _log_lines(store: Store, mark: Mark | None) -> tuple[Mark | None, list[tuple[tuple[str, str], Record | None]]]:
     """(the log's new mark, [((to, id), record or None for a cancel)]) past `mark`."""
-    from .receipts import receipt_decoder
-
     root = store.root_dir()
     current, current_ino = root.open_reading(layout.DELIVERY_LOG)
     rotated, rotated_ino = root.open_reading(layout.DELIVERY_LOG_ROTATED)
@@ -373,39 +202,15 @@ def unabsorbed(store: Store, agent: str | None = None) -> dict[tuple[str, str], 
     return pending
 
 
-def into_owed(store: Store, records: list[Record], held: set[str] | None = None) -> int:
-    """Write records into owed/ (each durable before its name, the directory once after),
-    skipping any that a state folder holds already (`held`: their file names, when the
-    caller listed them; else a lookup each). Returns how many it wrote."""
-    from .due import now_syncer
-
-    folder = store.top(layout.OWED)
-    sync = _writer(store, dirs=False)  # the directory once, after all of them
-    written = 0
-    for record in records:
-        name = record_name(record.message.to, record.message.id)
-        if name in held if held is not None else any(store.top(f).exists(name) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)):
-            continue
-        if held is not None:
-            held.add(name)
-        write(store, layout.OWED, record, sync)
-        written += 1
-    if written:
-        now_syncer(store).dir(folder.fd)
-    return written
-
-
 _LIST_OVER = 64  # more records than this: list the state folders once instead of 3 stats a record
 
 
 def absorb(store: Store) -> int:
-    """Take the new records of the inboxes and the log into compact state: parked (relayd.due)
+    """Take the new records of the inboxes and the log into compact state: parked (relayd.delivery.parked)
     when not due for a while, else owed/ (the caller holds `delivery.lock`). Idempotent: a
     record that a state folder holds already is left alone, so a sweep killed before it
     wrote down how far it got only repeats work. Returns how many records it took. A log
     absorbed to its end and past the rotation size is rotated."""
-    from .due import every, held_names, now_syncer, park
-
     marks = _marks(store)
     log_mark, lines = _log_lines(store, marks.log)
     inboxes: dict[str, Mark] = {}
@@ -433,9 +238,9 @@ def absorb(store: Store) -> int:
     if len(pending) > _LIST_OVER or again:
         held = held_names(store)
         if again:
-            held |= {record_name(r.message.to, r.message.id) for r in every(store)}
+            held |= {record_name(r.message.to, r.message.id) for r in parked.every(store)}
     fresh = [r for (to, i), r in pending.items() if not (record_name(to, i) in held if held is not None else any(store.top(f).exists(record_name(to, i)) for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER)))]
-    soon = park(store, fresh, store.clock())
+    soon = parked.park(store, fresh, store.clock())
     into_owed(store, soon, held)
     # Data first here too: a mark past records whose files a crash lost would lose them.
     store.root_dir().replace(layout.DELIVERY_ABSORBED, json_encoder.encode(new) + b"\n", now_syncer(store))
@@ -486,8 +291,6 @@ def hand_over(store: Store, agent: Dir, name: str) -> None:
     finally:
         os.close(rotated)
     if records:
-        from .due import now_syncer
-
         now = now_syncer(store)
         open_records(store, records, now)
         now.dir(store.root_dir().fd)  # (the log may have just been created)
@@ -514,16 +317,8 @@ def _rotate_log(store: Store, mark: Mark) -> None:
         os.close(fd)  # (releases the lock)
 
 
-def names(store: Store, folder: str) -> list[str]:
-    """A state directory's entries (none when an older store lacks it; looking creates nothing)."""
-    found = store.top_if_exists(folder)
-    return found.listdir() if found is not None else []
-
-
 def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
     """For messages of `to` sent with ack: "owed", "acked", "dead_letter", or absent (unknown)."""
-    from .due import find
-
     found: dict[str, str] = {}
     for folder in (layout.OWED, layout.ACKED, layout.DEAD_LETTER):
         opened = store.top_if_exists(folder)
@@ -536,7 +331,7 @@ def states(store: Store, to: str, ids: list[str]) -> dict[str, str]:
         pending = unabsorbed(store, to)
         found.update({i: layout.OWED for i in ids if i not in found and (to, i) in pending})
     if len(found) < len(ids):
-        found.update({i: layout.OWED for i in find(store, to, [i for i in ids if i not in found])})
+        found.update({i: layout.OWED for i in parked.find(store, to, [i for i in ids if i not in found])})
     return found
 
 
@@ -545,30 +340,52 @@ def count_by_agent(store: Store, folder: str) -> dict[str, int]:
     the parked records and those not absorbed yet)."""
     if folder != layout.OWED:
         return _per_recipient(names(store, folder))
-    return owed_counts(store, unabsorbed_too=True)[0]
+    return read_owed(store).counts
 
 
-def owed_counts(store: Store, unabsorbed_too: bool) -> tuple[dict[str, int], float | None]:
-    """Owed records per recipient: in owed/, parked, and (`unabsorbed_too`) inbox and log lines
-    no sweep has absorbed yet; and the earliest parked due time."""
-    from .due import counts as parked
+class Owed(msgspec.Struct, kw_only=True):
+    """What is owed at one moment (`read_owed`)."""
 
+    counts: dict[str, int]  # records per recipient
+    earliest: float | None  # the earliest parked due time
+    records: list[Record]  # when asked for: owed/ and unabsorbed ones all, parked ones up to the number asked
+
+
+def read_owed(store: Store, unabsorbed_too: bool = True, records: int = 0) -> Owed:
+    """The one read of everything owed, for status, the sweep and the web view: records in
+    owed/, parked, and (`unabsorbed_too`) inbox and log lines no sweep has absorbed yet;
+    with `records`, the records themselves (the parked ones until there are that many)."""
     # A sweep writes a record's new place (a parked line, an owed/ file) before it leaves the
     # old one (an inbox line past the mark, a parked file, an owed/ file), all under
-    # delivery.lock: counted in between, the record would count twice. A shared hold waits
-    # for the sweep's move to end (as an ack does) and lets other counts run alongside.
+    # delivery.lock: read in between, the record would count twice. A shared hold waits
+    # for the sweep's move to end (as an ack does) and lets other reads run alongside.
     with store.root_dir().locked(layout.DELIVERY_LOCK, shared=True):
         listed = names(store, layout.OWED)
         counts = _per_recipient(listed)
-        per_parked, earliest = parked(store)
+        per_parked, earliest = parked.counts(store)
         for to, n in per_parked.items():
             counts[to] = counts.get(to, 0) + n
-        if unabsorbed_too:
+        found: list[Record] = []
+        if records:
+            found = [r for name in listed if (r := read_record(store, layout.OWED, name)) is not None]  # None: damaged by hand
+        if unabsorbed_too or records:
             there = set(listed)
-            for to, message_id in unabsorbed(store):
+            for (to, message_id), record in unabsorbed(store).items():
                 if record_name(to, message_id) not in there:
-                    counts[to] = counts.get(to, 0) + 1
-    return counts, earliest
+                    if unabsorbed_too:
+                        counts[to] = counts.get(to, 0) + 1
+                    if records:
+                        found.append(record)
+        if len(found) < records:
+            held = held_names(store)
+            for record in parked.every(store):
+                name = record_name(record.message.to, record.message.id)
+                if name not in held:
+                    held.add(name)
+                    found.append(record)
+                if len(found) >= records:
+                    break
+    return Owed(counts=counts, earliest=earliest, records=found)
 
 
 def _per_recipient(listed: list[str]) -> dict[str, int]:
@@ -582,11 +399,9 @@ def _per_recipient(listed: list[str]) -> dict[str, int]:
 
 def owed_ids(store: Store, agent: str) -> set[str]:
     """Ids of the agent's messages that are still owed (gc keeps their lines)."""
-    from .due import every
-
     prefix = f"{agent}."
     found = {parts[1] for name in names(store, layout.OWED) if name.startswith(prefix) and (parts := split_name(name))}
-    found |= {r.message.id for r in every(store) if r.message.to == agent}
+    found |= {r.message.id for r in parked.every(store) if r.message.to == agent}
     return found | {message_id for _, message_id in unabsorbed(store, agent)}
 
 

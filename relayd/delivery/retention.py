@@ -5,7 +5,7 @@ appends to it), and the current inbox is never rewritten under a writer. A messa
 dropped only when all of these hold:
 * it lies before the agent's read cursor (read: unread mail is never dropped);
 * its `ts` is older than the limit (a line whose time cannot be read is kept);
-* it is not owed: sent with `ack` and not yet acknowledged (`relayd.owed`), since an
+* it is not owed: sent with `ack` and not yet acknowledged (`relayd.delivery.owed`), since an
   owed message may still be presented again and acknowledged by its id;
 * it decodes (a damaged line is kept for a person to look at).
 Rotated files moved to `dead_letter/` held unread mail when they went there; they are
@@ -20,14 +20,14 @@ from datetime import datetime
 
 import msgspec
 
-from . import layout
-from .errors import UsageError
-from .fsio import Dir
-from .inbox import read_cursor, write_cursor
+from .. import layout
+from ..errors import UsageError
+from ..fsio import Dir
+from ..inbox.cursor import read_cursor, write_cursor
+from ..records import Cursor, message_decoder
+from ..store import Store
+from ..timefmt import parse_iso
 from .owed import owed_ids
-from .records import Cursor, message_decoder
-from .store import Store
-from .timefmt import parse_iso
 
 
 class Trimmed(msgspec.Struct, kw_only=True):

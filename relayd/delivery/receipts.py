@@ -11,13 +11,10 @@ Per recipient, four steps:
   dead letter).
 
 Announcements and read times need writing down: the other steps are read off the store
-when asked. They go to `delivery.jsonl`, the append-only delivery log (which also holds
-owed records that an inbox rotation handed over, see `relayd.owed`), one line per
-announcement or cursor advance (per recipient and moment, not per message: one trigger
-tells a recipient about all of its unread mail), without an fsync -- a lost receipt loses
-a report, never a message. The sweep rotates the log to `delivery.jsonl.1` once it has
-absorbed it to its end; receipts are read from both, so a message's way shows as long as
-the rotated log reaches back to it.
+when asked. They go to the delivery log (`relayd.delivery.log`), read back from it and
+its rotated predecessor, so a message's way shows as long as the rotated log reaches back
+to it. relayd.notify reports its triggers' outcomes here (`announced`); the inbox's read
+receipts reach the log through the hook the wing registers (relayd.inbox.hooks).
 
 An announcement that fails comes back to the senders of the mail it was for, once, as a
 message from `relay` (a bounce); the log remembers which messages were bounced.
@@ -25,108 +22,42 @@ message from `relay` (a bounce); the log remembers which messages were bounced.
 
 from __future__ import annotations
 
-import fcntl
 import os
-from typing import Iterator, Literal
+from typing import Literal
 
 import msgspec
 
-from . import due, layout, notify, owed
-from .errors import NotFound, RelayError
-from .fsio import Syncer, append_lines, lines_backward
-from .records import Message, json_encoder
-from .registry import operation
-from .store import Store
-from .timefmt import now_iso
+from .. import layout
+from ..agents import arrival_mechanism, read_meta
+from ..dedup import check_id, ms_to_iso
+from ..errors import NotFound, RelayError
+from ..inbox.append import deliver
+from ..inbox.read import ReadParams, find_copies, read
+from ..records import Message, check_agent_name
+from ..registry import operation
+from ..store import Store
+from ..timefmt import now, now_iso, to_iso
+from ..ulid import new_ulid, ulid_time_ms
+from . import owed, parked
+from .log import Receipt, newest_first, write
+from .record import record_name
 
 SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
-_OWED_STEP = b'"step":"owed"'
-_STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
-
-
-class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One line of the delivery log: a receipt, or an owed record (relayd.owed)."""
-
-    ts: str
-    step: Literal["announced", "bounced", "read", "owed", "cancelled"]
-    to: str  # the recipient
-    how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
-    ok: bool = True
-    error: str | None = None
-    note: str | None = None  # e.g. why a trigger was not sent this time
-    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced; cancelled: the records
-    upto: str | None = None  # read: the time of the newest message the cursor passed
-    record: owed.Record | None = None  # owed: what a send --ack owes
-
-
-receipt_decoder = msgspec.json.Decoder(Receipt)
-
-
-def write(store: Store, receipts: list[Receipt], sync: Syncer | None = None) -> None:
-    """Append lines to the delivery log in one write; `sync` (owed records handed over by an
-    inbox rotation) makes them durable. Receipts are not fsynced: a lost one loses a report,
-    never a message."""
-    if not receipts:
-        return
-    payload = b"".join(json_encoder.encode(r) + b"\n" for r in receipts)
-    while True:
-        fd = store.append_fd(layout.DELIVERY_LOG)
-        # Writers lock the log itself (a sidecar lock file would cost an open and a close a line).
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.fstat(fd).st_nlink == 0 or _renamed(store, fd):
-                continue  # rotated away since it was opened (relayd.owed): append to the new log
-            append_lines(fd, payload, os.path.join(store.root, layout.DELIVERY_LOG))
-            if sync is not None:
-                sync.file(fd)
-            return
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _renamed(store: Store, fd: int) -> bool:
-    try:
-        return os.stat(layout.DELIVERY_LOG, dir_fd=store.root_dir().fd, follow_symlinks=False).st_ino != os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return True
-
-
-def newest_first(store: Store, since: str) -> Iterator[Receipt]:
-    """Receipts from the newest back to the first older than `since` (ISO time), through
-    the log and the rotated one before it."""
-    for name in (layout.DELIVERY_LOG, layout.DELIVERY_LOG_ROTATED):
-        try:
-            fd = store.root_dir().open(name, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            for _, line in lines_backward(fd):
-                if _OWED_STEP in line[:_STEP_WITHIN]:
-                    continue  # an owed record (relayd.owed): not a receipt, and maybe a big one
-                try:
-                    receipt = receipt_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue  # a torn tail or a damaged line: not a receipt
-                if receipt.ts < since:
-                    return
-                yield receipt
-        finally:
-            os.close(fd)
 
 
 # -- recording announcements and bouncing failed ones -------------------------------------------
 
 
 def announced(store: Store, outcomes: list[dict]) -> None:
-    """Record notify_new_messages' outcomes; bounce the mail whose announcement failed.
-    Never raises: a report must not fail the send it reports on."""
+    """Record the outcomes of the triggers relayd.notify sent (it passes only those); bounce
+    the mail whose announcement failed. Never raises: a report must not fail the send it
+    reports on."""
     try:
         now = now_iso()
         receipts = [
             Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
             for o in outcomes
-            if o.get("method") in notify.TRIGGERED
         ]
         write(store, receipts)
         for receipt in receipts:
@@ -136,20 +67,8 @@ def announced(store: Store, outcomes: list[dict]) -> None:
         pass
 
 
-def read_passed(store: Store, agent: str, newest: Message) -> None:
-    """Record that `agent`'s read cursor just passed its mail up to `newest` (the read time
-    `track` shows). Never raises: a report must not fail the read it reports on."""
-    try:
-        write(store, [Receipt(ts=now_iso(), step="read", to=agent, upto=newest.ts)])
-    except (RelayError, OSError):
-        pass
-
-
 def _bounce(store: Store, failed: Receipt) -> None:
     """Tell the senders of the recipient's unread mail, once per message, that it was not announced."""
-    from .inbox import ReadParams, append_messages, arrival, read
-    from .ulid import new_ulid
-
     unread = read(store, ReadParams(agent=failed.to, unread=True, last=0)).messages
     unread = [m for m in unread if m.from_ != SYSTEM_SENDER]
     if not unread:
@@ -180,8 +99,7 @@ def _bounce(store: Store, failed: Receipt) -> None:
             tags=["bounce"],
         )
         write(store, [Receipt(ts=bounce.ts, step="bounced", to=failed.to, how=failed.how, ok=False, error=failed.error, ids=ids)])
-        append_messages(store, sender, [bounce])
-        store.emit(arrival(store, bounce))
+        deliver(store, {sender: [bounce]})
 
 
 # -- the announced op: relay-mcp's channel push and hooks report here ----------------------------
@@ -201,8 +119,6 @@ class AnnouncedResult(msgspec.Struct, kw_only=True):
 @operation("announced", AnnouncedParams)
 def record_announced(store: Store, p: AnnouncedParams) -> AnnouncedResult:
     """Record that an agent was told of its mail (relay-mcp's channel push, a hook)."""
-    from .records import check_agent_name
-
     check_agent_name(p.agent)
     if not store.is_agent(p.agent):
         raise store.unknown_agent(p.agent)
@@ -250,9 +166,6 @@ class TrackResult(msgspec.Struct, kw_only=True):
 @operation("track", TrackParams, mutates=False)
 def track(store: Store, p: TrackParams) -> TrackResult:
     """Each recipient's way of one message: stored, announced (how), read, acknowledged."""
-    from .dedup import check_id, ms_to_iso
-    from .ulid import ulid_time_ms
-
     message_id = check_id(p.id)
     since = ms_to_iso(ulid_time_ms(message_id) - _CLOCK_SLACK_MS)
     ways: list[Way] = []
@@ -305,9 +218,7 @@ def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnounce
     """Each of `names`' newest announcement over the last day of the delivery log; an agent
     not told in that time is left out. A trigger skipped because the last one is still
     unread (a `note`) told nobody: it is shown only when there is nothing else."""
-    from datetime import timedelta
-
-    from .timefmt import now, to_iso
+    from datetime import timedelta  # (start-up: see relayd.timefmt)
 
     found: dict[str, LastAnnouncement] = {}
     skipped: dict[str, LastAnnouncement] = {}
@@ -347,9 +258,6 @@ def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnounce
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:
     """(the first copy, how many copies, whether the cursor passed the last one, the arrival
     mechanism, the time of the last one) of the id in an inbox, looking back to `since`; None when it holds none."""
-    from .agents import arrival_mechanism, read_meta
-    from .inbox import find_copies
-
     found = find_copies(store, name, message_id, since)
     if found is None:
         return None
@@ -361,10 +269,9 @@ def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Messa
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
-    from .timefmt import to_iso
-    from datetime import datetime, timezone
+    from datetime import datetime, timezone  # (start-up: see relayd.timefmt)
 
-    name = owed.record_name(to, message_id)
+    name = record_name(to, message_id)
     for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
         opened = store.top_if_exists(folder)
         try:
@@ -375,6 +282,6 @@ def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", 
             continue
         at = to_iso(datetime.fromtimestamp(st.st_mtime, timezone.utc)) if state == "acked" else None
         return state, at  # type: ignore[return-value]
-    if (to, message_id) in owed.unabsorbed(store, to) or due.is_parked(store, to, message_id):
+    if (to, message_id) in owed.unabsorbed(store, to) or parked.is_parked(store, to, message_id):
         return "owed", None
     return None, None

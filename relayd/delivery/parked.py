@@ -1,4 +1,4 @@
-"""Owed records that are not due for a while, kept compactly: one file per minute of due times.
+"""Parked owed records: those not due for a while, kept compactly, one file per minute of due times.
 
 A record in `owed/` is a file whose mtime is its due time, so a sweep stats every one of them;
 absorbing a record writes one. Both grow with the owed messages. Most records wait seconds
@@ -26,11 +26,11 @@ from typing import Any, Iterator
 
 import msgspec
 
-from . import layout
-from .fsio import NoSync, Syncer, append_file
-from .owed import Record, into_owed, names
-from .records import json_encoder
-from .store import Store
+from .. import layout
+from ..fsio import append_file
+from ..records import json_encoder
+from ..store import Store
+from .record import Record, held_names, into_owed, names, now_syncer
 
 WINDOW = 60.0  # seconds of due times per parked file
 SUFFIX = ".jsonl"
@@ -60,12 +60,6 @@ class _Light(msgspec.Struct):
 
 _parked_decoder = msgspec.json.Decoder(Parked)
 _light_decoder = msgspec.json.Decoder(_Light)
-
-
-def now_syncer(store: Store) -> Syncer:
-    """Fsyncs at once, also under relayd (where `store.sync` only queues for the round): what
-    moves from one place to another must be durable in the new place before the old one goes."""
-    return store.sync if isinstance(store.sync, NoSync) else Syncer()
 
 
 def minute(due: float) -> int:
@@ -134,11 +128,6 @@ def _entries(lines: Iterator[bytes], decoder: msgspec.json.Decoder = _parked_dec
 def read(store: Store, name: str) -> list[Record]:
     """The records of one parked file that are not settled."""
     return list(_entries(_lines(store, name))[0].values())
-
-
-def held_names(store: Store) -> set[str]:
-    """Every record file name in the state folders: the records a parked line must not count for."""
-    return {n for f in (layout.OWED, layout.ACKED, layout.DEAD_LETTER) for n in names(store, f)}
 
 
 def unpark_begun(store: Store, now: float) -> int:

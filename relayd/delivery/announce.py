@@ -1,8 +1,9 @@
 """No message without its announcement: inbox lines whose event never reached events.jsonl.
 
-A send appends the inbox line and then, still holding the inbox lock, the event that
-announces it (relayd publishes it; notifications and followers act on it). A writer killed
-between the two appends leaves a line that nobody would ever be told about.
+Every writer appends the inbox line and then, still holding the inbox lock, the event that
+announces it (`relayd.inbox.append.deliver`; relayd publishes it, notifications and
+followers act on it). A writer killed between the two appends leaves a line that nobody
+would ever be told about.
 `announce_missing` finds such lines and writes their events; relayd runs it when it starts,
 and the redelivery sweep (`relayctl redeliver`) runs it in direct mode.
 
@@ -22,19 +23,17 @@ from typing import Iterator
 
 import msgspec
 
-from . import layout
-from .fsio import Dir, complete_end, complete_lines
-from .records import Message
-from .store import Store
-from .timefmt import now_iso
+from .. import layout
+from ..fsio import Dir, complete_end, complete_lines
+from ..inbox.append import arrival
+from ..inbox.read import messages_backward, messages_forward
+from ..records import Message
+from ..store import Store
+from ..timefmt import now_iso, parse_iso, to_iso
+from .record import Mark
 
 SLACK = 60.0  # seconds a line's time may precede the moment its append began (stamped, then the lock awaited)
 _NOTHING = "\uffff"  # a horizon no line reaches: check nothing back in time
-
-
-class Mark(msgspec.Struct, array_like=True):
-    ino: int
-    offset: int
 
 
 class Marks(msgspec.Struct, kw_only=True):
@@ -62,8 +61,6 @@ def announce_missing(store: Store) -> list[Message]:
 
 
 def _announce_missing(store: Store, root: Dir) -> list[Message]:
-    from .inbox import arrival
-
     raw = root.read_bytes(layout.ANNOUNCED)
     try:
         marks = _marks_decoder.decode(raw) if raw else Marks()
@@ -89,9 +86,7 @@ def _announce_missing(store: Store, root: Dir) -> list[Message]:
 def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], str, Mark | None]:
     """Per agent, how many message events each id has in the log past its mark; how far
     back an inbox without a valid mark is checked; the log's new mark."""
-    from datetime import timedelta
-
-    from .timefmt import parse_iso, to_iso
+    from datetime import timedelta  # (start-up: see relayd.timefmt)
 
     mark = marks.events
     announced: dict[str, Counter[str]] = {}
@@ -133,8 +128,6 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
 def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter[str]) -> tuple[list[Message], Mark]:
     """Under the inbox lock: the lines past `mark` (without a valid one, back to `horizon`)
     that have no event among `announced`, oldest first, and the inbox's new mark."""
-    from .inbox import messages_backward, messages_forward
-
     # (corrupt lines are reported by reads, not here)
     current, current_ino = agent.open_reading(layout.INBOX)
     rotated, rotated_ino = agent.open_reading(layout.INBOX_ROTATED)
