@@ -20,7 +20,7 @@ _FILE = click.argument("file", required=False, metavar="[FILE]")
 @click.option("--team", "team_name", metavar="NAME", help="With --preset: the team's name (the tmux session). [default: the preset's name]")
 @click.option("--workers", type=click.IntRange(0, 64), metavar="N", help="With --preset ignite: how many workers (ignitian_1..N). [default: 3]")
 @click.option("--force", is_flag=True, help="With --preset: overwrite an existing team file.")
-@click.option("--trust", is_flag=True, help="Record the repository as trusted in each program's own settings first (~/.claude.json, ~/.codex/config.toml, ~/.gemini/trustedFolders.json), as the program does when you accept its folder trust question; `relayctl uninstall` takes it out again.")
+@click.option("--trust", is_flag=True, help="Record the repository as trusted in each program's own settings first (~/.claude.json, ~/.codex/config.toml, ~/.gemini/trustedFolders.json, ~/.copilot/config.json), as the program does when you accept its folder trust question; `relayctl uninstall` takes it out again.")
 @click.option("--wait", "wait", type=click.IntRange(0, 3600), default=300, show_default=True, metavar="SECONDS",
               help="How long to keep watching while a pane waits at a question that is yours (folder trust), to answer relay's own questions after it.")
 def up(file: str | None, preset: str | None, team_name: str | None, workers: int | None, force: bool, trust: bool, wait: int) -> None:

@@ -736,18 +736,20 @@ def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_r
         opencode_config(team.repo, models["opencode"].url)
         opencode = opencode_env(team.repo)
         opencode.pop("PWD")  # `up` sets it for the pane
-        # Copilot's folder trust is the person's answer here: `up --trust` records it for the other three.
         team.env.update(CODEX_HOME=str(home / ".codex"), SCRIPTED_API_KEY="sk-scripted", GOOGLE_GEMINI_BASE_URL=models["gemini"].url,
-                        GEMINI_API_KEY="scripted-key", **opencode, **copilot_env(home, models["copilot"].url, trusted=team.repo.resolve()),
+                        GEMINI_API_KEY="scripted-key", **opencode, **copilot_env(home, models["copilot"].url),
                         PATH=":".join([*{str(program(name).parent) for name in FIVE}, team.env["PATH"]]))
         team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
 
         started = relayctl("up", "--trust", str(team.file), timeout=240)
         assert started.stderr == "", started.stderr
+        repo = str(team.repo.resolve())
+        assert f"trusted: {repo} for copilot in {home / '.copilot' / 'config.json'}" in started.stdout  # (OpenCode asks none)
+        assert "trust question" not in started.stdout
         panes = team.panes()
         assert sorted(panes) == sorted(FIVE)
         screen = lambda name: team.tmux("capture-pane", "-p", "-J", "-t", panes[name][0])  # noqa: E731
-        for name, ready in (("opencode", "Ask anything"), ("copilot", "/ commands")):  # `up` waits for the other three
+        for name, ready in (("opencode", "Ask anything"), ("copilot", "/ commands")):  # `up` waits for the others
             try:
                 wait_for(f"{name}'s prompt", lambda: ready in screen(name), timeout=90)
             except AssertionError:
@@ -773,5 +775,7 @@ def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_r
         hops = sorted((m["from"], m["subject"]) for m in inbox if m["subject"].startswith("HOP-"))
         assert hops == sorted((src, _hop(src, dst)) for src in FIVE if src != dst), (dst, hops)
         assert json.loads(relayctl("--json", "read", "--unread", agent=dst).stdout) == [], dst
-    relayctl("down", str(team.file))
+    relayctl("down", "--clean", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=30)
+    config = (home / ".copilot" / "config.json").read_text()  # Copilot writes `//` comment lines above the JSON
+    assert "firstLaunchAt" in config and repo not in config, config  # Copilot's own keys kept; the trust gone with the team

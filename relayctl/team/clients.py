@@ -57,7 +57,8 @@ OPENCODE_PANE_AGENT = "{env:RELAY_AGENT}"  # OpenCode's spelling of the same
 
 
 # Where each program comes from (the package a person installs with `npm install -g`).
-NPM_PACKAGE = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
+NPM_PACKAGE = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli",
+               "opencode": "opencode-ai", "copilot": "@github/copilot"}
 
 
 class Screen(NamedTuple):
@@ -67,13 +68,17 @@ class Screen(NamedTuple):
     question: str  # that question, as the person reads it
 
 
-# Measured with Claude Code 2.1.330, Codex CLI 0.169.0 and Gemini CLI 0.61.0.
+# Measured with Claude Code 2.1.330, Codex CLI 0.169.0, Gemini CLI 0.61.0 and Copilot CLI
+# 1.0.102. (OpenCode asks no folder trust and may take a while to draw at its first start:
+# `up` watches it as it watches any command.)
 SCREENS = {
     "claude": Screen("Claude Code", ("? for shortcuts", "shift+tab to cycle"), "Yes, I trust this folder",
                      "Quick safety check: is this a project you created or one you trust?"),
     "codex": Screen("Codex CLI", ("Ask Codex to do anything",), "Trust this folder?", "Trust this folder?"),
     "gemini": Screen("Gemini CLI", ("Type your message",), "Do you trust the files in this folder?",
                      "Do you trust the files in this folder?"),
+    "copilot": Screen("GitHub Copilot CLI", ("/ commands",), "Do you trust the files in this folder?",
+                      "Do you trust the files in this folder?"),
 }
 
 

@@ -7,6 +7,10 @@ settings, as the program records it when the person accepts its folder trust que
           (default `~/.codex/config.toml`)
   gemini  `"<repo>": "TRUST_FOLDER"` in `~/.gemini/trustedFolders.json`
           (`$GEMINI_CLI_TRUSTED_FOLDERS_PATH` when that is set)
+  copilot `"<repo>"` in the `trustedFolders` list of `~/.copilot/config.json`
+          (`$COPILOT_HOME/config.json` when that is set; Copilot CLI 1.0.102)
+
+OpenCode asks no folder trust question.
 
 (Read from Claude Code 2.1.330, Codex CLI 0.169.0 and Gemini CLI 0.61.0.) Only with the flag:
 trusting a folder is the person's decision. Each record relay adds is noted in a ledger,
@@ -28,7 +32,7 @@ from relayd.fsio import replace_file
 
 from .teamfile import Team
 
-PROGRAMS = ("claude", "codex", "gemini")
+PROGRAMS = ("claude", "codex", "gemini", "copilot")
 
 
 def settings_file(program: str, env: dict[str, str]) -> str:
@@ -39,6 +43,8 @@ def settings_file(program: str, env: dict[str, str]) -> str:
         return os.path.join(folder, ".claude.json") if folder else os.path.join(home, ".claude.json")
     if program == "codex":
         return os.path.join(env.get("CODEX_HOME") or os.path.join(home, ".codex"), "config.toml")
+    if program == "copilot":
+        return os.path.join(env.get("COPILOT_HOME") or os.path.join(home, ".copilot"), "config.json")
     return env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or os.path.join(home, ".gemini", "trustedFolders.json")
 
 
@@ -128,6 +134,52 @@ def _gemini_forget(path: str, repo: str) -> None:
     _put_back_or_save(path, data)
 
 
+def _copilot_parse(text: str, path: str) -> tuple[str, dict[str, Any]]:
+    """Copilot CLI's config.json: the `//` comment lines it writes above one JSON object,
+    and that object."""
+    lines = text.splitlines(keepends=True)
+    head = 0
+    while head < len(lines) and lines[head].lstrip().startswith("//"):
+        head += 1
+    body = "".join(lines[head:])
+    try:
+        data = json.loads(body) if body.strip() else {}
+    except ValueError as exc:
+        raise RelayError(f"{path} is not what Copilot CLI writes ({exc}); fix it by hand (relay did not change the file)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("trustedFolders", []), list):
+        raise RelayError(f"{path}: \"trustedFolders\" is not the list Copilot CLI writes; fix it by hand (relay did not change the file)")
+    return "".join(lines[:head]), data
+
+
+def _copilot_write(path: str, header: str, data: dict[str, Any]) -> None:
+    target = os.path.realpath(path)
+    originals.remember(target)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    replace_file(target, (header + json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def _copilot(path: str, repo: str) -> bool:
+    header, data = _copilot_parse(_read_text(path), path)
+    folders = data.setdefault("trustedFolders", [])
+    if repo in folders:
+        return False
+    folders.append(repo)
+    _copilot_write(path, header, data)
+    return True
+
+
+def _copilot_forget(path: str, repo: str) -> None:
+    header, data = _copilot_parse(_read_text(path), path)
+    folders = data.get("trustedFolders", [])
+    if repo not in folders:
+        return
+    folders.remove(repo)
+    if not folders:
+        del data["trustedFolders"]
+    if not originals.put_back(path, lambda before: _copilot_parse(before.decode(errors="replace"), path)[1] == data):
+        _copilot_write(path, header, data)
+
+
 def _put_back_or_save(path: str, data: dict[str, Any]) -> None:
     if not originals.put_back(path, lambda before: hook_settings.same_json(before, data)):
         hook_settings.save_json(path, data, _root(path))
@@ -172,8 +224,8 @@ def _read_text(path: str) -> str:
         raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-_TRUST = {"claude": _claude, "codex": _codex, "gemini": _gemini}
-_UNTRUST = {"claude": _claude_forget, "codex": _codex_forget, "gemini": _gemini_forget}
+_TRUST = {"claude": _claude, "codex": _codex, "gemini": _gemini, "copilot": _copilot}
+_UNTRUST = {"claude": _claude_forget, "codex": _codex_forget, "gemini": _gemini_forget, "copilot": _copilot_forget}
 
 
 def forget_codex_hook_trust(project: str) -> str | None:
