@@ -135,7 +135,7 @@ class Tool:
 # With relayd up, how long send_message's request asks relayd to wait for its own
 # triggers (tmux, zellij, cmd) to report, so a failed one is in the tool result rather
 # than only in a bounce later. A trigger normally reports within ~100 ms; a tmux one waits
-# for the pane's echo (relayd.notify.ECHO_WAIT). Channel and hook announcements come from
+# for the pane's echo (relayd.arrival.notify.ECHO_WAIT). Channel and hook announcements come from
 # the recipient's own session, maybe much later: they are never waited for.
 ANNOUNCE_WAIT = 3.0
 

@@ -192,7 +192,7 @@ def _pane_states(agents: list[dict]) -> None:
     targets = {a["name"]: a["notify"][len("tmux:"):] for a in agents if str(a.get("notify") or "").startswith("tmux:")}
     if not targets:
         return
-    from relayd.notify import tmux_pane_states, tmux_target
+    from relayd.arrival.notify import tmux_pane_states, tmux_target
 
     states = tmux_pane_states(list(targets.values()))
     for a in agents:
@@ -218,7 +218,7 @@ def _agent_line(a: dict) -> str:
     return f"  {a['name']:<16} {state:<7} last heartbeat: {beat:<10} task: {clip(a.get('task'), 40) or '(unknown)'}{status}{role}{pane}{session}"
 
 
-# What an agent's program is doing, as its hooks report it (relayd.program_state).
+# What an agent's program is doing, as its hooks report it (relayd.arrival.program_state).
 _SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the person (no trigger typed until answered)",
             "ended": "ended", "stopped": "stopped (relayctl down)"}
 

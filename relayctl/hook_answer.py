@@ -21,7 +21,7 @@ OpenCode (1.18.33) runs no commands as hooks; relay's plugin for it passes its e
 to `hook opencode` and reads the same top-level `additionalContext` / block decision.
 
 Every event relay installs also reports the session's state (at its prompt, working,
-asking the person: relayd.program_state), which decides whether a trigger may be typed
+asking the person: relayd.arrival.program_state), which decides whether a trigger may be typed
 into its pane. The state events (session start, a permission question, a notification,
 session end) hand no mail over: at session start the model would see it only with the
 person's first prompt, and it would count as read meanwhile.
@@ -44,7 +44,7 @@ import sys
 
 from relayd import jsonline as json  # json itself loads re: a hook runs at every event
 from relayd.errors import RelayError
-from relayd.program_events import state_after
+from relayd.arrival.program_events import state_after
 
 from .context import Settings, echo
 
@@ -62,7 +62,7 @@ class Program:
         self.title = title
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
-        self.state = state  # events installed only to report the program's state (relayd.program_state)
+        self.state = state  # events installed only to report the program's state (relayd.arrival.program_state)
         self.other = other  # the program's events that cannot carry mail (a no-op)
         self.matcher = matcher  # events whose hook entries take a tool matcher
 
@@ -214,7 +214,7 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
-        # the prompt, mail comes by the agent's trigger instead (relayd.program_state).
+        # the prompt, mail comes by the agent's trigger instead (relayd.arrival.program_state).
         _record_state(s, agent, program, event)
         return None
     if name == spec.stop and event.get("stop_hook_active") is True:
@@ -235,10 +235,10 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
 
 
 def _record_state(s: Settings, agent: str, program: str, event: dict, continued: bool = False) -> None:
-    """Report what the session is doing now (relayd.program_state). A report only: an
+    """Report what the session is doing now (relayd.arrival.program_state). A report only: an
     agent unknown to the store or a store out of reach never fails the program's hook."""
     if program == "claude" and event.get("hook_event_name") == "SessionStart" and copilot_caller(event):
-        return  # Copilot's session starts with its first prompt: not "idle" (relayd.program_events)
+        return  # Copilot's session starts with its first prompt: not "idle" (relayd.arrival.program_events)
     state = state_after(program, event, continued)
     if state is None:
         return

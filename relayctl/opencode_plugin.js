@@ -11,7 +11,7 @@
 //                       that came during a turn relay started gets the next one (no pane
 //                       trigger follows here, as it does for the other programs), none in
 //                       `opencode run`, which exits there
-// and reports the session's state (relayd.program_state): a permission or question
+// and reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
 // person's unsent draft lives in OpenCode's own prompt box and is not touched by that.

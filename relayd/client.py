@@ -62,7 +62,7 @@ class Client(Caller):
         if op in APPENDING_OPS and isinstance(result, dict) and (result.get("messages") or op == "redeliver"):
             # With no daemon to react to the inbox events, whoever appended notifies; and
             # `redeliver` (run from cron without relayd) also retries triggers held back.
-            from .notify import agents_awaiting_trigger, notify_new_messages
+            from .arrival.notify import agents_awaiting_trigger, notify_new_messages
 
             recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
             if op == "redeliver":

@@ -37,7 +37,7 @@ import msgspec
 
 from . import layout
 from .errors import RelayError, StoreError
-from .paneinput import DEFAULT_PROMPT
+from .arrival.paneinput import DEFAULT_PROMPT
 from .store import Store
 from .timefmt import parse_duration
 
@@ -57,7 +57,7 @@ class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     trigger: str = DEFAULT_TRIGGER  # the line typed into a pane: short, fixed, never a message body
     timeout: str = "5s"  # per tmux / zellij / cmd invocation
     # What an empty input line of the pane's program looks like left of the cursor (a
-    # regex, matched whole after borders and blanks are dropped): relayd.paneinput.
+    # regex, matched whole after borders and blanks are dropped): relayd.arrival.paneinput.
     prompt: str = DEFAULT_PROMPT
 
 

@@ -55,8 +55,8 @@ HEARTBEAT = "heartbeat"
 HEARTBEAT_STALE = "heartbeat.stale"
 CURSOR = "cursor"
 PENDING = "pending"
-TRIGGER_MISSES = "trigger-misses"  # triggers in a row that the program did not take (relayd.notify)
-PROGRAM_STATE = "program-state"  # what its program is doing, from its hooks (relayd.program_state)
+TRIGGER_MISSES = "trigger-misses"  # triggers in a row that the program did not take (relayd.arrival.notify)
+PROGRAM_STATE = "program-state"  # what its program is doing, from its hooks (relayd.arrival.program_state)
 
 # Inside bridge/
 OUTBOX = "outbox.jsonl"  # messages for agents on other hosts, until JetStream has them

@@ -20,7 +20,7 @@ class AgentOverview(AgentState, kw_only=True):
     arrives_by: str = "channel"  # its arrival mechanism (relayd.agents.arrival_mechanism)
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
-    session: str | None = None  # what its program is doing, from its hooks (relayd.program_state): idle, working, asking, ...
+    session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -66,7 +66,7 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
 
 
 def _session(store: Store, name: str) -> str | None:
-    from .program_state import read
+    from .arrival.program_state import read
 
     with store.agent_dir(name) as agent:
         found = read(agent)

@@ -72,7 +72,7 @@ def announcements(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], b
     whether that is final: no trigger relayd runs itself (tmux, zellij, cmd) is still to
     report. A channel or hook announcement comes from the recipient's own session, maybe
     much later, so it is never waited for."""
-    from .notify import TRIGGERS
+    from .arrival.notify import TRIGGERS
 
     out: list[dict[str, Any]] = []
     settled = True

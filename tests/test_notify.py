@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd.notify import notify_new_messages
+from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
 from waiting import wait_for
 
@@ -154,7 +154,7 @@ def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux:
 
 
 def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
-    from relayd.notify import agents_awaiting_trigger
+    from relayd.arrival.notify import agents_awaiting_trigger
     from relayd_proc import Daemon
 
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
@@ -283,7 +283,7 @@ def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir:
 
 
 def test_a_skipped_trigger_is_found_again_for_retry(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
-    from relayd.notify import agents_awaiting_trigger
+    from relayd.arrival.notify import agents_awaiting_trigger
 
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
     relayctl("register", "storm", "--notify", "channel")

@@ -1,4 +1,4 @@
-"""Reading a pane's cursor row: an empty prompt, or someone's unsent text (relayd.paneinput).
+"""Reading a pane's cursor row: an empty prompt, or someone's unsent text (relayd.arrival.paneinput).
 
 The Claude Code rows are what `tmux capture-pane -p -e` printed for Claude Code 2.1.332's
 input box; the real programs in real tmux are in test_notify.py and test_pane_draft_claude.py.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from relayd.paneinput import DEFAULT_PROMPT, holds_draft
+from relayd.arrival.paneinput import DEFAULT_PROMPT, holds_draft
 
 CLAUDE_EMPTY = "❯\xa0\x1b[7m \x1b[0m\x1b[39m\x1b[49m\n"
 CLAUDE_DRAFT = "\x1b[39m❯\xa0my half-typed draft\x1b[7m \x1b[0m\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd.notify import notify_new_messages
+from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
 from relayd_proc import Daemon
 

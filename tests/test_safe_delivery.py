@@ -1,5 +1,5 @@
 """Keys typed into a terminal act with the person's authority: relay's trigger never answers
-a program's question (DESIGN §4, relayd.program_state, relayd.notify).
+a program's question (DESIGN §4, relayd.arrival.program_state, relayd.arrival.notify).
 
 Each test runs the real program from npm (tests/agents, pinned) in real tmux against the
 scripted model, with relay's hooks installed as `relayctl hooks install` writes them and

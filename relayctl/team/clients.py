@@ -119,7 +119,7 @@ _CLOUD_PROVIDERS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE
 def arrival(agent: Agent) -> str:
     """How mail reaches the agent: "channel" (relay-mcp pushes it into Claude Code's session;
     nothing is typed), "hook" (OpenCode: relay's plugin hands it over, and starts a turn when
-    the session is idle) or "pane" (a trigger typed into its pane, relayd.notify). `auto` takes
+    the session is idle) or "pane" (a trigger typed into its pane, relayd.arrival.notify). `auto` takes
     the channel where it works: a Claude Code agent on Anthropic's API, not a cloud provider
     (Claude Code refuses channels under CLAUDE_CODE_USE_BEDROCK, _VERTEX, ...), from an account
     whose channels switch is on (Claude Code keeps it in ~/.claude.json:

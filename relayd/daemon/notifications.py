@@ -6,7 +6,7 @@ runs at a time). Agents whose mail arrives while a round is running are handled 
 in the next round.
 
 A trigger can be held back: the pane was in copy mode, its input line held someone's
-unsent text (relayd.paneinput), or the command failed. Nothing
+unsent text (relayd.arrival.paneinput), or the command failed. Nothing
 new may arrive for that agent, so every `retry_interval` a round also sweeps the store
 for agents with unread mail and no pending flag (`agents_awaiting_trigger`) and tries
 them again. The pending flag keeps a retried trigger to one.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from relayd.notify import agents_awaiting_trigger, notify_new_messages
+from relayd.arrival.notify import agents_awaiting_trigger, notify_new_messages
 from relayd.records import Event
 from relayd.store import Store
 
@@ -44,7 +44,7 @@ class Notifier:
             self.waiting.add(event.agent)
             self._wakeup.set()
         elif event.topic == "agent" and event.agent and event.action == "idle":
-            # Its program is back at its prompt (relayd.program_state): a trigger held back
+            # Its program is back at its prompt (relayd.arrival.program_state): a trigger held back
             # while it worked or asked goes now, not at the next retry sweep.
             self.idle.add(event.agent)
             self._wakeup.set()

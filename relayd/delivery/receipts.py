@@ -13,7 +13,7 @@ Per recipient, four steps:
 Announcements and read times need writing down: the other steps are read off the store
 when asked. They go to the delivery log (`relayd.delivery.log`), read back from it and
 its rotated predecessor, so a message's way shows as long as the rotated log reaches back
-to it. relayd.notify reports its triggers' outcomes here (`announced`); the inbox's read
+to it. relayd.arrival.notify reports its triggers' outcomes here (`announced`); the inbox's read
 receipts reach the log through the hook the wing registers (relayd.inbox.hooks).
 
 An announcement that fails comes back to the senders of the mail it was for, once, as a
@@ -50,7 +50,7 @@ _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message 
 
 
 def announced(store: Store, outcomes: list[dict]) -> None:
-    """Record the outcomes of the triggers relayd.notify sent (it passes only those); bounce
+    """Record the outcomes of the triggers relayd.arrival.notify sent (it passes only those); bounce
     the mail whose announcement failed. Never raises: a report must not fail the send it
     reports on."""
     try:

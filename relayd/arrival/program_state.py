@@ -4,7 +4,7 @@ Keys typed into a terminal act with the person's authority (DESIGN §4): a trigg
 while the program shows a permission question answers it. So relay types only into a
 program known to sit at its own input prompt. It knows that from the hooks it installs,
 which the program runs at its lifecycle events (`relayctl hook PROGRAM` records each one
-here), not from guessing at the screen; the screen is the second check (relayd.paneinput).
+here), not from guessing at the screen; the screen is the second check (relayd.arrival.paneinput).
 
 The state machine, one per agent (the program session in its pane):
 
@@ -28,7 +28,7 @@ timer turns `asking` into `idle`.
 
 The state lives in `agents/<name>/program-state` (one small JSON object, replaced whole,
 not fsynced: a state lost to a crash is one the next event writes again), read by the
-trigger (relayd.notify), `status` and the web view. An agent with no such file has no
+trigger (relayd.arrival.notify), `status` and the web view. An agent with no such file has no
 relay hooks in its program (a shell, a script): only the screen check applies there.
 """
 
@@ -38,14 +38,14 @@ from typing import Literal
 
 import msgspec
 
-from . import layout
-from .fsio import Dir
-from .presence import archive
+from .. import layout
+from ..fsio import Dir
+from ..presence import archive
+from ..records import check_agent_name
+from ..registry import operation
+from ..store import Store
+from ..timefmt import now_iso
 from .program_events import STATES
-from .records import check_agent_name
-from .registry import operation
-from .store import Store
-from .timefmt import now_iso
 
 State = Literal[STATES]  # type: ignore[valid-type]  # the same five names, one spelling
 

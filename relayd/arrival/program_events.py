@@ -1,5 +1,5 @@
 """Which state an agent program is in after each of its hook events: the table of
-relayd.program_state, kept apart from the store code so that `relayctl hook`, which runs at
+relayd.arrival.program_state, kept apart from the store code so that `relayctl hook`, which runs at
 every event of every session, loads only this (relayctl.fast).
 """
 

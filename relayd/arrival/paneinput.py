@@ -3,7 +3,7 @@
 A trigger typed into a line that holds someone's unsent text would be appended to it, and
 its Enter would submit both as one prompt. So relay reads the line the cursor is on
 (`tmux capture-pane -e`, one row, with its colours) and types only when that line is an
-empty prompt; otherwise the trigger waits (relayd retries it, see relayd.notify).
+empty prompt; otherwise the trigger waits (relayd retries it, see relayd.arrival.notify).
 
 The line is split at the cursor:
 * left of the cursor must be nothing but a prompt: after dropping box-drawing borders and

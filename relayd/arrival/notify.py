@@ -10,7 +10,7 @@ Each agent's `meta.notify` says how:
   tmux:TARGET            type the trigger line into the pane (`send-keys -l`), then Enter as a
                          separate key once the pane shows the line; not while the pane is
                          in copy mode, nor while its input line holds someone's unsent
-                         text (relayd.paneinput): retried later.
+                         text (relayd.arrival.paneinput): retried later.
                          `tmux:/path/to/socket:TARGET` names the tmux server explicitly.
   zellij:PANE_ID         `zellij action write-chars --pane-id` (zellij >= 0.44.1); older
                          zellij needs `zellij:PANE_ID@TAB/DIRECTION...`: go to the tab, move
@@ -34,10 +34,10 @@ import os
 import re
 from typing import Callable
 
-from . import layout
+from .. import layout
+from ..timefmt import now_iso, parse_duration
 from .program_state import ProgramState
 from .program_state import read as read_program_state
-from .timefmt import now_iso, parse_duration
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
@@ -74,7 +74,7 @@ class _Settings:
     def get(self) -> tuple[str, float, str]:
         """(trigger line, timeout in seconds, prompt pattern)."""
         if self.loaded is None:
-            from .config import load_config
+            from ..config import load_config
 
             notify = load_config(self.store).notify
             self.loaded = (notify.trigger, parse_duration(notify.timeout).total_seconds(), notify.prompt)
@@ -94,7 +94,7 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     told = [o for o in outcomes if o["method"] in TRIGGERED and not o.get("retry")]  # (a held trigger is recorded when it goes out)
     if told:
-        from .delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
+        from ..delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
 
         announced(store, told)
     return outcomes
@@ -108,8 +108,8 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
     """Agents (of `among`, or all) with a pane/cmd mechanism, unread mail and no pending
     flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
     program going idle, passes them to notify_new_messages to retry."""
-    from .agents import read_meta
-    from .inbox.read import has_unread
+    from ..agents import read_meta
+    from ..inbox.read import has_unread
 
     waiting = []
     for name in store.known_agents() if among is None else among:
@@ -127,7 +127,7 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
-    from .agents import read_meta
+    from ..agents import read_meta
 
     with store.agent_dir(name) as agent:
         meta = read_meta(agent)
