@@ -104,7 +104,7 @@ class Shim:
     def arrive(self) -> None:
         """A client connected: the role is present from now on (seed 002 §3.1), before any
         tool call. A store that cannot be reached is logged, not fatal: tools report it."""
-        from relayd.presence import touch_if_registered
+        from relayd.agents.presence import touch_if_registered
 
         try:
             if self.identity.title:
@@ -125,7 +125,7 @@ class Shim:
         every = float(os.environ.get("RELAY_MCP_BEAT") or BEAT)
 
         def beat() -> None:
-            from relayd.presence import touch_if_registered
+            from relayd.agents.presence import touch_if_registered
 
             while True:
                 time.sleep(every)

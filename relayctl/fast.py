@@ -111,7 +111,7 @@ COMMANDS: dict[str, Spec] = {
         True,
         "relayd.inbox.read",
     ),
-    "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents"),
+    "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents.roster"),
     "status": Spec(
         {
             "--agents": ("only_agents", FLAG, False),

@@ -8,7 +8,7 @@ import shutil
 import msgspec
 
 from . import STORE_FORMAT, __version__, handshake, layout
-from .agents import RegisterParams, create_agent
+from .agents.roster import RegisterParams, create_agent
 from .errors import StoreError, UsageError
 from .registry import operation
 from .store import Store

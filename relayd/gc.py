@@ -23,7 +23,7 @@ from datetime import timedelta
 import msgspec
 
 from . import layout
-from .presence import archive, last_heartbeat
+from .agents.presence import archive, last_heartbeat
 from .commands import SUFFIX as COMMAND_SUFFIX
 from .commands import all_commands
 from .config import load_config

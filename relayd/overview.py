@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .agents import AgentState, agent_states
+from .agents.roster import AgentState, agent_states
 from .delivery.receipts import LastAnnouncement, last_announcements
 from .registry import operation
 from .store import Store
@@ -17,7 +17,7 @@ class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class AgentOverview(AgentState, kw_only=True):
     """An agent as `status` shows it: presence, and how its mail reaches it."""
 
-    arrives_by: str = "channel"  # its arrival mechanism (relayd.agents.arrival_mechanism)
+    arrives_by: str = "channel"  # its arrival mechanism (relayd.agents.roster.arrival_mechanism)
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
     session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
@@ -50,7 +50,7 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
-    from .agents import arrival_mechanism
+    from .agents.roster import arrival_mechanism
 
     told = last_announcements(store, [a.name for a in states])
     return [
@@ -76,7 +76,7 @@ def _session(store: Store, name: str) -> str | None:
 def _registered_within_window(store: Store, name: str) -> bool:
     """The agent is younger than the delivery log's window status reads: no announcement
     there means none ever (older agents may have been told before it)."""
-    from .agents import read_meta
+    from .agents.roster import read_meta
     from .delivery.receipts import ANNOUNCED_WINDOW_MS
     from .timefmt import now, parse_iso
 

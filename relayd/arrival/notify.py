@@ -108,7 +108,7 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
     """Agents (of `among`, or all) with a pane/cmd mechanism, unread mail and no pending
     flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
     program going idle, passes them to notify_new_messages to retry."""
-    from ..agents import read_meta
+    from ..agents.roster import read_meta
     from ..inbox.read import has_unread
 
     waiting = []
@@ -127,7 +127,7 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
-    from ..agents import read_meta
+    from ..agents.roster import read_meta
 
     with store.agent_dir(name) as agent:
         meta = read_meta(agent)

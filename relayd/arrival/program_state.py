@@ -40,7 +40,7 @@ import msgspec
 
 from .. import layout
 from ..fsio import Dir
-from ..presence import archive
+from ..agents.presence import archive
 from ..records import check_agent_name
 from ..registry import operation
 from ..store import Store

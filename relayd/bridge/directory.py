@@ -29,7 +29,7 @@ import msgspec
 import structlog
 from nats.js.errors import KeyWrongLastSequenceError
 
-from relayd.agents import agent_states
+from relayd.agents.roster import agent_states
 from relayd.errors import Conflict, RelayError
 from relayd.names import AGENT_NAME_RE
 from relayd.store import Store

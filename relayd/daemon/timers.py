@@ -16,7 +16,7 @@ import anyio
 import structlog
 
 from relayd import ops
-from relayd.agents import agent_states
+from relayd.agents.roster import agent_states
 from relayd.errors import RelayError
 from relayd.store import Store
 

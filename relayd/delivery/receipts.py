@@ -28,7 +28,7 @@ from typing import Literal
 import msgspec
 
 from .. import layout
-from ..agents import arrival_mechanism, read_meta
+from ..agents.roster import arrival_mechanism, read_meta
 from ..dedup import check_id, ms_to_iso
 from ..errors import NotFound, RelayError
 from ..inbox.append import deliver

@@ -18,7 +18,8 @@ import msgspec
 
 import relayd.delivery  # noqa: F401  (fills relayd.inbox.hooks: the hand-over an inbox rotation needs)
 
-from .. import layout, presence
+from .. import layout
+from ..agents import presence
 from ..dedup import check_id, find_recent, not_before_iso
 from ..errors import RelayError, UnknownAgent, UsageError
 from ..fsio import Dir

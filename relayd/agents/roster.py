@@ -6,14 +6,14 @@ import os
 
 import msgspec
 
-from . import layout
-from .errors import StoreError, UnknownAgent, UsageError
-from .fsio import Dir
+from .. import layout
+from ..errors import StoreError, UnknownAgent, UsageError
+from ..fsio import Dir
 from .presence import archived, last_heartbeat, touch_heartbeat
-from .registry import operation
-from .records import AgentMeta, check_agent_name, json_encoder, meta_decoder
-from .store import Store
-from .timefmt import now, now_iso, parse_duration, parse_iso
+from ..registry import operation
+from ..records import AgentMeta, check_agent_name, json_encoder, meta_decoder
+from ..store import Store
+from ..timefmt import now, now_iso, parse_duration, parse_iso
 
 NOTIFY_KINDS = ("tmux", "zellij", "cmd", "channel", "hook", "none")
 
@@ -89,7 +89,7 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
     if not store.is_agent(p.name):
         if p.join:
             _refuse_outside_fixed_team(store, p.name)
-        from . import remote
+        from .. import remote
 
         remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")
     notify = _check_notify(p.notify)
@@ -126,7 +126,7 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
 def _refuse_outside_fixed_team(store: Store, name: str) -> None:
     """In a store made with a preset, a name the team does not have is most likely a typo
     of one it does (seed 000: unknown roles are refused)."""
-    from .config import load_config
+    from ..config import load_config
 
     team = load_config(store).team
     if team.allow_new:

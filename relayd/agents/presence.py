@@ -8,9 +8,9 @@ functions.
 
 from __future__ import annotations
 
-from . import layout
-from .fsio import Dir
-from .timefmt import now_iso
+from .. import layout
+from ..fsio import Dir
+from ..timefmt import now_iso
 
 
 def touch_heartbeat(agent: Dir) -> str:
