@@ -6,7 +6,7 @@ Rows:
   DESIGN target; once with globs new to the process (cold) and once warm;
 * the whole `reserve --check` operation in-process, which also lists the reservations
   (the older goal, seed 004: checking reservations in < 5 ms): as relayd runs it, against
-  a directory that has settled (its records kept, relayd.reservations.load_all), and
+  a directory that has settled (its records kept, relayd.reservations.reserve.load_all), and
   right after a change, when all 1000 files are read;
 * the same as a `relayctl` process, for reference.
 """
@@ -19,9 +19,10 @@ import statistics
 import tempfile
 import time
 
-from relayd import globs, guard_index, ops
+from relayd import ops
+from relayd.reservations import globs, guard_index
 from relayd.records import Reservation
-from relayd.reservations import find_conflicts
+from relayd.reservations.reserve import find_conflicts
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 

@@ -8,7 +8,7 @@ whole as `git commit` runs it (cwd at the top level, GIT_INDEX_FILE and the rest
 environment for hooks), so the whole process is what it adds to a commit:
 * clean, index current: no staged path lies in another agent's reservation, though every
   one shares a literal prefix with one (`src/mod12x/...` beside `src/mod12/**`), so each
-  is matched; the repository's index (relayd.guard_index) describes the reservations as
+  is matched; the repository's index (relayd.reservations.guard_index) describes the reservations as
   they are, as on every commit but the first after a reservation changed;
 * clean, index rebuilt: the same with the index removed before each run, as on the first
   commit after a change: every reservation file is read, and the index written;
@@ -25,9 +25,9 @@ import subprocess
 import time
 
 from relayd import guard, layout
-from relayd.guard_index import SETTLED_NS, held_in, index_name
+from relayd.reservations.guard_index import SETTLED_NS, held_in, index_name
 from relayd.records import Reservation, json_encoder
-from relayd.reservations import reservation_key
+from relayd.reservations.reserve import reservation_key
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 

@@ -89,7 +89,7 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     if result.get("overridden"):
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")
-    from relayd.reservations import covers_everything
+    from relayd.reservations.reserve import covers_everything
 
     held = result.get("reservation") or {}
     if held and covers_everything(held["pattern"]):

@@ -32,8 +32,8 @@ from .delivery.sweep import RedeliverParams, redeliver
 from .errors import UnknownAgent, UsageError
 from .registry import operation
 from .records import Message, Reservation, reservation_decoder
-from .guard_index import directory_stamp, written_through
-from .reservations import is_expired, load_all
+from .reservations.guard_index import directory_stamp, written_through
+from .reservations.reserve import is_expired, load_all
 from .delivery.retention import Trimmed, trim_all
 from .store import Store
 from .timefmt import now, parse_duration, parse_iso

@@ -9,10 +9,10 @@ then `hook()` below in the Python that installed it, which:
   1. asks git for the repository's top level and the staged paths (`git diff --cached
      --name-only --no-renames`: added, changed and deleted, both sides of a rename);
   2. reads the exclusive reservations in this repository straight from the store (relayd
-     need not run), through an index that is only a cache (relayd.guard_index);
+     need not run), through an index that is only a cache (relayd.reservations.guard_index);
   3. refuses (exit 1) when a staged path lies inside an active exclusive reservation held
      by an agent other than the committer (`RELAY_AGENT`, then `OVLD_ROLE`), deciding
-     "inside" with the same pattern rules as `relayctl reserve` (relayd.globs), and names
+     "inside" with the same pattern rules as `relayctl reserve` (relayd.reservations.globs), and names
      each holder, pattern and expiry.
 
 A reservation's repo may be the top level or a directory inside it (an agent reserving from
@@ -127,7 +127,7 @@ def blocking(top: str, paths: list[str], held: list, committer: str | None, refe
     """(reservation, the staged paths inside it) for every active reservation of another
     agent in `held` (the exclusive ones in `top` or a directory inside it: guard_index)
     that some staged path lies in; active at `reference` (default now)."""
-    from .globs import PatternError, fixed_ends, matches_path
+    from .reservations.globs import PatternError, fixed_ends, matches_path
     from .timefmt import passed_test
 
     passed = passed_test(reference)
@@ -189,7 +189,7 @@ def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str
 def check(top: str, store_dir: str, committer: str | None, moment=None) -> str | None:
     """The refusal text, or None when the commit may go ahead. `moment` (a datetime; tests)
     stands in for now, for the index's clock and for expiry alike."""
-    from .guard_index import held_in
+    from .reservations.guard_index import held_in
 
     paths = staged_paths(top)
     if not paths:

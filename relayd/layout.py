@@ -18,7 +18,7 @@ DUE = "due"  # <minute>.jsonl: owed records not due for a while, parked by the m
 TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED, DUE)
 TEAMS = "teams"  # teams/<team>/: what `relayctl up` wrote (MCP configs, relayd.pid, relayd.log)
 BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
-GUARD_INDEX = "guard"  # guard/<crc32 of a repo>.idx: the pre-commit guard's index of one repository's reservations, a cache (relayd.guard_index)
+GUARD_INDEX = "guard"  # guard/<crc32 of a repo>.idx: the pre-commit guard's index of one repository's reservations, a cache (relayd.reservations.guard_index)
 
 EVENTS = "events.jsonl"
 EVENTS_ROTATED = "events.jsonl.1"

@@ -89,7 +89,7 @@ def _registered_within_window(store: Store, name: str) -> bool:
 def status(store: Store, p: StatusParams) -> StatusResult:
     """Everything `relayctl status` shows: agents alive/stale and how their mail last reached them, reservations, pending commands, owed and dead-lettered messages."""
     from .commands import commands, CommandsParams
-    from .reservations import listing
+    from .reservations.reserve import listing
 
     from .remote import bridge_status
     from .timefmt import parse_duration

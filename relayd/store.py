@@ -57,7 +57,7 @@ class Store:
         # and relayd's in-memory RecentIds (None in direct mode: the inbox tail is scanned).
         self.dedup_window: float | None = None
         self.recent_ids: Any = None
-        # The reservation records last read, with the directory's identity then (relayd.reservations.load_all).
+        # The reservation records last read, with the directory's identity then (relayd.reservations.reserve.load_all).
         self.reservations_seen: tuple[list[int], tuple] | None = None
         self._appending: dict[str, tuple[int, int, int]] = {}  # name -> (fd, st_dev, st_ino): see append_fd
 

@@ -27,7 +27,7 @@ def clip_messages(result: SearchResult) -> list[dict[str, Any]]:
 def _mark_conflicts(reservations: list[dict[str, Any]]) -> bool:
     """Give each active reservation the others it overlaps (taken with --force, or raced)."""
     from relayd.records import Reservation
-    from relayd.reservations import find_conflicts
+    from relayd.reservations.reserve import find_conflicts
 
     active = [r for r in reservations if not r.get("expired")]
     if len(active) > CONFLICT_CHECK_MAX:

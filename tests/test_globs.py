@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relayd.globs import PatternError, compile_glob, matches_path, normalize, overlaps, patterns_overlap, witness
+from relayd.reservations.globs import PatternError, compile_glob, matches_path, normalize, overlaps, patterns_overlap, witness
 
 OVERLAP_TABLE = [
     # (a, b, overlap?)

@@ -10,7 +10,7 @@ import pytest
 
 from relayd import layout
 from relayd.records import Reservation, json_encoder
-from relayd.reservations import reservation_key
+from relayd.reservations.reserve import reservation_key
 from relayd.store import Store
 from throwaway import throwaway_install
 

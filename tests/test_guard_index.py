@@ -1,4 +1,4 @@
-"""The guard's per-repository index (relayd.guard_index) is a cache: it never changes an answer.
+"""The guard's per-repository index (relayd.reservations.guard_index) is a cache: it never changes an answer.
 
 Real git repositories and a real store, reservations made by the store's own operations;
 the check is the hook's (relayd.guard.check). `moment` stands in for now where the test
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from relayd import guard, layout, ops
-from relayd.guard_index import MAGIC, index_name
+from relayd.reservations.guard_index import MAGIC, index_name
 from relayd.jsonline import dumps, loads
 from relayd.store import Store
 
@@ -227,7 +227,7 @@ def test_the_hook_with_a_current_index_loads_only_what_it_needs(repo: Path, stor
     done = subprocess.run([str(hook)], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:") and "|" in line}
-    assert "relayd.guard_index" in names
+    assert "relayd.reservations.guard_index" in names
     assert not names & {"msgspec", "json", "re", "subprocess", "contextlib", "functools", "collections", "datetime", "relayd.store", "relayd.records"}
 
 
@@ -236,7 +236,7 @@ def test_a_repository_spelled_with_json_escapes_is_still_found(short_tmp: Path, 
     for its path; a file written by another JSON encoder (`\\u00e9` for `é`) still counts."""
     import json
 
-    from relayd.reservations import reservation_key
+    from relayd.reservations.reserve import reservation_key
 
     repo = short_tmp / "répo"
     repo.mkdir()
@@ -253,7 +253,7 @@ def test_a_repository_spelled_with_json_escapes_is_still_found(short_tmp: Path, 
 
 def _current(store_dir: Path, repo: Path) -> bool:
     from relayd.fsio import Dir
-    from relayd.guard_index import _load, directory_stamp
+    from relayd.reservations.guard_index import _load, directory_stamp
 
     with Dir.open_root(str(store_dir)) as root:
         return _load(root, str(repo), directory_stamp(str(store_dir))) is not None
@@ -263,7 +263,7 @@ def test_refresh_brings_the_indexes_commits_made_up_to_date(repo: Path, store: S
     """What relayd runs once reservations/ has settled after a change outside relay: each
     repository with an index gets it rebuilt, with the same answer a commit reading the
     files would get; a repository no commit has checked gets none."""
-    from relayd.guard_index import refresh
+    from relayd.reservations.guard_index import refresh
 
     other = short_tmp / "other"
     other.mkdir()
@@ -331,7 +331,7 @@ def test_the_written_through_index_is_always_what_the_files_say(repo: Path, stor
     import random
 
     from relayd.fsio import Dir
-    from relayd.guard_index import _load, _read_files, directory_stamp
+    from relayd.reservations.guard_index import _load, _read_files, directory_stamp
 
     other = short_tmp / "other"
     other.mkdir()

@@ -358,7 +358,7 @@ def test_planted_files_among_reservations_are_skipped_not_read(tmp_path) -> None
     the store, a FIFO (reading it would block) or a directory named like a record is
     skipped, and the real reservations are all still there."""
     from relayd import ops
-    from relayd.reservations import load_all
+    from relayd.reservations.reserve import load_all
 
     secret = tmp_path / "outside.json"
     secret.write_text('{"agent": "mallory", "pattern": "**", "repo": "/", "expires_at": "2999-01-01T00:00:00.000Z"}')

@@ -14,7 +14,7 @@ import pytest
 
 from relayd import ops
 from relayd.errors import Conflict
-from relayd.reservations import reservation_key
+from relayd.reservations.reserve import reservation_key
 from relayd.store import Store
 
 
@@ -116,7 +116,7 @@ def test_a_reservation_stored_before_the_any_depth_reading_is_read_with_it_and_r
     """A file written by the earlier version: `*.go` in normal form, then meant the top
     directory only. It is read as written: every Go file; `release *.go` finds it."""
     from relayd import layout
-    from relayd.reservations import reservation_key
+    from relayd.reservations.reserve import reservation_key
 
     stored = {"id": "01JMHF3XYZ0000000000000000", "agent": "inferno", "pattern": "*.go", "repo": repo, "exclusive": True, "created_at": "2026-01-01T00:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z"}
     (Path(store_dir) / layout.RESERVATIONS / reservation_key(repo, "*.go")).write_text(json.dumps(stored))

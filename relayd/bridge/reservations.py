@@ -7,7 +7,7 @@ write (or, once the entry there has held for LEASE_SECONDS from its write -- wha
 says of itself, as any host may write it -- with compare-and-set on the revision seen)
 and given back with a delete conditioned on our own revision. Under the
 lock the host reads every reservation of the other hosts from `relay-reservations`,
-checks overlap exactly as one host does (`relayd.reservations.find_conflicts`), runs
+checks overlap exactly as one host does (`relayd.reservations.reserve.find_conflicts`), runs
 the local reserve (which checks this host's own under its flock), and publishes the
 result, then lets go. Each host writes only its own entries, under keys that begin with
 its name (`<host>.<sha256(repo:pattern)>`; its NATS permissions allow no other); an entry
@@ -36,7 +36,7 @@ from relayd.errors import Conflict, RelayError, TimedOut, Unavailable
 from relayd.ops import decode_params, lookup
 from relayd.protocol import Request, Response
 from relayd.records import Reservation, json_encoder
-from relayd.reservations import check_repo, describe, find_conflicts, is_expired, load_all, pattern_in_repo, reservation_key
+from relayd.reservations.reserve import check_repo, describe, find_conflicts, is_expired, load_all, pattern_in_repo, reservation_key
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 

@@ -99,11 +99,11 @@ class StaleWatch:
 
 
 async def refresh_guard_indexes(store: Store, every: float = 1.0) -> None:
-    """Keep the pre-commit guard's per-repository indexes current (relayd.guard_index), so a
+    """Keep the pre-commit guard's per-repository indexes current (relayd.reservations.guard_index), so a
     commit while relayd runs finds its index current instead of reading every reservation
     file. One stat a tick while nothing changes; after a change, once the directory has
     settled, the indexes commits have made are rebuilt in a worker thread."""
-    from relayd import guard_index
+    from relayd.reservations import guard_index
 
     done: list[int] | None = None
     while True:

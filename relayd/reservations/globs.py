@@ -34,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - an interpreter without CPython's C helpers
     from functools import _lru_cache_wrapper  # type: ignore[attr-defined,no-redef]
 
-from .errors import UsageError
+from ..errors import UsageError
 
 MAX_PATTERN = 1024
 _MAX_CODE = 0x10FFFF

@@ -5,7 +5,7 @@ O_CREAT|O_EXCL semantics. A shared reservation is keyed by `repo:pattern:agent` 
 so several agents can hold the same pattern shared at once.
 
 Conflicts: two reservations in the same repo conflict when some path matches both
-patterns (decided exactly, `relayd.globs`), unless both are shared or one has expired.
+patterns (decided exactly, `relayd.reservations.globs`), unless both are shared or one has expired.
 An agent never conflicts with itself. The check and the create happen under one
 store-wide flock, so two processes reserving overlapping (not only identical) patterns
 at the same moment cannot both win.
@@ -18,15 +18,15 @@ from datetime import timedelta
 
 import msgspec
 
-from . import layout, remote
-from .errors import Conflict, NotFound, NotOwner, StoreError, UsageError
+from .. import layout, remote
+from ..errors import Conflict, NotFound, NotOwner, StoreError, UsageError
 from .globs import PatternError, normalize, normalized_overlap
 from .guard_index import directory_stamp, settled, written_through
-from .registry import operation
-from .records import Reservation, check_agent_name, json_encoder, reservation_decoder
-from .store import Store
-from .timefmt import now, parse_duration, parse_iso, passed_test, short_span, to_iso
-from .ulid import new_ulid
+from ..registry import operation
+from ..records import Reservation, check_agent_name, json_encoder, reservation_decoder
+from ..store import Store
+from ..timefmt import now, parse_duration, parse_iso, passed_test, short_span, to_iso
+from ..ulid import new_ulid
 
 SUFFIX = ".json"
 MAX_REASON = 1024
