@@ -70,7 +70,7 @@ def _request(i: int, body: str = "benchmark message") -> bytes:
 
 
 def persistent_client(quick: bool) -> list[Row]:
-    from relayd.client import Client
+    from relayd.client.full import Client
 
     count = 300 if quick else 3000
     daemon = Relayd()

@@ -79,7 +79,7 @@ def sweep_cost(quick: bool) -> list[Row]:
 
 
 def ack_send_cost(quick: bool) -> list[Row]:
-    from relayd.client import Client
+    from relayd.client.full import Client
 
     count = 300 if quick else 3000
     daemon = Relayd()

@@ -85,7 +85,7 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
     from scripted_model import ScriptedModel
     from tmux_pane import Tmux, kill_strays
 
-    from relayd.client import Client
+    from relayd.client.full import Client
 
     root = Path(scratch_dir("rbp-"))
     store, sock = str(root / "store"), str(root / "relayd.sock")

@@ -16,7 +16,7 @@ import subprocess
 import time
 from urllib.parse import urlsplit
 
-from relayd.client import Client
+from relayd.client.full import Client
 
 from .bench_daemon import Relayd
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir

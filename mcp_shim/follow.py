@@ -1,8 +1,8 @@
 """Following one agent's inbox so new mail can be pushed into the session.
 
 Every message lands in `agents/<role>/inbox.jsonl`, whichever process wrote it, so the
-inbox file is the source of what to announce (`relayd.tail.InboxTail`); what wakes the
-follower up is `relayd.watch` (relayd's inbox events for this agent, else inotify).
+inbox file is the source of what to announce (`relayd.client.tail.InboxTail`); what wakes the
+follower up is `relayd.client.watch` (relayd's inbox events for this agent, else inotify).
 
 Bursts are coalesced: after a quiet spell a new message is announced at once, but
 notifications are spaced at least MIN_INTERVAL_SECONDS apart and whatever arrives in
@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 import msgspec
 
-from relayd import layout, watch
-from relayd.tail import InboxTail
+from relayd import layout
+from relayd.client import watch
+from relayd.client.tail import InboxTail
 
 from . import logs
 
@@ -83,7 +84,7 @@ def channel_event(batch: Batch) -> dict[str, Any]:
 
 
 class Follower(threading.Thread):
-    """Background thread: wake-ups from `relayd.watch` -> coalesced channel events."""
+    """Background thread: wake-ups from `relayd.client.watch` -> coalesced channel events."""
 
     def __init__(self, store_dir: str, socket_path: str, agent: str, emit: Callable[[dict[str, Any]], None]) -> None:
         super().__init__(name="relay-follow", daemon=True)
@@ -179,7 +180,7 @@ class Follower(threading.Thread):
     def _record_channel(self) -> None:
         """The channel push is this agent's announcement: it goes to the delivery log, so
         the senders' `track` shows it (relayd.delivery.receipts)."""
-        from relayd.client import Client
+        from relayd.client.full import Client
         from relayd.errors import RelayError
 
         try:

@@ -89,9 +89,9 @@ class Shim:
         return self.ask(op, params)["result"]
 
     def ask(self, op: str, params: dict[str, Any], **session: Any) -> dict[str, Any]:
-        """`call` with a request's session fields (relayd.client.Client.ask)."""
+        """`call` with a request's session fields (relayd.client.full.Client.ask)."""
         if self._client is None:
-            from relayd.client import Client
+            from relayd.client.full import Client
 
             self._client = Client(self.identity.store_dir, self.identity.socket_path, name="relay-mcp")
         try:

@@ -55,7 +55,7 @@ class Settings:
 
     def client(self) -> Any:
         if self._client is None:
-            from relayd.client import Client
+            from relayd.client.full import Client
 
             self._client = Client(self.dir, self.socket)
         return self._client

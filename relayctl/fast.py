@@ -16,7 +16,7 @@ spelled as click accepts them. Anything else -- help, another command or option,
 anything click would refuse, a socket that answers oddly -- goes untouched to the full
 click CLI (`relayctl.cli`). tests/test_fast_path.py holds this parser to click's own for
 every option listed here. With no relayd for this store, the operation runs in this
-process through `relayd.client.Client`, as it would under the full CLI, loading only the
+process through `relayd.client.full.Client`, as it would under the full CLI, loading only the
 domain module that registers it.
 """
 
@@ -26,7 +26,7 @@ import os
 import sys
 
 from relayd import layout  # (loaded by every run anyway: the store and socket paths)
-from relayd.connection import Caller
+from relayd.client.connection import Caller
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ COMMANDS: dict[str, Spec] = {
     ),
 }
 
-TIMEOUT = 30.0  # relayd.client.Client's default
+TIMEOUT = 30.0  # relayd.client.full.Client's default
 
 
 class _Declined(Exception):
@@ -234,8 +234,8 @@ def _hook(argv: list[str]) -> dict[str, Any]:
 
 
 class QuickClient(Caller):
-    """The requests of relayd.connection over a blocking socket, stdlib only (no msgspec).
-    Where no relayd serves the store, the call runs here through `relayd.client.Client`, as
+    """The requests of relayd.client.connection over a blocking socket, stdlib only (no msgspec).
+    Where no relayd serves the store, the call runs here through `relayd.client.full.Client`, as
     under the full CLI, loading only the domain module that registers its operation."""
 
     # One short process whose calls (a hook's few) follow each other at once on the
@@ -249,7 +249,7 @@ class QuickClient(Caller):
 
     def connect(self) -> bool:
         """Connect and greet. True: relayd serves this store here, or surely none does
-        (then calls run on the store in this process, as relayd.client.Client would).
+        (then calls run on the store in this process, as relayd.client.full.Client would).
         False: something else (refused, an odd answer): the full CLI decides."""
         from relayd.errors import VersionMismatch
 
@@ -274,7 +274,7 @@ class QuickClient(Caller):
                 from relayd import ops
 
                 ops.table()  # a hook's operations: rare here (relayd went away mid-hook)
-            from relayd.client import Client
+            from relayd.client.full import Client
 
             self._full = Client(self.store_dir, self._given_socket, daemon=False)
         try:

@@ -1,7 +1,7 @@
 """`read --tail`: print what `read` prints, then each new message once, in order, until Ctrl-C or SIGTERM.
 
-Wake-ups come from `relayd.watch` (relayd's inbox events, else inotify). Without
---mark-read, new messages are taken from the inbox file itself (`relayd.tail`), opened at
+Wake-ups come from `relayd.client.watch` (relayd's inbox events, else inotify). Without
+--mark-read, new messages are taken from the inbox file itself (`relayd.client.tail`), opened at
 its end before the first read, so nothing that arrives in between is missed and nothing
 older is replayed. With --mark-read, every round is a `read --unread --mark-read`, so the
 cursor moves exactly over what is printed.
@@ -14,8 +14,9 @@ import sys
 from collections import OrderedDict
 from typing import Any, Callable
 
-from relayd import layout, watch
-from relayd.tail import InboxTail
+from relayd import layout
+from relayd.client import watch
+from relayd.client.tail import InboxTail
 
 from .stopping import until_stopped
 from .context import echo, json_text

@@ -132,7 +132,7 @@ class PeerError(RelayError):
 
 class VersionMismatch(RelayError):
     """relayd and this client speak different protocol versions: one of them was started
-    from an older install (raised by the client on relayd's hello, relayd.handshake)."""
+    from an older install (raised by the client on relayd's hello, relayd.client.handshake)."""
 
     code = "version_mismatch"
 
@@ -209,7 +209,7 @@ NO_ANSWER = "relayd did not answer in time (is it stopped or overloaded?)"
 
 def no_answer(op: str) -> TimedOut:
     """relayd did not answer within the client's timeout a request that is not safe to run
-    again (a send or a read is run by the client itself instead: relayd.client)."""
+    again (a send or a read is run by the client itself instead: relayd.client.full)."""
     return TimedOut(f"{NO_ANSWER}; {op!r} may or may not have been done (check before repeating it)")
 
 

@@ -13,9 +13,9 @@ from typing import Any, Literal, Union
 
 import msgspec
 
+from .client.connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
+from .client.handshake import VERSION as VERSION  # the version lives with the greeting
 from .errors import LineTooLong, ProtocolError, RelayError
-from .handshake import VERSION as VERSION  # the version lives with the greeting
-from .connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
 from .records import Event
 
 # Topic names as a subscriber may spell them -> the `topic` field of events.jsonl.

@@ -3,11 +3,11 @@
 A separate process (relayd keeps no TCP port), started by `relayctl web`; it needs the
 optional extra `relay-bus[web]` (Starlette on uvicorn). How data flows:
 
-    store changes ──> relayd.watch.Watch (relayd's event stream; inotify when relayd is down)
+    store changes ──> relayd.client.watch.Watch (relayd's event stream; inotify when relayd is down)
                   ──> live.Live (one thread): rebuilds the state with snapshot.build
                       (status, unread counts, recent messages) and hands it to the loop
                   ──> app: GET /api/events streams each new state as Server-Sent Events
-    page ──> POST /api/send ──> relayd.client.Client.call("send") (the same operation as
+    page ──> POST /api/send ──> relayd.client.full.Client.call("send") (the same operation as
                                  `relayctl send`, so the recipient is notified)
     page ──> GET /api/search ──> relayd.search.search (the same function as `relayctl search`)
 

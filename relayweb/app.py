@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.errors import RelayError, UsageError
 from relayd.search import SearchQuery, search
 from relayd.store import Store

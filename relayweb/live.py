@@ -1,4 +1,4 @@
-"""The state the page shows, kept fresh by one thread that waits on `relayd.watch`.
+"""The state the page shows, kept fresh by one thread that waits on `relayd.client.watch`.
 
 The thread owns a Watch on the store's event log (relayd's event stream, or inotify when
 relayd is down), a Client and a Store. After each wake-up it rebuilds the whole state and
@@ -15,8 +15,8 @@ import time
 
 import msgspec
 
-from relayd import watch
-from relayd.client import Client
+from relayd.client import watch
+from relayd.client.full import Client
 from relayd.errors import RelayError
 from relayd.store import Store
 

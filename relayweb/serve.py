@@ -11,7 +11,7 @@ import threading
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.agents import presence
 from relayd.errors import RelayError, UsageError
 from relayd.store import Store

@@ -9,7 +9,7 @@ import msgspec
 
 from relayd import timefmt
 from relayd.delivery.owed import read_owed
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.errors import RelayError
 from relayd.search import SearchQuery, SearchResult, search
 from relayd.store import Store

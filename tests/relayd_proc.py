@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from relayd import handshake
+from relayd.client import handshake
 from tests import rawclient
 
 

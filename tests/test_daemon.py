@@ -20,7 +20,7 @@ import pytest
 
 from relayd.inbox.read import read_all
 from relayd import ops, session
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.store import Store
 from cli_processes import stop_child
 from relayd_proc import Daemon, RawClient

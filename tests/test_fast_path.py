@@ -308,7 +308,7 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("click", "msgspec", "anyio", "structlog") or m in ("relayd.store", "relayd.inbox", "relayd.ops", "relayd.client"))), file=sys.stderr)
+print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("click", "msgspec", "anyio", "structlog") or m in ("relayd.store", "relayd.inbox", "relayd.ops", "relayd.client.full"))), file=sys.stderr)
 """
 
 

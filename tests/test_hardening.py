@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.inbox.read import read_all
 from relayd.store import Store
 from cli_processes import stop_child

@@ -17,8 +17,9 @@ import threading
 import msgspec
 import pytest
 
-from relayd import handshake, ops
-from relayd.client import Client
+from relayd import ops
+from relayd.client import handshake
+from relayd.client.full import Client
 from relayd.errors import TimedOut
 from relayd.inbox.read import read_all
 from relayd.store import Store

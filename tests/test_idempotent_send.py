@@ -12,8 +12,9 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from relayd import handshake, ops
-from relayd.client import Client
+from relayd import ops
+from relayd.client import handshake
+from relayd.client.full import Client
 from relayd.inbox.read import read_all
 from relayd.records import Message, json_encoder
 from relayd.store import Store

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.ignite import mime
 from relayd.ignite.queue import QueueMonitor, monitor_for
 from relayd.inbox.read import read_all

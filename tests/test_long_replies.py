@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from relayd import ops, protocol
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.store import Store
 from relayd_proc import Daemon, RawClient
 from relayweb import snapshot

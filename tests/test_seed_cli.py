@@ -175,7 +175,7 @@ def test_the_runner_snippet_in_cli_md_runs_as_written(relayctl: Any, relay_env: 
 
 
 def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
-    from relayd.client import Client
+    from relayd.client.full import Client
     from relayd.errors import UnknownAgent
 
     made = relayctl("init", "--preset", "overlord").stdout
@@ -196,7 +196,7 @@ def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl
 
 
 def test_reset_takes_the_fixed_team_definition_with_its_agents(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
-    from relayd.client import Client
+    from relayd.client.full import Client
     from relayd.errors import UnknownAgent
 
     relayctl("init", "--preset", "overlord")

@@ -66,7 +66,7 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     relayctl("--agent", "storm", "heartbeat")  # status has an agent seen some time ago
     proc, names = imported(argv, relay_env)
     assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
-    assert "relayctl.fast" in names and "relayd.client" not in names  # the fast path talked to relayd
+    assert "relayctl.fast" in names and "relayd.client.full" not in names  # the fast path talked to relayd
     assert sorted(names & set(HEAVY)) == []
 
 
@@ -83,7 +83,7 @@ def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or
         assert json.loads(proc.stdout)["decision"] == "block" and "hello" in json.loads(proc.stdout)["reason"]
     else:
         assert "hello" in proc.stdout
-    assert "relayctl.fast" in names and "relayd.client" not in names and "relayctl.cmd_hook" not in names
+    assert "relayctl.fast" in names and "relayd.client.full" not in names and "relayctl.cmd_hook" not in names
     assert sorted(names & set(HEAVY)) == []
 
 
@@ -91,7 +91,7 @@ def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or
 # modules are needed, but not what only a rarer path uses: relayd's wire protocol (nobody to
 # talk to), what a send --ack owes, the bridge's agents of other hosts, and the pane or
 # command triggers with their receipts (the recipient here is told by relay-mcp's channel).
-RARE = ("click", "relayd.protocol", "relayd.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
+RARE = ("click", "relayd.protocol", "relayd.client.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_with_relayd_down_the_installed_script_loads_only_what_the_command_needs
     relayctl("--agent", "storm", "send", "inferno", "hello")
     proc, names = imported(argv, relay_env)
     assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
-    assert "relayd.client" in names and "msgspec" in names  # direct mode: the operation ran here
+    assert "relayd.client.full" in names and "msgspec" in names  # direct mode: the operation ran here
     assert sorted(names & set(RARE)) == sorted(needed)
 
 

@@ -1,4 +1,4 @@
-"""The one wake-up source (`relayd.watch`), the inbox tail, and `read --tail` built on them."""
+"""The one wake-up source (`relayd.client.watch`), the inbox tail, and `read --tail` built on them."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from relayd import layout, ops, watch
+from relayd import layout, ops
+from relayd.client import watch
 from relayd.store import Store
-from relayd.tail import InboxTail
+from relayd.client.tail import InboxTail
 from cli_processes import stop_child
 from relayd_proc import Daemon
 

@@ -166,7 +166,7 @@ def take_down(s, team: Team, say: Callable[[str], None]) -> dict:
 
 
 def _ensure_relayd(s, state: str) -> str:
-    from relayd.client import Client
+    from relayd.client.full import Client
 
     def serving() -> bool:
         with Client(s.dir, s.socket) as client:

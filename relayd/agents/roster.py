@@ -9,11 +9,11 @@ import msgspec
 from .. import layout
 from ..errors import StoreError, UnknownAgent, UsageError
 from ..fsio import Dir
-from .presence import archived, last_heartbeat, touch_heartbeat
-from ..registry import operation
 from ..records import AgentMeta, check_agent_name, json_encoder, meta_decoder
+from ..registry import operation
 from ..store import Store
 from ..timefmt import now, now_iso, parse_duration, parse_iso
+from .presence import archived, last_heartbeat, touch_heartbeat
 
 NOTIFY_KINDS = ("tmux", "zellij", "cmd", "channel", "hook", "none")
 

@@ -19,7 +19,7 @@ async def serve_queue(store_dir: str, socket_path: str, root: str, timeout: floa
     halt = threading.Event()
 
     def work() -> None:
-        from relayd.client import Client
+        from relayd.client.full import Client
         from relayd.ignite.queue import monitor_for
 
         while not halt.is_set():

@@ -20,7 +20,7 @@ write those files and take the monitor's place. Data flows like this:
             retried with the shared backoff policy and finally dead-lettered. Every step is
             recorded in the file's own headers before the next begins, so a crash anywhere
             resumes without losing a file or delivering it twice. Waiting for changes uses
-            `relayd.watch` (inotify), never a poll loop of its own.
+            `relayd.client.watch` (inotify), never a poll loop of its own.
 * `mirror`  the other direction: relay mail to an agent with a queue directory is also
             written there as a file, so agents that only read files get it.
 * `files`   the filesystem rules of a queue: moves that never replace, fsynced directories.

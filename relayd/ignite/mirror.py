@@ -18,7 +18,7 @@ import re
 from typing import Callable
 
 from relayd.errors import RelayError
-from relayd.tail import InboxTail
+from relayd.client.tail import InboxTail
 from relayd.ulid import is_ulid, ulid_time_ms
 
 from . import convert, mime

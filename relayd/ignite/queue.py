@@ -33,7 +33,7 @@ unchanged for `SETTLE` seconds, so a writer that closes and reopens loses nothin
 
 A file found `processing` after a restart is looked for in the agent's inbox by its tag
 before it is sent again, so a crash between the send and the `delivered` mark does not
-deliver it twice. Waiting uses `relayd.watch` (inotify on DIR, each agent directory and its
+deliver it twice. Waiting uses `relayd.client.watch` (inotify on DIR, each agent directory and its
 processed/); the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
 """
 
@@ -585,9 +585,9 @@ class QueueMonitor:
 
     def serve(self, stop: threading.Event | None = None, watch_socket: str | None = None, *, wait_for_lock: bool = False) -> None:
         """Run passes until `stop` is set: after every change in a queue directory (inotify,
-        through relayd.watch) and whenever a timer runs out. With `wait_for_lock`, a queue
+        through relayd.client.watch) and whenever a timer runs out. With `wait_for_lock`, a queue
         another monitor serves is waited for (logged once) instead of refused."""
-        from relayd import watch
+        from relayd.client import watch
 
         stop = stop or threading.Event()
         told = False

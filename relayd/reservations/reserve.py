@@ -20,13 +20,13 @@ import msgspec
 
 from .. import layout, remote
 from ..errors import Conflict, NotFound, NotOwner, StoreError, UsageError
-from .globs import PatternError, normalize, normalized_overlap
-from .guard_index import directory_stamp, settled, written_through
-from ..registry import operation
 from ..records import Reservation, check_agent_name, json_encoder, reservation_decoder
+from ..registry import operation
 from ..store import Store
 from ..timefmt import now, parse_duration, parse_iso, passed_test, short_span, to_iso
 from ..ulid import new_ulid
+from .globs import PatternError, normalize, normalized_overlap
+from .guard_index import directory_stamp, settled, written_through
 
 SUFFIX = ".json"
 MAX_REASON = 1024

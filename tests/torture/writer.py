@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from relayd.client import Client
+from relayd.client.full import Client
 from relayd.errors import RelayError
 from relayd.ulid import new_ulid
 

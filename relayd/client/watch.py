@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from . import layout
-from .errors import RelayError
+from .. import layout
+from ..errors import RelayError
+from ..protocol import ALL_TOPICS
 from .connection import Line, Lost, connect
-from .protocol import ALL_TOPICS
 
 RETRY_SECONDS = 2.0
 
@@ -77,7 +77,7 @@ def directories(paths: list[str]) -> Target:
 
 
 class _DaemonLink:
-    """A subscription on relayd's socket (a relayd.connection.Line), read without blocking once
+    """A subscription on relayd's socket (a relayd.client.connection.Line), read without blocking once
     established."""
 
     def __init__(self, line: Line) -> None:

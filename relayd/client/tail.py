@@ -3,7 +3,7 @@
 `InboxTail` keeps a byte offset into `inbox.jsonl` and follows it across rotations (the
 rest of the renamed file is read, then the new file from its start). It reads the file
 directly, whichever process wrote it, so it serves followers in daemon and direct mode
-alike; what wakes a follower up is `relayd.watch`.
+alike; what wakes a follower up is `relayd.client.watch`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import msgspec
 
-from . import layout
-from .fsio import complete_end, complete_lines
+from .. import layout
+from ..fsio import complete_end, complete_lines
 
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 
-from . import __version__
-from .errors import PeerError, VersionMismatch, from_wire
+from .. import __version__
+from ..errors import PeerError, VersionMismatch, from_wire
 
 # The protocol version; relayd.protocol re-exports it. Raise it whenever a client of this
 # version needs something an older relayd does not have (2: the session_call operation;

@@ -1,6 +1,7 @@
-"""The full client used by `relayctl` and `relay-mcp`: the requests of `relayd.connection` (to
-relayd when it runs; see there when it counts as absent or hung), and, where relayd is
-absent, the very same store function run in this process; plus subscriptions.
+"""The full client used by `relayctl` and `relay-mcp`: the requests of
+`relayd.client.connection` (to relayd when it runs; see there when it counts as absent or
+hung), and, where relayd is absent, the very same store function run in this process; plus
+subscriptions.
 
 Blocking sockets only: no event loop, so a command starts in milliseconds.
 """
@@ -11,9 +12,9 @@ from typing import Any, Iterator
 
 import msgspec
 
-from .errors import Unavailable
+from ..errors import Unavailable
+from ..store import Store
 from .connection import Caller, Lost, wire_error
-from .store import Store
 
 
 class Client(Caller):
@@ -39,8 +40,8 @@ class Client(Caller):
         return self._store
 
     def _mutates(self, op: str) -> bool:
-        from . import ops
-        from .errors import UsageError
+        from .. import ops
+        from ..errors import UsageError
 
         try:
             return ops.lookup(op).mutates  # (loads every domain module only for an op not yet loaded)
@@ -48,12 +49,12 @@ class Client(Caller):
             return True
 
     def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
-        from . import ops
+        from .. import ops
 
         self.mode = "direct"
         unread = None
         if session.get("touch") or session.get("unread"):
-            from . import session as bookkeeping
+            from .. import session as bookkeeping
 
             result, unread = bookkeeping.run(self.store(), ops.lookup(op), params, session.get("agent"), bool(session.get("touch")), bool(session.get("unread")))
             result = msgspec.to_builtins(result)
@@ -62,7 +63,7 @@ class Client(Caller):
         if op in APPENDING_OPS and isinstance(result, dict) and (result.get("messages") or op == "redeliver"):
             # With no daemon to react to the inbox events, whoever appended notifies; and
             # `redeliver` (run from cron without relayd) also retries triggers held back.
-            from .arrival.notify import agents_awaiting_trigger, notify_new_messages
+            from ..arrival.notify import agents_awaiting_trigger, notify_new_messages
 
             recipients = list(dict.fromkeys(m["to"] for m in result.get("messages", [])))
             if op == "redeliver":
@@ -73,7 +74,7 @@ class Client(Caller):
         if session.get("announce"):
             # No relayd to announce later: this send announced (its notifications), or what
             # its recipients' tracks say now is all there is to know.
-            from . import session as bookkeeping
+            from .. import session as bookkeeping
 
             announced = bookkeeping.notified(result["notifications"]) if isinstance(result, dict) and result.get("notifications") else bookkeeping.announcements(self.store(), bookkeeping.message_ids(result))[0]
         return {"result": result, "unread": unread, "announced": announced}

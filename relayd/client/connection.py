@@ -3,9 +3,9 @@ retry, and a send's id (DESIGN §3, docs/protocol.md); and the framing of lines,
 relayd's side (relayd.protocol.Connection) shares.
 
 Every client builds on it, in one of two styles: relayctl's quick client
-(`relayctl.fast.QuickClient`) and the full client (`relayd.client.Client`) are both a
+(`relayctl.fast.QuickClient`) and the full client (`relayd.client.full.Client`) are both a
 `Caller`, differing only in what they run when no relayd serves the store and how they
-know which operations change it; the watcher (`relayd.watch`) opens a `Line` and
+know which operations change it; the watcher (`relayd.client.watch`) opens a `Line` and
 subscribes. Standard library only, frames as plain dicts: the quick client must not load
 msgspec (tests/test_startup_imports.py); the full client passes msgspec's JSON functions,
 which are faster, as `loads` and `dumps`.
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import os
 
-from . import jsonline, layout
-from .errors import NO_ANSWER, LineTooLong, PeerError, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
+from .. import jsonline, layout
+from ..errors import NO_ANSWER, LineTooLong, PeerError, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 
 TYPE_CHECKING = False  # typing itself costs relayctl ~2 ms of start-up
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def connect(socket_path: str, store_dir: str, program: str, wait: float, **codec
     except PermissionError:
         sock.close()
         if _unreadable(store_dir):  # the socket beside the store: the store is the trouble
-            from .fsio import unreadable_store
+            from ..fsio import unreadable_store
 
             raise unreadable_store(store_dir) from None
         raise Unavailable(f"cannot connect to relayd at {socket_path}: permission denied (the socket or its directory belongs to another user)") from None
@@ -269,7 +269,7 @@ def with_send_id(op: str, params: dict[str, Any]) -> dict[str, Any]:
     daemon or in direct mode, and the store appends it once."""
     if op != "send" or params.get("id"):
         return params
-    from .ulid import new_ulid
+    from ..ulid import new_ulid
 
     return dict(params, id=new_ulid())
 
