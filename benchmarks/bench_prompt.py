@@ -15,7 +15,7 @@ AREA = "prompt"
 
 def run(quick: bool) -> list[Row]:
     from mcp_shim.server import instructions
-    from relayd.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens, tokens_conservative
+    from relayd.team.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens, tokens_conservative
 
     rows = []
     target = f"< {TOKEN_BUDGET} tokens"

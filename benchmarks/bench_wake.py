@@ -1,5 +1,5 @@
 """Wake reliability (seed 004 promises 99.9 %): N wakes through each layer of
-`relayd.wake` (gateway command, gateway socket, file trigger) and through all of them in
+`relayd.team.wake` (gateway command, gateway socket, file trigger) and through all of them in
 order, with the receiver normal, slow, restarting (down 40 ms of every 150 ms) or absent
 while the wakes are sent (it starts afterwards).
 
@@ -21,7 +21,7 @@ import time
 
 from relayd import layout, ops
 from relayd.store import Store
-from relayd.wake import WakeFailed, wake
+from relayd.team.wake import WakeFailed, wake
 
 from .common import Row, scratch_dir
 

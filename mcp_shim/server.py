@@ -32,7 +32,7 @@ CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attribute
 def instructions(role: str) -> str:
     """What the model is told at the start: `relayctl prompt --for mcp` for this role, and
     what a channel event is."""
-    from relayd.prompt import agent_prompt
+    from relayd.team.prompt import agent_prompt
 
     return f"{agent_prompt('mcp', 'en', role)}\n{CHANNEL_NOTE}"
 

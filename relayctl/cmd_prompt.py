@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from relayd.prompt import KINDS, LANGS, agent_prompt, tokens
+from relayd.team.prompt import KINDS, LANGS, agent_prompt, tokens
 
 from .context import settings
 

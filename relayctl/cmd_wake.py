@@ -9,7 +9,7 @@ from .context import settings
 
 def wake_and_report(s, text: str, method: str | None = None) -> dict:
     """Wake through the layers and say which one worked (used by wake, send --wake, cmd --wake)."""
-    from relayd.wake import wake as run_wake
+    from relayd.team.wake import wake as run_wake
 
     result = run_wake(s.client().store(), s.call, text, method, s.agent)
     failed = [t for t in result["tried"] if not t["ok"]]
@@ -41,7 +41,7 @@ def wake(text: str | None, method: str | None, forward: bool) -> None:
     if forward:
         if text or method:
             raise click.UsageError("--forward takes no TEXT or --method: it sends wake/last-message")
-        from relayd.wake import forward_pending
+        from relayd.team.wake import forward_pending
 
         result = forward_pending(s.client().store())
         s.note(f"forwarded via {result['method']}")

@@ -24,8 +24,8 @@ import msgspec
 
 from . import layout
 from .agents.presence import archive, last_heartbeat
-from .commands import SUFFIX as COMMAND_SUFFIX
-from .commands import all_commands
+from .team.commands import SUFFIX as COMMAND_SUFFIX
+from .team.commands import all_commands
 from .config import load_config
 from .delivery.ack import forget_old_acks
 from .delivery.sweep import RedeliverParams, redeliver

@@ -22,7 +22,8 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    from . import admin, commands, gc, overview, wake  # noqa: F401  (registration side effect)
+    from . import admin, gc, overview  # noqa: F401  (registration side effect)
+    from .team import commands, wake  # noqa: F401  (registration side effect)
     from .reservations import reserve  # noqa: F401
     from .agents import roster  # noqa: F401
     from .arrival import program_state  # noqa: F401

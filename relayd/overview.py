@@ -88,7 +88,7 @@ def _registered_within_window(store: Store, name: str) -> bool:
 @operation("status", StatusParams, mutates=False)
 def status(store: Store, p: StatusParams) -> StatusResult:
     """Everything `relayctl status` shows: agents alive/stale and how their mail last reached them, reservations, pending commands, owed and dead-lettered messages."""
-    from .commands import commands, CommandsParams
+    from .team.commands import commands, CommandsParams
     from .reservations.reserve import listing
 
     from .remote import bridge_status

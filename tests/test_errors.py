@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_a_code_comes_back_as_its_class_before_its_module_is_imported() -> None:
     """The client of a relayd that failed a wake-up (or an IGNITE parse, or a queue lock)
-    gets WakeFailed etc., although the client never imported relayd.wake."""
+    gets WakeFailed etc., although the client never imported relayd.team.wake."""
     script = (
         "import sys\n"
         "from relayd.errors import from_wire\n"
         "for code in ('wake_failed', 'invalid_message', 'queue_busy', 'startup_failed', 'dropped', 'internal'):\n"
         "    print(code, type(from_wire({'code': code, 'message': 'm'})).__name__)\n"
-        "print(sorted(m for m in sys.modules if m in ('relayd.wake', 'relayd.ignite.mime', 'relayd.ignite.queue', 'relayd.daemon.lifecycle')))\n"
+        "print(sorted(m for m in sys.modules if m in ('relayd.team.wake', 'relayd.ignite.mime', 'relayd.ignite.queue', 'relayd.daemon.lifecycle')))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == [

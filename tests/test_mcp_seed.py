@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from mcp import Client, StdioServerParameters
 
-from relayd.prompt import agent_prompt
+from relayd.team.prompt import agent_prompt
 from test_mcp_shim import (  # noqa: F401  (fixtures used by name)
     OVERLORD,
     _run,

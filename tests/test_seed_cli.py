@@ -12,7 +12,7 @@ import pytest
 
 from relayd import ops
 from relayd.names import MESSAGE_TYPES
-from relayd.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens_conservative
+from relayd.team.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens_conservative
 from relayd.store import Store
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from relayd import ops, wake as wake_module
+from relayd import ops
+from relayd.team import wake as wake_module
 from relayd.config import load_config
 from relayd.store import Store
 

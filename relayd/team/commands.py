@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import msgspec
 
-from . import layout
-from .errors import Conflict, NotFound, StoreError, UsageError
-from .registry import operation
-from .records import Command, check_agent_name, command_decoder, json_encoder
-from .store import Store
-from .timefmt import now_iso
-from .ulid import is_ulid, new_ulid
+from .. import layout
+from ..errors import Conflict, NotFound, StoreError, UsageError
+from ..records import Command, check_agent_name, command_decoder, json_encoder
+from ..registry import operation
+from ..store import Store
+from ..timefmt import now_iso
+from ..ulid import is_ulid, new_ulid
 
 SUFFIX = ".json"
 MAX_SESSION = 256

@@ -3,7 +3,7 @@
   gateway  run the configured gateway command with the text as its last argument
   socket   write one JSON line to the configured gateway Unix socket
 With neither configured, both come from OpenClaw's own config when it exists
-(`relayd.openclaw`): the `openclaw` command, and its gateway's HTTP wake hook.
+(`relayd.team.openclaw`): the `openclaw` command, and its gateway's HTTP wake hook.
   file     write `wake/last-message` and touch `wake/trigger` (a systemd path unit or any
            inotify watcher picks it up); always works while the store is writable
 
@@ -24,13 +24,13 @@ from typing import Any, Callable
 
 import msgspec
 
-from . import layout
-from .config import Config, load_config
-from .errors import RelayError, UsageError, WakeFailed
-from .registry import operation
-from .records import check_agent_name
-from .store import Store
-from .timefmt import now_iso, parse_duration
+from .. import layout
+from ..config import Config, load_config
+from ..errors import RelayError, UsageError, WakeFailed
+from ..records import check_agent_name
+from ..registry import operation
+from ..store import Store
+from ..timefmt import now_iso, parse_duration
 
 METHODS = ("gateway", "socket", "file")
 MAX_TEXT = 4096
@@ -91,7 +91,7 @@ def gateway_argv(config: Config) -> list[str] | None:
 
 class _Discovered:
     """OpenClaw's gateway, looked up once per wake and only when config.json names no
-    gateway at all (`relayd.openclaw`); `problem` says why it is not usable."""
+    gateway at all (`relayd.team.openclaw`); `problem` says why it is not usable."""
 
     def __init__(self, config: Config) -> None:
         self.gateway = None
