@@ -1,4 +1,4 @@
-"""Search on a store of 1,000,000 messages (`relayd.search`, behind `relayctl search` and
+"""Search on a store of 1,000,000 messages (`relayd.inbox.search`, behind `relayctl search` and
 the web view).
 
 The store is generated fast: agents are registered with the store's own operation, then
@@ -19,7 +19,7 @@ import sys
 from relayd import layout, ops
 from relayd.fsio import append_lines
 from relayd.records import Message, json_encoder
-from relayd.search import SearchQuery, search
+from relayd.inbox.search import SearchQuery, search
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 from relayd.ulid import new_ulid

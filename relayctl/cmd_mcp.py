@@ -15,7 +15,7 @@ import os
 
 import click
 
-from relayd.admin import PRESETS
+from relayd.upkeep.admin import PRESETS
 from relayd.records import check_agent_name
 
 from .context import installed_command, settings

@@ -28,7 +28,7 @@ def search(query: tuple[str, ...], from_, to, thread, since, limit) -> None:
       relayctl search deploy --from athena --since 1h
       relayctl search "rebasing" --to agent-bd-42 --json
     """
-    from relayd.search import SearchQuery, search as run_search
+    from relayd.inbox.search import SearchQuery, search as run_search
     from relayd.store import Store
 
     from .cmd_messages import render_message

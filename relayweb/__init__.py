@@ -9,7 +9,7 @@ optional extra `relay-bus[web]` (Starlette on uvicorn). How data flows:
                   ──> app: GET /api/events streams each new state as Server-Sent Events
     page ──> POST /api/send ──> relayd.client.full.Client.call("send") (the same operation as
                                  `relayctl send`, so the recipient is notified)
-    page ──> GET /api/search ──> relayd.search.search (the same function as `relayctl search`)
+    page ──> GET /api/search ──> relayd.inbox.search.search (the same function as `relayctl search`)
 
 guard.Guard sits in front of everything: 127.0.0.1 only, a random token in a header for
 every request with data (the page gets it from the URL's fragment and keeps it in

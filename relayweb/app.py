@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 
 from relayd.client.full import Client
 from relayd.errors import RelayError, UsageError
-from relayd.search import SearchQuery, search
+from relayd.inbox.search import SearchQuery, search
 from relayd.store import Store
 
 from .gate import Gate

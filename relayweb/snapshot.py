@@ -11,7 +11,7 @@ from relayd import timefmt
 from relayd.delivery.owed import read_owed
 from relayd.client.full import Client
 from relayd.errors import RelayError
-from relayd.search import SearchQuery, SearchResult, search
+from relayd.inbox.search import SearchQuery, SearchResult, search
 from relayd.store import Store
 
 RECENT = 100  # messages in the live list

@@ -1,4 +1,4 @@
-"""Search (`relayd.search`, behind `relayctl search` and the web view) against a plain
+"""Search (`relayd.inbox.search`, behind `relayctl search` and the web view) against a plain
 model: every stored message checked one by one, with no prefilter and no early stop."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from relayd import layout, ops
 from relayd.inbox.read import read_all
-from relayd.search import SearchQuery, search
+from relayd.inbox.search import SearchQuery, search
 from relayd.store import Store
 
 AGENTS = ["ann", "bob", "cy"]

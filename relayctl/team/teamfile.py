@@ -27,7 +27,7 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field
 
-from relayd.admin import ESCALATION_AGENT, preset_agents
+from relayd.upkeep.admin import ESCALATION_AGENT, preset_agents
 from relayd.errors import UsageError
 from relayd.names import check_agent_name
 

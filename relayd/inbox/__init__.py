@@ -8,6 +8,7 @@ modules, lowest first:
           rotation
   read    the `read` and `unread` operations, and the scans the delivery wing uses
   send    the `send` operation: checking a send and planning its appends
+  search  search over every message in the store (`relayctl search`, the web view)
 
 The rule it keeps: no line is kept without its arrival event, written while its inbox is
 locked (`append.Appends.commit`). This package's own file imports nothing, so loading one

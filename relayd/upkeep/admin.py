@@ -7,13 +7,13 @@ import shutil
 
 import msgspec
 
-from . import STORE_FORMAT, __version__, layout
-from .agents.roster import RegisterParams, create_agent
-from .client import handshake
-from .errors import StoreError, UsageError
-from .registry import operation
-from .store import Store
-from .ulid import new_ulid
+from .. import STORE_FORMAT, __version__, layout
+from ..agents.roster import RegisterParams, create_agent
+from ..client import handshake
+from ..errors import StoreError, UsageError
+from ..registry import operation
+from ..store import Store
+from ..ulid import new_ulid
 
 PRESETS: dict[str, tuple[str, ...]] = {
     # seed 000: the six panes of the overlord team

@@ -22,21 +22,21 @@ from datetime import timedelta
 
 import msgspec
 
-from . import layout
-from .agents.presence import archive, last_heartbeat
-from .team.commands import SUFFIX as COMMAND_SUFFIX
-from .team.commands import all_commands
-from .config import load_config
-from .delivery.ack import forget_old_acks
-from .delivery.sweep import RedeliverParams, redeliver
-from .errors import UnknownAgent, UsageError
-from .registry import operation
-from .records import Message, Reservation, reservation_decoder
-from .reservations.guard_index import directory_stamp, written_through
-from .reservations.reserve import is_expired, load_all
-from .delivery.retention import Trimmed, trim_all
-from .store import Store
-from .timefmt import now, parse_duration, parse_iso
+from .. import layout
+from ..agents.presence import archive, last_heartbeat
+from ..config import load_config
+from ..delivery.ack import forget_old_acks
+from ..delivery.retention import Trimmed, trim_all
+from ..delivery.sweep import RedeliverParams, redeliver
+from ..errors import UnknownAgent, UsageError
+from ..records import Message, Reservation, reservation_decoder
+from ..registry import operation
+from ..reservations.guard_index import directory_stamp, written_through
+from ..reservations.reserve import is_expired, load_all
+from ..store import Store
+from ..team.commands import SUFFIX as COMMAND_SUFFIX
+from ..team.commands import all_commands
+from ..timefmt import now, parse_duration, parse_iso
 
 FINISHED_COMMANDS_KEPT = timedelta(hours=1)
 ABANDONED_CLAIM_SECONDS = 60.0

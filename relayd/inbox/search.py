@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from . import layout
-from .errors import UsageError
-from .fsio import complete_end, regions_backward
-from .records import Message, check_agent_name, first_line_ts, json_encoder, message_decoder
-from .store import Store
-from .timefmt import parse_since, to_iso
+from .. import layout
+from ..errors import UsageError
+from ..fsio import complete_end, regions_backward
+from ..records import Message, check_agent_name, first_line_ts, json_encoder, message_decoder
+from ..store import Store
+from ..timefmt import parse_since, to_iso
 
 MAX_LIMIT = 10_000
 MAX_TERMS = 16
