@@ -123,7 +123,7 @@ def event_latency(quick: bool) -> list[Row]:
 SENDER = textwrap.dedent(
     """
     import os, sys, time
-    from relayd.client import Client
+    from relayd.client.full import Client
     store, sock, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     client = Client(store, sock)
     client.call("version")

@@ -273,7 +273,7 @@ def test_a_daemon_for_another_store_means_direct_mode(daemon, short_tmp):
 STREAMER = textwrap.dedent(
     """
     import json, sys
-    from relayd.client import Client
+    from relayd.client.full import Client
     from relayd.errors import RelayError
     client = Client(sys.argv[1], sys.argv[2])
     for i in range(int(sys.argv[3])):

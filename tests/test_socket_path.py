@@ -34,7 +34,7 @@ def test_every_command_works_directly_when_no_daemon_could_listen_at_the_socket_
     assert got["id"] == sent["id"] and got["body"] == "hello from a deep store"
     assert relayctl("status").stdout.startswith("relayd: not running (direct mode)")
     # the library client (relay-mcp, the web view) takes the same path
-    script = "import os\nfrom relayd.client import Client\nwith Client(os.environ['RELAY_DIR']) as c: print(c.call('version', {})['version'], c.mode)"
+    script = "import os\nfrom relayd.client.full import Client\nwith Client(os.environ['RELAY_DIR']) as c: print(c.call('version', {})['version'], c.mode)"
     out = subprocess.run([sys.executable, "-c", script], env=relayctl.env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.split()[1] == "direct", out.stderr
 
