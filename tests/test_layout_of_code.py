@@ -1,0 +1,89 @@
+"""The shape of relayd's code, read from its own files: at most 20 modules at the top of
+`relayd/`, the rest in wings (sub-packages, one idea each), and every import from one wing
+into another pointing down the order docs/architecture.md gives ("The wings")."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RELAYD = ROOT / "relayd"
+AT_THE_TOP = 20
+
+# The one arrow allowed up: the inbox's operations import the delivery package itself (its
+# __init__.py, never a module of it), which fills the inbox's hooks (relayd.inbox.hooks).
+UP_TO_A_PACKAGE = {("inbox", "delivery")}
+# The one wing whose __init__.py does more than say what the wing is: it fills those hooks.
+INIT_WITH_CODE = {"delivery"}
+
+
+def wings() -> list[str]:
+    return sorted(p.parent.name for p in RELAYD.glob("*/__init__.py"))
+
+
+def documented_order() -> list[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## The wings\n") :]
+    section = section[: section.index("\n## ")]
+    return re.findall(r"^\| \d+ \| `relayd/(\w+)/` \|", section, re.M)
+
+
+def imported(path: Path) -> set[str]:
+    """Every relayd module or package `path` imports, function-level imports included."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            base = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:  # `from relayd.x import y`: y is a module, or a name in x
+                name = f"{base}.{alias.name}"
+                found.add(name if _exists(name) else base)
+    return {name for name in found if name == "relayd" or name.startswith("relayd.")}
+
+
+def _exists(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_relayd_keeps_at_most_20_modules_at_its_top() -> None:
+    top = sorted(p.name for p in RELAYD.glob("*.py"))
+    assert len(top) <= AT_THE_TOP, f"{len(top)} modules at the top of relayd/, at most {AT_THE_TOP}: put the rest in a wing ({', '.join(top)})"
+
+
+def test_the_architecture_orders_every_wing_once() -> None:
+    order = documented_order()
+    assert sorted(order) == wings() and len(set(order)) == len(order), order
+
+
+def test_a_wing_imports_only_the_wings_below_it() -> None:
+    rank = {wing: i for i, wing in enumerate(documented_order())}
+    upward = []
+    for wing in wings():
+        for path in sorted((RELAYD / wing).rglob("*.py")):
+            for name in imported(path):
+                parts = name.split(".")
+                if len(parts) < 2 or parts[1] not in rank or parts[1] == wing:
+                    continue  # the shared core at the top of relayd/, or its own wing
+                if rank[parts[1]] > rank[wing] and not ((wing, parts[1]) in UP_TO_A_PACKAGE and len(parts) == 2):
+                    upward.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert upward == []
+
+
+def test_a_wings_package_file_imports_nothing() -> None:
+    """Python runs a package's __init__.py on every import of one of its modules: one that
+    imported would load half a wing into relayctl's fast path, a hook or relay-mcp."""
+    busy = []
+    for wing in sorted(set(wings()) - INIT_WITH_CODE):
+        body = ast.parse((RELAYD / wing / "__init__.py").read_text()).body
+        if [node for node in body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]:
+            busy.append(wing)
+    assert busy == []
