@@ -78,6 +78,7 @@ def test_a_damaged_marks_file_checks_back_as_far_as_the_log_goes(store: Store, s
     assert ops.call(store, "redeliver", {})["announced"] == [{"id": lost, "to": "bob"}]
 
 
+@pytest.mark.slow
 def test_relayd_announces_on_start_what_a_killed_sender_left(relay_env: dict[str, str], relayctl, store_dir: Path) -> None:
     relayctl("init")
     relayctl("register", "alice")

@@ -23,7 +23,7 @@ from relayd_proc import Daemon, RawClient
 from cli_processes import RelayCtl
 from waiting import wait_for
 
-pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")]
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[test]' brings it)")
 
 REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a directory here

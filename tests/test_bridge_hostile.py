@@ -18,7 +18,7 @@ from cli_processes import RelayCtl
 from test_bridge import NATS_SERVER, Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
 from waiting import wait_for
 
-pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")]
 
 
 ATTACKER = "ghost"

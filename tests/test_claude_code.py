@@ -31,6 +31,8 @@ from model_anthropic import conversation, messages_responder, text, texts, tool_
 from scripted_model import Recorded, ScriptedModel
 from tmux_pane import Tmux
 
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+
 API_KEY = "sk-ant-relay-tests-0123456789abcdef"
 DEV_CHANNELS = ["--dangerously-load-development-channels", "server:relay"]
 ALLOWED = ["--allowedTools", "Bash,mcp__relay__check_hub_status,mcp__relay__check_inbox"]

@@ -31,6 +31,7 @@ def inbox_lines(store_dir: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in raw.splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [None, *sorted(COMMANDS)])
 def test_every_help_has_an_examples_block(relayctl, command: str | None) -> None:
     proc = relayctl(*([command] if command else []), "--help")
@@ -38,6 +39,7 @@ def test_every_help_has_an_examples_block(relayctl, command: str | None) -> None
     assert re.search(r"^\s*Examples:\n( {4,}\S.*\n)+", proc.stdout, re.M), proc.stdout
 
 
+@pytest.mark.slow
 def test_send_json_prints_the_stored_message(trio, store_dir: Path) -> None:
     proc = trio("--json", "send", "bob", "Bead bd-42 complete.", "--thread", "bd-42", "--priority", "high", "--tag", "done", "--tag", "bd-42", agent="alice")
     sent = json.loads(proc.stdout)
@@ -48,6 +50,7 @@ def test_send_json_prints_the_stored_message(trio, store_dir: Path) -> None:
     assert inbox_lines(store_dir, "bob") == [sent]
 
 
+@pytest.mark.slow
 def test_read_json_is_an_array_of_messages_with_store_field_names(trio, store_dir: Path) -> None:
     trio("send", "bob", "one", agent="alice")
     trio("send", "bob", "two", "--type", "task_assignment", "--priority", "critical", agent="carol")
@@ -58,6 +61,7 @@ def test_read_json_is_an_array_of_messages_with_store_field_names(trio, store_di
     assert messages[1]["type"] == "task_assignment" and messages[1]["priority"] == "urgent"
 
 
+@pytest.mark.slow
 def test_json_and_quiet_also_work_after_the_subcommand(trio, store_dir: Path) -> None:
     trio("send", "bob", "one", agent="alice")
     assert json.loads(trio("read", "--json", agent="bob").stdout) == json.loads(trio("--json", "read", agent="bob").stdout)
@@ -65,6 +69,7 @@ def test_json_and_quiet_also_work_after_the_subcommand(trio, store_dir: Path) ->
     assert trio("send", "bob", "two", "--quiet", agent="alice").stdout == ""
 
 
+@pytest.mark.slow
 def test_subject_defaults_to_the_first_80_characters(trio) -> None:
     body = "".join(chr(ord("a") + n % 26) for n in range(200))
     sent = json.loads(trio("--json", "send", "bob", body, agent="alice").stdout)
@@ -79,11 +84,13 @@ def test_subject_defaults_to_the_first_80_characters(trio) -> None:
     assert chosen["subject"] == "short"
 
 
+@pytest.mark.slow
 def test_message_from_stdin(trio) -> None:
     sent = json.loads(trio("--json", "send", "bob", "-", "--subject", "diff", agent="alice", input="line 1\nline 2\n").stdout)
     assert sent["body"] == "line 1\nline 2\n" and sent["subject"] == "diff"
 
 
+@pytest.mark.slow
 def test_broadcast_reaches_everyone_but_the_sender(trio, store_dir: Path) -> None:
     proc = trio("--json", "send", "--broadcast", "rebasing main", "--priority", "urgent", agent="carol")
     sent = json.loads(proc.stdout)
@@ -94,6 +101,7 @@ def test_broadcast_reaches_everyone_but_the_sender(trio, store_dir: Path) -> Non
         assert line["body"] == "rebasing main" and line["priority"] == "urgent" and line["from"] == "carol"
 
 
+@pytest.mark.slow
 def test_unread_mark_read_then_nothing_unread(trio) -> None:
     for n in range(3):
         trio("send", "bob", f"note {n}", agent="alice")
@@ -108,6 +116,7 @@ def test_unread_mark_read_then_nothing_unread(trio) -> None:
     assert [m["body"] for m in json.loads(trio("--json", "read", agent="bob").stdout)] == [f"note {n}" for n in range(4)]
 
 
+@pytest.mark.slow
 def test_unread_with_last_leaves_the_rest_unread(trio) -> None:
     for n in range(5):
         trio("send", "bob", f"m{n}", agent="alice")
@@ -117,6 +126,7 @@ def test_unread_with_last_leaves_the_rest_unread(trio) -> None:
     assert [m["body"] for m in rest] == ["m2", "m3", "m4"]
 
 
+@pytest.mark.slow
 def test_last_shows_the_newest_in_order(trio) -> None:
     for n in range(5):
         trio("send", "bob", f"m{n}", agent="alice")
@@ -126,6 +136,7 @@ def test_last_shows_the_newest_in_order(trio) -> None:
     assert len(everything) == 5
 
 
+@pytest.mark.slow
 def test_filters_from_and_thread(trio) -> None:
     trio("send", "bob", "a1", "--thread", "bd-1", agent="alice")
     trio("send", "bob", "c1", "--thread", "bd-1", agent="carol")
@@ -134,6 +145,7 @@ def test_filters_from_and_thread(trio) -> None:
     assert [m["body"] for m in json.loads(trio("--json", "read", "--thread", "bd-1", agent="bob").stdout)] == ["a1", "c1"]
 
 
+@pytest.mark.slow
 def test_since_takes_a_duration_or_a_date(trio, store_dir: Path) -> None:
     # Mail from long ago, written as a store line (the format is the interface).
     old = {
@@ -161,12 +173,14 @@ def test_since_takes_a_duration_or_a_date(trio, store_dir: Path) -> None:
     assert json.loads(trio("--json", "read", "--since", tomorrow, agent="bob").stdout) == []
 
 
+@pytest.mark.slow
 def test_human_read_output(trio) -> None:
     trio("send", "bob", "Need review", "--thread", "bd-42", "--priority", "high", agent="alice")
     out = trio("read", agent="bob").stdout
     assert re.match(r"^[0-9A-Z]{26}  \d{4}-\d\d-\d\d \d\d:\d\d UTC  alice → bob  \[high\] Need review  \(thread bd-42\)$", out.splitlines()[0])
 
 
+@pytest.mark.slow
 def test_status_reads_like_the_seed_example(trio, store_dir: Path) -> None:
     # carol went quiet 47 minutes ago
     stale = (datetime.now(timezone.utc) - timedelta(minutes=47)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
@@ -187,6 +201,7 @@ def test_status_reads_like_the_seed_example(trio, store_dir: Path) -> None:
     assert states["bob"]["task"] == "auth refactor"
 
 
+@pytest.mark.slow
 def test_heartbeat_and_set_status_show_in_status(trio) -> None:
     trio("heartbeat", "--task", "writing tests", agent="carol")
     trio("set-status", "blocked", "--task", "waiting for review", agent="bob")
@@ -195,6 +210,7 @@ def test_heartbeat_and_set_status_show_in_status(trio) -> None:
     assert states["bob"]["status"] == "blocked" and states["bob"]["task"] == "waiting for review"
 
 
+@pytest.mark.slow
 def test_identity_and_store_from_the_environment(relayctl, relay_env: dict[str, str], short_tmp: Path) -> None:
     other = short_tmp / "other-store"
     env = {k: v for k, v in relay_env.items() if k != "RELAY_DIR"}
@@ -210,6 +226,7 @@ def test_identity_and_store_from_the_environment(relayctl, relay_env: dict[str, 
     assert json.loads(run("--json", "send", "glacier", "again").stdout)["from"] == "inferno"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("present", [("OVLD_ROLE", "RELAY_AGENT", "BBS_AGENT_ROLE"), ("RELAY_AGENT", "BBS_AGENT_ROLE"), ("BBS_AGENT_ROLE",)])
 def test_relayctl_and_relay_mcp_take_the_same_agent_from_the_environment(relayctl, relay_env: dict[str, str], present: tuple[str, ...]) -> None:
     """One pane, one agent: relayctl's fast path, its full CLI and relay-mcp read the
@@ -235,6 +252,7 @@ def test_init_ignite_preset(relayctl, store_dir: Path) -> None:
     assert {"leader", "strategist", "architect", "evaluator", "coordinator", "innovator"} <= set(data["agents"])
 
 
+@pytest.mark.slow
 def test_store_permissions_hold_even_with_a_permissive_umask(relay_env: dict[str, str], store_dir: Path) -> None:
     def run(*args: str) -> None:
         proc = subprocess.run([sys.executable, "-m", "relayctl", *args], env=relay_env, preexec_fn=lambda: os.umask(0), capture_output=True, text=True, timeout=60)
@@ -254,6 +272,7 @@ def test_store_permissions_hold_even_with_a_permissive_umask(relay_env: dict[str
         assert path.stat().st_mode & 0o777 == expected, path
 
 
+@pytest.mark.slow
 def test_reset_refuses_without_yes_when_stdin_is_not_a_terminal(trio, relay_env: dict[str, str], store_dir: Path) -> None:
     trio("send", "bob", "keep me", agent="alice")
     proc = subprocess.run([sys.executable, "-m", "relayctl", "reset"], env=relay_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
@@ -283,6 +302,7 @@ print("HEAVY:" + ",".join(heavy), file=sys.stderr)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -301,6 +321,7 @@ def test_relayctl_never_imports_anyio_or_structlog(trio, relay_env: dict[str, st
     assert heavy == ["HEAVY:"], proc.stderr
 
 
+@pytest.mark.slow
 def test_a_corrupt_line_is_skipped_and_reported_and_later_mail_still_arrives(trio, store_dir: Path) -> None:
     trio("send", "bob", "before", agent="alice")
     inbox = store_dir / "agents" / "bob" / "inbox.jsonl"

@@ -102,6 +102,7 @@ BAD_COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_COMMANDS), ids=list(BAD_COMMANDS))
 def test_bad_input_is_one_error_line_and_writes_nothing(team, store_dir: Path, case: str) -> None:
     args, agent, status = BAD_COMMANDS[case]
@@ -176,6 +177,7 @@ SYMLINK_CASES: dict[str, tuple[str, Callable[[Path], Path], list[str], str | Non
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(SYMLINK_CASES), ids=list(SYMLINK_CASES))
 def test_symlink_planted_in_store_is_refused_not_followed(team, store_dir: Path, short_tmp: Path, case: str) -> None:
     entry, make_target, args, agent = SYMLINK_CASES[case]
@@ -210,6 +212,7 @@ def read_only_store(team, store_dir: Path):
                 path.chmod(mode)
 
 
+@pytest.mark.slow
 def test_reset_on_a_read_only_store_is_one_error_and_removes_nothing(read_only_store: Path, relayctl) -> None:
     before = snapshot(read_only_store)
     proc = relayctl("reset", "--yes", check=False)
@@ -227,6 +230,7 @@ def test_mcp_config_out_dir_that_cannot_be_made_is_a_usage_error(relayctl, short
     assert proc.stderr.startswith("error: cannot write to --out-dir") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["status"], ["read"], ["reservations"], ["cmd", "list"]])
 def test_looking_at_a_store_that_does_not_exist_does_not_create_it(relayctl, store_dir: Path, argv: list[str]) -> None:
     assert not store_dir.exists()

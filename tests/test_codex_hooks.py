@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
 from tmux_pane import Tmux
+
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
 
 
 def test_mail_reaches_the_model_through_the_hooks_and_the_stop_continues_once(relayctl, short_tmp: Path) -> None:

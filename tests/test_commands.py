@@ -9,12 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from relayd import ops
 from relayd.store import Store
 
 SESSION = "agent:main:main"
 
 
+@pytest.mark.slow
 def test_post_consume_done(relayctl, store_dir: Path) -> None:
     posted = json.loads(relayctl("--json", "cmd", SESSION, "/verify", "oathkeeper", "bd-42", agent="athena").stdout)
     assert posted["status"] == "pending" and posted["command"] == "/verify" and posted["args"] == "oathkeeper bd-42"
@@ -41,6 +44,7 @@ def test_post_consume_done(relayctl, store_dir: Path) -> None:
     assert "PENDING COMMANDS (0)" in relayctl("status", "--commands").stdout
 
 
+@pytest.mark.slow
 def test_done_on_pending_and_unknown_ids_are_refused(relayctl) -> None:
     posted = json.loads(relayctl("--json", "cmd", SESSION, "/x", agent="athena").stdout)
     early = relayctl("cmd", "done", posted["id"], check=False)
@@ -51,6 +55,7 @@ def test_done_on_pending_and_unknown_ids_are_refused(relayctl) -> None:
     assert hostile.returncode == 2 and hostile.stderr.startswith("error: not a command id")
 
 
+@pytest.mark.slow
 def test_wait_returns_once_consumed(relayctl, relay_env) -> None:
     waiter = subprocess.Popen(
         [sys.executable, "-m", "relayctl", "--agent", "athena", "--json", "cmd", SESSION, "/verify", "--wait", "60s"],
@@ -66,12 +71,14 @@ def test_wait_returns_once_consumed(relayctl, relay_env) -> None:
     assert json.loads(out)["status"] == "consumed" and json.loads(out)["id"] == claimed[0]["id"]
 
 
+@pytest.mark.slow
 def test_wait_times_out_with_exit_1(relayctl) -> None:
     proc = relayctl("cmd", SESSION, "/verify", "--wait", "0.2s", agent="athena", check=False)
     assert proc.returncode == 1 and "not consumed within 0.2s" in proc.stderr
     assert json.loads(relayctl("--json", "cmd", "list", "--status", "pending").stdout)[0]["command"] == "/verify"
 
 
+@pytest.mark.slow
 def test_four_consumers_over_a_thousand_commands(relay_env, store_dir: Path) -> None:
     with Store(str(store_dir), fsync=False) as store:
         posted = {ops.call(store, "cmd", {"agent": "athena", "session": SESSION, "command": f"/job {i}"})["id"] for i in range(1000)}
@@ -101,6 +108,7 @@ def test_four_consumers_over_a_thousand_commands(relay_env, store_dir: Path) -> 
     print("claims per consumer", per_consumer)
 
 
+@pytest.mark.slow
 def test_gc_reoffers_a_command_whose_consumer_died_mid_claim(relayctl, store_dir: Path) -> None:
     posted = json.loads(relayctl("--json", "cmd", SESSION, "/verify", agent="athena").stdout)
     marker = store_dir / "commands" / f"{posted['id']}.claim"

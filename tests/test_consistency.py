@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cli_processes import RelayCtl
 
 CLI_MD = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
 
 
+@pytest.mark.slow
 def test_status_json_shows_only_the_sections_asked_for(relayctl: RelayCtl) -> None:
     relayctl("init", "--preset", "overlord")
     relayctl("reserve", "src/**", "--repo", "/tmp", agent="storm")
@@ -27,6 +30,7 @@ def test_status_json_shows_only_the_sections_asked_for(relayctl: RelayCtl) -> No
     assert {"agents", "reservations", "commands", "delivery", "daemon"} <= set(everything)
 
 
+@pytest.mark.slow
 def test_a_reservation_in_a_repo_that_does_not_exist_is_refused(relayctl: RelayCtl, short_tmp: Path) -> None:
     relayctl("init", "--preset", "overlord")
     missing = short_tmp / "no-such-repo"
@@ -72,6 +76,7 @@ def test_each_dlq_option_in_cli_md_belongs_to_the_subcommand_it_is_written_with(
             assert re.search(rf"^\s+{flag}\b", help_text, re.M), f"docs/cli.md: {' '.join(command)} {flag}, which it does not take"
 
 
+@pytest.mark.slow
 def test_with_json_a_refusal_is_json_on_stdout_too(relayctl: RelayCtl) -> None:
     relayctl("init", "--preset", "overlord")
     relayctl("reserve", "src/**", "--repo", "/tmp", agent="storm")
@@ -87,6 +92,7 @@ def test_with_json_a_refusal_is_json_on_stdout_too(relayctl: RelayCtl) -> None:
     assert checked.returncode == 1 and json.loads(checked.stdout)["conflicts"][0]["agent"] == "storm"  # an answer, not an error
 
 
+@pytest.mark.slow
 def test_global_options_may_follow_the_command(relayctl: RelayCtl, short_tmp: Path) -> None:
     relayctl("init", "--preset", "overlord")
     other = short_tmp / "other-store"
@@ -101,6 +107,7 @@ def test_global_options_may_follow_the_command(relayctl: RelayCtl, short_tmp: Pa
     assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations", "--agent", "glacier").stdout)] == ["docs/**"]
 
 
+@pytest.mark.slow
 def test_a_presets_agents_are_not_alive_before_they_ever_run(relayctl: RelayCtl) -> None:
     relayctl("init", "--preset", "overlord")
     relayctl("heartbeat", agent="storm")
@@ -122,6 +129,7 @@ def _as_a_user_the_store_refuses(argv: list[str]) -> list[str]:
     return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
 
 
+@pytest.mark.slow
 def test_a_store_you_cannot_read_is_said_to_be_one(relay_env: dict[str, str], relayctl: RelayCtl, store_dir: Path) -> None:
     relayctl("init", "--preset", "overlord")
     store_dir.chmod(0)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_scenario
+
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
 
 
 def test_in_a_repository_with_relays_claude_code_hooks_copilots_model_gets_the_mail(relayctl, short_tmp: Path) -> None:

@@ -33,6 +33,7 @@ REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a 
 # -- events -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_raw_subscriber_gets_seed_shaped_inbox_events_for_relayctl_and_direct_writes(daemon, relayctl):
     sub = RawClient(daemon.socket_path)
     sub.send_bytes(b'{"type":"subscribe","topics":["inbox","reservations","commands"]}\n')
@@ -59,6 +60,7 @@ def test_raw_subscriber_gets_seed_shaped_inbox_events_for_relayctl_and_direct_wr
     assert reservation["topic"] == "reservation" and reservation["action"] == "created"
 
 
+@pytest.mark.slow
 def test_relayctl_subscribe_prints_ndjson(daemon, relayctl, relay_env):
     proc = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "inbox", "--for", "inferno"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -82,6 +84,7 @@ def select_readable(stream, timeout):
     return select.select([stream], [], [], timeout)
 
 
+@pytest.mark.slow
 def test_stale_agent_is_announced_once(relay_env, relayctl):
     relayctl("register", "sleepy")
     daemon = Daemon(relay_env, "--stale", "1s").start()
@@ -237,6 +240,7 @@ def direct_session(store, op, params, fields):
     return {"result": msgspec.to_builtins(result), "unread": unread, "announced": None}
 
 
+@pytest.mark.slow
 def test_every_operation_gives_the_same_result_and_store_through_the_daemon_and_directly(short_tmp, relay_env):
     covered = {op for op, *_ in scenario()}
     missing = set(ops.table()) - covered
@@ -259,6 +263,7 @@ def test_every_operation_gives_the_same_result_and_store_through_the_daemon_and_
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_a_daemon_for_another_store_means_direct_mode(daemon, short_tmp):
     other = str(short_tmp / "other-store")
     with Client(other, daemon.socket_path) as client:
@@ -295,6 +300,7 @@ def wait_for_ready_datagram(sock: socket.socket, timeout: float) -> float:
             return time.monotonic()
 
 
+@pytest.mark.slow
 def test_sigkill_during_sends_loses_nothing_acknowledged_and_restart_is_quick(daemon, relay_env, short_tmp):
     with subprocess.Popen(
         [sys.executable, "-c", STREAMER, daemon.store_dir, daemon.socket_path, "600"],
@@ -340,6 +346,7 @@ def test_sigkill_during_sends_loses_nothing_acknowledged_and_restart_is_quick(da
             restarted.kill()
 
 
+@pytest.mark.slow
 def test_fifty_daemons_at_once_exactly_one_serves(relay_env, relayctl):
     relayctl("init")
     daemons = [Daemon(relay_env) for _ in range(50)]
@@ -363,6 +370,7 @@ def test_fifty_daemons_at_once_exactly_one_serves(relay_env, relayctl):
             d.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_drains_and_exits_zero_and_a_new_daemon_can_start(daemon, relay_env):
     client = RawClient(daemon.socket_path)
     assert client.request("status")["ok"]
@@ -376,6 +384,7 @@ def test_sigterm_drains_and_exits_zero_and_a_new_daemon_can_start(daemon, relay_
         again.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_the_moment_relayd_accepts_a_connection_is_a_clean_stop(relay_env):
     # The socket listens before the event loop runs: a SIGTERM in that window must still
     # drain and exit 0 (it used to kill the process: status -15).
@@ -401,6 +410,7 @@ def test_sigterm_the_moment_relayd_accepts_a_connection_is_a_clean_stop(relay_en
         assert not os.path.exists(proc.socket_path)
 
 
+@pytest.mark.slow
 def test_a_socket_in_use_by_another_store_s_daemon_is_left_alone(daemon, relay_env, short_tmp):
     other = Daemon(dict(relay_env, RELAY_DIR=str(short_tmp / "second")))
     other.start(wait=False)
@@ -436,6 +446,7 @@ def test_socket_activation_and_permissions(relay_env, relayctl, short_tmp):
         listener.close()
 
 
+@pytest.mark.slow
 def test_socket_dir_and_socket_are_private(daemon):
     assert os.stat(daemon.socket_path).st_mode & 0o777 == 0o600
     base = os.path.dirname(daemon.socket_path)
@@ -450,6 +461,7 @@ def test_socket_dir_and_socket_are_private(daemon):
 
 # -- hostile peers ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_floods_and_generated_frames_keep_memory_bounded(daemon):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -534,6 +546,7 @@ SLOW_SUBSCRIBER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_stopped_subscriber_is_dropped_and_others_get_everything(daemon, relay_env):
     # Enough ~150-byte events to fill the kernel's socket buffer, the daemon's write buffer
     # (64 KiB) and the 4096-event queue of the stopped subscriber, with room to spare.
@@ -568,6 +581,7 @@ def test_a_stopped_subscriber_is_dropped_and_others_get_everything(daemon, relay
     assert "subscriber dropped" in daemon.log()
 
 
+@pytest.mark.slow
 def test_a_connection_from_another_user_is_refused(daemon, short_tmp):
     if os.geteuid() != 0:
         pytest.skip("needs root to run a child as another user")
@@ -622,6 +636,7 @@ def test_a_connection_from_another_user_is_refused(daemon, short_tmp):
 # -- read --tail --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
 def test_read_tail_follows_new_messages_until_ctrl_c(relay_env, relayctl, with_daemon):
     relayctl("init", "--preset", "overlord")
@@ -646,6 +661,7 @@ def test_read_tail_follows_new_messages_until_ctrl_c(relay_env, relayctl, with_d
     assert tail.returncode in (0, 130) and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_status_says_whether_the_daemon_runs(relay_env, relayctl):
     relayctl("init")
     assert "relayd: not running" in relayctl("status").stdout
@@ -659,6 +675,7 @@ def test_status_says_whether_the_daemon_runs(relay_env, relayctl):
 # -- lifecycle details --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_relayctl_stays_lean_and_relayctl_daemon_runs_one(relay_env, relayctl, short_tmp):
     for args in (["--help"], ["daemon", "--help"], ["--agent", "storm", "send", "inferno", "x"]):
         proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "relayctl", *args], env=relay_env, capture_output=True, text=True, timeout=60)
@@ -676,6 +693,7 @@ def test_relayctl_stays_lean_and_relayctl_daemon_runs_one(relay_env, relayctl, s
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_drain_deadline_and_second_signal(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     for i in range(20):
@@ -707,6 +725,7 @@ def test_drain_deadline_and_second_signal(relay_env, relayctl):
     assert "second signal" in patient.log()
 
 
+@pytest.mark.slow
 def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(relay_env, relayctl, short_tmp):
     log = short_tmp / "notified.txt"
     relayctl("init", "--preset", "overlord")
@@ -727,6 +746,7 @@ def test_the_daemon_notifies_recipients_and_direct_senders_notify_themselves(rel
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_gc_runs_on_its_interval(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     relayctl("reserve", "docs/**", "--repo", REPO, "--ttl", "1s", agent="inferno")
@@ -744,6 +764,7 @@ def test_gc_runs_on_its_interval(relay_env, relayctl):
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_relayctl_subscribe_needs_the_daemon_and_resumes_with_after(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     refused = relayctl("subscribe", "inbox", check=False)
@@ -768,6 +789,7 @@ def test_relayctl_subscribe_needs_the_daemon_and_resumes_with_after(relay_env, r
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_big_mail_through_the_daemon_is_read_in_parts_and_never_lost(daemon, relayctl):
     """Answers must fit one protocol line: a read stops before that, leaving the rest unread,
     and a send too big to answer is refused before anything is written."""
@@ -788,6 +810,7 @@ def test_big_mail_through_the_daemon_is_read_in_parts_and_never_lost(daemon, rel
     assert snapshot(daemon.store_dir) == before
 
 
+@pytest.mark.slow
 def test_read_tail_mark_read_catches_up_on_more_than_one_answer_holds(relay_env, relayctl):
     """Nine 200 KB messages wait (about three answers' worth): following prints them all
     at once, not one answer now and the rest only when more mail arrives."""
@@ -809,6 +832,7 @@ def test_read_tail_mark_read_catches_up_on_more_than_one_answer_holds(relay_env,
     assert tail.returncode in (0, 130) and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_subscribers_get_every_event_once_in_log_order_under_concurrent_senders(daemon, relay_env, store_dir):
     """Events reach an idle subscriber straight from the commit, and a busy one through its
     queue; switching between the two must never reorder, drop or repeat one."""

@@ -281,6 +281,7 @@ def test_absorbing_is_idempotent_and_never_revives_a_settled_record(store: Store
     assert ops.call(store, "status", {})["delivery"]["owed"] == len(others_ids)  # each once, however often absorbed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["absorbed, mark not moved", "parked again, owed file not removed", "unparked, parked file not removed"])
 def test_status_counts_each_owed_message_once_while_a_sweep_moves_it(store: Store, clock: Clock, store_dir: Path, monkeypatch, point: str) -> None:
     """A sweep writes a record's new place before it leaves the old one; `relayctl status`
@@ -466,6 +467,7 @@ def test_records_due_later_are_parked_by_minute_and_come_back_at_their_moment(st
 # -- the CLI, with relayd up and down -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
 def test_the_whole_story_from_the_command_line(relayctl, relay_env, store_dir: Path, with_daemon: bool) -> None:
     relayctl("init")
@@ -512,6 +514,7 @@ def test_the_whole_story_from_the_command_line(relayctl, relay_env, store_dir: P
             daemon.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -535,6 +538,7 @@ def test_bad_input_gets_one_line_and_a_non_zero_exit(relayctl, store_dir: Path, 
     assert os.listdir(store_dir / layout.OWED) == []
 
 
+@pytest.mark.slow
 def test_redelivery_fires_the_tmux_trigger_again_until_the_ack(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
     from test_notify import TRIGGER, Tmux
 

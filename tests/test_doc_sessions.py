@@ -148,6 +148,7 @@ def _until(bash: subprocess.Popen, marker: str, timeout: float) -> list[str]:
     return data[: -len(end)].decode().splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, heading", SESSIONS, ids=[f"{p}: {h}" for p, h in SESSIONS])
 def test_a_documented_session_prints_what_the_docs_show(path: str, heading: str, short_tmp: Path) -> None:
     for block in sessions(path, heading):
@@ -157,6 +158,7 @@ def test_a_documented_session_prints_what_the_docs_show(path: str, heading: str,
         assert _same(expected, actual), "\n".join(difflib.unified_diff(expected, actual, "the docs", "this run", lineterm=""))
 
 
+@pytest.mark.slow
 def test_the_protocol_docs_socat_example_reaches_relayd(relay_env, relayctl) -> None:
     """docs/protocol.md section 7 as written, on a store with no XDG_RUNTIME_DIR and no
     RELAY_SOCKET: finding relayd's socket (then beside the store), one request, its answer."""
@@ -282,6 +284,7 @@ def test_every_block_of_commands_in_the_docs_is_run_or_says_why_not() -> None:
     assert listed - used == set(), "listed blocks the docs no longer have"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, first", list(SCRIPTS), ids=[f"{p}: {f[:40]}" for p, f in SCRIPTS])
 def test_a_documented_block_of_commands_runs(path: str, first: str, short_tmp: Path) -> None:
     [text] = [text for p, _, _, text in _blocks() if p == path and text.startswith(first)]

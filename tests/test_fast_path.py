@@ -121,6 +121,7 @@ def argvs(draw) -> list[str]:
     return head + [command] + tail
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(argv=argvs(), environ=ENVIRONMENTS)
 @example(argv=["--agent", "alice", "send", "bob", "hi", "--tag", "a", "--tag=b", "--priority", "URGENT", "--json"], environ={})
@@ -281,6 +282,7 @@ def _team(relayctl, colour: str = "\x1b[31mred\x1b[0m") -> None:
     relayctl("send", "bob", "urgent one", "--priority", "urgent", "--ack", "--ack-wait", "1h", agent="alice")  # no redelivery mid-test
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("up", [True, False], ids=["relayd-up", "relayd-down"])
 def test_fast_and_full_cli_print_the_same(relayctl, relay_env: dict[str, str], up: bool) -> None:
     _team(relayctl)
@@ -312,6 +314,7 @@ print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in (
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -337,6 +340,7 @@ def test_with_relayd_up_the_usual_commands_load_no_click_msgspec_or_store(relayc
         assert proc.stdout.startswith("relayd: running")
 
 
+@pytest.mark.slow
 def test_with_relayd_down_the_fast_path_works_on_the_store_without_click(relayctl, relay_env: dict[str, str]) -> None:
     _team(relayctl)
     proc = subprocess.run([sys.executable, "-c", MODULES_PROBE, "--agent", "alice", "send", "bob", "direct"], env=relay_env, capture_output=True, text=True, timeout=60)
@@ -346,6 +350,7 @@ def test_with_relayd_down_the_fast_path_works_on_the_store_without_click(relayct
     assert messages[-1]["body"] == "direct"
 
 
+@pytest.mark.slow
 def test_leaving_without_teardown_loses_no_output_and_a_closed_pipe_is_quiet(relayctl, relay_env: dict[str, str]) -> None:
     """The fast path ends with os._exit: a long listing must still arrive whole, byte for
     byte as the click CLI prints it, and a reader that stops early (head) is no error."""

@@ -81,6 +81,7 @@ def _openclaw_json(home: Path, port: int, token: str = "${HOOK_TOKEN}") -> None:
     )
 
 
+@pytest.mark.slow
 def test_wake_uses_the_openclaw_hook_named_in_openclaw_json(home: Path, hook: Hook, relayctl: Any, relay_env: dict[str, str]) -> None:
     _openclaw_json(home, hook.port)
     relay_env["HOOK_TOKEN"] = "s3cret"  # OpenClaw's ${VAR} substitution
@@ -91,6 +92,7 @@ def test_wake_uses_the_openclaw_hook_named_in_openclaw_json(home: Path, hook: Ho
     assert hook.requests == [{"path": "/hooks/wake", "auth": "Bearer s3cret", "body": {"text": "Agent bd-42 completed", "mode": "now"}}]
 
 
+@pytest.mark.slow
 def test_a_refused_hook_falls_through_to_the_file_trigger(home: Path, hook: Hook, relayctl: Any, store_dir: Path) -> None:
     _openclaw_json(home, hook.port, token="wrong")
     proc = relayctl("wake", "still delivered")
@@ -98,6 +100,7 @@ def test_a_refused_hook_falls_through_to_the_file_trigger(home: Path, hook: Hook
     assert (store_dir / "wake" / "last-message").read_text() == "still delivered\n"
 
 
+@pytest.mark.slow
 def test_the_openclaw_command_is_the_gateway_layer(home: Path, hook: Hook, relayctl: Any, relay_env: dict[str, str], short_tmp: Path) -> None:
     _openclaw_json(home, hook.port)
     bindir = short_tmp / "bin"
@@ -113,6 +116,7 @@ def test_the_openclaw_command_is_the_gateway_layer(home: Path, hook: Hook, relay
     assert hook.requests == []
 
 
+@pytest.mark.slow
 def test_config_json_wins_and_openclaw_json_is_then_not_read(home: Path, hook: Hook, relayctl: Any, store_dir: Path) -> None:
     _openclaw_json(home, hook.port)
     (store_dir / "config.json").write_text(json.dumps({"wake": {"gateway_socket": str(store_dir / "no-such.sock")}}))
@@ -121,6 +125,7 @@ def test_config_json_wins_and_openclaw_json_is_then_not_read(home: Path, hook: H
     assert hook.requests == []
 
 
+@pytest.mark.slow
 def test_a_broken_openclaw_json_is_reported_and_wake_still_works(home: Path, relayctl: Any) -> None:
     (home / ".openclaw" / "openclaw.json").write_text('{ gateway: { port: "not a port" } }')
     proc = relayctl("wake", "anyway")

@@ -181,6 +181,7 @@ _pattern = st.lists(_segment, min_size=1, max_size=4).map("/".join).filter(lambd
 _path = st.lists(st.text(alphabet="abc.", min_size=1, max_size=3), min_size=1, max_size=4).map("/".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_pattern, _pattern, st.lists(_path, min_size=1, max_size=20))
 def test_brute_force_against_an_independent_matcher(a: str, b: str, paths: list[str]) -> None:
@@ -200,6 +201,7 @@ def test_brute_force_against_an_independent_matcher(a: str, b: str, paths: list[
         assert ref_match(a, found) and ref_match(b, found), (a, b, found)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_pattern, _pattern)
 def test_overlap_is_symmetric(a: str, b: str) -> None:
@@ -217,6 +219,7 @@ def _small_universe() -> list[str]:
 SMALL_UNIVERSE = _small_universe()
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_pattern, _pattern)
 def test_no_overlap_means_no_path_in_a_whole_small_universe(a: str, b: str) -> None:
@@ -232,6 +235,7 @@ _git_path = _path.filter(lambda p: all(s not in (".", "..") for s in p.split("/"
 _literal_pattern = st.lists(st.sampled_from(["a", "b", "ab", "a.b", "src"]), min_size=1, max_size=3).map("/".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(_pattern, _literal_pattern, _literal_pattern.map(lambda p: p + "/**")), st.lists(_git_path, min_size=1, max_size=20))
 def test_a_path_in_a_commit_is_matched_as_reserve_decides_overlap(pattern: str, paths: list[str]) -> None:

@@ -62,6 +62,7 @@ def repo(relayctl, relay_env: dict[str, str], short_tmp: Path) -> Repo:
     return Repo(short_tmp / "repo", relay_env)
 
 
+@pytest.mark.slow
 def test_a_commit_into_another_agents_reservation_is_refused_and_ones_own_goes_through(relayctl, repo: Repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", str(repo.path), "--reason", "auth refactor", agent="glacier")
     relayctl("guard", "install", "--repo", str(repo.path))
@@ -85,6 +86,7 @@ def test_a_commit_into_another_agents_reservation_is_refused_and_ones_own_goes_t
     assert bypass.returncode == 0 and "src/auth/session.py" in repo.head_files()
 
 
+@pytest.mark.slow
 def test_deleting_or_moving_a_reserved_file_is_touching_it(relayctl, repo: Repo) -> None:
     relayctl("reserve", "src/auth/login.py", "--repo", str(repo.path), agent="glacier")
     relayctl("guard", "install", "--repo", str(repo.path))
@@ -97,6 +99,7 @@ def test_deleting_or_moving_a_reserved_file_is_touching_it(relayctl, repo: Repo)
     assert deleted.returncode != 0 and "src/auth/login.py" in deleted.stderr
 
 
+@pytest.mark.slow
 def test_only_active_exclusive_reservations_in_this_repository_hold(relayctl, repo: Repo, store_dir: Path, short_tmp: Path) -> None:
     other_repo = short_tmp / "elsewhere"
     other_repo.mkdir()
@@ -110,6 +113,7 @@ def test_only_active_exclusive_reservations_in_this_repository_hold(relayctl, re
     assert repo.commit("README.md", "src/auth/login.py", "docs/a.md", agent="inferno").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_reservation_made_from_a_subdirectory_holds_paths_below_it(relayctl, repo: Repo) -> None:
     (repo.path / "src").mkdir(exist_ok=True)
     relayctl("reserve", "auth/*.py", "--repo", str(repo.path / "src"), agent="glacier")
@@ -120,6 +124,7 @@ def test_a_reservation_made_from_a_subdirectory_holds_paths_below_it(relayctl, r
     assert repo.commit("auth/login.py", agent="inferno").returncode == 0  # auth/ at the top is not src/auth/
 
 
+@pytest.mark.slow
 def test_patterns_are_read_as_gitignore_reads_them(relayctl, repo: Repo, store_dir: Path) -> None:
     relayctl("reserve", "*.py", "--repo", str(repo.path), agent="glacier")  # every Python file
     relayctl("reserve", "/README.md", "--repo", str(repo.path), agent="storm")  # the top one only
@@ -140,6 +145,7 @@ def test_patterns_are_read_as_gitignore_reads_them(relayctl, repo: Repo, store_d
     assert stored.returncode != 0 and "storm holds *.sh" in stored.stderr and "tools/build.sh" in stored.stderr
 
 
+@pytest.mark.slow
 def test_odd_file_names_are_matched_as_names(relayctl, repo: Repo) -> None:
     relayctl("reserve", "data/[a-c]*.csv", "--repo", str(repo.path), agent="glacier")
     relayctl("guard", "install", "--repo", str(repo.path))
@@ -147,6 +153,7 @@ def test_odd_file_names_are_matched_as_names(relayctl, repo: Repo) -> None:
     assert repo.commit("data/b 1.csv", agent="inferno").returncode != 0
 
 
+@pytest.mark.slow
 def test_an_existing_hook_is_chained_and_restored(relayctl, repo: Repo, short_tmp: Path) -> None:
     ran = short_tmp / "ran"
     original = f"#!/bin/sh\necho ran >> {ran}\ntest ! -e {short_tmp / 'block'}\n"
@@ -172,6 +179,7 @@ def test_an_existing_hook_is_chained_and_restored(relayctl, repo: Repo, short_tm
     assert repo.commit("src/auth/login.py", agent="inferno").returncode == 0  # no guard any more
 
 
+@pytest.mark.slow
 def test_mistakes_are_one_line_errors(relayctl, repo: Repo, short_tmp: Path) -> None:
     missing = relayctl("guard", "uninstall", "--repo", str(repo.path), check=False)
     assert missing.returncode != 0 and missing.stderr.startswith("error: no relay guard") and len(missing.stderr.splitlines()) == 1
@@ -184,6 +192,7 @@ def test_mistakes_are_one_line_errors(relayctl, repo: Repo, short_tmp: Path) -> 
     assert refused.returncode != 0 and "not relay's guard" in refused.stderr and foreign.read_text() == "#!/bin/sh\nexit 0\n"
 
 
+@pytest.mark.slow
 def test_guard_check_says_what_the_hook_would(relayctl, repo: Repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
     repo.write("src/auth/login.py", "x\n")
@@ -193,6 +202,7 @@ def test_guard_check_says_what_the_hook_would(relayctl, repo: Repo) -> None:
     assert relayctl("guard", "check", "--repo", str(repo.path), agent="glacier").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_refusal_over_many_reservations_lists_twenty_and_counts_the_rest(relayctl, repo: Repo, store_dir: Path) -> None:
     from relayd import ops
     from relayd.store import Store
@@ -217,6 +227,7 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_after_the_venv_relay_was_installed_in_is_deleted_commits_go_through_with_one_warning(relay_env, repo: Repo, short_tmp: Path) -> None:
     import shutil
 
@@ -259,6 +270,7 @@ def _husky_repo(repo: Repo, short_tmp: Path) -> Path:
     return block
 
 
+@pytest.mark.slow
 def test_husky_9s_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
     block = _husky_repo(repo, short_tmp)
     tracked = repo.git("ls-files", ".husky").stdout
@@ -281,6 +293,7 @@ def test_husky_9s_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, sh
     assert (repo.path / ".husky" / "_" / "pre-commit").read_text() == '#!/usr/bin/env sh\n. "$(dirname "$0")/h"'
 
 
+@pytest.mark.slow
 def test_a_committed_hook_in_core_hooks_path_is_never_rewritten(relayctl, repo: Repo) -> None:
     """husky 5-8: core.hooksPath=.husky, whose pre-commit is committed for the whole team."""
     ours = "#!/bin/sh\n. \"$(dirname \"$0\")/_/husky.sh\"\nnpm test\n"
@@ -301,6 +314,7 @@ def test_a_committed_hook_in_core_hooks_path_is_never_rewritten(relayctl, repo: 
     assert not (repo.path / ".husky" / "pre-commit").exists()
 
 
+@pytest.mark.slow
 def test_a_hooks_path_shared_with_other_repositories_is_left_alone(relayctl, repo: Repo, short_tmp: Path) -> None:
     shared = short_tmp / "global-hooks"
     shared.mkdir()
@@ -318,6 +332,7 @@ def _lint(short_tmp: Path) -> tuple[Path, Path]:
     return script, block
 
 
+@pytest.mark.slow
 def test_the_pre_commit_frameworks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
     """pre-commit (pre-commit.com) writes .git/hooks/pre-commit; the guard chains it."""
     import sys
@@ -343,6 +358,7 @@ def test_the_pre_commit_frameworks_hook_keeps_running_first_and_refusing(relayct
     assert done.returncode == 0 and "no-block" in done.stdout + done.stderr  # pre-commit ran its hook
 
 
+@pytest.mark.slow
 def test_lefthooks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
     from git_tools import lefthook
 

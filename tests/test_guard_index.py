@@ -140,6 +140,7 @@ def _rewritten(index: bytes, **changes: object) -> bytes:
     return MAGIC + b" %d %d\n" % (len(data), binascii.crc32(data)) + data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truth", ["reserved", "free"])
 def test_a_torn_or_foreign_index_is_never_an_answer(repo: Path, store: Store, store_dir: Path, short_tmp: Path, truth: str) -> None:
     """Each damaged version of an index that would say the opposite of the files is a miss:
@@ -285,6 +286,7 @@ def test_refresh_brings_the_indexes_commits_made_up_to_date(repo: Path, store: S
     assert "glacier holds src/**" in refused and "docs/**" not in refused
 
 
+@pytest.mark.slow
 def test_relay_writes_the_index_through_on_every_reservation_change(repo: Path, store: Store, store_dir: Path) -> None:
     """Reserve, release and gc rebuild the indexes under the reservations lock: the next
     commit finds its index current at once, relayd running or not (here it is not)."""
@@ -305,6 +307,7 @@ def test_relay_writes_the_index_through_on_every_reservation_change(repo: Path, 
     assert "lib/**" not in (check(repo, store_dir, after=timedelta(0)) or "")
 
 
+@pytest.mark.slow
 def test_relayd_rebuilds_an_index_a_change_outside_relay_left_behind(repo: Path, store_dir: Path, daemon, relayctl) -> None:
     """A reservation file removed by hand (not through relay) leaves the index naming an old
     state; relayd rebuilds it once the directory has settled, so commits need not."""

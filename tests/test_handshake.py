@@ -58,6 +58,7 @@ def other_relayd(relay_env: dict[str, str], relayctl) -> Iterator[callable]:
         server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_newer_client_against_real_relayd_is_told_to_restart_relayd(daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     with Client(daemon.store_dir, daemon.socket_path) as client:
@@ -70,6 +71,7 @@ def test_newer_client_against_real_relayd_is_told_to_restart_relayd(daemon, monk
     assert str(caught.value) == f"relayd speaks protocol {handshake.VERSION - 1}, this relayctl {handshake.VERSION}: restart relayd"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_relayd_answers_an_older_client_in_its_own_version(daemon) -> None:
     """A relayd serves every client from protocol OLDEST on (each version only adds), so it

@@ -70,6 +70,7 @@ def _fill_event_log(store_dir, limit: int, room: int) -> None:
         fh.write(filler)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["direct", "daemon"])
 def test_an_event_log_that_cannot_grow_takes_the_message_back(relay_env, relayctl, store_dir, mode):
     """The inbox append fits, the event-log append does not: the error must be true."""
@@ -125,6 +126,7 @@ def _responsive(daemon: Daemon, seconds: float = 5) -> bool:
     return client.request("version")["ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plant", ["symlink", "directory", "fifo"])
 def test_a_planted_event_log_is_refused_and_relayd_keeps_serving(daemon, store_dir, short_tmp, plant):
     target = short_tmp / "elsewhere"
@@ -197,6 +199,7 @@ def _connect_many(path: str, count: int) -> list:
     return socks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", [None, "5000"], ids=["default-cap", "cap-above-fd-limit"])
 def test_more_connections_than_descriptors_are_survived(relay_env, relayctl, store_dir, cap):
     relayctl("init", "--preset", "overlord")
@@ -227,6 +230,7 @@ def test_more_connections_than_descriptors_are_survived(relay_env, relayctl, sto
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_idle_connections_are_closed_and_clients_reconnect(relay_env, relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     daemon = Daemon(relay_env, "--idle-timeout", "300ms").start()
@@ -248,6 +252,7 @@ def test_idle_connections_are_closed_and_clients_reconnect(relay_env, relayctl, 
 # -- a crash exits non-zero --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["relayd", "relayctl daemon"])
 def test_a_crash_exits_non_zero_for_systemd(relay_env, short_tmp, entry):
     """run() returns 70 after logging a crash; the console entry must exit with it."""
@@ -282,6 +287,7 @@ def _read_events(proc: subprocess.Popen, count: int, timeout: float = 30) -> lis
     return got
 
 
+@pytest.mark.slow
 def test_relayctl_subscribe_reconnects_after_a_restart_and_resumes(relay_env, relayctl, daemon):
     sub = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "inbox"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -326,6 +332,7 @@ SLOW_READER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_relayctl_subscribe_says_when_it_was_dropped_and_misses_nothing(relay_env, relayctl, daemon):
     kernel_buffer = int(Path("/proc/sys/net/core/wmem_default").read_text())
     total = 4096 + 2 * (kernel_buffer + 65536) // 100 + 1000

@@ -65,6 +65,7 @@ def hook(relayctl):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("event", ["UserPromptSubmit", "PostToolUse"])
 def test_unread_mail_becomes_additional_context_once(relayctl, hook, event: str) -> None:
     relayctl("send", "inferno", "Rebasing main, hold commits", "--priority", "urgent", agent="overlord")
@@ -86,6 +87,7 @@ def test_unread_mail_becomes_additional_context_once(relayctl, hook, event: str)
     assert "One more thing" in later and "Rebasing main" not in later
 
 
+@pytest.mark.slow
 def test_stop_hands_mail_over_as_the_reason_to_continue(relayctl, hook) -> None:
     assert hook("Stop").stdout == ""  # nothing unread: Claude may stop
     relayctl("send", "inferno", "Next: API endpoints", agent="overlord")
@@ -94,6 +96,7 @@ def test_stop_hands_mail_over_as_the_reason_to_continue(relayctl, hook) -> None:
     assert hook("Stop").stdout == ""
 
 
+@pytest.mark.slow
 def test_long_mail_is_cut_to_the_budget_and_the_rest_follows(relayctl, hook) -> None:
     for n in range(6):
         relayctl("send", "inferno", f"message {n} " + "x" * 2500, agent="overlord")
@@ -140,6 +143,7 @@ def test_codex_and_gemini_events_get_the_mail_as_context(relayctl, hook, program
     assert _unread(relayctl) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("program", "event"), [("claude", "Stop"), ("codex", "Stop"), ("gemini", "AfterAgent")])
 def test_the_stop_continues_once_and_never_again_in_the_continuation(relayctl, hook, program: str, event: str) -> None:
     relayctl("send", "inferno", "Next: API endpoints", agent="overlord")
@@ -153,6 +157,7 @@ def test_the_stop_continues_once_and_never_again_in_the_continuation(relayctl, h
     assert _unread(relayctl) == ["And the docs"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("program", "event"), [("claude", "PreToolUse"), ("claude", "SubagentStop"), ("gemini", "BeforeTool")])
 def test_events_that_cannot_carry_mail_leave_it_unread(relayctl, hook, program: str, event: str) -> None:
     relayctl("send", "inferno", "still here", agent="overlord")
@@ -176,6 +181,7 @@ def _state(store_dir: Path) -> str | None:
     return json.loads(path.read_text())["state"] if path.exists() else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
 def test_session_start_reports_the_prompt_and_leaves_the_mail_for_the_trigger(relayctl, hook, store_dir: Path, program: str) -> None:
     # Context at session start would reach the model only with the person's first prompt,
@@ -203,6 +209,7 @@ TURNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", sorted(TURNS))
 def test_each_lifecycle_event_records_the_sessions_state(relayctl, hook, store_dir: Path, program: str) -> None:
     events = BY_PROGRAM[program]
@@ -213,6 +220,7 @@ def test_each_lifecycle_event_records_the_sessions_state(relayctl, hook, store_d
         assert _state(store_dir) == expected, name
 
 
+@pytest.mark.slow
 def test_a_stop_continued_with_mail_stays_working_and_the_continuations_stop_goes_idle(relayctl, hook, store_dir: Path) -> None:
     relayctl("send", "inferno", "Next: API endpoints", agent="overlord")
     assert json.loads(hook("Stop").stdout)["decision"] == "block"
@@ -230,6 +238,7 @@ _COPILOT_AS_CLAUDE = {"session_id": "a4d3e7d6-15cc-414e-ad74-97c026f99ea8", "tim
                       "cwd": "/home/dev/oathkeeper"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("event", ["UserPromptSubmit", "PostToolUse"])
 def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayctl, event: str) -> None:
     relayctl("init", "--preset", "overlord")
@@ -247,6 +256,7 @@ def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayct
         del relayctl.env["COPILOT_CLI"]
 
 
+@pytest.mark.slow
 def test_copilot_running_the_claude_permission_hook_in_its_own_shape_is_not_refused(relayctl, store_dir: Path) -> None:
     """Copilot 1.0.102 runs a .claude/settings.json PermissionRequest hook with its own event
     (as the real program sent it): a failing hook is "deny" to Copilot, so relay's tools
@@ -265,6 +275,7 @@ def test_copilot_running_the_claude_permission_hook_in_its_own_shape_is_not_refu
     assert _unread(relayctl) == ["Rebasing main, hold commits"]  # a permission question carries no mail
 
 
+@pytest.mark.slow
 def test_where_relays_copilot_hooks_run_too_the_claude_hooks_leave_copilots_mail_to_them(relayctl, store_dir: Path, short_tmp: Path) -> None:
     """A repository with relay's Claude Code hooks and its Copilot hooks (a team of both):
     Copilot runs both sets at once and shows its model one hook's context, so mail taken by
@@ -312,6 +323,7 @@ def test_copilots_session_start_beside_its_first_prompt_does_not_say_idle(relayc
     assert _state(store_dir) == "idle"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("program", "event", "key"), [("copilot", "userPromptSubmitted", "additionalContext"),
                                                        ("copilot", "postToolUse", "additionalContext"),
                                                        ("copilot", "agentStop", "reason"),

@@ -39,6 +39,7 @@ def stopped(daemon):
     os.kill(daemon.pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_relayctl_send_to_a_stopped_relayd_is_stored_once_and_relayd_does_not_store_it_again(stopped, relayctl, store_dir):
     chosen = new_ulid()
     # A client that reached relayd and sent its request just as relayd stopped...
@@ -68,6 +69,7 @@ def test_relayctl_send_to_a_stopped_relayd_is_stored_once_and_relayd_does_not_st
     assert relayctl("status").stdout.startswith("relayd: running")
 
 
+@pytest.mark.slow
 def test_a_connected_client_runs_a_send_and_a_read_itself_when_relayd_stops_answering(stopped, store_dir):
     with Client(str(store_dir), stopped.socket_path) as client:
         client.call("version")  # connected and greeted while relayd runs (relay-mcp's case)
@@ -85,6 +87,7 @@ def test_a_connected_client_runs_a_send_and_a_read_itself_when_relayd_stops_answ
     assert inbox_ids(store_dir) == [message["id"]]
 
 
+@pytest.mark.slow
 def test_a_change_on_a_kept_connection_to_a_stopped_relayd_runs_here_as_relayd_never_saw_it(stopped, store_dir):
     with Client(str(store_dir), stopped.socket_path) as client:
         client.call("version")
@@ -127,6 +130,7 @@ class MuteAfterGreeting:
         self.listener.close()
 
 
+@pytest.mark.slow
 def test_a_change_relayd_took_and_did_not_answer_is_not_run_again_here(relay_env, store_dir):
     with Store(str(store_dir)) as store:
         ops.call(store, "init", {"preset": "overlord"})
@@ -144,6 +148,7 @@ def test_a_change_relayd_took_and_did_not_answer_is_not_run_again_here(relay_env
         assert ops.call(store, "reservations", {}) == []  # not done here as well
 
 
+@pytest.mark.slow
 def test_relay_mcp_sends_and_reads_with_relayd_stopped(stopped, relay_env, store_dir):
     shim = subprocess.Popen([sys.executable, "-m", "mcp_shim"], env=dict(relay_env, OVLD_ROLE="storm"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 

@@ -35,6 +35,7 @@ def inbox_events(store_dir) -> list[dict]:
         return [e for e in map(json.loads, fh) if e["topic"] == "inbox" and e.get("action") == "message"]
 
 
+@pytest.mark.slow
 def test_a_repeated_id_is_stored_once_and_answers_with_the_original(relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     chosen = new_ulid()
@@ -50,6 +51,7 @@ def test_a_repeated_id_is_stored_once_and_answers_with_the_original(relayctl, st
     assert [m["id"] for m in inbox(store_dir, "glacier")] == [chosen]
 
 
+@pytest.mark.slow
 def test_a_broadcast_id_is_deduplicated_per_recipient(relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     chosen = new_ulid()
@@ -63,6 +65,7 @@ def test_a_broadcast_id_is_deduplicated_per_recipient(relayctl, store_dir):
     assert len(inbox_events(store_dir)) == 6
 
 
+@pytest.mark.slow
 def test_an_id_that_is_not_a_ulid_is_a_one_line_usage_error(relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     for bad in ("42", "01JMHF3XYZ000000000000000U", "x" * 200):
@@ -104,6 +107,7 @@ def test_the_window_comes_from_config_json(store_dir, window, age, deduplicated)
     assert result["duplicates"] == (["inferno"] if deduplicated else [])
 
 
+@pytest.mark.slow
 def test_a_broken_config_does_not_stop_sends(relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     (store_dir / "config.json").write_text('{"dedup": {"window": "soon"}}')
@@ -113,6 +117,7 @@ def test_a_broken_config_does_not_stop_sends(relayctl, store_dir):
     assert [m["id"] for m in inbox(store_dir, "inferno")] == [chosen]  # the default window applies
 
 
+@pytest.mark.slow
 def test_through_relayd_and_across_its_restart(relay_env, relayctl, store_dir):
     relayctl("init", "--preset", "overlord")
     chosen = new_ulid()

@@ -122,6 +122,7 @@ def test_update_status_keeps_crlf_folding_order_and_body(relayctl, short_tmp: Pa
     assert [p.name for p in short_tmp.iterdir()] == ["m.mime"]  # no temp file left behind
 
 
+@pytest.mark.slow
 def test_update_and_remove_header_take_folded_lines_along(relayctl, short_tmp: Path) -> None:
     path = short_tmp / "m.mime"
     shutil.copy(GOLDEN / f"{CRLF_FILE}.mime", path)
@@ -136,6 +137,7 @@ def test_update_and_remove_header_take_folded_lines_along(relayctl, short_tmp: P
     assert json.loads(relayctl("mime", "parse", str(path)).stdout)["retry_count"] == "4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content,why",
     [
@@ -156,6 +158,7 @@ def test_a_file_that_is_not_a_message_gets_one_line(relayctl, short_tmp: Path, c
     assert path.read_bytes() == content  # an edit that was refused changed nothing
 
 
+@pytest.mark.slow
 def test_missing_file_and_bad_header_are_one_line_errors(relayctl, short_tmp: Path) -> None:
     proc = relayctl("mime", "parse", str(short_tmp / "nope.mime"), check=False)
     assert proc.returncode == 1 and "no such file" in proc.stderr
@@ -168,6 +171,7 @@ def test_missing_file_and_bad_header_are_one_line_errors(relayctl, short_tmp: Pa
     assert path.read_bytes() == (GOLDEN / f"{SEED_FILE}.mime").read_bytes()
 
 
+@pytest.mark.slow
 def test_help_teaches_with_examples(relayctl) -> None:
     out = relayctl("mime", "--help").stdout
     assert "Examples:" in out
@@ -184,6 +188,7 @@ def team(relayctl) -> None:
     relayctl("init", "--preset", "ignite", "--workers", "2")
 
 
+@pytest.mark.slow
 def test_send_mime_turns_a_file_into_relay_messages(relayctl, team, short_tmp: Path) -> None:
     path = short_tmp / "m.mime"
     shutil.copy(GOLDEN / f"{CRLF_FILE}.mime", path)
@@ -199,6 +204,7 @@ def test_send_mime_turns_a_file_into_relay_messages(relayctl, team, short_tmp: P
     assert seed[0]["priority"] == "high" and seed[0]["tags"] == ["repo:owner/repo", "issue:42"] and seed[0]["to"] == "ignitian_1"
 
 
+@pytest.mark.slow
 def test_critical_becomes_urgent_and_back(relayctl, team, short_tmp: Path) -> None:
     path = short_tmp / "e.mime"
     relayctl("mime", "build", "--from", "queue_monitor", "--to", "leader", "--type", "escalation", "--priority", "critical", "--body", "x: 1\n", "-o", str(path))
@@ -208,6 +214,7 @@ def test_critical_becomes_urgent_and_back(relayctl, team, short_tmp: Path) -> No
     assert "X-IGNITE-Priority: critical\n" in exported
 
 
+@pytest.mark.slow
 def test_send_mime_refuses_unknown_recipients_and_bad_files_whole(relayctl, team, short_tmp: Path) -> None:
     good = short_tmp / "good.mime"
     relayctl("mime", "build", "--from", "leader", "--to", "ignitian_1", "--type", "task_assignment", "--body", "a: 1\n", "-o", str(good))
@@ -222,6 +229,7 @@ def test_send_mime_refuses_unknown_recipients_and_bad_files_whole(relayctl, team
     assert proc.returncode == 1 and "unknown agent 'ignitian_9'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_round_trip_relay_to_mime_to_relay_keeps_every_field(relayctl, team, short_tmp: Path) -> None:
     body = 'task_id: "t-7"\r\nnotes: |\n  spaces   kept\n\n'
     original = json.loads(
@@ -248,6 +256,7 @@ def test_round_trip_relay_to_mime_to_relay_keeps_every_field(relayctl, team, sho
     assert again["id"] != original["id"]  # a new message, as every send is
 
 
+@pytest.mark.slow
 def test_round_trip_of_an_untyped_plain_message(relayctl, team, short_tmp: Path) -> None:
     original = json.loads(relayctl("--json", "send", "leader", "  hello\nthere", agent="ignitian_1").stdout)
     text = relayctl("--agent", "leader", "read", "--format", "mime", "--last", "1").stdout
@@ -263,11 +272,13 @@ def test_round_trip_of_an_untyped_plain_message(relayctl, team, short_tmp: Path)
         assert again[key] == original[key], key
 
 
+@pytest.mark.slow
 def test_export_of_an_unknown_id_is_one_line(relayctl, team) -> None:
     proc = relayctl("mime", "export", "01NOPE", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no message 01NOPE")
 
 
+@pytest.mark.slow
 def test_ignite_preset_with_workers_and_escalation_agent(relayctl, store_dir: Path) -> None:
     (store_dir).mkdir(parents=True)
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": "hi"}}))

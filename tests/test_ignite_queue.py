@@ -77,6 +77,7 @@ def headers(path: Path) -> dict:
     return mime.read_file(str(path)).fields()
 
 
+@pytest.mark.slow
 def test_a_file_is_taken_marked_and_announced_without_its_body(relayctl, team, queue: Path, relay_env) -> None:
     drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
     clock = Clock()
@@ -92,6 +93,7 @@ def test_a_file_is_taken_marked_and_announced_without_its_body(relayctl, team, q
     assert mime.read_file(str(done)).get("X-Relay-Notice") == notice["id"]
 
 
+@pytest.mark.slow
 def test_timeouts_retry_with_backoff_then_dead_letter_and_escalate(relayctl, team, queue: Path, relay_env) -> None:
     drop(relayctl, queue, "ignitian_2", "task_assignment_1770263544123456.mime")
     done = queue / "ignitian_2" / "processed" / "task_assignment_1770263544123456.mime"
@@ -142,6 +144,7 @@ def test_timeouts_retry_with_backoff_then_dead_letter_and_escalate(relayctl, tea
     assert sorted(p.name for p in (queue / "dead_letter").iterdir()) == ["task_assignment_1770263544123456.mime"]
 
 
+@pytest.mark.slow
 def test_an_agent_finishes_a_file_by_deleting_it(relayctl, team, queue: Path, relay_env) -> None:
     drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
     clock = Clock()
@@ -154,6 +157,7 @@ def test_an_agent_finishes_a_file_by_deleting_it(relayctl, team, queue: Path, re
     assert len(inbox(relay_env, "ignitian_1")) == 1
 
 
+@pytest.mark.slow
 def test_malformed_files_are_moved_aside_and_the_rest_still_flows(relayctl, team, queue: Path, relay_env) -> None:
     (queue / "ignitian_1" / "junk_1770263544000001.mime").write_text("this is not a message\n")
     (queue / "ignitian_1" / "notype_1770263544000002.mime").write_text("From: coordinator\nTo: ignitian_1\n\nx: 1\n")
@@ -165,6 +169,7 @@ def test_malformed_files_are_moved_aside_and_the_rest_still_flows(relayctl, team
     assert len(out.delivered) == 1 and len(inbox(relay_env, "ignitian_1")) == 1
 
 
+@pytest.mark.slow
 def test_a_file_written_straight_into_processed_is_announced(relayctl, team, queue: Path, relay_env) -> None:
     # IGNITE's own examples build -o queue/leader/processed/user_goal_....mime
     path = queue / "leader" / "processed" / "user_goal_1738315200123456.mime"
@@ -296,6 +301,7 @@ def tmux(short_tmp: Path):
         server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["relayd", "relayctl"])
 def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path, relay_env, tmux: Tmux, short_tmp: Path, runner: str) -> None:
     relayctl("register", "ignitian_1", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
@@ -327,6 +333,7 @@ def test_file_driven_queue_notifies_a_real_tmux_pane(relayctl, team, queue: Path
         assert stop.returncode == 0  # a clean stop on SIGTERM
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, queue: Path, relay_env) -> None:
     count = 40
     names = [f"task_assignment_{1770263544000000 + n:016d}.mime" for n in range(count)]
@@ -351,6 +358,7 @@ def test_kill_9_mid_run_loses_no_file_and_delivers_none_twice(relayctl, team, qu
     assert tags == sorted(f"ignite:{name}#0" for name in names)  # each delivered exactly once
 
 
+@pytest.mark.slow
 def test_ignite_watch_once_and_one_monitor_per_queue(relayctl, team, queue: Path, relay_env, short_tmp: Path) -> None:
     drop(relayctl, queue, "ignitian_1", "task_assignment_1770263544123456.mime")
     result = json.loads(relayctl("--json", "ignite", "watch", str(queue), "--once").stdout)
@@ -366,6 +374,7 @@ def test_ignite_watch_once_and_one_monitor_per_queue(relayctl, team, queue: Path
         assert daemon.proc.wait(timeout=20) == 0
 
 
+@pytest.mark.slow
 def test_a_queue_that_is_not_a_directory_is_one_line(relayctl, team, short_tmp: Path, relay_env) -> None:
     proc = relayctl("ignite", "watch", str(short_tmp / "nope"), "--once", check=False)
     assert proc.returncode == 2 and "is not a directory" in proc.stderr and "Traceback" not in proc.stderr
@@ -373,6 +382,7 @@ def test_a_queue_that_is_not_a_directory_is_one_line(relayctl, team, short_tmp: 
     assert proc.returncode == 2 and "not a directory" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_temp_files_of_dead_writers_are_swept_and_live_ones_kept(relayctl, team, queue: Path, relay_env) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True, timeout=60)
     litter = queue / "ignitian_1" / f".task_assignment_1770263544123456.mime.{dead.stdout.strip()}.0badf00d.tmp"
@@ -395,6 +405,7 @@ def write_in_place(queue: Path, agent: str, name: str, *, after_create: float = 
     return subprocess.Popen(argv)
 
 
+@pytest.mark.slow
 def test_a_file_still_being_written_is_left_until_its_writer_closes_it(relayctl, team, queue: Path, relay_env) -> None:
     path = queue / "ignitian_1" / "task_assignment_1770263544123456.mime"
     clock = Clock()
@@ -414,6 +425,7 @@ def test_a_file_still_being_written_is_left_until_its_writer_closes_it(relayctl,
     assert headers(done)["body"] == 'task_id: "task_001"\n'
 
 
+@pytest.mark.slow
 def test_a_closed_file_that_is_no_message_yet_is_set_aside_only_once_it_stays_so(relayctl, team, queue: Path, relay_env) -> None:
     from relayd.ignite.queue import SETTLE
 
@@ -441,6 +453,7 @@ def test_a_closed_file_that_is_no_message_yet_is_set_aside_only_once_it_stays_so
     assert monitor.run_once().malformed == [str(queue / "ignitian_1" / "malformed" / junk.name)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["relayd", "relayctl"])
 def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Path, relay_env, short_tmp: Path, runner: str) -> None:
     if runner == "relayd":
@@ -470,6 +483,7 @@ def test_ignite_senders_writing_in_place_lose_nothing(relayctl, team, queue: Pat
         assert headers(processed / name)["body"] == f'task_id: "{name}"\n'
 
 
+@pytest.mark.slow
 def test_unknown_types_and_missing_required_headers_are_logged_and_set_aside(relayctl, team, queue: Path, relay_env) -> None:
     # seed 003, error handling: a missing required header or an unknown type is logged and skipped
     good = mime.build(from_="coordinator", to=["ignitian_1"], type_="task_assignment", priority="high", body="x: 1\n")

@@ -9,6 +9,8 @@ import shutil
 import signal
 from pathlib import Path
 
+import pytest
+
 from relayd_proc import Daemon
 from test_ignite_queue import TIMEOUT, Clock, drop, inbox, make_monitor, queue, team, wait_for  # noqa: F401  (fixtures)
 
@@ -27,6 +29,7 @@ def outside_with_a_task(relayctl, short_tmp: Path, queue: Path, where: str, stat
     return outside, (outside / NAME).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_symlinked_agent_directory_is_never_followed(relayctl, team, queue: Path, relay_env, short_tmp: Path) -> None:
     outside, before = outside_with_a_task(relayctl, short_tmp, queue, "outside")
     shutil.rmtree(queue / "ignitian_2")
@@ -38,6 +41,7 @@ def test_a_symlinked_agent_directory_is_never_followed(relayctl, team, queue: Pa
     assert inbox(relay_env, "ignitian_2") == []
 
 
+@pytest.mark.slow
 def test_a_symlinked_processed_directory_is_never_followed(relayctl, team, queue: Path, relay_env, short_tmp: Path) -> None:
     # An old "delivered" file there would be retried (rewritten) and announced if followed.
     outside, before = outside_with_a_task(relayctl, short_tmp, queue, "outside", status="delivered")
@@ -69,6 +73,7 @@ def test_a_symlinked_dead_letter_directory_is_never_followed(relayctl, team, que
     assert (queue / "ignitian_1" / "processed" / NAME).exists()
 
 
+@pytest.mark.slow
 def test_one_monitor_even_after_the_queue_directory_is_made_again(relayctl, team, queue: Path, relay_env) -> None:
     daemon = Daemon(relay_env, "--ignite-queue", str(queue)).start()
     try:

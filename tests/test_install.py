@@ -102,6 +102,7 @@ def test_ci_runs_the_readme_commands_as_written() -> None:
     assert 'bash -c "$DAEMON_COMMAND"' in ci and 'eval "$TEST_COMMAND"' in ci
 
 
+@pytest.mark.slow
 def test_a_machine_without_the_test_programs_stops_at_once_naming_the_packages(tmp_path: Path) -> None:
     """The README's test command on a fresh Debian: the session stops before any test runs,
     with one line naming the packages to install, instead of failing tests halfway."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +31,7 @@ def opened(tmp_path_factory, data: bytes) -> int:
     return os.open(path, os.O_RDONLY)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(lines=lines_st, torn=torn_st, chunk=chunk_st)
 def test_regions_cover_the_complete_lines_backwards_and_never_split_one(tmp_path_factory, lines, torn, chunk) -> None:
@@ -47,6 +50,7 @@ def test_regions_cover_the_complete_lines_backwards_and_never_split_one(tmp_path
         assert offset == 0 or whole[offset - 1 : offset] == b"\n"  # starts a line
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(lines=lines_st, torn=torn_st, chunk=chunk_st)
 def test_both_directions_give_the_same_complete_lines_at_the_same_ends(tmp_path_factory, lines, torn, chunk) -> None:
@@ -110,6 +114,7 @@ def event_line(n: int) -> bytes:
     return b'{"id":"%s","ts":"2026-11-24T03:00:00.000Z","topic":"presence","agent":"a%d"}\n' % (new_ulid().encode(), n)
 
 
+@pytest.mark.slow
 def test_relayd_opens_a_large_event_log_with_a_torn_tail_at_its_end_without_reading_it_all(short_tmp, monkeypatch) -> None:
     """At start-up the event follower begins after the last complete line. A torn last line
     (a writer killed mid-append, or still writing) used to make it read the whole log."""

@@ -60,6 +60,7 @@ def started(relay_env: dict[str, str]):
         d.kill()
 
 
+@pytest.mark.slow
 def test_five_dead_letters_of_250_kb_list_through_relayd(store_dir: Path, relay_env: dict[str, str], relayctl, started) -> None:
     sent = _dead_letters(store_dir, 5)
     started()
@@ -97,6 +98,7 @@ def test_a_client_that_does_not_take_parts_is_told_how_to_ask(store_dir: Path, r
     assert raw.request("version")["ok"] is True  # the connection goes on after a long reply
 
 
+@pytest.mark.slow
 def test_status_of_1500_agents_through_relayd(store_dir: Path, relay_env: dict[str, str], relayctl, started) -> None:
     names = [f"agent-{n:04d}" for n in range(1500)]
     with Store(str(store_dir), fsync=False) as store:

@@ -91,6 +91,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
     env, proxy = proxied
@@ -126,6 +127,7 @@ async def test_one_request_per_tool_call(proxied: tuple[dict[str, str], Recordin
         assert proxy.take() == [("send", (*BOOKKEEPING, "announce"))]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_new_role_is_registered_then_its_call_runs(proxied: tuple[dict[str, str], RecordingProxy], relayctl: Any) -> None:
     env, proxy = proxied

@@ -10,11 +10,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import agent_programs
 import model_gemini
 import model_openai
 from scripted_model import ScriptedModel
 from tmux_pane import kill_group
+
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
 
 SUBJECT = "Freeze main at 17:00"
 

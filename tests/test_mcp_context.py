@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent_programs import program
 from model_anthropic import messages_responder
 from scripted_model import ScriptedModel
@@ -26,6 +28,7 @@ TOKEN_BUDGET = 600
 PREFIX = "mcp__relay__"  # how Claude Code names an MCP server's tools
 
 
+@pytest.mark.slow
 def test_the_tools_claude_code_gives_its_model_are_what_relay_counts(relayctl, relay_env: dict[str, str], short_tmp: Path) -> None:
     relayctl("init", "--preset", "overlord")
     bin_dir = os.path.dirname(sys.executable)

@@ -32,6 +32,7 @@ def _agents(relayctl: Any) -> dict[str, dict[str, Any]]:
 # -- presence from initialize (seed 002 §3.1) -------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_connected_role_is_present_before_any_tool_call(mode: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
@@ -47,6 +48,7 @@ async def test_a_connected_role_is_present_before_any_tool_call(mode: str, team:
         assert not agents["storm"]["alive"]  # nobody else was touched
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_an_idle_session_stays_present_and_is_never_archived(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     """A program idle at its prompt calls no tool for hours: relay-mcp refreshes its role's
@@ -63,6 +65,7 @@ async def test_an_idle_session_stays_present_and_is_never_archived(team: None, r
     assert not _agents(relayctl)["shadow"]["alive"]  # the session ended: nobody refreshes it
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_seed_002_role_variable_and_role_argument(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers (scout)
@@ -75,6 +78,7 @@ async def test_seed_002_role_variable_and_role_argument(team: None, relay_env: d
         assert _agents(relayctl)["scout"]["alive"]  # --role wins over the environment
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_seed_002_sender_and_role_arguments_name_the_agent_and_show_its_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     relayctl("init", "--preset", "overlord", "--allow-new-agents")  # a team that takes newcomers (alice)
@@ -104,6 +108,7 @@ def test_a_role_argument_without_a_name_is_one_line(relay_env: dict[str, str]) -
 # -- failed notifications (seed 000) -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_send_message_says_when_the_recipient_could_not_be_notified(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     relayctl("register", "inferno", "--notify", "zellij:3")  # no zellij on this machine
@@ -127,6 +132,7 @@ async def test_send_message_says_when_the_recipient_could_not_be_notified(team: 
     assert [m["body"] for m in delivered] == ["take the auth module", "standup"]  # stored all the same
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_send_message_says_how_each_recipient_is_announced_with_relayd_up(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     from relayd_proc import Daemon
@@ -173,6 +179,7 @@ async def test_instructions_are_the_mcp_prompt_for_this_role(team: None, relay_e
 # -- wording: only what the tools offer ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_errors_name_only_what_the_tools_can_do(team: None, relay_env: dict[str, str], relayctl: Any, short_tmp: Any) -> None:
     repo = str(short_tmp)
@@ -191,6 +198,7 @@ async def test_errors_name_only_what_the_tools_can_do(team: None, relay_env: dic
     assert cli.returncode == 1 and "use --force" in cli.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_mcp_config_server_only_is_what_claude_mcp_add_json_takes(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     entry = msgspec.json.decode(relayctl("mcp-config", "--role", "storm", "--server-only").stdout)

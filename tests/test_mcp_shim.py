@@ -179,6 +179,7 @@ async def check_against_schema(client: Client, tool: str, result: Any) -> None:
 # -- the seed 000 / 002 scenarios ---------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_team_scenario(mode: str, daemon: Any, relay_env: dict[str, str]) -> None:
@@ -221,6 +222,7 @@ async def test_team_scenario(mode: str, daemon: Any, relay_env: dict[str, str]) 
     assert ("store operations go through relayd" in logged) == (daemon is not None), logged
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_broadcast_reaches_the_five_others(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any) -> None:
@@ -251,6 +253,7 @@ async def test_unread_notice_ends_every_result_until_the_inbox_is_read(team: Non
         assert "notice" not in structured(after)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_check_inbox_clears_the_pending_flag(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     from relayd import ops
@@ -269,6 +272,7 @@ async def test_check_inbox_clears_the_pending_flag(team: None, relay_env: dict[s
     assert not pending()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_tool_calls_refresh_last_seen_and_register_a_new_role(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     before = {a["name"]: a["last_heartbeat"] for a in msgspec.json.decode(relayctl("--json", "status").stdout)["agents"]}
@@ -306,6 +310,7 @@ async def test_on_a_fresh_machine_the_first_start_creates_the_store_and_the_role
     assert store.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(mode: str, team: None, relay_env: dict[str, str]) -> None:
@@ -321,6 +326,7 @@ async def test_bad_arguments_are_tool_errors_and_unknown_tools_protocol_errors(m
         assert raised.value.code == -32602
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_env: dict[str, str]) -> None:
     async with mcp_client(relay_env, "overlord", "legacy") as overlord:
@@ -333,6 +339,7 @@ async def test_model_visible_tool_list_fits_the_token_budget(team: None, relay_e
     assert chars / 4 <= TOKEN_BUDGET, f"tools/list costs {chars / 4:.0f} tokens"
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_file_reservations_between_two_panes(mode: str, daemon: Any, relay_env: dict[str, str], short_tmp: Any) -> None:
@@ -363,6 +370,7 @@ async def test_file_reservations_between_two_panes(mode: str, daemon: Any, relay
 # -- push delivery -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_channel_event_reaches_a_capable_client(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
@@ -384,6 +392,7 @@ async def test_channel_event_reaches_a_capable_client(mode: str, daemon: Any, re
     assert ("through relayd" in followed) == (daemon is not None), followed
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_mail_waiting_from_before_the_session_is_announced_once(mode: str, team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
@@ -399,6 +408,7 @@ async def test_mail_waiting_from_before_the_session_is_announced_once(mode: str,
         assert len(structured(await storm.call_tool("check_inbox", {}))["messages"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: dict[str, str], channel_capable: None) -> None:
     from relayd import ops
@@ -436,6 +446,7 @@ async def test_bursts_are_coalesced_and_previews_bounded(team: None, relay_env: 
         assert event.meta["message_id"] == big["messages"][0]["id"] and len(event.content) < 400
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("setting, version", [("auto", "2025-11-25"), ("off", "2026-07-28")])
 async def test_claude_code_is_answered_so_that_it_keeps_channel_events(setting: str, version: str, team: None, relay_env: dict[str, str], relayctl: Any) -> None:
@@ -460,6 +471,7 @@ async def test_claude_code_is_answered_so_that_it_keeps_channel_events(setting: 
                 await inbox.wait(1.5)
 
 
+@pytest.mark.slow
 def test_push_starts_with_the_count_of_what_waits_and_then_each_new_message_once(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     """What waits when push starts is counted, what arrives afterwards is announced, and a
     message sent in between (before the follower thread runs) is in exactly one of them."""
@@ -482,6 +494,7 @@ def test_push_starts_with_the_count_of_what_waits_and_then_each_new_message_once
     assert "between" in events[1]["content"]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_no_channel_events_for_a_client_that_did_not_ask(team: None, relay_env: dict[str, str], relayctl: Any, channel_capable: None) -> None:
     inbox = ChannelInbox()  # listens for the notification, but the client does not declare the capability
@@ -495,6 +508,7 @@ async def test_no_channel_events_for_a_client_that_did_not_ask(team: None, relay
     assert inbox.events == []
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_mcp_config_files_start_the_servers_claude_code_would(team: None, relay_env: dict[str, str], relayctl: Any, short_tmp: Any, channel_capable: None) -> None:
     """README's setup: `relayctl mcp-config --preset overlord --out-dir DIR`, then each pane's
@@ -636,6 +650,7 @@ class RawShim:
         return code
 
 
+@pytest.mark.slow
 def test_push_follows_relayd_going_and_coming_back(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     shim = RawShim(relay_env, "storm")
     daemon: subprocess.Popen[bytes] | None = None
@@ -683,6 +698,7 @@ def test_mcp_config_refuses_bad_input_in_one_line(relayctl: Any, args: tuple[str
     assert len(lines) == 1 and lines[0].startswith("error:") and complaint in lines[0]
 
 
+@pytest.mark.slow
 def test_no_channel_events_while_another_arrival_mechanism_is_configured(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
     relayctl("register", "shadow", "--notify", "cmd:true")
     shim = RawShim(relay_env, "shadow")
@@ -702,6 +718,7 @@ def test_no_channel_events_while_another_arrival_mechanism_is_configured(team: N
         assert shim.close() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setting, declared, client, pushed",
     [
@@ -730,6 +747,7 @@ def test_who_gets_channel_events(team: None, relay_env: dict[str, str], relayctl
         assert shim.close() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
 async def test_send_with_ack_and_acknowledge_through_check_inbox(mode: str, daemon: Any, relay_env: dict[str, str], relayctl: Any) -> None:

@@ -109,6 +109,7 @@ def configured(relayctl, store_dir: Path) -> None:
     relayctl("register", "sender")
 
 
+@pytest.mark.slow
 def test_tmux_trigger_once_until_the_inbox_is_read(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
     relayctl("register", "inferno", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
     relayctl("send", "inferno", "SECRET-BODY-1", agent="sender")
@@ -128,6 +129,7 @@ def test_tmux_trigger_once_until_the_inbox_is_read(relayctl, configured, tmux: T
     assert "SECRET-BODY" not in tmux.received.read_text()
 
 
+@pytest.mark.slow
 def test_a_pane_in_copy_mode_is_not_typed_into(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
     tmux("copy-mode", "-t", tmux.pane)
@@ -144,6 +146,7 @@ def test_a_pane_in_copy_mode_is_not_typed_into(relayctl, configured, tmux: Tmux,
     assert tmux.lines_after_sentinel() == [TRIGGER]
 
 
+@pytest.mark.slow
 def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
     relayctl("register", "shadow", "--notify", f"tmux:{tmux.socket}:%999")
     sent = relayctl("send", "shadow", "hello", agent="sender")
@@ -153,6 +156,7 @@ def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux:
     assert json.loads(relayctl("--json", "read", agent="shadow").stdout)[0]["body"] == "hello"
 
 
+@pytest.mark.slow
 def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
     from relayd.arrival.notify import agents_awaiting_trigger
     from relayd_proc import Daemon
@@ -209,6 +213,7 @@ def _calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+@pytest.mark.slow
 def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_env) -> None:
     env, log = zellij_env
     env["ZELLIJ_STUB_VERSION"] = "0.44.1"
@@ -222,6 +227,7 @@ def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_en
     ]
 
 
+@pytest.mark.slow
 def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> None:
     env, log = zellij_env
     env["ZELLIJ_STUB_VERSION"] = "0.43.1"
@@ -240,6 +246,7 @@ def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> No
     assert "notifying glacier failed" in sent.stderr and "0.44.1" in sent.stderr
 
 
+@pytest.mark.slow
 def test_zellij_triggers_name_the_session_recorded_at_register(relayctl, configured, zellij_env, relay_env) -> None:
     env, log = zellij_env
     env["ZELLIJ_STUB_VERSION"] = "0.44.1"
@@ -260,6 +267,7 @@ def test_zellij_triggers_name_the_session_recorded_at_register(relayctl, configu
     ]
 
 
+@pytest.mark.slow
 def test_cmd_notification_runs_argv_without_a_shell(relayctl, configured, short_tmp: Path) -> None:
     record = short_tmp / "cmd.json"
     script = short_tmp / "notify me.py"
@@ -273,6 +281,7 @@ def test_cmd_notification_runs_argv_without_a_shell(relayctl, configured, short_
     assert not (Path.cwd() / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir: Path) -> None:
     relayctl("register", "overlord", "--notify", "channel")
     with Store(str(store_dir)) as store:
@@ -282,6 +291,7 @@ def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir:
         assert notify_new_messages(store, ["nobody"])[0]["ok"] is False  # reported, never raised
 
 
+@pytest.mark.slow
 def test_a_skipped_trigger_is_found_again_for_retry(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
     from relayd.arrival.notify import agents_awaiting_trigger
 
@@ -309,6 +319,7 @@ def _type_a_draft(pane: Tmux) -> None:
     wait_for("the draft on the pane's input line", lambda: pane.input_row() == f"> {DRAFT}")
 
 
+@pytest.mark.slow
 def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, configured, prompt_pane: Tmux, relay_env, store_dir: Path) -> None:
     from relayd_proc import Daemon
 
@@ -333,6 +344,7 @@ def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, 
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_without_relayd_the_sender_is_told_and_redeliver_retries_once_the_line_is_empty(relayctl, configured, prompt_pane: Tmux, store_dir: Path) -> None:
     relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
     _type_a_draft(prompt_pane)

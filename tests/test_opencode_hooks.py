@@ -20,6 +20,8 @@ from scripted_model import ScriptedModel
 from tmux_pane import Tmux, kill_strays
 from waiting import wait_for
 
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+
 
 def test_one_shot_mail_reaches_the_model_at_the_prompt_and_after_the_tool_and_the_rest_stays_unread(relayctl, short_tmp: Path) -> None:
     session = run_scenario(PROGRAMS["opencode"], relayctl, short_tmp)

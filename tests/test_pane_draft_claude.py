@@ -21,7 +21,7 @@ from scripted_model import ScriptedModel
 from tmux_pane import Tmux
 from waiting import wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 DRAFT = "my half-typed draft"

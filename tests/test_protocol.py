@@ -122,6 +122,7 @@ def test_error_frames_decode_on_the_client():
     assert isinstance(frame, ErrorFrame) and frame.fatal and frame.error.code == "permission_denied"
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=300), max_size=8))
 def test_arbitrary_bytes_never_raise(chunks):

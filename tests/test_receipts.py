@@ -46,6 +46,7 @@ def until(what: str, check, timeout: float = 30):
     return found
 
 
+@pytest.mark.slow
 def test_track_shows_who_was_announced_how_and_a_failure_bounces_once(team, store_dir: Path) -> None:
     first = sent_id(team("--json", "send", "bob,carol", "deploy at 14:00", agent="alice"))
     tracked = json.loads(team("--json", "track", first).stdout)
@@ -68,6 +69,7 @@ def test_track_shows_who_was_announced_how_and_a_failure_bounces_once(team, stor
     assert "announcing by cmd failed" in human and "bounced to the sender" in human and "announced by cmd" in human
 
 
+@pytest.mark.slow
 def test_track_shows_read_and_acknowledged(team) -> None:
     message_id = sent_id(team("--json", "send", "carol", "owed one", "--ack", agent="alice"))
     [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
@@ -80,6 +82,7 @@ def test_track_shows_read_and_acknowledged(team) -> None:
     assert way["ack"] == "acked" and way["acked_at"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_relayd", [False, True])
 def test_track_shows_when_each_recipient_read_it(team, relay_env: dict[str, str], with_relayd: bool) -> None:
     """The read time is when the recipient's cursor passed the message: a later read of newer
@@ -108,6 +111,7 @@ def test_track_shows_when_each_recipient_read_it(team, relay_env: dict[str, str]
             daemon.stop()
 
 
+@pytest.mark.slow
 def test_track_of_an_unknown_id_is_one_line(team) -> None:
     proc = team("track", "01ARZ3NDEKTSV4RRFFQ69G5FAV", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("error: no message 01ARZ3NDEKTSV4RRFFQ69G5FAV") and proc.stderr.count("\n") == 1
@@ -115,6 +119,7 @@ def test_track_of_an_unknown_id_is_one_line(team) -> None:
     assert proc.returncode != 0 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_relayd", [False, True])
 def test_send_wait_read_returns_when_every_recipient_read_it(team, relay_env: dict[str, str], with_relayd: bool) -> None:
     daemon = Daemon(relay_env).start() if with_relayd else None
@@ -137,6 +142,7 @@ def test_send_wait_read_returns_when_every_recipient_read_it(team, relay_env: di
             daemon.kill()
 
 
+@pytest.mark.slow
 def test_send_wait_ack_needs_ack_and_returns_on_the_ack(team, relay_env: dict[str, str]) -> None:
     refused = team("send", "carol", "hi", "--wait", "ack", agent="alice", check=False)
     assert refused.returncode == 2 and refused.stderr.strip() == "error: --wait ack needs --ack (only a message sent with --ack is acknowledged)"
@@ -152,6 +158,7 @@ def test_send_wait_ack_needs_ack_and_returns_on_the_ack(team, relay_env: dict[st
     assert waiting.returncode == 0, err
 
 
+@pytest.mark.slow
 def test_relayd_bounces_a_failed_announcement_to_the_sender(team, relay_env: dict[str, str]) -> None:
     daemon = Daemon(relay_env).start()
     try:
@@ -164,6 +171,7 @@ def test_relayd_bounces_a_failed_announcement_to_the_sender(team, relay_env: dic
         daemon.kill()
 
 
+@pytest.mark.slow
 def test_a_hook_handing_mail_to_the_model_is_its_announcement(team, relay_env: dict[str, str]) -> None:
     team("register", "dave", "--notify", "hook")
     message_id = sent_id(team("--json", "send", "dave", "review bd-7", agent="alice"))
@@ -182,6 +190,7 @@ def agent_status(team, name: str) -> dict:
     return next(a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"] if a["name"] == name)
 
 
+@pytest.mark.slow
 def test_status_says_when_announcements_keep_failing_and_when_they_work_again_relayd_up(team, relay_env: dict[str, str]) -> None:
     """relayd retries a failing trigger; `status` (text and --json) says it fails, since
     when, how many times and why, until a fixed target makes an announcement work."""
@@ -205,6 +214,7 @@ def test_status_says_when_announcements_keep_failing_and_when_they_work_again_re
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_status_says_when_announcements_keep_failing_relayd_down(team) -> None:
     """In direct mode each send notifies; status reads the same record from the store."""
     assert agent_status(team, "bob")["announced"] is None
@@ -222,6 +232,7 @@ def test_status_says_when_announcements_keep_failing_relayd_down(team) -> None:
     assert "FAILING" not in team("status", "--agents").stdout and "MAIL ARRIVAL (0 failing)" in team("status").stdout
 
 
+@pytest.mark.slow
 def test_failures_older_than_the_window_read_are_marked_as_going_back_further(team, store_dir: Path) -> None:
     """status reads a day of the delivery log: a run of failures that began before it says
     so instead of claiming it began at the oldest failure read."""
@@ -255,6 +266,7 @@ def _registered_days_ago(store_dir: Path, name: str, days: float) -> None:
     meta_path.write_text(json.dumps(meta) + "\n")
 
 
+@pytest.mark.slow
 def test_status_says_never_told_only_of_an_agent_younger_than_the_day_it_reads(team, store_dir: Path) -> None:
     """An agent registered within the day of delivery log that status reads, and not told
     there, was never told; an older one may have been told before that day."""
@@ -266,6 +278,7 @@ def test_status_says_never_told_only_of_an_agent_younger_than_the_day_it_reads(t
     assert agents["bob"]["never_told"] is True and agents["carol"]["never_told"] is False
 
 
+@pytest.mark.slow
 def test_the_arrival_method_is_what_the_agent_has(relayctl) -> None:
     """Without --notify, relay-mcp's channel is how a Claude Code agent (or one of no named
     program, as relay-mcp registers them) is told; a Codex or Gemini CLI agent has no
@@ -286,6 +299,7 @@ def test_the_arrival_method_is_what_the_agent_has(relayctl) -> None:
     assert ways == {"coder": "none", "lead": "channel"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relayd_up", [False, True], ids=["direct", "relayd"])
 def test_a_sender_or_holder_that_is_not_registered_is_warned_and_still_served(team, relay_env: dict[str, str], relayd_up: bool) -> None:
     """A typo in your own --agent is accepted (scripts may speak for unregistered names), but

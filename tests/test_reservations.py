@@ -30,6 +30,7 @@ def team(relayctl) -> None:
     relayctl("init", "--preset", "overlord")
 
 
+@pytest.mark.slow
 def test_reserve_conflict_lists_holder_pattern_and_expiry(relayctl, team, repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", repo, "--reason", "bd-42", agent="inferno")
     refused = relayctl("reserve", "src/auth/login.go", "--repo", repo, agent="glacier", check=False)
@@ -42,6 +43,7 @@ def test_reserve_conflict_lists_holder_pattern_and_expiry(relayctl, team, repo) 
     assert [(r["agent"], r["pattern"]) for r in listed] == [("inferno", "src/auth/**")]
 
 
+@pytest.mark.slow
 def test_no_conflict_between_disjoint_patterns_or_repos(relayctl, team, repo, short_tmp) -> None:
     relayctl("reserve", "src/a/*", "--repo", repo, agent="inferno")
     relayctl("reserve", "src/b/*", "--repo", repo, agent="glacier")
@@ -52,6 +54,7 @@ def test_no_conflict_between_disjoint_patterns_or_repos(relayctl, team, repo, sh
     assert sorted(r["pattern"] for r in listed) == ["src/a/*", "src/b/*"]
 
 
+@pytest.mark.slow
 def test_absolute_paths_inside_the_repo_meet_relative_reservations(relayctl, team, repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
     refused = relayctl("reserve", f"{repo}/src/auth/login.go", "--repo", repo, agent="glacier", check=False)
@@ -65,6 +68,7 @@ def test_absolute_paths_inside_the_repo_meet_relative_reservations(relayctl, tea
     assert [(r["agent"], r["pattern"]) for r in listed] == [("inferno", "src/auth/**")]
 
 
+@pytest.mark.slow
 def test_repo_defaults_to_the_current_directory(relayctl, relay_env, team, repo) -> None:
     link = Path(repo).parent / "via-link"
     link.symlink_to(repo)
@@ -75,6 +79,7 @@ def test_repo_defaults_to_the_current_directory(relayctl, relay_env, team, repo)
     assert json.loads(proc.stdout)["reservation"]["repo"] == os.path.realpath(repo)
 
 
+@pytest.mark.slow
 def test_shared_and_exclusive(relayctl, team, repo) -> None:
     relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="inferno")
     relayctl("reserve", "*.go", "--shared", "--repo", repo, agent="glacier")  # shared + shared: fine
@@ -84,6 +89,7 @@ def test_shared_and_exclusive(relayctl, team, repo) -> None:
     assert sorted((r["agent"], r["exclusive"]) for r in listed) == [("glacier", False), ("inferno", False)]
 
 
+@pytest.mark.slow
 def test_check_reports_without_reserving(relayctl, team, repo) -> None:
     relayctl("reserve", "src/*.py", "--repo", repo, agent="inferno")
     checked = relayctl("--json", "reserve", "src/a*", "--check", "--repo", repo, agent="glacier", check=False)
@@ -95,6 +101,7 @@ def test_check_reports_without_reserving(relayctl, team, repo) -> None:
     assert len(json.loads(relayctl("--json", "reservations").stdout)) == 1
 
 
+@pytest.mark.slow
 def test_a_pattern_without_a_slash_takes_every_depth_for_reserve_check_and_release(relayctl, team, repo) -> None:
     # seed 004 US-012 and .gitignore: `*.go` is every Go file, `/*.go` the top directory's
     held = relayctl("--json", "reserve", "*.go", "--repo", repo, agent="inferno")
@@ -112,6 +119,7 @@ def test_a_pattern_without_a_slash_takes_every_depth_for_reserve_check_and_relea
     assert [r["pattern"] for r in listed] == ["/*.go"]
 
 
+@pytest.mark.slow
 def test_a_reservation_stored_before_the_any_depth_reading_is_read_with_it_and_released(relayctl, team, repo, store_dir) -> None:
     """A file written by the earlier version: `*.go` in normal form, then meant the top
     directory only. It is read as written: every Go file; `release *.go` finds it."""
@@ -127,6 +135,7 @@ def test_a_reservation_stored_before_the_any_depth_reading_is_read_with_it_and_r
     assert relayctl("reserve", "src/main.go", "--repo", repo, agent="glacier").returncode == 0
 
 
+@pytest.mark.slow
 def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
     relayctl("reserve", "README.md", "--ttl", "1s", "--repo", repo, agent="inferno")
     time.sleep(1.1)
@@ -135,6 +144,7 @@ def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
     assert [r["agent"] for r in listed] == ["glacier"]
 
 
+@pytest.mark.slow
 def test_only_the_owner_releases(relayctl, team, repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
     refused = relayctl("release", "src/auth/**", "--repo", repo, agent="glacier", check=False)
@@ -146,6 +156,7 @@ def test_only_the_owner_releases(relayctl, team, repo) -> None:
     assert json.loads(relayctl("--json", "reservations").stdout) == []
 
 
+@pytest.mark.slow
 def test_force_overrides_and_release_all(relayctl, team, repo) -> None:
     relayctl("reserve", "src/**", "--repo", repo, agent="inferno")
     forced = relayctl("reserve", "src/x.go", "--force", "--repo", repo, agent="glacier")
@@ -156,6 +167,7 @@ def test_force_overrides_and_release_all(relayctl, team, repo) -> None:
     assert [r["agent"] for r in json.loads(relayctl("--json", "reservations").stdout)] == ["inferno"]
 
 
+@pytest.mark.slow
 def test_renewing_your_own_reservation(relayctl, team, repo) -> None:
     first = json.loads(relayctl("--json", "reserve", "src/**", "--ttl", "10m", "--repo", repo, agent="inferno").stdout)
     again = json.loads(relayctl("--json", "reserve", "src/**", "--ttl", "2h", "--repo", repo, agent="inferno").stdout)
@@ -163,6 +175,7 @@ def test_renewing_your_own_reservation(relayctl, team, repo) -> None:
     assert again["reservation"]["expires_at"] > first["reservation"]["expires_at"]
 
 
+@pytest.mark.slow
 def test_file_format_and_key(relayctl, team, repo, store_dir) -> None:
     relayctl("reserve", "./src/auth/", "--repo", repo, "--reason", "bd-42", agent="inferno")
     files = [p for p in (store_dir / "reservations").iterdir() if p.suffix == ".json"]
@@ -173,12 +186,14 @@ def test_file_format_and_key(relayctl, team, repo, store_dir) -> None:
     assert oct(files[0].stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["src/[ab", "../outside/**", ""])
 def test_bad_patterns_get_one_error_line(relayctl, team, repo, bad) -> None:
     proc = relayctl("reserve", bad, "--repo", repo, agent="inferno", check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_status_shows_reservations(relayctl, team, repo) -> None:
     relayctl("reserve", "src/auth/**", "--repo", repo, agent="inferno")
     relayctl("reserve", "tests/**", "--shared", "--repo", repo, agent="inferno")
@@ -190,6 +205,7 @@ def test_status_shows_reservations(relayctl, team, repo) -> None:
 # -- races between processes ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_cli_processes_racing_for_one_pattern(relayctl, relay_env, team, repo) -> None:
     for round_ in range(5):
         pattern = f"race{round_}/**"
@@ -218,6 +234,7 @@ def _racer(store_dir: str, agent: str, pattern: str, repo: str, start, results) 
         results.put((agent, False))
 
 
+@pytest.mark.slow
 def test_overlapping_patterns_raced_by_many_processes(store_dir, repo) -> None:
     """Different but overlapping patterns, reserved at the same instant: one winner a round."""
     Store(str(store_dir)).root_dir()
@@ -279,6 +296,7 @@ def test_a_settled_reservations_directory_is_read_once_and_every_change_is_seen(
         assert len(reads) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern, ttl", [("**", "1h"), ("*", "1h"), ("**/*", "30m"), ("src/**", "366d"), ("src/**", "25h")])
 def test_a_reservation_of_everything_or_longer_than_a_day_needs_force(relayctl, team, repo, pattern: str, ttl: str) -> None:
     refused = relayctl("reserve", pattern, "--ttl", ttl, "--repo", repo, agent="inferno", check=False)
@@ -292,6 +310,7 @@ def test_a_reservation_of_everything_or_longer_than_a_day_needs_force(relayctl, 
         assert f"holds every file in {os.path.realpath(repo)} until 20" in forced.stderr
 
 
+@pytest.mark.slow
 def test_a_day_and_a_narrow_pattern_need_no_force(relayctl, team, repo) -> None:
     relayctl("reserve", "src/*.py", "--ttl", "1d", "--repo", repo, agent="inferno")
     relayctl("reserve", "docs/**", "--repo", repo, agent="inferno")

@@ -6,6 +6,8 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from relayd import ops
 from relayd.inbox.append import deliver
 from relayd.inbox.read import read_all
@@ -50,6 +52,7 @@ def _bodies(store_dir: Path) -> list[str]:
         return [m.body for m in read_all(store, "bob").messages]
 
 
+@pytest.mark.slow
 def test_keep_drops_old_read_mail_from_the_rotated_file_and_never_unread(relayctl, store_dir: Path) -> None:
     _rotated_inbox(store_dir, read_first=6)
     before = _bodies(store_dir)
@@ -68,6 +71,7 @@ def test_keep_drops_old_read_mail_from_the_rotated_file_and_never_unread(relayct
     assert json.loads(relayctl("--json", "gc", "--keep", "30d").stdout)["trimmed"] == []
 
 
+@pytest.mark.slow
 def test_newer_read_mail_stays_and_a_fully_dropped_file_goes(relayctl, store_dir: Path) -> None:
     _rotated_inbox(store_dir, read_first=10, ages=[40] * 5 + [20] * 5)
     relayctl("gc", "--keep", "30d")
@@ -81,6 +85,7 @@ def test_newer_read_mail_stays_and_a_fully_dropped_file_goes(relayctl, store_dir
     assert [m["body"] for m in json.loads(relayctl("--json", "read", "--unread", agent="bob").stdout)] == ["later"]
 
 
+@pytest.mark.slow
 def test_config_json_sets_the_limit_and_no_limit_drops_nothing(relayctl, store_dir: Path) -> None:
     _rotated_inbox(store_dir, read_first=3)
     assert json.loads(relayctl("--json", "gc").stdout)["trimmed"] == []
@@ -96,6 +101,7 @@ def test_a_bad_limit_is_one_line_and_removes_nothing(relayctl, store_dir: Path) 
     assert len(_bodies(store_dir)) == 12
 
 
+@pytest.mark.slow
 def test_an_owed_message_stays_until_it_is_acknowledged(relayctl, store_dir: Path) -> None:
     owed_id = _rotated_inbox(store_dir, read_first=6, owed=2)
     assert json.loads(relayctl("--json", "gc", "--keep", "30d").stdout)["trimmed"][0]["dropped"] == 5

@@ -31,7 +31,7 @@ from scripted_model import Recorded, ScriptedModel
 from tmux_pane import Tmux, kill_strays
 from waiting import wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 AGENT = "inferno"
 SENDER = "strategist"

@@ -65,6 +65,7 @@ queries = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(q=queries)
 def test_search_finds_exactly_what_checking_every_message_finds(store: Store, q: SearchQuery) -> None:
@@ -79,6 +80,7 @@ def test_search_stops_reading_at_since(store: Store) -> None:
     assert none_newer.messages == [] and none_newer.scanned_bytes < everything.scanned_bytes
 
 
+@pytest.mark.slow
 def test_relayctl_search(relayctl) -> None:
     relayctl("init")
     for name in ("athena", "agent-bd-42"):

@@ -28,6 +28,7 @@ def pair(relayctl: Any) -> Any:
 # -- message types (seed 003) ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_send_takes_the_19_types_quietly_and_warns_on_others(pair: Any) -> None:
     assert len(MESSAGE_TYPES) == 19
     help_text = " ".join(pair("send", "--help").stdout.split())
@@ -62,6 +63,7 @@ def test_prompt_says_what_an_agent_must_do_in_under_300_tokens(relayctl: Any, ki
         assert "未読" in text
 
 
+@pytest.mark.slow
 def test_prompt_json_and_bad_choices(relayctl: Any) -> None:
     shown = json.loads(relayctl("--json", "prompt").stdout)
     assert shown["for"] == "cli" and shown["lang"] == "en" and "$RELAY_AGENT" in shown["text"]
@@ -72,6 +74,7 @@ def test_prompt_json_and_bad_choices(relayctl: Any) -> None:
 # -- --agent has no hostname default (seed 004 §4, refused on purpose) ---------------------
 
 
+@pytest.mark.slow
 def test_no_identity_is_refused_naming_every_way_to_give_one(pair: Any) -> None:
     proc = pair("send", "bob", "who am I?", check=False)
     assert proc.returncode == 2
@@ -82,6 +85,7 @@ def test_no_identity_is_refused_naming_every_way_to_give_one(pair: Any) -> None:
     assert "no hostname default" in " ".join(cli_md.split())
 
 
+@pytest.mark.slow
 def test_ovld_role_names_the_agent(pair: Any, relay_env: dict[str, str]) -> None:
     relay_env["OVLD_ROLE"] = "alice"
     pair("send", "bob", "from the role variable")
@@ -91,6 +95,7 @@ def test_ovld_role_names_the_agent(pair: Any, relay_env: dict[str, str]) -> None
 # -- docs that must match what the commands do ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_unread_count_leaves_out_a_corrupt_line(pair: Any, store_dir: Path) -> None:
     for n in range(2):
         pair("send", "bob", f"before {n}", agent="alice")
@@ -106,6 +111,7 @@ def test_unread_count_leaves_out_a_corrupt_line(pair: Any, store_dir: Path) -> N
     assert pair("read", "--unread", agent="bob").stdout.strip() == "no unread messages"
 
 
+@pytest.mark.slow
 def test_coordination_md_names_the_state_an_archived_agent_shows(pair: Any) -> None:
     pair("gc", "--stale", "0s")
     line = next(line for line in pair("status", "--agents").stdout.splitlines() if line.strip().startswith("alice"))
@@ -126,6 +132,7 @@ def test_mcp_md_inspector_example_passes_the_store_and_names_the_old_revisions()
 # -- seed 004 §5.1: the runner script, as docs/cli.md shows it ---------------------------------
 
 
+@pytest.mark.slow
 def test_the_runner_snippet_in_cli_md_runs_as_written(relayctl: Any, relay_env: dict[str, str], short_tmp: Path) -> None:
     import os
     import shlex
@@ -174,6 +181,7 @@ def test_the_runner_snippet_in_cli_md_runs_as_written(relayctl: Any, relay_env: 
 # -- seed 000: unknown roles are refused in a preset's team ----------------------------------
 
 
+@pytest.mark.slow
 def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
     from relayd.client.full import Client
     from relayd.errors import UnknownAgent
@@ -195,6 +203,7 @@ def test_a_preset_team_is_fixed_for_agent_programs_and_open_to_register(relayctl
     assert {"reviewer", "newcomer"} <= names and "infern" not in names
 
 
+@pytest.mark.slow
 def test_reset_takes_the_fixed_team_definition_with_its_agents(relayctl: Any, relay_env: dict[str, str], store_dir: Path) -> None:
     from relayd.client.full import Client
     from relayd.errors import UnknownAgent

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 import msgspec
 
 from relayd.inbox.read import read_all
@@ -78,6 +80,7 @@ def test_a_failed_append_fails_only_the_requests_with_mail_for_that_inbox(short_
         assert sent == {outcomes[0].messages[0].id, outcomes[2].messages[0].id}  # no event for the refused one
 
 
+@pytest.mark.slow
 def test_pipelined_requests_from_many_connections_get_their_own_answers_in_order(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     daemon = Daemon(relay_env).start()

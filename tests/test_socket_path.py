@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cli_processes import RelayCtl
 from relayd import layout
 from relayd_proc import Daemon
@@ -23,6 +25,7 @@ def _deep_store_env(short_tmp: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_every_command_works_directly_when_no_daemon_could_listen_at_the_socket_path(short_tmp: Path) -> None:
     relayctl = RelayCtl(_deep_store_env(short_tmp))
     assert relayctl("init").stdout.startswith("store ready at ")
@@ -39,6 +42,7 @@ def test_every_command_works_directly_when_no_daemon_could_listen_at_the_socket_
     assert out.returncode == 0 and out.stdout.split()[1] == "direct", out.stderr
 
 
+@pytest.mark.slow
 def test_relayd_refuses_such_a_path_in_one_line_naming_the_way_out(short_tmp: Path) -> None:
     env = _deep_store_env(short_tmp)
     RelayCtl(env)("init")
@@ -61,6 +65,7 @@ def _relayd_refusal(env: dict[str, str]) -> str:
     return proc.stderr
 
 
+@pytest.mark.slow
 def test_a_socket_in_a_sticky_directory_anyone_may_write_is_served_when_the_name_is_ours(short_tmp: Path, relay_env: dict[str, str]) -> None:
     RelayCtl(relay_env)("init")
     # the seed's own spelling: /tmp itself (sticky, root's, writable by all)

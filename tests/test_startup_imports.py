@@ -51,6 +51,7 @@ def test_the_installed_relayctl_is_the_projects_own_script() -> None:
     assert SCRIPT.read_text().split("\n", 1)[1] == (ROOT / "scripts" / "relayctl").read_text().split("\n", 1)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, expect",
     [
@@ -70,6 +71,7 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     assert sorted(names & set(HEAVY)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program, event", [("claude", "UserPromptSubmit"), ("gemini", "AfterAgent"), ("copilot", None)])
 def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or_store(daemon, relayctl, relay_env: dict[str, str], program: str, event: str | None) -> None:
     """A program runs `relayctl hook` at every event of every session, and the mail it
@@ -120,6 +122,7 @@ JSON_VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @given(JSON_VALUES)
 def test_the_fast_paths_json_reads_and_writes_what_json_does(value) -> None:
     line = jsonline.dumps(value)

@@ -94,6 +94,7 @@ def _ignite_watch(relayctl: RelayCtl, proc_env: dict[str, str], request: pytest.
     return child
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("start", [_subscribe, _read_tail, _ignite_watch], ids=["subscribe", "read-tail", "ignite-watch"])
 def test_a_follower_started_by_a_script_stops_on_a_signal(start, sig, relayctl, relay_env, request, short_tmp) -> None:

@@ -15,7 +15,7 @@ import pytest
 from relayd import layout
 from waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 

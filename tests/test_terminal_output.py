@@ -81,6 +81,7 @@ def hostile(relayctl, relay_env) -> None:
     relayctl("cmd", f"agent:main{TITLE}", "/verify", f"arg{OSC52}", agent="alice")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -104,6 +105,7 @@ def test_message_fields_never_reach_a_terminal_raw(hostile, relay_env, args) -> 
         assert b"subj\\x1b]0;pwned\\x07\\nbob \xe2\x86\x92 alice  forged" in out
 
 
+@pytest.mark.slow
 def test_read_tail_and_subscribe_show_new_messages_inert(hostile, relay_env, relayctl) -> None:
     def send_another() -> None:
         relayctl("send", "bob", f"second {OSC52}", "--subject", f"again{CSI}", agent="alice")
@@ -123,6 +125,7 @@ def test_read_tail_and_subscribe_show_new_messages_inert(hostile, relay_env, rel
     assert f"again{CSI}" in [e.get("subject") for e in events]  # the JSON is exact: its decoder gets the very string
 
 
+@pytest.mark.slow
 def test_dead_letters_show_inert(hostile, relay_env, relayctl) -> None:
     relayctl("send", "carol", f"do it{OSC52}", "--subject", f"dl{TITLE}", "--ack", "--ack-wait", "1ms", "--max-deliver", "1", agent="alice")
     deadline = time.monotonic() + 10
@@ -137,6 +140,7 @@ def test_dead_letters_show_inert(hostile, relay_env, relayctl) -> None:
         assert b"dl\\x1b]0;pwned\\x07" in out
 
 
+@pytest.mark.slow
 def test_pipes_get_the_same_escapes_and_json_stays_exact(hostile, relay_env, relayctl) -> None:
     for args in (("read",), ("read", "--thread", f"th{OSC52}"), ("search", "clip")):
         out = relayctl(*args, agent="bob").stdout.encode()

@@ -6,11 +6,14 @@ import re
 import time
 from datetime import datetime, timezone
 
+import pytest
+
 from relayd import timefmt
 
 STORED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
+@pytest.mark.slow
 def test_now_iso_is_the_stored_form_of_the_current_time_across_second_boundaries() -> None:
     seen_seconds = set()
     deadline = time.monotonic() + 5

@@ -60,6 +60,7 @@ class GatewaySocket:
         self.server.close()
 
 
+@pytest.mark.slow
 def test_wake_falls_back_to_the_file_trigger(relayctl, store_dir: Path) -> None:
     relayctl("init")
     proc = relayctl("wake", "Agent bd-42 completed. Check results.", agent="athena")
@@ -79,6 +80,7 @@ def test_wake_by_gateway_command(relayctl, store_dir: Path, short_tmp: Path) -> 
     assert not (store_dir / "wake" / "trigger").exists()
 
 
+@pytest.mark.slow
 def test_failed_gateway_falls_through_to_the_socket(relayctl, store_dir: Path, short_tmp: Path) -> None:
     relayctl("init")
     argv, _ = _gateway(short_tmp, exit_code=3)
@@ -93,6 +95,7 @@ def test_failed_gateway_falls_through_to_the_socket(relayctl, store_dir: Path, s
     assert gateway.received[0]["from"] == "athena"
 
 
+@pytest.mark.slow
 def test_a_forced_method_that_fails_exits_1(relayctl, store_dir: Path, short_tmp: Path) -> None:
     relayctl("init")
     _config(store_dir, gateway_socket=str(short_tmp / "nobody.sock"))
@@ -101,6 +104,7 @@ def test_a_forced_method_that_fails_exits_1(relayctl, store_dir: Path, short_tmp
     assert not (store_dir / "wake" / "trigger").exists()
 
 
+@pytest.mark.slow
 def test_send_and_cmd_wake(relayctl, store_dir: Path) -> None:
     relayctl("init", "--preset", "overlord")
     sent = relayctl("send", "overlord", "Bead bd-42 complete", "--wake", agent="inferno")
@@ -110,6 +114,7 @@ def test_send_and_cmd_wake(relayctl, store_dir: Path) -> None:
     assert "woke via file" in posted.stdout and "/verify" in (store_dir / "wake" / "last-message").read_text()
 
 
+@pytest.mark.slow
 def test_forward_hands_the_file_wake_to_the_gateway(relayctl, store_dir: Path, short_tmp: Path) -> None:
     relayctl("init")
     relayctl("wake", "--method", "file", "from the trigger")
@@ -134,6 +139,7 @@ def test_systemd_units_verify(short_tmp: Path) -> None:
 # -- gc -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gc_expired_reservations_stale_agents_old_commands(relayctl, store_dir: Path, short_tmp: Path) -> None:
     relayctl("init", "--preset", "overlord")
     repo = str(short_tmp)

@@ -26,6 +26,7 @@ def _quiet(w: watch.Watch) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_watch_switches_between_relayd_and_inotify_and_never_misses_a_change(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     store = relay_env["RELAY_DIR"]
@@ -62,6 +63,7 @@ def test_watch_switches_between_relayd_and_inotify_and_never_misses_a_change(rel
             daemon.kill()
 
 
+@pytest.mark.slow
 def test_watch_waits_for_a_directory_that_appears_later(short_tmp):
     queue = short_tmp / "queue"
     w = watch.directory(str(queue))
@@ -74,6 +76,7 @@ def test_watch_waits_for_a_directory_that_appears_later(short_tmp):
         assert wakeups.wait(2)
 
 
+@pytest.mark.slow
 def test_watch_on_the_event_log_wakes_for_any_change(relay_env, relayctl):
     relayctl("init")
     store = relay_env["RELAY_DIR"]
@@ -84,6 +87,7 @@ def test_watch_on_the_event_log_wakes_for_any_change(relay_env, relayctl):
         assert wakeups.wait(5)
 
 
+@pytest.mark.slow
 def test_inbox_tail_reads_across_a_rotation_in_order(relay_env, relayctl):
     relayctl("init", "--preset", "overlord")
     store = Store(relay_env["RELAY_DIR"])
@@ -133,6 +137,7 @@ class _Lines:
         return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
 def test_read_tail_prints_what_read_prints_then_each_new_message_once_in_order(relay_env, relayctl, with_daemon):
     relayctl("init", "--preset", "overlord")

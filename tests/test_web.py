@@ -18,6 +18,8 @@ from playwright import sync_api as playwright_api  # the test extra installs it
 from relayd_proc import Daemon
 from web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView
 
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 

@@ -23,6 +23,8 @@ from test_web import browser, open_view, page, team, web  # noqa: F401  (fixture
 from waiting import wait_for
 from web_view import WebView
 
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+
 
 class Neighbour(http.server.ThreadingHTTPServer):
     """Another user's server on another port of 127.0.0.1: records every request's headers."""

@@ -23,6 +23,8 @@ import pytest
 from checker import History, check, events_agree
 from relayd_proc import Daemon, RawClient
 
+pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+
 WRITER = os.path.join(os.path.dirname(__file__), "writer.py")
 WRITERS = ["w1", "w2", "w3", "w4"]
 
