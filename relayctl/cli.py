@@ -16,6 +16,7 @@ import click
 from relayd import layout
 
 from relayd import DISTRIBUTION
+from relayd.errors import Internal, RelayError
 
 from .context import Settings, fail
 
@@ -176,8 +177,6 @@ def _json_before_settings(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from relayd.errors import Internal, RelayError
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         # Not standalone: click returns a command's ctx.exit(status) instead of exiting

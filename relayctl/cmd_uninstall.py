@@ -6,6 +6,8 @@ from typing import Callable
 
 import click
 
+from relayd.errors import NotFound, UsageError
+
 from .context import settings
 
 
@@ -14,7 +16,6 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     entries in each agent program's project settings (each file back to its bytes from
     before relay, when nothing else changed in it). What was done, by item."""
     from relayd import guard
-    from relayd.errors import NotFound, UsageError
 
     from . import hook_settings
 

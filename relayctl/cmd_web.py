@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from relayd.errors import missing_extra
+from relayd.records import check_agent_name
 
 from .context import settings
 
@@ -30,8 +31,6 @@ def web(port: int, open_browser: bool, human: str) -> None:
       relayctl web --port 8765 --open
       relayctl web --as lead
     """
-    from relayd.records import check_agent_name
-
     check_agent_name(human, "--as")
     try:
         import starlette  # noqa: F401

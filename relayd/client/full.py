@@ -12,9 +12,10 @@ from typing import Any, Iterator
 
 import msgspec
 
-from ..errors import Unavailable
+from ..errors import Unavailable, UsageError
 from ..store import Store
 from .connection import Caller, Lost, wire_error
+from .. import ops
 
 
 class Client(Caller):
@@ -40,17 +41,12 @@ class Client(Caller):
         return self._store
 
     def _mutates(self, op: str) -> bool:
-        from .. import ops
-        from ..errors import UsageError
-
         try:
             return ops.lookup(op).mutates  # (loads every domain module only for an op not yet loaded)
         except UsageError:
             return True
 
     def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
-        from .. import ops
-
         self.mode = "direct"
         unread = None
         if session.get("touch") or session.get("unread"):
