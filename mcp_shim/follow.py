@@ -115,6 +115,8 @@ class Follower(threading.Thread):
                 while not self._stopping.is_set():
                     self._step(wakeups)
         except Exception:  # the session must go on without push delivery rather than die
+            # deferred imports: relay-mcp's start loads this module: the store (direct tail) or the
+            # client (relayd up) loads only on the path taken
             import traceback
 
             logs.info(f"inbox follower stopped:\n{traceback.format_exc()}")

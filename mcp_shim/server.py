@@ -34,6 +34,8 @@ CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attribute
 def instructions(role: str) -> str:
     """What the model is told at the start: `relayctl prompt --for mcp` for this role, and
     what a channel event is."""
+    # deferred imports: relay-mcp answers `initialize` quickly: the client, the store, presence and
+    # the follower load when first used
     from relayd.team.prompt import agent_prompt
 
     return f"{agent_prompt('mcp', 'en', role)}\n{CHANNEL_NOTE}"

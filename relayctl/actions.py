@@ -48,6 +48,9 @@ def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **opti
         wait = parse_duration(timeout).total_seconds()
     sent = _send(s, args, **options)
     if wait is not None and sent:
+        # deferred imports: relayctl's fast path loads this module (stdlib only, no msgspec or
+        # click): what only a rarer option uses (--wait, files, --ack, follow, MIME, panes) loads
+        # when it is used
         from .cmd_track import wait_for as wait_until
 
         wait_until(s, sent, wait_for, wait)

@@ -83,6 +83,7 @@ class LazyGroup(click.Group):
 
 def did_you_mean(name: str, choices) -> str:
     """' Did you mean 'send'?' for a typo close to one or more of `choices`, else ''."""
+    # deferred imports: difflib only for a mistyped command
     from difflib import get_close_matches
 
     close = get_close_matches(name, list(choices), n=3)

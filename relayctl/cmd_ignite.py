@@ -53,6 +53,8 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
       relayctl ignite watch workspace/queue --timeout 10m
       relayctl --json ignite watch workspace/queue --once
     """
+    # deferred imports: `relayctl --help` loads every command module; the queue monitor loads only
+    # when `ignite watch` runs
     from relayd.ignite.queue import monitor_for
 
     s = settings()

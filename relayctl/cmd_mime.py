@@ -194,6 +194,8 @@ def remove_header(file: str, header: str) -> None:
 
 def send_files(files: tuple[str, ...]) -> None:
     """Send each file's message through relay (used by `mime send` and `send --mime`)."""
+    # deferred imports: `relayctl --help` loads every command module; the MIME converter loads only
+    # for the commands that convert
     from relayd.ignite import convert
 
     s = settings()

@@ -58,6 +58,8 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
       relayctl up ~/teams/oathkeeper.toml
       relayctl down
     """
+    # deferred imports: `relayctl --help` loads every command module; the team machinery (teamfile,
+    # multiplexers, clean) loads only when up or down runs
     from .team import teamfile
 
     s = settings()

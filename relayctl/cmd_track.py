@@ -69,6 +69,8 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
     """Exit 0 once every recipient of the message reached `step`, 1 at the timeout with
     what is missing. Woken by changes to the recipients' files (their read cursors; acked/),
     which relayd and direct-mode readers alike write: no polling."""
+    # deferred imports: `relayctl send --wait` loads this module on its fast path; the watcher only
+    # when it must wait
     from relayd.client import watch
 
     deadline = time.monotonic() + timeout

@@ -15,6 +15,8 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     """Remove relay's pre-commit guard (putting back the hook it chained) and relay's
     entries in each agent program's project settings (each file back to its bytes from
     before relay, when nothing else changed in it). What was done, by item."""
+    # deferred imports: `relayctl --help` loads every command module; the guard, hook settings and
+    # trust records load only when clean runs
     from relayd import guard
 
     from . import hook_settings

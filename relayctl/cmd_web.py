@@ -33,6 +33,8 @@ def web(port: int, open_browser: bool, human: str) -> None:
     """
     check_agent_name(human, "--as")
     try:
+        # deferred imports: the web view's ASGI stack (starlette, uvicorn) loads only for `relayctl
+        # web`, and a missing one is reported as the optional extra
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:

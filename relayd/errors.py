@@ -225,6 +225,8 @@ def went_away(op: str) -> Unavailable:
 def missing_extra(what: str, extra: str, provides: str) -> UsageError:
     """`what` needs the optional extra `extra` (which brings `provides`): the command that
     installs it into the very Python running relay, whichever pip is first on PATH."""
+    # deferred imports: every relayctl start loads this module; shlex only for the one error that
+    # needs it
     import shlex
 
     return UsageError(f"{what} needs the {extra} extra ({provides}): {shlex.quote(sys.executable)} -m pip install '{DISTRIBUTION}[{extra}]'")

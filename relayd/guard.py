@@ -268,6 +268,8 @@ def _check_hooks_dir(top: str, hooks: str) -> None:
 def _chain_runner(chained: str) -> str:
     """How the hook script runs the chained hook: a shell script sourced under the hook's own
     $0 (CHAIN_SOURCED), anything else run as a program."""
+    # deferred imports: the commit guard runs at every git commit; shlex and shutil only to install
+    # the hook
     import shlex
     import shutil
 

@@ -26,6 +26,8 @@ def _env_fsync_enabled() -> bool:
 
 
 def _random() -> float:
+    # deferred imports: random (which loads hashlib) only when it is drawn from; every direct
+    # command loads this module
     import random
 
     return random.random()

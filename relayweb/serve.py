@@ -120,6 +120,8 @@ class Opener:
         self._timer.start()
 
     def _open(self) -> None:
+        # deferred imports: webbrowser (which loads shlex and subprocess) only in the thread that
+        # opens the page
         import webbrowser
 
         try:

@@ -57,6 +57,8 @@ def require_multiplexer(team: Team) -> None:
     otherwise create the store, register the agents and leave a relayd running for a team
     it cannot start."""
     if team.multiplexer == "zellij":
+        # deferred imports: only one multiplexer's module (zellij or tmux) loads, and the store and
+        # client only for bring-up
         from .zellij import NOT_INSTALLED
     else:
         from .tmux import NOT_INSTALLED

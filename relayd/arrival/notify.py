@@ -96,6 +96,8 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     told = [o for o in outcomes if o["method"] in TRIGGERED and not o.get("retry")]  # (a held trigger is recorded when it goes out)
     if told:
+        # deferred imports: a direct send loads this module; receipts, the unread check, subprocess
+        # and shlex only when a trigger is due
         from ..delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
 
         announced(store, told)

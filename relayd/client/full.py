@@ -50,6 +50,8 @@ class Client(Caller):
         self.mode = "direct"
         unread = None
         if session.get("touch") or session.get("unread"):
+            # deferred imports: session bookkeeping and the pane triggers only in direct mode, and
+            # only for the calls that use them (relayctl read with relayd down loads neither)
             from .. import session as bookkeeping
 
             result, unread = bookkeeping.run(self.store(), ops.lookup(op), params, session.get("agent"), bool(session.get("touch")), bool(session.get("unread")))

@@ -103,6 +103,8 @@ def daemon(
 
     bridge_url, host_name, bridge_seed, bridge_creds = _bridge_settings(root, bridge_url, host_name, bridge_creds)
 
+    # deferred imports: `relayd --help` and option errors stay quick: the daemon itself (anyio,
+    # structlog), the store and the optional bridge (nats, nkeys) load only when they run
     from .main import Config, run
 
     status = run(

@@ -133,6 +133,8 @@ def from_message(m: dict) -> mime.MimeMessage:
 
 def find_message(store, message_id: str, agent: str | None = None) -> dict:
     """A stored message by id, from `agent`'s inbox or, without one, from every inbox."""
+    # deferred imports: relayctl read loads this module to show a MIME message; msgspec and the
+    # inbox only to find one
     import msgspec
 
     from relayd.inbox.read import read_all

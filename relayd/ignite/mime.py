@@ -208,6 +208,7 @@ def new_message_id(now: float | None = None, of: str | None = None) -> str:
     when that id was made and the hash is taken from it, so each relay message gets a
     Message-ID of its own; without it, now and random bits."""
     if of is not None:
+        # deferred imports: hashlib (OpenSSL) only when a message id is made
         import hashlib
 
         return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{hashlib.sha256(of.encode()).hexdigest()[:12]}@{DOMAIN}>"
