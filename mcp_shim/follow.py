@@ -21,6 +21,7 @@ import msgspec
 from relayd import layout
 from relayd.client import watch
 from relayd.client.tail import InboxTail
+from relayd.errors import RelayError
 
 from . import logs
 
@@ -114,6 +115,8 @@ class Follower(threading.Thread):
                 while not self._stopping.is_set():
                     self._step(wakeups)
         except Exception:  # the session must go on without push delivery rather than die
+            # deferred imports: relay-mcp's start loads this module: the store (direct tail) or the
+            # client (relayd up) loads only on the path taken
             import traceback
 
             logs.info(f"inbox follower stopped:\n{traceback.format_exc()}")
@@ -137,7 +140,6 @@ class Follower(threading.Thread):
         message is either counted here or passed on by the tail, never both and never
         neither. The count is read from the files, as the tail reads them, with or without relayd."""
         from relayd import ops
-        from relayd.errors import RelayError
         from relayd.store import Store
 
         try:
@@ -181,7 +183,6 @@ class Follower(threading.Thread):
         """The channel push is this agent's announcement: it goes to the delivery log, so
         the senders' `track` shows it (relayd.delivery.receipts)."""
         from relayd.client.full import Client
-        from relayd.errors import RelayError
 
         try:
             with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:

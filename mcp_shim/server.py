@@ -15,8 +15,10 @@ import os
 import sys
 import threading
 from typing import Any, BinaryIO
+import time
 
 from relayd import __version__
+from relayd.errors import RelayError, UnknownAgent
 
 from . import logs, protocol
 from .identity import Identity, IdentityError, from_env
@@ -32,6 +34,8 @@ CHANNEL_NOTE = """A <channel source="relay"> event means new mail: its attribute
 def instructions(role: str) -> str:
     """What the model is told at the start: `relayctl prompt --for mcp` for this role, and
     what a channel event is."""
+    # deferred imports: relay-mcp answers `initialize` quickly: the client, the store, presence and
+    # the follower load when first used
     from relayd.team.prompt import agent_prompt
 
     return f"{agent_prompt('mcp', 'en', role)}\n{CHANNEL_NOTE}"
@@ -120,7 +124,6 @@ class Shim:
         idle at its prompt is alive, never shown stale nor archived by gc, and it stops
         being seen when its session (and so this process) ends."""
         import threading
-        import time
 
         every = float(os.environ.get("RELAY_MCP_BEAT") or BEAT)
 
@@ -139,8 +142,6 @@ class Shim:
     def seen(self, title: str | None = None) -> None:
         """Refresh last-seen; a role nobody registered yet is registered now (seed 002).
         `title`: seed 002's role, written into the agent's presence as well."""
-        from relayd.errors import UnknownAgent
-
         try:
             self.call("touch", {"agent": self.identity.role})
             if title:
@@ -166,8 +167,6 @@ class Shim:
 
     # -- tools -------------------------------------------------------------------------
     def call_tool(self, name: str, arguments: Any) -> ToolOutcome:
-        from relayd.errors import RelayError
-
         tool = BY_NAME.get(name)
         if tool is None:
             raise protocol.RpcError(protocol.INVALID_PARAMS, f"unknown tool {name!r}; tools: {', '.join(BY_NAME)}")
@@ -241,7 +240,6 @@ class ToolCall:
         self.unread: int | None = None  # after the latest request; None: not known
 
     def ask(self, op: str, params: dict[str, Any], **more: Any) -> dict[str, Any]:
-        from relayd.errors import RelayError, UnknownAgent
         from relayd.registry import TEAM_DECIDED
 
         if op in TEAM_DECIDED:

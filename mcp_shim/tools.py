@@ -14,6 +14,7 @@ import os
 from typing import Any, Callable
 
 from relayd.names import PRIORITIES
+from relayd.errors import Conflict, NotOwner
 
 _STR = {"type": "string"}
 _NULLABLE_STR = {"type": ["string", "null"]}
@@ -264,7 +265,6 @@ def _reserve_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     for optional in ("shared", "ttl", "reason", "check"):
         if args.get(optional) is not None:
             params[optional] = args[optional]
-    from relayd.errors import Conflict
 
     try:
         result = ctx.call("reserve", params)
@@ -282,7 +282,6 @@ def _release_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         params.update(pattern=args["pattern"], repo=_repo(args))
     elif args.get("repo"):
         params["repo"] = _repo(args)
-    from relayd.errors import NotOwner
 
     try:
         return {"released": ctx.call("release", params)["released"]}

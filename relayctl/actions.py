@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from relayd import timefmt
 from relayd.errors import UsageError
+from relayd.timefmt import ago, now, parse_duration, parse_iso, short_span, shown
 
 from .context import Settings, clip, echo, read_body, visible
 
@@ -40,8 +41,6 @@ def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **opti
     click command and the fast path pass them on by those names)."""
     wait = None
     if wait_for is not None:
-        from relayd.timefmt import parse_duration
-
         if wait_for == "ack" and not options["ack"]:
             raise UsageError("--wait ack needs --ack (only a message sent with --ack is acknowledged)")
         if options["mime_files"]:
@@ -49,6 +48,9 @@ def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **opti
         wait = parse_duration(timeout).total_seconds()
     sent = _send(s, args, **options)
     if wait is not None and sent:
+        # deferred imports: relayctl's fast path loads this module (stdlib only, no msgspec or
+        # click): what only a rarer option uses (--wait, files, --ack, follow, MIME, panes) loads
+        # when it is used
         from .cmd_track import wait_for as wait_until
 
         wait_until(s, sent, wait_for, wait)
@@ -202,8 +204,6 @@ def _pane_states(agents: list[dict]) -> None:
 
 
 def _agent_line(a: dict) -> str:
-    from relayd.timefmt import short_span
-
     state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "NEW" if a["last_heartbeat"] is None else "STALE"
     if (a.get("pane") or {}).get("state") in ("dead", "gone"):
         state = "EXITED"  # its pane's program is not running, whatever its last heartbeat says (what `up` reports)
@@ -225,8 +225,6 @@ _SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the
 
 def _arrival_line(a: dict) -> str:
     """How the agent's mail reaches it (register --notify) and how that last went."""
-    from relayd.timefmt import ago, parse_iso, shown
-
     told = a.get("announced")
     line = f"  {a['name']:<16} {clip(a['arrives_by'], 20):<20} "
     if told is None:
@@ -258,8 +256,6 @@ def _remote_agent_line(a: dict) -> str:
 
 
 def _reservation_line(r: dict) -> str:
-    from relayd.timefmt import now, parse_iso, short_span
-
     expires = parse_iso(r["expires_at"])
     left = (expires - now()).total_seconds()
     when = f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"
@@ -269,8 +265,6 @@ def _reservation_line(r: dict) -> str:
 
 
 def _command_line(c: dict) -> str:
-    from relayd.timefmt import ago, parse_iso
-
     return f"  {c['id'][:13]}...   {c['from']} → {c['target_session']}   {clip((c['command'] + ' ' + c.get('args', '')).strip(), 40)}   {ago(parse_iso(c['ts']))}"
 
 
@@ -313,7 +307,6 @@ def render_status(r: dict, sections: set[str]) -> str:
             lines.append("")
     if "reservations" in sections:
         res = r.get("reservations", [])
-        from relayd.timefmt import now, parse_iso
 
         expired = sum(1 for x in res if parse_iso(x["expires_at"]) <= now())
         lines.append(f"RESERVATIONS ({len(res) - expired} active, {expired} expired)")

@@ -16,6 +16,7 @@ import click
 from relayd import layout
 
 from relayd import DISTRIBUTION
+from relayd.errors import Internal, RelayError
 
 from .context import Settings, fail
 
@@ -82,6 +83,7 @@ class LazyGroup(click.Group):
 
 def did_you_mean(name: str, choices) -> str:
     """' Did you mean 'send'?' for a typo close to one or more of `choices`, else ''."""
+    # deferred imports: difflib only for a mistyped command
     from difflib import get_close_matches
 
     close = get_close_matches(name, list(choices), n=3)
@@ -176,8 +178,6 @@ def _json_before_settings(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from relayd.errors import Internal, RelayError
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         # Not standalone: click returns a command's ctx.exit(status) instead of exiting

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+
+import os
 import click
 
 from . import actions
@@ -30,8 +32,6 @@ def register(name: str, role, program, model, task, bead, notify, session) -> No
       relayctl register alice --role reviewer
       relayctl register storm --notify zellij:3        # run in the pane: records its zellij session
     """
-    import os
-
     if session is None and notify and notify.startswith("zellij:"):
         # relayd types into the pane from outside zellij: it must name the session
         session = os.environ.get("OVLD_SESSION") or os.environ.get("ZELLIJ_SESSION_NAME") or None

@@ -48,6 +48,8 @@ def setup(hosts: str, out_dir: str, listen: str) -> None:
       relayd --bridge nats://10.0.0.5:4222 --bridge-creds ~/gpu-box.creds
       relayctl bridge setup --hosts laptop,gpu-box,ci --out ~/team-nats   # add a host
     """
+    # deferred imports: `relayctl --help` loads every command module; the bridge's setup and nats
+    # (provision) load only when the command runs
     from relayd.bridge.setup import setup as write_setup
 
     result = write_setup(hosts.split(","), out_dir, listen)

@@ -78,6 +78,7 @@ def post(session: str, command: str, args: tuple[str, ...], wait: str | None, wa
     posted = s.call("cmd", {"agent": s.require_agent("cmd"), "session": session, "command": command, "args": " ".join(args)})
     s.note(f"posted {posted['id']} for {session}: {posted['command']} {posted['args']}".rstrip())
     if wake:
+        # deferred imports: waking the orchestrator (relayd.team.wake) only for `commands post`
         from .cmd_wake import wake_and_report
 
         wake_and_report(s, f"relay: command {posted['command']} posted for {session} by {posted['from']}")

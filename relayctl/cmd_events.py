@@ -8,7 +8,10 @@ import time
 import click
 import msgspec
 
+from relayd.errors import Dropped, Unavailable
+
 from .context import settings, visible
+from .stopping import until_stopped
 
 
 @click.command()
@@ -34,10 +37,6 @@ def subscribe(topics: tuple[str, ...], for_agent: str | None, after: str | None,
       relayctl subscribe all --after 01JMHF3XYZ0000000000000000
       relayctl subscribe inbox presence --scope team
     """
-    from relayd.errors import Dropped, Unavailable
-
-    from .stopping import until_stopped
-
     s = settings()
     chosen = ["*" if topic == "all" else topic for topic in topics]
     encode = msgspec.json.Encoder().encode

@@ -48,6 +48,8 @@ def guard() -> None:
 @_repo
 def install(repo: str | None) -> None:
     """Install the guard as the repository's pre-commit hook (again: rewrites it)."""
+    # deferred imports: `relayctl --help` loads every command module; the guard loads only when a
+    # guard command runs
     from relayd.guard import install as install_hook
 
     s = settings()

@@ -11,6 +11,7 @@ import os
 import click
 
 from relayd import layout
+from relayd.names import check_agent_name
 
 from . import hook_settings
 from .context import settings
@@ -88,8 +89,6 @@ def install(program: str, agent: str | None, project: str) -> None:
       RELAY_AGENT=inferno claude
       relayctl --dir /srv/team hooks install --for gemini --project ~/oathkeeper
     """
-    from relayd.names import check_agent_name
-
     s = settings()
     name = check_agent_name(agent) if agent else s.agent
     change = hook_settings.install(program, project, *_store_and_socket(s))

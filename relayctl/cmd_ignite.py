@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import click
 
 from relayd.daemon.cli import _duration  # the same positive-duration option check as relayd's
+from relayd.errors import UsageError
 
 from .context import echo, settings, visible
+from .stopping import until_stopped
 
 
 @click.group("ignite")
@@ -50,13 +53,13 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
       relayctl ignite watch workspace/queue --timeout 10m
       relayctl --json ignite watch workspace/queue --once
     """
+    # deferred imports: `relayctl --help` loads every command module; the queue monitor loads only
+    # when `ignite watch` runs
     from relayd.ignite.queue import monitor_for
 
     s = settings()
     root = os.path.abspath(queue_dir)
     if not os.path.isdir(root):
-        from relayd.errors import UsageError
-
         raise UsageError(f"{root} is not a directory (the IGNITE queue, e.g. workspace/queue)")
     monitor = monitor_for(s.client(), root, timeout=timeout, log=log_line if not s.quiet else (lambda *a, **k: None))
     if once:
@@ -69,9 +72,6 @@ def watch(queue_dir: str, once: bool, timeout: float) -> None:
         data = {key: value for key, value in vars(outcome).items()}
         s.out(data, lambda d: f"taken {len(d['taken'])}, delivered {len(d['delivered'])}, retrying {len(d['retrying'])}, dead letters {len(d['dead_lettered'])}, malformed {len(d['malformed'])}, still being written {len(d['waiting'])}, written from relay {len(d['mirrored'])}")
         return
-    import threading
-
-    from .stopping import until_stopped
 
     stop = threading.Event()
     with until_stopped(stop.set):  # Ctrl-C or SIGTERM: finish the pass under way, then exit 0

@@ -19,9 +19,7 @@ from relayd.upkeep.admin import PRESETS
 from relayd.records import check_agent_name
 
 from .context import installed_command, settings
-
-SERVER_NAME = "relay"  # the key under mcpServers; `--channels server:relay` refers to it
-
+from .hook_settings import SERVER_NAME
 
 PROGRAMS = ("claude", "codex", "gemini", "copilot", "opencode")
 FILE_SUFFIX = {"claude": ".json", "codex": ".config.toml", "gemini": ".json", "copilot": ".json", "opencode": ".json"}

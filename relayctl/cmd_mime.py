@@ -8,6 +8,7 @@ import sys
 import click
 
 from relayd.ignite import mime
+from relayd.errors import RelayError, UsageError
 
 from .context import echo, settings, visible
 
@@ -102,8 +103,6 @@ def build(from_, to, cc, type_, priority, thread_id, in_reply_to, repo, issue, s
 
 
 def _read_text(path: str) -> str:
-    from relayd.errors import RelayError
-
     try:
         data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except OSError as exc:
@@ -155,8 +154,6 @@ def update_status(file: str, status: str, processed_at: str | None, extra: tuple
       relayctl mime update-status message.mime delivered --processed-at "$(date -Iseconds)"
       relayctl mime update-status message.mime retrying --extra X-IGNITE-Retry-Count=2
     """
-    from relayd.errors import UsageError
-
     changes: list[tuple[str, str | None]] = [(mime.PREFIX + "Status", status)]
     if processed_at:
         changes.append((mime.PREFIX + "Processed-At", processed_at))
@@ -197,6 +194,8 @@ def remove_header(file: str, header: str) -> None:
 
 def send_files(files: tuple[str, ...]) -> None:
     """Send each file's message through relay (used by `mime send` and `send --mime`)."""
+    # deferred imports: `relayctl --help` loads every command module; the MIME converter loads only
+    # for the commands that convert
     from relayd.ignite import convert
 
     s = settings()

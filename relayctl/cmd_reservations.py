@@ -89,6 +89,8 @@ def reserve(pattern: str, repo, shared, ttl, reason, force, check) -> None:
     if result.get("overridden"):
         for holder in result["conflicts"]:
             s.warn(f"overriding: {render_holder(holder).strip()}")
+    # deferred imports: `relayctl --help` loads every command module; the reservations module
+    # (msgspec, the store) only when reserve checks for a reservation of everything
     from relayd.reservations.reserve import covers_everything
 
     held = result.get("reservation") or {}

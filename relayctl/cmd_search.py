@@ -28,6 +28,8 @@ def search(query: tuple[str, ...], from_, to, thread, since, limit) -> None:
       relayctl search deploy --from athena --since 1h
       relayctl search "rebasing" --to agent-bd-42 --json
     """
+    # deferred imports: `relayctl --help` loads every command module; search and its store load only
+    # when `search` runs
     from relayd.inbox.search import SearchQuery, search as run_search
     from relayd.store import Store
 

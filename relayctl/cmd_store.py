@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+
+import sys
 import click
 
 from .context import settings
@@ -54,8 +56,6 @@ def reset(yes: bool) -> None:
     """
     s = settings()
     if not yes:
-        import sys
-
         if not sys.stdin.isatty():
             raise click.UsageError("reset needs confirmation: run it in a terminal, or pass --yes")
         click.confirm(f"Delete all agents and messages in {s.dir}?", abort=True)

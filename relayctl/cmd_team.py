@@ -8,8 +8,9 @@ import sys
 import click
 
 from relayd.errors import RelayError
+from relayd.fsio import replace_file
 
-from .context import settings
+from .context import echo, settings
 
 _FILE = click.argument("file", required=False, metavar="[FILE]")
 
@@ -57,6 +58,8 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
       relayctl up ~/teams/oathkeeper.toml
       relayctl down
     """
+    # deferred imports: `relayctl --help` loads every command module; the team machinery (teamfile,
+    # multiplexers, clean) loads only when up or down runs
     from .team import teamfile
 
     s = settings()
@@ -66,7 +69,6 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
             raise click.UsageError(f"{path} exists; start it with `relayctl up {path}`, or pass --force to overwrite it")
         if team_name is not None:
             teamfile.check_team_name(team_name, "--team")
-        from relayd.fsio import replace_file
 
         try:
             replace_file(path, teamfile.preset_text(preset, team_name, workers).encode())
@@ -76,7 +78,6 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
         return
     if team_name or workers is not None or force:
         raise click.UsageError("--team, --workers and --force go with --preset")
-    from .context import echo
     from .team.up import ProgramsMissing, bring_up
 
     team = teamfile.load(path)

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from relayd import layout
+
 from .context import Settings, clip, settings
 
 STEPS = ("read", "ack")
@@ -67,7 +69,8 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
     """Exit 0 once every recipient of the message reached `step`, 1 at the timeout with
     what is missing. Woken by changes to the recipients' files (their read cursors; acked/),
     which relayd and direct-mode readers alike write: no polling."""
-    from relayd import layout
+    # deferred imports: `relayctl send --wait` loads this module on its fast path; the watcher only
+    # when it must wait
     from relayd.client import watch
 
     deadline = time.monotonic() + timeout

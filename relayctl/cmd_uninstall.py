@@ -6,6 +6,8 @@ from typing import Callable
 
 import click
 
+from relayd.errors import NotFound, UsageError
+
 from .context import settings
 
 
@@ -13,8 +15,9 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     """Remove relay's pre-commit guard (putting back the hook it chained) and relay's
     entries in each agent program's project settings (each file back to its bytes from
     before relay, when nothing else changed in it). What was done, by item."""
+    # deferred imports: `relayctl --help` loads every command module; the guard, hook settings and
+    # trust records load only when clean runs
     from relayd import guard
-    from relayd.errors import NotFound, UsageError
 
     from . import hook_settings
 

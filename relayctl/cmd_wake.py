@@ -9,6 +9,8 @@ from .context import settings
 
 def wake_and_report(s, text: str, method: str | None = None) -> dict:
     """Wake through the layers and say which one worked (used by wake, send --wake, cmd --wake)."""
+    # deferred imports: relayctl send --wake loads this module; relayd.team.wake (msgspec, config)
+    # only when a wake is sent
     from relayd.team.wake import wake as run_wake
 
     result = run_wake(s.client().store(), s.call, text, method, s.agent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from relayd.errors import missing_extra
+from relayd.records import check_agent_name
 
 from .context import settings
 
@@ -30,10 +31,10 @@ def web(port: int, open_browser: bool, human: str) -> None:
       relayctl web --port 8765 --open
       relayctl web --as lead
     """
-    from relayd.records import check_agent_name
-
     check_agent_name(human, "--as")
     try:
+        # deferred imports: the web view's ASGI stack (starlette, uvicorn) loads only for `relayctl
+        # web`, and a missing one is reported as the optional extra
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:

@@ -55,6 +55,8 @@ class Settings:
 
     def client(self) -> Any:
         if self._client is None:
+            # deferred imports: relayctl's fast path loads this module without click, json or the
+            # full client
             from relayd.client.full import Client
 
             self._client = Client(self.dir, self.socket)

@@ -18,6 +18,9 @@ click CLI (`relayctl.cli`). tests/test_fast_path.py holds this parser to click's
 every option listed here. With no relayd for this store, the operation runs in this
 process through `relayd.client.full.Client`, as it would under the full CLI, loading only the
 domain module that registers it.
+
+So its imports of relay's other modules are deferred imports, inside the functions that
+need them: what a command does not use is never loaded.
 """
 
 from __future__ import annotations

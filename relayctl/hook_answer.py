@@ -291,6 +291,8 @@ def _record_hook(s: Settings, agent: str) -> None:
 
 
 def render(m: dict) -> str:
+    # deferred imports: `relayctl hook` loads this module at every program event; timefmt only when
+    # there is mail to show
     from relayd.timefmt import shown  # here: a hook starts often and rarely has mail to show
 
     when = shown(m["ts"])

@@ -52,6 +52,8 @@ from . import originals
 from .hook_answer import COPILOT_HOOKS_FILE, PROGRAMS
 from .context import installed_command
 
+SERVER_NAME = "relay"  # the key under mcpServers; `--channels server:relay` refers to it
+
 SETTINGS_FILE = {
     "claude": os.path.join(".claude", "settings.json"),
     "codex": os.path.join(".codex", "hooks.json"),
@@ -133,8 +135,6 @@ def _is_relay_command(command: str) -> bool:
 
 def is_relay_permission(rule: Any) -> bool:
     """A Claude Code `permissions.allow` rule for relay's MCP server's tools."""
-    from .cmd_mcp import SERVER_NAME
-
     prefix = f"mcp__{SERVER_NAME}"
     return isinstance(rule, str) and (rule == prefix or rule.startswith(prefix + "__"))
 
@@ -308,8 +308,6 @@ def _remove_own_file(path: str) -> None:
 def _uninstall_opencode_server(project: str) -> Change:
     """relay-mcp out of the project's opencode.json (`relayctl up` put it there), the file back
     to its bytes from before relay when nothing else changed, or gone when relay made it."""
-    from .cmd_mcp import SERVER_NAME
-
     path = os.path.join(os.path.abspath(project), OPENCODE_CONFIG)
     if not os.path.lexists(path):
         originals.forget(path)
@@ -435,8 +433,6 @@ def _strip_hooks(data: dict[str, Any]) -> list[str]:
 def _strip_others(data: dict[str, Any]) -> list[str]:
     """Take relay's MCP server and its allow rules out of `data`; what went ("mcpServers",
     "permissions.allow")."""
-    from .cmd_mcp import SERVER_NAME
-
     touched = []
     servers = data.get("mcpServers")
     if isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME)):

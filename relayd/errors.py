@@ -7,6 +7,10 @@ or other libraries are converted at the boundary, never shown as tracebacks.
 
 from __future__ import annotations
 
+import sys
+
+from . import DISTRIBUTION
+
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_BUG = 70  # EX_SOFTWARE: what relayctl exits with after a bug, in relayd or in itself
@@ -221,10 +225,9 @@ def went_away(op: str) -> Unavailable:
 def missing_extra(what: str, extra: str, provides: str) -> UsageError:
     """`what` needs the optional extra `extra` (which brings `provides`): the command that
     installs it into the very Python running relay, whichever pip is first on PATH."""
+    # deferred imports: every relayctl start loads this module; shlex only for the one error that
+    # needs it
     import shlex
-    import sys
-
-    from . import DISTRIBUTION
 
     return UsageError(f"{what} needs the {extra} extra ({provides}): {shlex.quote(sys.executable)} -m pip install '{DISTRIBUTION}[{extra}]'")
 

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import stat
+import pwd
 TYPE_CHECKING = False  # typing costs ~2 ms of start-up: the commit guard and relayctl load this module
 if TYPE_CHECKING:
     from typing import Callable, Iterator
@@ -71,8 +72,6 @@ def _fsync(fd: int) -> None:
 def unreadable_store(path: str) -> StoreError:
     """The store's own directory refuses this user (another user's store, or mode 000):
     said as such, not as the first thing that happened to fail inside it."""
-    import pwd  # here: only this error needs it
-
     try:
         user = pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:

@@ -31,7 +31,10 @@ import bisect
 import os
 import sys
 
-from .errors import NotFound, UsageError
+from .errors import NotFound, RelayError, UsageError
+from .reservations.globs import PatternError, fixed_ends, matches_path
+from .timefmt import now, parse_iso, passed_test, short_span
+from .reservations.guard_index import held_in
 
 HOOK = "pre-commit"
 CHAINED = "pre-commit.relay-chained"
@@ -127,9 +130,6 @@ def blocking(top: str, paths: list[str], held: list, committer: str | None, refe
     """(reservation, the staged paths inside it) for every active reservation of another
     agent in `held` (the exclusive ones in `top` or a directory inside it: guard_index)
     that some staged path lies in; active at `reference` (default now)."""
-    from .reservations.globs import PatternError, fixed_ends, matches_path
-    from .timefmt import passed_test
-
     passed = passed_test(reference)
     by_repo: dict[str, list] = {}
     for r in held:
@@ -167,8 +167,6 @@ def blocking(top: str, paths: list[str], held: list, committer: str | None, refe
 
 
 def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str:
-    from .timefmt import now, parse_iso, short_span
-
     who = f"you are {committer}" if committer else "no RELAY_AGENT is set, so every holder is someone else"
     lines = [f"relay guard: commit refused: it touches files reserved by other agents ({who}):"]
     moment = now()
@@ -189,8 +187,6 @@ def refusal(found: list[tuple[object, list[str]]], committer: str | None) -> str
 def check(top: str, store_dir: str, committer: str | None, moment=None) -> str | None:
     """The refusal text, or None when the commit may go ahead. `moment` (a datetime; tests)
     stands in for now, for the index's clock and for expiry alike."""
-    from .reservations.guard_index import held_in
-
     paths = staged_paths(top)
     if not paths:
         return None
@@ -205,8 +201,6 @@ def hook(store: str) -> None:
     """The pre-commit hook's check (the hook script has run the chained hook already): exit
     0 to let the commit go ahead, non-zero to refuse it. The store is RELAY_DIR /
     OVLD_RELAY_DIR when set, else the one `guard install` used."""
-    from .errors import RelayError
-
     try:
         committer = os.environ.get("RELAY_AGENT") or os.environ.get("OVLD_ROLE") or None
         chosen = os.environ.get("RELAY_DIR") or os.environ.get("OVLD_RELAY_DIR")
@@ -274,6 +268,8 @@ def _check_hooks_dir(top: str, hooks: str) -> None:
 def _chain_runner(chained: str) -> str:
     """How the hook script runs the chained hook: a shell script sourced under the hook's own
     $0 (CHAIN_SOURCED), anything else run as a program."""
+    # deferred imports: the commit guard runs at every git commit; shlex and shutil only to install
+    # the hook
     import shlex
     import shutil
 

@@ -130,6 +130,8 @@ def runtime_socket_name(store_dir: str, home: str | None) -> str:
     `relayd-<hash>.sock` for any other store."""
     if home and os.path.abspath(store_dir) == os.path.join(os.path.abspath(home), ".relay"):
         return SOCKET_NAME
+    # deferred imports: relayctl's fast path loads this module; hashlib (OpenSSL) only for a socket
+    # path too long to use as it is
     import hashlib  # here, not at the top: it loads OpenSSL (~4 MiB) for a rare case
 
     digest = hashlib.sha256(os.path.abspath(store_dir).encode()).hexdigest()[:12]

@@ -22,8 +22,8 @@ from .store import Store
 
 def table() -> dict[str, Operation]:
     """All operations; importing the domain modules fills the registry."""
-    # (registration side effect; here, not at the top, for start-up speed: a command that
-    # imported its own operation's module runs without loading all the others)
+    # (registration side effect) deferred imports, for start-up speed: a command that
+    # imported its own operation's module runs without loading all the others
     from . import overview  # noqa: F401
     from .agents import roster  # noqa: F401
     from .arrival import program_state  # noqa: F401

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import msgspec
 
-from .agents.roster import AgentState, agent_states
-from .delivery.receipts import LastAnnouncement, last_announcements
+from .agents.roster import AgentState, agent_states, arrival_mechanism, read_meta
+from .delivery.receipts import ANNOUNCED_WINDOW_MS, LastAnnouncement, last_announcements
 from .registry import operation
 from .store import Store
+from . import layout
+from .delivery.owed import count_by_agent
+from .arrival.program_state import read
+from .timefmt import now, parse_duration, parse_iso
+from .team.commands import CommandsParams, commands
+from .reservations.reserve import listing
+from .remote import bridge_status
 
 
 class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -41,17 +48,12 @@ class DeliveryCounts(msgspec.Struct, kw_only=True):
 
 
 def delivery_counts(store: Store) -> DeliveryCounts:
-    from . import layout
-    from .delivery.owed import count_by_agent
-
     owed = count_by_agent(store, layout.OWED)
     dead = count_by_agent(store, layout.DEAD_LETTER)
     return DeliveryCounts(owed=sum(owed.values()), dead_letters=sum(dead.values()), owed_by_agent=owed, dead_letters_by_agent=dead)
 
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
-    from .agents.roster import arrival_mechanism
-
     told = last_announcements(store, [a.name for a in states])
     return [
         AgentOverview(
@@ -66,8 +68,6 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
 
 
 def _session(store: Store, name: str) -> str | None:
-    from .arrival.program_state import read
-
     with store.agent_dir(name) as agent:
         found = read(agent)
     return found.state if found else None
@@ -76,10 +76,6 @@ def _session(store: Store, name: str) -> str | None:
 def _registered_within_window(store: Store, name: str) -> bool:
     """The agent is younger than the delivery log's window status reads: no announcement
     there means none ever (older agents may have been told before it)."""
-    from .agents.roster import read_meta
-    from .delivery.receipts import ANNOUNCED_WINDOW_MS
-    from .timefmt import now, parse_iso
-
     with store.agent_dir(name) as agent:
         meta = read_meta(agent)
     return meta is not None and (now() - parse_iso(meta.registered_at)).total_seconds() * 1000 < ANNOUNCED_WINDOW_MS
@@ -88,12 +84,6 @@ def _registered_within_window(store: Store, name: str) -> bool:
 @operation("status", StatusParams, mutates=False)
 def status(store: Store, p: StatusParams) -> StatusResult:
     """Everything `relayctl status` shows: agents alive/stale and how their mail last reached them, reservations, pending commands, owed and dead-lettered messages."""
-    from .team.commands import commands, CommandsParams
-    from .reservations.reserve import listing
-
-    from .remote import bridge_status
-    from .timefmt import parse_duration
-
     return StatusResult(
         agents=overviews(store, agent_states(store, None, p.stale)),
         reservations=[msgspec.to_builtins(r) for r in listing(store, expired=True)],

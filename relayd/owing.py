@@ -55,6 +55,8 @@ _defaults_seen: dict[str, tuple[tuple[int, int, int], object]] = {}
 
 
 def _delivery_defaults(store: Store):  # -> config.Delivery
+    # deferred imports: config.json (and with it relayd.config and arrival.paneinput) only when the
+    # delivery defaults are read: relayctl status with relayd down loads this module without them
     from .config import load_config  # (start-up: config.json is read only for a send --ack)
 
     try:

@@ -72,6 +72,8 @@ def announcements(store: Store, ids: list[str]) -> tuple[list[dict[str, Any]], b
     whether that is final: no trigger relayd runs itself (tmux, zellij, cmd) is still to
     report. A channel or hook announcement comes from the recipient's own session, maybe
     much later, so it is never waited for."""
+    # deferred imports: the pane triggers (relayd.arrival.notify) only when announcements are
+    # reported; a direct read loads this module without them
     from .arrival.notify import TRIGGERS
 
     out: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from . import layout
+from . import STORE_FORMAT, layout
 from .errors import InvalidName, NotFound, StoreError, UnknownAgent, UnsafePath
 from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_file, open_appending
 from .records import Event, check_agent_name, json_encoder
@@ -26,6 +26,8 @@ def _env_fsync_enabled() -> bool:
 
 
 def _random() -> float:
+    # deferred imports: random (which loads hashlib) only when it is drawn from; every direct
+    # command loads this module
     import random
 
     return random.random()
@@ -98,8 +100,6 @@ class Store:
         for name in layout.TOP_DIRS:
             root.subdir(name, create=True, sync=self.sync).close()
         if not root.exists(layout.FORMAT_FILE):
-            from . import STORE_FORMAT
-
             root.replace(layout.FORMAT_FILE, f"{STORE_FORMAT}\n".encode(), self.sync)
 
     def top(self, name: str) -> Dir:

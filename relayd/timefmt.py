@@ -20,6 +20,8 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 60480
 
 
 def now() -> datetime:
+    # deferred imports: relayctl's fast path loads this module: datetime and re only for the
+    # functions that need them
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc)

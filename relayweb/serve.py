@@ -8,8 +8,12 @@ import secrets
 import socket
 import sys
 import threading
+import resource
+import html
+import tempfile
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvicorn
 
 from relayd.client.full import Client
 from relayd.agents import presence
@@ -17,6 +21,7 @@ from relayd.errors import RelayError, UsageError
 from relayd.store import Store
 
 from .gate import TOTAL, Gate
+from .app import create_app
 
 HOST = "127.0.0.1"
 
@@ -35,10 +40,6 @@ def bind(port: int) -> socket.socket:
 
 
 def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_browser: bool) -> None:
-    import uvicorn
-
-    from .app import create_app
-
     with Client(store_dir, socket_path, name="relay-web") as client:
         client.store().require_existing()
         # Registered, so agents can answer the human and broadcasts reach the page too (while
@@ -92,8 +93,6 @@ def _leave(store_dir: str, human: str) -> None:
 def _connection_cap() -> int:
     """Connections in all: well below the descriptors this process may open, so accept()
     never fails for want of one (it would spin, logging each failure)."""
-    import resource
-
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return TOTAL
@@ -108,9 +107,6 @@ class Opener:
     foreground (w3m, lynx) must not keep the server from answering it."""
 
     def __init__(self, url: str) -> None:
-        import html
-        import tempfile
-
         self.folder = tempfile.mkdtemp(prefix="relay-web-")  # 0700
         self.path = os.path.join(self.folder, "open.html")
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -124,6 +120,8 @@ class Opener:
         self._timer.start()
 
     def _open(self) -> None:
+        # deferred imports: webbrowser (which loads shlex and subprocess) only in the thread that
+        # opens the page
         import webbrowser
 
         try:

@@ -13,6 +13,8 @@ from relayd.client.full import Client
 from relayd.errors import RelayError
 from relayd.inbox.search import SearchQuery, SearchResult, search
 from relayd.store import Store
+from relayd.records import Reservation
+from relayd.reservations.reserve import find_conflicts
 
 RECENT = 100  # messages in the live list
 BODY_CHARS = 4000  # longer bodies are clipped in the page (relayctl read shows them whole)
@@ -26,9 +28,6 @@ def clip_messages(result: SearchResult) -> list[dict[str, Any]]:
 
 def _mark_conflicts(reservations: list[dict[str, Any]]) -> bool:
     """Give each active reservation the others it overlaps (taken with --force, or raced)."""
-    from relayd.records import Reservation
-    from relayd.reservations.reserve import find_conflicts
-
     active = [r for r in reservations if not r.get("expired")]
     if len(active) > CONFLICT_CHECK_MAX:
         return False

@@ -87,3 +87,39 @@ def test_a_wings_package_file_imports_nothing() -> None:
         if [node for node in body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]:
             busy.append(wing)
     assert busy == []
+
+
+# An import inside a function hides an arrow of the import graph, so each module that has one
+# says why, once: the words "deferred import" in its docstring or in a comment just above its
+# first such import (nearly always start-up: what relayctl's fast path, `relayctl hook` or
+# relay-mcp's start must not load). A cycle is never the reason: move the shared piece down.
+PRODUCT = ("relayd", "relayctl", "mcp_shim", "relayweb")
+# Rewritten elsewhere for speed right now: they join the rule when that change lands.
+NOT_YET = {"relayd/inbox/send.py"}
+
+
+def first_import_in_a_function(tree: ast.Module) -> ast.stmt | None:
+    found = [
+        node
+        for func in ast.walk(tree)
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(func)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+    return min(found, key=lambda node: node.lineno, default=None)
+
+
+def test_every_module_that_imports_inside_a_function_says_why() -> None:
+    silent = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            text = path.read_text()
+            tree = ast.parse(text, name)
+            first = first_import_in_a_function(tree)
+            if first is None or name in NOT_YET:
+                continue
+            above = "\n".join(text.splitlines()[max(0, first.lineno - 4) : first.lineno])
+            if "deferred import" not in (ast.get_docstring(tree) or "") + above:
+                silent.append(f"{name}:{first.lineno}")
+    assert silent == [], "say why these imports are inside functions (\"deferred import\" in the module docstring or a comment above the first): " + ", ".join(silent)

@@ -40,6 +40,7 @@ from typing import NamedTuple
 from relayctl import hook_settings
 from relayctl.cmd_mcp import SERVER_NAME, codex_table, gemini_config, opencode_config, server_config
 from relayd.fsio import replace_file
+from relayd import layout
 
 from .teamfile import Agent, Team
 
@@ -214,8 +215,6 @@ def pane_env(agent: Agent, team: Team, store_dir: str, socket: str | None) -> di
 
 
 def _default_store() -> str | None:
-    from relayd import layout
-
     try:
         return layout.default_store_dir({"HOME": os.environ.get("HOME", "")})
     except layout.NoHome:

@@ -23,11 +23,13 @@ import subprocess
 import time
 from typing import Callable
 
-from relayd import layout
+from relayd import guard, layout
 from relayd.errors import UsageError
+from relayctl.context import installed_command
 
 from . import clients
 from .teamfile import Team
+from .trust import record
 
 PROMPT_WAIT = 40.0  # seconds to watch new panes until their program is ready
 PERSON_WAIT = 300.0  # seconds to keep watching while a pane waits at the person's own question
@@ -55,6 +57,8 @@ def require_multiplexer(team: Team) -> None:
     otherwise create the store, register the agents and leave a relayd running for a team
     it cannot start."""
     if team.multiplexer == "zellij":
+        # deferred imports: only one multiplexer's module (zellij or tmux) loads, and the store and
+        # client only for bring-up
         from .zellij import NOT_INSTALLED
     else:
         from .tmux import NOT_INSTALLED
@@ -69,8 +73,6 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
     if missing:
         raise ProgramsMissing(missing)
     if trust:
-        from .trust import record
-
         for line in record(team):
             say(line)
     store_dir = s.dir
@@ -175,7 +177,6 @@ def _ensure_relayd(s, state: str) -> str:
 
     if serving():
         return "already running"
-    from relayctl.context import installed_command
 
     argv = [*installed_command("relayd", "relayd.daemon"), "--dir", s.dir]
     if s.socket:
@@ -238,8 +239,6 @@ def _alive(pid: int) -> bool:
 
 
 def _guard(team: Team, store_dir: str) -> str | None:
-    from relayd import guard
-
     try:
         done = guard.install(team.repo, store_dir)
     except UsageError as exc:  # not a git work tree, or hooks relay must not write (guard._check_hooks_dir)

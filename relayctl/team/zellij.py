@@ -22,6 +22,7 @@ from typing import Callable
 
 from relayd.errors import UsageError
 from relayd.fsio import replace_file
+from relayctl.context import installed_command
 
 from . import clients
 from .teamfile import Team
@@ -43,8 +44,6 @@ def zellij(*args: str) -> None:
 def pane_script(agent, team: Team, store_dir: str, socket: str | None, state: str) -> str:
     """What an agent's pane runs: register the pane as the agent's notify target, note the
     pid, become the agent's program."""
-    from relayctl.context import installed_command
-
     relayctl = shlex.join([*installed_command("relayctl", "relayctl"), "--dir", store_dir, *(["--socket", socket] if socket else [])])
     argv = clients.launch(agent, team, store_dir, socket, state)
     env = clients.pane_env(agent, team, store_dir, socket)

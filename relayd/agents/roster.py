@@ -89,6 +89,8 @@ def create_agent(store: Store, p: RegisterParams, seen: bool) -> AgentMeta:
     if not store.is_agent(p.name):
         if p.join:
             _refuse_outside_fixed_team(store, p.name)
+        # deferred imports: the bridge (remote) and config.json only where they are used: heartbeat
+        # and status with relayd down load this module
         from .. import remote
 
         remote.refuse_unbridged(store, f"registering the new name {p.name} (names are unique across the bridged team)")

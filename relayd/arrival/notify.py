@@ -33,11 +33,15 @@ from __future__ import annotations
 import os
 import re
 from typing import Callable
+import time
 
 from .. import layout
 from ..timefmt import now_iso, parse_duration
 from .program_state import ProgramState
 from .program_state import read as read_program_state
+from ..agents.roster import read_meta
+from .paneinput import bare, holds_draft, question_on_screen
+from ..config import load_config
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
@@ -74,8 +78,6 @@ class _Settings:
     def get(self) -> tuple[str, float, str]:
         """(trigger line, timeout in seconds, prompt pattern)."""
         if self.loaded is None:
-            from ..config import load_config
-
             notify = load_config(self.store).notify
             self.loaded = (notify.trigger, parse_duration(notify.timeout).total_seconds(), notify.prompt)
         return self.loaded
@@ -94,6 +96,8 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
             outcomes.append({"agent": name, "method": "unknown", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     told = [o for o in outcomes if o["method"] in TRIGGERED and not o.get("retry")]  # (a held trigger is recorded when it goes out)
     if told:
+        # deferred imports: a direct send loads this module; receipts, the unread check, subprocess
+        # and shlex only when a trigger is due
         from ..delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
 
         announced(store, told)
@@ -108,7 +112,6 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
     """Agents (of `among`, or all) with a pane/cmd mechanism, unread mail and no pending
     flag: a trigger that was skipped (copy mode, a busy program) or failed. A timer, or the
     program going idle, passes them to notify_new_messages to retry."""
-    from ..agents.roster import read_meta
     from ..inbox.read import has_unread
 
     waiting = []
@@ -127,8 +130,6 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
-    from ..agents.roster import read_meta
-
     with store.agent_dir(name) as agent:
         meta = read_meta(agent)
         how = (meta.notify if meta else None) or "none"
@@ -236,10 +237,6 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callabl
     """Type the trigger into an idle program's input box, submit it once, and confirm it.
 
     `state()` reads the program's recorded state (None: no relay hooks report it)."""
-    import time
-
-    from .paneinput import holds_draft, question_on_screen
-
     tmux, pane = tmux_target(target)
     _require_idle(state())
     shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode} #{cursor_x} #{cursor_y}"], timeout).split()
@@ -290,8 +287,6 @@ def _require_idle(state: ProgramState | None) -> None:
 
 
 def _wait_until(done: Callable[[], bool], wait: float) -> bool:
-    import time
-
     deadline = time.monotonic() + wait
     while True:
         if done():
@@ -330,8 +325,6 @@ def _shown_at_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> b
 def _shown_near_cursor(tmux: list[str], pane: str, text: str, timeout: float) -> bool:
     """The text still stands at the end of the cursor's row or the row above it (where an
     Enter taken as a newline leaves it), borders and blanks aside."""
-    from .paneinput import bare
-
     rows = _left_of_cursor(tmux, pane, text, timeout, extra=1)
     wanted = _squeezed(text)
     return rows is not None and (bare("".join(rows)).endswith(wanted) or bare("".join(rows[:-1])).endswith(wanted))

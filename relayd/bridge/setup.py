@@ -89,6 +89,8 @@ def load_credentials(path: str) -> Credentials:
 
 def _nkeys():
     try:
+        # deferred imports: nkeys is the optional bridge extra; a missing one is reported by
+        # missing_extra
         import nkeys
     except ImportError:
         raise missing_extra("relayctl bridge setup", "bridge", "nkeys") from None

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 from nats.js import api
 from nats.js.errors import NotFoundError
+import nats
 
 from relayd.errors import Conflict, UsageError
 
-from .subjects import AGENTS_BUCKET, BUCKETS, DEFAULT_MAX_QUEUED, HOSTS_BUCKET, MAIL_STREAM, MAIL_SUBJECTS, RESERVATIONS_BUCKET, kv_stream
+from .subjects import ADMIN_INBOX, AGENTS_BUCKET, BUCKETS, DEFAULT_MAX_QUEUED, HOSTS_BUCKET, MAIL_STREAM, MAIL_SUBJECTS, RESERVATIONS_BUCKET, kv_stream
+from .setup import load_admin
 
 DUPLICATE_WINDOW = 120.0  # seconds JetStream remembers a Nats-Msg-Id
 MAX_MESSAGE_BYTES = 1 << 20  # nats-server's own default max_payload
@@ -180,11 +182,6 @@ async def provision(js, max_queued: int = DEFAULT_MAX_QUEUED, ttls: dict[str, fl
 async def provision_server(url: str, folder: str, max_queued: int = DEFAULT_MAX_QUEUED, ttls: dict[str, float] | None = None) -> list[Outcome]:
     """`relayctl bridge provision`: connect with the admin key of the setup directory
     `folder` and provision."""
-    import nats
-
-    from .setup import load_admin
-    from .subjects import ADMIN_INBOX
-
     admin = load_admin(folder)
     if max_queued < 1:
         raise UsageError("--max-queued: give at least 1")

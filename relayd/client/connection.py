@@ -199,6 +199,8 @@ class Line:
         if self._frames or self._framer.pending:
             return True
         if self._poller is None:
+            # deferred imports: relayctl's fast path loads this module and must stay small; each of
+            # these is needed only by the call that imports it
             import select  # here: only a connection kept between requests needs it
 
             self._poller = select.poll()

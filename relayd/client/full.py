@@ -12,9 +12,10 @@ from typing import Any, Iterator
 
 import msgspec
 
-from ..errors import Unavailable
+from ..errors import Unavailable, UsageError
 from ..store import Store
 from .connection import Caller, Lost, wire_error
+from .. import ops
 
 
 class Client(Caller):
@@ -40,20 +41,17 @@ class Client(Caller):
         return self._store
 
     def _mutates(self, op: str) -> bool:
-        from .. import ops
-        from ..errors import UsageError
-
         try:
             return ops.lookup(op).mutates  # (loads every domain module only for an op not yet loaded)
         except UsageError:
             return True
 
     def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
-        from .. import ops
-
         self.mode = "direct"
         unread = None
         if session.get("touch") or session.get("unread"):
+            # deferred imports: session bookkeeping and the pane triggers only in direct mode, and
+            # only for the calls that use them (relayctl read with relayd down loads neither)
             from .. import session as bookkeeping
 
             result, unread = bookkeeping.run(self.store(), ops.lookup(op), params, session.get("agent"), bool(session.get("touch")), bool(session.get("unread")))

@@ -129,6 +129,8 @@ class _DirectoryWatch:
     """inotify on one directory."""
 
     def __init__(self, target: Target) -> None:
+        # deferred imports: inotify (ctypes) only when a store directory is watched, not when
+        # relayd's socket answers
         from inotify_simple import INotify, flags
 
         self.names = target.names

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
+import re
 
 import click
 
-from relayd.errors import RelayError
+from relayd.errors import RelayError, UsageError, missing_extra
+from relayd.timefmt import parse_duration
+from relayd import layout
+from relayd.names import check_agent_name
 
 HELP = """Run relayd in the foreground: serve the store on a Unix socket, push events to
 subscribers, batch fsyncs (group commit), run GC and stale-agent detection, redeliver
@@ -35,9 +39,6 @@ Examples:
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    from relayd.errors import UsageError
-    from relayd.timefmt import parse_duration
-
     try:
         seconds = parse_duration(value).total_seconds()
     except UsageError as exc:
@@ -82,9 +83,6 @@ def daemon(
     bridge_creds: str | None,
     host_name: str | None,
 ) -> None:
-    from relayd import layout
-    from relayd.errors import UsageError
-
     # Under relayctl, its global --dir/--socket (given before `daemon`) count too, and
     # win over the environment that both levels read.
     outer = ctx.find_root().obj
@@ -105,6 +103,8 @@ def daemon(
 
     bridge_url, host_name, bridge_seed, bridge_creds = _bridge_settings(root, bridge_url, host_name, bridge_creds)
 
+    # deferred imports: `relayd --help` and option errors stay quick: the daemon itself (anyio,
+    # structlog), the store and the optional bridge (nats, nkeys) load only when they run
     from .main import Config, run
 
     status = run(
@@ -133,9 +133,6 @@ def daemon(
 def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: str | None) -> tuple[str | None, str | None, str | None, str | None]:
     """--bridge / --bridge-creds / --host-name, else config.json's bridge section; checked
     before starting. Returns (url, host name, nkey seed or None, creds path or None)."""
-    from relayd.errors import UsageError, missing_extra
-    from relayd.names import check_agent_name
-
     if url is None or host is None or creds_path is None:
         from relayd.config import load_config
         from relayd.store import Store
@@ -163,7 +160,6 @@ def _bridge_settings(root: str, url: str | None, host: str | None, creds_path: s
             raise UsageError(f"--host-name {host} does not match the credentials in {creds_path}, which are host {creds.host}'s")
         host, seed = creds.host, creds.seed
     if not host:
-        import re
         import socket
 
         host = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().split(".")[0].lower()).strip("-_") or "host"

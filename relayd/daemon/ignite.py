@@ -11,6 +11,9 @@ import threading
 import anyio
 import structlog
 
+from relayd.client.full import Client
+from relayd.ignite.queue import monitor_for
+
 log = structlog.get_logger()
 RESTART_SECONDS = 2.0
 
@@ -19,9 +22,6 @@ async def serve_queue(store_dir: str, socket_path: str, root: str, timeout: floa
     halt = threading.Event()
 
     def work() -> None:
-        from relayd.client.full import Client
-        from relayd.ignite.queue import monitor_for
-
         while not halt.is_set():
             try:
                 with Client(store_dir, socket_path, name="relayd-ignite") as client:

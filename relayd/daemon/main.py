@@ -123,6 +123,8 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
             tasks.start_soon(_watchdog, systemd)
         await tasks.start(server.serve, await SocketListener.from_socket(sock))
         if config.ignite_queue:
+            # deferred imports: the IGNITE queue and the bridge (nats) load only when relayd is
+            # started with them
             from .ignite import serve_queue
 
             tasks.start_soon(serve_queue, store.root, config.socket_path, config.ignite_queue, config.ignite_timeout, stop)

@@ -19,6 +19,8 @@ from relayd import ops
 from relayd.agents.roster import agent_states
 from relayd.errors import RelayError
 from relayd.store import Store
+from relayd.fsio import NoSync
+from relayd.reservations import guard_index
 
 log = structlog.get_logger()
 
@@ -39,8 +41,6 @@ async def redeliver_owed(store: Store, every: float) -> None:
     The first one also announces what writers killed while relayd was away left unannounced
     (relayd.delivery.announce); later, relayd's own sends write both, and clients fall back to direct
     mode only while relayd is away."""
-    from relayd.fsio import NoSync
-
     sweeper = Store(store.root, fsync=not isinstance(store.sync, NoSync), rotate_bytes=store.rotate_bytes, clock=store.clock, rand=store.rand)
     try:
         announce = True
@@ -103,8 +103,6 @@ async def refresh_guard_indexes(store: Store, every: float = 1.0) -> None:
     commit while relayd runs finds its index current instead of reading every reservation
     file. One stat a tick while nothing changes; after a change, once the directory has
     settled, the indexes commits have made are rebuilt in a worker thread."""
-    from relayd.reservations import guard_index
-
     done: list[int] | None = None
     while True:
         await anyio.sleep(every)

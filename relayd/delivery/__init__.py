@@ -42,6 +42,8 @@ from ..store import Store
 
 
 def _hand_over(store: Store, agent: Dir, name: str) -> None:
+    # deferred imports: the inbox loads this package on every send and read; owed records and the
+    # log load only when a hook runs
     from .owed import hand_over  # (start-up: rotations are rare)
 
     hand_over(store, agent, name)

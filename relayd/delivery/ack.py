@@ -21,6 +21,7 @@ from ..store import Store
 from ..timefmt import parse_duration
 from . import owed, parked
 from .record import Record, check_id, move, now_syncer, read_record, record_name, split_name, write_record
+from ..config import load_config
 
 
 AckOutcome = Literal["acked", "already_acked", "dead_lettered", "not_yours", "not_owed"]
@@ -108,8 +109,6 @@ def _ack_one(store: Store, agent: str, message_id: str, waiting: tuple[str, Reco
 def forget_old_acks(store: Store, keep: str | None = None) -> int:
     """Drop acknowledgements older than `keep` (config.json delivery.keep_acked, 7d)."""
     if keep is None:
-        from ..config import load_config  # (start-up: config.json only when no keep is given)
-
         keep = load_config(store).delivery.keep_acked
     horizon = store.clock() - parse_duration(keep).total_seconds()
     folder = store.top(layout.ACKED)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from typing import Iterator
+from datetime import timedelta
 
 import msgspec
 
@@ -86,8 +87,6 @@ def _announce_missing(store: Store, root: Dir) -> list[Message]:
 def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], str, Mark | None]:
     """Per agent, how many message events each id has in the log past its mark; how far
     back an inbox without a valid mark is checked; the log's new mark."""
-    from datetime import timedelta  # (start-up: see relayd.timefmt)
-
     mark = marks.events
     announced: dict[str, Counter[str]] = {}
     current, current_ino = root.open_reading(layout.EVENTS)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from typing import Literal
+from datetime import datetime, timedelta, timezone
 
 import msgspec
 
@@ -218,8 +219,6 @@ def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnounce
     """Each of `names`' newest announcement over the last day of the delivery log; an agent
     not told in that time is left out. A trigger skipped because the last one is still
     unread (a `note`) told nobody: it is shown only when there is nothing else."""
-    from datetime import timedelta  # (start-up: see relayd.timefmt)
-
     found: dict[str, LastAnnouncement] = {}
     skipped: dict[str, LastAnnouncement] = {}
     settled: set[str] = set()  # the newest announcement and the failures before it are known
@@ -269,8 +268,6 @@ def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Messa
 
 
 def _ack_state(store: Store, to: str, message_id: str) -> tuple[Literal["owed", "acked", "dead_letter"] | None, str | None]:
-    from datetime import datetime, timezone  # (start-up: see relayd.timefmt)
-
     name = record_name(to, message_id)
     for state, folder in (("acked", layout.ACKED), ("dead_letter", layout.DEAD_LETTER), ("owed", layout.OWED)):
         opened = store.top_if_exists(folder)

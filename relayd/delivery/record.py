@@ -17,6 +17,7 @@ a named record without its data.
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 
 import msgspec
 
@@ -176,6 +177,4 @@ def check_id(message_id: object) -> str:
 
 
 def iso(epoch: float) -> str:
-    from datetime import datetime, timezone  # (start-up: see relayd.timefmt)
-
     return to_iso(datetime.fromtimestamp(epoch, timezone.utc))

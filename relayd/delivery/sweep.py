@@ -36,6 +36,7 @@ from ..ulid import new_ulid
 from . import owed, parked
 from .announce import announce_missing
 from .record import Record, iso, move, now_syncer, read_record, record_name, write_record
+from ..config import load_config
 
 ESCALATION_SENDER = "relay"
 
@@ -146,8 +147,6 @@ def _dead_letter_one(store: Store, record: Record, now: float) -> list[Message]:
     m = record.message
     resuming = record.escalation_id is not None
     if not resuming:
-        from ..config import load_config  # (start-up: config.json only when a message runs out of deliveries)
-
         record.reason = f"not acknowledged after {record.attempt} deliver{'y' if record.attempt == 1 else 'ies'}"
         record.dead_at = iso(now)
         record.escalation_id = new_ulid()

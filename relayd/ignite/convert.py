@@ -14,6 +14,8 @@ import email.utils
 import json
 
 from relayd.names import check_agent_name, normalize_priority
+from relayd.timefmt import parse_iso
+from relayd.errors import NotFound
 
 from . import mime
 
@@ -92,8 +94,6 @@ def to_send_params(message: mime.MimeMessage, what: str) -> dict:
 
 def from_message(m: dict) -> mime.MimeMessage:
     """The IGNITE file for one relay message (the dict form, as `read --json` prints it)."""
-    from relayd.timefmt import parse_iso
-
     tags = list(m.get("tags") or [])
     repo = next((tag[len(REPO_TAG) :] for tag in tags if tag.startswith(REPO_TAG)), None)
     issue = next((tag[len(ISSUE_TAG) :] for tag in tags if tag.startswith(ISSUE_TAG)), None)
@@ -133,9 +133,10 @@ def from_message(m: dict) -> mime.MimeMessage:
 
 def find_message(store, message_id: str, agent: str | None = None) -> dict:
     """A stored message by id, from `agent`'s inbox or, without one, from every inbox."""
+    # deferred imports: relayctl read loads this module to show a MIME message; msgspec and the
+    # inbox only to find one
     import msgspec
 
-    from relayd.errors import NotFound
     from relayd.inbox.read import read_all
 
     for name in [agent] if agent else store.known_agents():

@@ -23,6 +23,8 @@ from datetime import datetime
 from relayd.errors import InvalidMessage as NotAMessage  # (the file is not an IGNITE message)
 from relayd.errors import RelayError, UsageError
 
+from ..ulid import ulid_time_ms
+
 PREFIX = "X-IGNITE-"
 DOMAIN = "ignite.local"
 CONTENT_TYPE = "text/x-yaml; charset=utf-8"
@@ -206,9 +208,8 @@ def new_message_id(now: float | None = None, of: str | None = None) -> str:
     when that id was made and the hash is taken from it, so each relay message gets a
     Message-ID of its own; without it, now and random bits."""
     if of is not None:
+        # deferred imports: hashlib (OpenSSL) only when a message id is made
         import hashlib
-
-        from ..ulid import ulid_time_ms
 
         return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{hashlib.sha256(of.encode()).hexdigest()[:12]}@{DOMAIN}>"
     epoch = int(time.time() if now is None else now)

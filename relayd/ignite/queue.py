@@ -49,12 +49,18 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
+import fcntl
 from typing import Callable
 
+import msgspec
+
 from relayd import layout
-from relayd.errors import QueueBusy, RelayError
-from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES
-from relayd.owing import Policy  # the shared backoff: wait(delivered, rand), max_deliver
+from relayd.errors import QueueBusy, RelayError, UsageError
+from relayd.names import AGENT_NAME_RE, MESSAGE_TYPES, normalize_priority
+from relayd.owing import Policy, policy_for  # the shared backoff: wait(delivered, rand), max_deliver
+from relayd.config import load_config
+from relayd.inbox.read import read_all
+from relayd.client import watch
 
 from . import files, mime
 from .files import DEAD_LETTER, MALFORMED, PROCESSED
@@ -327,9 +333,6 @@ class QueueMonitor:
     def _notice(self, agent: str, path: str, message: mime.MimeMessage) -> dict:
         """The relay message announcing a file: it names the file and never carries the body
         (the agent reads the file, as IGNITE agents do)."""
-        from relayd.names import normalize_priority
-        from relayd.errors import UsageError
-
         kind = message.get(H + "Type") or "message"
         sender = message.get("From") or MONITOR
         if not AGENT_NAME_RE.fullmatch(sender):
@@ -560,8 +563,6 @@ class QueueMonitor:
         One lives in the store, named after the queue's real path, so it outlives the queue
         directory (`rm -rf queue && mkdir queue` must not let a second monitor in beside
         this one); the one in the queue directory is seen by monitors of other stores too."""
-        import fcntl
-
         paths = [os.path.join(self.root, LOCK)]
         if self.lock_dir is not None:
             key = hashlib.sha256(os.path.realpath(self.root).encode()).hexdigest()[:32]
@@ -587,8 +588,6 @@ class QueueMonitor:
         """Run passes until `stop` is set: after every change in a queue directory (inotify,
         through relayd.client.watch) and whenever a timer runs out. With `wait_for_lock`, a queue
         another monitor serves is waited for (logged once) instead of refused."""
-        from relayd.client import watch
-
         stop = stop or threading.Event()
         told = False
         while True:
@@ -684,13 +683,6 @@ def _min(a: float | None, b: float) -> float:
 def monitor_for(client, root: str, *, timeout: float = DEFAULT_TIMEOUT, log: Log = _no_log) -> QueueMonitor:
     """A monitor for `root` that delivers through `client` (relayd when it runs, else
     directly), with the store's delivery policy and escalation agent (config.json)."""
-    import msgspec
-
-    from relayd import layout
-    from relayd.config import load_config
-    from relayd.inbox.read import read_all
-    from relayd.owing import policy_for
-
     store = client.store()
     store.require_existing()
     policy = policy_for(store, None, None)

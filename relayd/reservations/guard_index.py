@@ -40,6 +40,7 @@ import time
 
 from .. import jsonline, layout
 from ..errors import RelayError
+from ..fsio import Dir
 
 MAGIC = b"relay-guard-index 1"
 SUFFIX = ".idx"
@@ -71,8 +72,6 @@ def held_in(store_dir: str, top: str, clock=None) -> list[Held]:
     """Every exclusive reservation (active or expired) whose repo is `top` or a directory
     inside it: from the index when it is current, else from the files, rewriting the index.
     `clock` (nanoseconds since the epoch) is injected by tests."""
-    from ..fsio import Dir
-
     try:
         root = Dir.open_root(store_dir)
     except FileNotFoundError:
@@ -203,7 +202,6 @@ def written_through(store_dir: str, before: list[int] | None, added: list, remov
     An index whose repository the change is not in is only restamped (no decoding)."""
     if before is None or not os.path.isdir(os.path.join(store_dir, layout.GUARD_INDEX)):
         return
-    from ..fsio import Dir
 
     try:
         after = directory_stamp(store_dir)
@@ -237,8 +235,6 @@ def written_through(store_dir: str, before: list[int] | None, added: list, remov
 def refresh(store_dir: str, clock=None) -> list[str]:
     """Rebuild every index a commit has made whose repository's reservations changed; the
     repositories whose index is current afterwards."""
-    from ..fsio import Dir
-
     try:
         root = Dir.open_root(store_dir)
     except FileNotFoundError:
@@ -283,7 +279,5 @@ def _repo_of(raw: bytes) -> str | None:
 
 
 def _current(store_dir: str, repo: str, stamp: list[int]) -> bool:
-    from ..fsio import Dir
-
     with Dir.open_root(store_dir) as root:
         return _load(root, repo, stamp) is not None

@@ -35,6 +35,8 @@ MAX_TTL = timedelta(days=366)
 
 def reservation_key(repo: str, pattern: str, shared_by: str | None = None) -> str:
     text = f"{repo}:{pattern}" if shared_by is None else f"{repo}:{pattern}:{shared_by}"
+    # deferred imports: relayctl status with relayd down loads this module; hashlib (OpenSSL) only
+    # when a reservation is made
     import hashlib  # here: listing reservations (relayctl status) never needs it, and it loads OpenSSL
 
     return hashlib.sha256(text.encode()).hexdigest() + SUFFIX

@@ -92,6 +92,7 @@ def _substitute(value: str, env: dict[str, str] | os._Environ[str]) -> str:
 
 def wake_by_hook(gateway: Gateway, text: str, timeout: float) -> str | None:
     """POST the wake to the gateway's hook; None on a 2xx answer, else why not."""
+    # deferred imports: http.client only when a wake goes to a gateway over HTTP
     import http.client
     from urllib.parse import urlsplit
 

@@ -31,6 +31,7 @@ from ..records import check_agent_name
 from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso, parse_duration
+from .openclaw import OpenClawConfigError, config_path, discover, wake_by_hook
 
 METHODS = ("gateway", "socket", "file")
 MAX_TEXT = 4096
@@ -98,7 +99,6 @@ class _Discovered:
         self.problem: str | None = None
         if config.wake.gateway_command or config.wake.gateway_socket:
             return
-        from .openclaw import OpenClawConfigError, config_path, discover
 
         try:
             self.gateway = discover()
@@ -172,7 +172,6 @@ def _socket_once(config: Config, text: str, agent: str | None, found: _Discovere
         missing = found.hook_missing()
         if missing:
             return missing, False
-        from .openclaw import wake_by_hook
 
         assert found.gateway is not None
         return wake_by_hook(found.gateway, text, parse_duration(config.wake.timeout).total_seconds()), False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import json
 
 import msgspec
 
@@ -58,8 +59,6 @@ def _configure(store: Store, p: InitParams) -> tuple[str | None, bool]:
     already chose one there) and `team` (fixed unless `allow_new_agents`; an existing
     choice is kept unless the option is given). Other keys are kept as they are; the file
     is replaced atomically. Returns (escalation agent, whether new agents are allowed)."""
-    import json
-
     config = _config_json(store)
     before = json.dumps(config)
     escalate_to = None
@@ -82,8 +81,6 @@ def _configure(store: Store, p: InitParams) -> tuple[str | None, bool]:
 
 
 def _config_json(store: Store) -> dict:
-    import json
-
     raw = store.root_dir().read_bytes(layout.CONFIG_FILE)
     try:
         config = json.loads(raw) if raw and raw.strip() else {}
@@ -97,8 +94,6 @@ def _config_json(store: Store) -> dict:
 def set_escalation_agent(store: Store, agent: str) -> str:
     """`delivery.escalate_to` in config.json unless the person already chose one there
     (`relayctl up` makes a team's lead the escalation agent); returns the one in force."""
-    import json
-
     config = _config_json(store)
     delivery = config.setdefault("delivery", {})
     if not delivery.get("escalate_to"):
@@ -177,8 +172,6 @@ def reset(store: Store, p: ResetParams) -> ResetResult:
 
 def _forget_fixed_team(store: Store) -> str | None:
     """Drop config.json's `team` when it fixes the team; the preset it named, or None."""
-    import json
-
     config = _config_json(store)
     team = config.get("team", {})
     if team.get("allow_new", True) is not False:
