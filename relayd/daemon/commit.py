@@ -19,7 +19,10 @@ be most of the latency the daemon adds.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
+import threading
 from typing import Callable
 
 import anyio
@@ -32,14 +35,16 @@ log = structlog.get_logger()
 
 
 class Batch:
-    __slots__ = ("fds", "files", "done", "error", "then")
+    __slots__ = ("fds", "files", "done", "synced", "error", "then", "waiting")
 
     def __init__(self) -> None:
         self.fds: list[int] = []  # duplicates, one per distinct file
         self.files: set[tuple[int, int]] = set()  # (st_dev, st_ino) of each
         self.done = anyio.Event()
+        self.synced = False  # its fsyncs returned (it is done once every earlier round is)
         self.error: StoreError | None = None
         self.then: list[Callable[[], None]] = []  # run once durable, in order
+        self.waiting: set[object] = set()  # connections whose replies wait for it (see on_durable)
 
     async def wait(self) -> None:
         """Until durable; raises the fsync failure for every request in the batch."""
@@ -84,8 +89,9 @@ class GroupCommit(Syncer):
         self.inline_when: Callable[[], bool] = lambda: False
         # Runs the writes queued for this round (set by the server; see Server.defer).
         self.collect: Callable[[], None] = lambda: None
-        # Called when a round is durable (set by the server: it writes the replies then).
-        self.on_durable: Callable[[], None] = lambda: None
+        # Called when a round is durable (set by the server: it writes the replies of the
+        # connections in `batch.waiting` then).
+        self.on_durable: Callable[[Batch], None] = lambda batch: None
 
     # -- Syncer: called by store functions in the loop thread ---------------------------
     def file(self, fd: int) -> None:
@@ -129,7 +135,12 @@ class GroupCommit(Syncer):
             await batch.done.wait()
 
     async def run(self) -> None:
-        async with anyio.create_task_group() as rounds:
+        loop = asyncio.get_running_loop()
+        rounds: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        workers = [threading.Thread(target=self._worker, args=(rounds, loop), name="fsync", daemon=True) for _ in range(self.in_flight)]
+        for worker in workers:
+            worker.start()
+        try:
             while True:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
@@ -144,27 +155,42 @@ class GroupCommit(Syncer):
                 if not batch.fds:
                     continue
                 self._filling = Batch()
-                previous = self._syncing[-1] if self._syncing else None
                 self._syncing.append(batch)
-                if self.inline_when() and previous is None:
+                if self.inline_when() and len(self._syncing) == 1:
                     # One request waiting and nothing else to do meanwhile: a thread hand-off
                     # would only add latency.
-                    batch.error = self._sync_files(batch.fds)
-                    self._finish(batch)
+                    self._synced(batch, self._sync_files(batch.fds))
                 else:
-                    rounds.start_soon(self._sync, batch, previous)
+                    rounds.put(batch)
+        finally:
+            with anyio.CancelScope(shield=True):  # the rounds handed out end, their descriptors closed
+                while self._syncing:
+                    self._slot_free = anyio.Event()
+                    await self._slot_free.wait()
+            for _ in workers:
+                rounds.put(None)
 
-    async def _sync(self, batch: Batch, previous: Batch | None) -> None:
-        """One round in a worker thread, while the loop goes on (and may start the next
-        round: a client answered by the round before need not wait for this one to end
-        before its next request is fsynced)."""
-        with anyio.CancelScope(shield=True):  # the descriptors are closed, the round ends
+    def _worker(self, rounds: "queue.SimpleQueue[Batch | None]", loop: asyncio.AbstractEventLoop) -> None:
+        """A worker thread: fsync each round handed to it while the loop goes on (and may
+        hand the next round to another worker), then report back to the loop thread. A
+        plain thread and queue, not anyio's worker pool: its hand-off (a task, a cancel
+        scope, a capacity limiter and a Condition per round) cost more CPU than the sends
+        of a round shared."""
+        while (batch := rounds.get()) is not None:
             try:
-                batch.error = await anyio.to_thread.run_sync(self._sync_files, batch.fds)
-            finally:
-                if previous is not None and not previous.done.is_set():
-                    await previous.done.wait()  # durable in order: a reply never overtakes an earlier write
-                self._finish(batch)
+                error = self._sync_files(batch.fds)
+            except Exception as exc:  # (a bug; the round's requests get an error, not a hang)
+                error = StoreError(f"fsync failed: {exc}")
+            loop.call_soon_threadsafe(self._synced, batch, error)
+
+    def _synced(self, batch: Batch, error: StoreError | None) -> None:
+        """In the loop thread: `batch`'s fsyncs returned. Rounds become durable in the
+        order they were taken, so a reply never overtakes an earlier write: the rounds at
+        the front that are synced are finished, a later one waits for those before it."""
+        batch.synced = True
+        batch.error = error
+        while self._syncing and self._syncing[0].synced:
+            self._finish(self._syncing[0])
 
     def _finish(self, batch: Batch) -> None:
         for fd in batch.fds:
@@ -174,7 +200,7 @@ class GroupCommit(Syncer):
         self.batches += 1
         self.fsynced_fds += len(batch.fds)
         batch.done.set()
-        self.on_durable()
+        self.on_durable(batch)
         for then in batch.then:
             try:
                 then()
