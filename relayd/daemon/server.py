@@ -33,7 +33,7 @@ from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Sub
 from relayd.records import check_agent_name
 from relayd.store import Store
 
-from .commit import Batch, GroupCommit
+from .commit import HOLD, Batch, GroupCommit
 from .events import QUEUE_EVENTS, EventLog, Hub, Subscriber
 from .peerstate import PeerState, Reading
 
@@ -86,6 +86,10 @@ class Server:
         # bridge gets the request and this server's execute, and answers as execute does.
         self.team_ops: dict[str, Callable[[Request, Callable[[Request], tuple[Batch | None, bytes]]], Awaitable[tuple[Batch | None, bytes]]]] = {}
         self.round = anyio.Event()  # set when the requests deferred so far have run
+        # Connections whose replies the last round wrote, with nothing else outstanding (a
+        # client waiting for its answer to send the next request), and when (GroupCommit.hold).
+        self.answered: set[Peer] = set()
+        self.answered_at = 0.0
         self.max_connections = max_connections if max_connections is not None else default_max_connections()
         self.idle_timeout = idle_timeout
         self.clock = time.monotonic
@@ -295,7 +299,16 @@ class Server:
         the cost of that one check). Only those: going over every connection with replies
         waiting, after every round, cost more than the rest of writing the replies."""
         _flush_ready(batch.waiting)
+        self.answered = {peer for peer in batch.waiting if peer.state.settled()}
+        self.answered_at = self.clock()
         batch.waiting = set()
+
+    def expecting(self) -> bool:
+        """Requests are queued for a round, and clients that the last round answered a
+        moment ago (within HOLD) have not sent their next request yet: busy clients, whose
+        requests may as well share the round (GroupCommit.hold). Clients answered longer
+        ago are not waited for: a lone sender now and then must not pay for it."""
+        return bool(self.deferred) and bool(self.answered) and self.clock() - self.answered_at < HOLD
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
@@ -404,6 +417,7 @@ class Peer:
                     await _linger(self.stream)
         finally:
             self._outbox.clear()  # a round that ends later writes nothing to a closed connection
+            self.server.answered.discard(self)
             if self.subscriber is not None:
                 self.server.hub.remove(self.subscriber)
                 self.subscriber.queue.close()
@@ -472,6 +486,7 @@ class Peer:
                 data = b""
             if data:
                 self.last_active = self.server.clock()
+                self.server.answered.discard(self)
                 self._take(data)
                 if self.front_ready():  # (a durable reply, the usual one, waits for its round)
                     self._flush()
