@@ -158,16 +158,13 @@ async def test_with_one_round_at_a_time_the_next_waits_and_writes_gather(tmp_pat
         os.close(fd)
 
 
-async def test_a_round_waits_for_the_requests_it_expects_and_gathers_them(tmp_path, monkeypatch) -> None:
-    from relayd.daemon import commit as module
-
-    monkeypatch.setattr(module, "HOLD", 30.0)  # (the wait ends here only because the test says so)
+async def test_a_round_waits_for_the_requests_it_expects_and_gathers_them(tmp_path) -> None:
     files = [os.open(tmp_path / name, os.O_CREAT | os.O_WRONLY, 0o600) for name in "ab"]
     sync = HeldSync()
     commit = GroupCommit(in_flight=1, sync=sync)
     expecting = [True]
     ended: list[str] = []
-    commit.hold = lambda: expecting[0]
+    commit.hold = lambda: 30.0 if expecting[0] else 0.0  # (the wait ends only because the test says so)
     commit.held = lambda: ended.append("held")
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(commit.run)
@@ -192,15 +189,12 @@ async def test_a_round_waits_for_the_requests_it_expects_and_gathers_them(tmp_pa
         os.close(fd)
 
 
-async def test_a_round_waits_for_expected_requests_only_so_long(tmp_path, monkeypatch) -> None:
-    from relayd.daemon import commit as module
-
-    monkeypatch.setattr(module, "HOLD", 0.01)
+async def test_a_round_waits_for_expected_requests_only_so_long(tmp_path) -> None:
     written = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY, 0o600)
     sync = HeldSync()
     commit = GroupCommit(in_flight=1, sync=sync)
     ended: list[str] = []
-    commit.hold = lambda: True  # a client that never sends again
+    commit.hold = lambda: 0.01  # a client that never sends again
     commit.held = lambda: ended.append("held")
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(commit.run)

@@ -103,7 +103,7 @@ class GroupCommit(Syncer):
         # Whether to wait before taking a round because more requests are about to arrive
         # (set by the server: the connections just answered have not sent again yet), and
         # what to do when the wait ends (the server stops expecting them).
-        self.hold: Callable[[], bool] = lambda: False
+        self.hold: Callable[[], float] = lambda: 0.0  # seconds still to wait; 0: none
         self.held: Callable[[], None] = lambda: None
         # Runs the writes queued for this round (set by the server; see Server.defer).
         self.collect: Callable[[], None] = lambda: None
@@ -168,7 +168,7 @@ class GroupCommit(Syncer):
                     # free, and a lone client would wait that turn on every request.)
                     self._slot_free = anyio.Event()
                     await self._slot_free.wait()
-                if self.hold():
+                if self.hold() > 0:
                     await self._gather()
                 self.collect()
                 batch = self._filling
@@ -191,12 +191,15 @@ class GroupCommit(Syncer):
                 rounds.put(None)
 
     async def _gather(self) -> None:
-        """Wait (at most HOLD seconds) while `hold()` says requests are about to join the
-        round: each new request pokes the wakeup, and the wait ends once none is expected."""
-        with anyio.move_on_after(HOLD):
-            while self.hold():
-                self._wakeup = anyio.Event()
+        """Wait while `hold()` says requests are about to join the round, each time for at
+        most what it says: each new request pokes the wakeup, and the wait ends once none
+        is expected or the time is up."""
+        while (wait := self.hold()) > 0:
+            self._wakeup = anyio.Event()
+            with anyio.move_on_after(wait) as waited:
                 await self._wakeup.wait()
+            if waited.cancelled_caught:
+                break
         self.held()
 
     def _worker(self, rounds: "queue.SimpleQueue[Batch | None]", loop: asyncio.AbstractEventLoop) -> None:

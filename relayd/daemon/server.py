@@ -303,12 +303,15 @@ class Server:
         self.answered_at = self.clock()
         batch.waiting = set()
 
-    def expecting(self) -> bool:
-        """Requests are queued for a round, and clients that the last round answered a
-        moment ago (within HOLD) have not sent their next request yet: busy clients, whose
-        requests may as well share the round (GroupCommit.hold). Clients answered longer
-        ago are not waited for: a lone sender now and then must not pay for it."""
-        return bool(self.deferred) and bool(self.answered) and self.clock() - self.answered_at < HOLD
+    def expecting(self) -> float:
+        """How long a round should still wait (GroupCommit.hold): while requests are queued
+        and clients that the last round answered have not sent their next request yet, up
+        to HOLD after that answer -- busy clients, whose requests may as well share the
+        round. Clients answered longer ago are not waited for: a lone sender now and then
+        must not pay for it."""
+        if not self.deferred or not self.answered:
+            return 0.0
+        return max(0.0, self.answered_at + HOLD - self.clock())
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
