@@ -55,6 +55,20 @@ class Relayd:
         tick = os.sysconf("SC_CLK_TCK")
         return int(fields[11]) / tick, int(fields[12]) / tick
 
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system) of each relayd thread so far, by thread id: the loop
+        thread is the process's own id, the rest are the fsync and worker threads."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:  # (a worker thread that ended meanwhile)
+                continue
+            out[tid] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -138,11 +152,11 @@ SENDER = textwrap.dedent(
 )
 
 
-def concurrent_clients(quick: bool) -> list[Row]:
+def concurrent_clients(quick: bool, size: tuple[int, int] | None = None) -> list[Row]:
     from relayd.inbox.read import read_all
     from relayd.store import Store
 
-    clients, each = (20, 100) if quick else (20, 1000)
+    clients, each = size or ((20, 100) if quick else (20, 1000))
     daemon = Relayd()
     try:
         start_at = time.time() + 2.0  # every process connected and idle by then
@@ -150,7 +164,7 @@ def concurrent_clients(quick: bool) -> list[Row]:
             subprocess.Popen([PYTHON, "-c", SENDER, daemon.store, daemon.socket, str(each), str(start_at)], env=daemon.env, stdout=subprocess.PIPE, text=True)
             for _ in range(clients)
         ]
-        cpu_before = daemon.cpu_split()
+        cpu_before, threads_before = daemon.cpu_split(), daemon.thread_cpu()
         ends, modes, client_cpu = [], set(), 0.0
         for proc in procs:
             out, _ = proc.communicate(120)
@@ -160,6 +174,8 @@ def concurrent_clients(quick: bool) -> list[Row]:
             client_cpu += float(cpu)
         elapsed = max(ends) - start_at
         user, system = (after - before for after, before in zip(daemon.cpu_split(), cpu_before))
+        threads = {tid: cpu - threads_before.get(tid, 0.0) for tid, cpu in daemon.thread_cpu().items()}
+        loop_cpu = threads.pop(str(daemon.proc.pid), 0.0)
         daemon_cpu = user + system
         with Store(daemon.store) as store:
             everything = read_all(store, "inferno")  # (one read answer stops at ~768 KiB)
@@ -179,7 +195,7 @@ def concurrent_clients(quick: bool) -> list[Row]:
         # Both on the same cores: what the clients burn is time relayd cannot have.
         Row(AREA, f"  CPU of the {clients} client processes during their sends", round(client_cpu, 2), "s", note="sum of time.process_time() over the send loops"),
         Row(AREA, "  CPU of relayd during the run", round(daemon_cpu, 2), "s", note="utime+stime from /proc, fsync threads included"),
-        Row(AREA, "  relayd CPU per send", round(per_send), "us", "<= 60 us", per_send <= 60, f"user {user / sends * 1e6:.0f} us + system {system / sends * 1e6:.0f} us; load average {os.getloadavg()[0]:.1f} at the end"),
+        Row(AREA, "  relayd CPU per send", round(per_send), "us", "<= 60 us", per_send <= 60, f"user {user / sends * 1e6:.0f} us + system {system / sends * 1e6:.0f} us; event-loop thread {loop_cpu / sends * 1e6:.0f} us, other threads (fsync, workers) {sum(threads.values()) / sends * 1e6:.0f} us; load average {os.getloadavg()[0]:.1f} at the end"),
         Row(AREA, f"  CPU floor: (clients + relayd) / {cores} cores", round((client_cpu + daemon_cpu) / cores, 2), "s", note="no schedule can finish sooner"),
     ]
 
@@ -249,3 +265,10 @@ def run(quick: bool) -> list[Row]:
         print(f"  {bench.__name__} ...", file=sys.stderr, flush=True)
         rows.extend(bench(quick))
     return rows
+
+
+if __name__ == "__main__":
+    # python -m benchmarks.bench_daemon CLIENTS EACH: the concurrent-sends rows alone, at
+    # any size; run it in turns from two checkouts to compare them on a busy machine.
+    for row in concurrent_clients(False, (int(sys.argv[1]), int(sys.argv[2]))):
+        print(f"{row.name.strip()}: {row.value} {row.unit}  {row.note}")

@@ -156,3 +156,54 @@ async def test_with_one_round_at_a_time_the_next_waits_and_writes_gather(tmp_pat
     assert sync.rounds == [{os.fstat(files[0]).st_ino}, {os.fstat(files[0]).st_ino, os.fstat(files[1]).st_ino}]
     for fd in files:
         os.close(fd)
+
+
+async def test_a_round_waits_for_the_requests_it_expects_and_gathers_them(tmp_path) -> None:
+    files = [os.open(tmp_path / name, os.O_CREAT | os.O_WRONLY, 0o600) for name in "ab"]
+    sync = HeldSync()
+    commit = GroupCommit(in_flight=1, sync=sync)
+    expecting = [True]
+    ended: list[str] = []
+    commit.hold = lambda: 30.0 if expecting[0] else 0.0  # (the wait ends only because the test says so)
+    commit.held = lambda: ended.append("held")
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commit.run)
+        commit.file(files[0])
+        await anyio.sleep(0.05)
+        assert sync.rounds == []  # held back: more requests are on their way
+        commit.file(files[1])  # one arrives
+        batch = commit.pending()
+        commit.poke()
+        await anyio.sleep(0.05)
+        assert sync.rounds == []  # still expecting
+        expecting[0] = False  # the last expected one arrived
+        commit.poke()
+        await sync.until(lambda: len(sync.rounds), 1)
+        sync.gates[0].set()
+        with anyio.fail_after(5):
+            await batch.done.wait()
+        tasks.cancel_scope.cancel()
+    assert sync.rounds == [{os.fstat(files[0]).st_ino, os.fstat(files[1]).st_ino}]  # one round for both
+    assert ended == ["held"]
+    for fd in files:
+        os.close(fd)
+
+
+async def test_a_round_waits_for_expected_requests_only_so_long(tmp_path) -> None:
+    written = os.open(tmp_path / "a", os.O_CREAT | os.O_WRONLY, 0o600)
+    sync = HeldSync()
+    commit = GroupCommit(in_flight=1, sync=sync)
+    ended: list[str] = []
+    commit.hold = lambda: 0.01  # a client that never sends again
+    commit.held = lambda: ended.append("held")
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(commit.run)
+        commit.file(written)
+        batch = commit.pending()
+        await sync.until(lambda: len(sync.rounds), 1)  # the round went ahead without it
+        sync.gates[0].set()
+        with anyio.fail_after(5):
+            await batch.done.wait()
+        tasks.cancel_scope.cancel()
+    assert ended == ["held"]  # and the server was told to stop expecting it
+    os.close(written)

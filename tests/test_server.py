@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import Iterator
 
+import anyio
 import pytest
 
 from inproc import InProcess, blocking, serving, snapshot
@@ -119,3 +120,32 @@ def _filter_and_resume(relayd: InProcess) -> None:
 async def test_agent_filter_and_resume_after_an_event_id(overlord_store: Path, short_tmp: Path) -> None:
     async with serving(str(overlord_store), str(short_tmp / "d.sock")) as relayd:
         await blocking(_filter_and_resume, relayd)
+
+
+async def test_a_round_waits_for_the_client_it_just_answered(overlord_store: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Busy clients share a round instead of taking turns: a request that arrives just
+    after another client's answer waits for that client's next request, and one round
+    (one set of fsyncs) makes both durable."""
+    from relayd.daemon import server as module
+
+    monkeypatch.setattr(module, "HOLD", 30.0, raising=False)  # (so the wait ends only because the client sends)
+    send = {"agent": "storm", "to": ["inferno"], "body": "hello"}
+    async with serving(str(overlord_store), str(short_tmp / "s.sock")) as relayd:
+        committer = relayd.server.committer
+        assert committer is not None
+        busy, other = RawClient(relayd.socket_path), RawClient(relayd.socket_path)
+        try:
+            assert (await blocking(busy.request, "send", send))["ok"]  # answered: expected back
+            rounds = committer.batches
+            other.send_line({"type": "request", "id": 1, "op": "send", "params": send})
+            with anyio.fail_after(5):
+                while not relayd.server.deferred:
+                    await anyio.sleep(0.001)
+            await anyio.sleep(0.05)
+            assert committer.batches == rounds and relayd.server.deferred  # held for the busy client
+            replies = await blocking(busy.request, "send", send), await blocking(other.line)
+            assert all(reply["ok"] for reply in replies)
+            assert committer.batches == rounds + 1  # both sends in one round
+        finally:
+            busy.close()
+            other.close()

@@ -42,6 +42,8 @@ class Core:
         if committer is not None:
             committer.inline_when = server.quiet  # fsync at once when nobody else is writing
             committer.collect = server.run_deferred
+            committer.hold = server.expecting
+            committer.held = server.answered.clear
         return cls(store, committer, hub, events, server)
 
 

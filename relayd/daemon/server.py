@@ -34,7 +34,7 @@ from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Sub
 from relayd.records import check_agent_name
 from relayd.store import Store
 
-from .commit import Batch, GroupCommit
+from .commit import HOLD, Batch, GroupCommit
 from .events import QUEUE_EVENTS, EventLog, Hub, Subscriber
 from .peerstate import PeerState, Reading
 
@@ -87,12 +87,15 @@ class Server:
         # bridge gets the request and this server's execute, and answers as execute does.
         self.team_ops: dict[str, Callable[[Request, Callable[[Request], tuple[Batch | None, bytes]]], Awaitable[tuple[Batch | None, bytes]]]] = {}
         self.round = anyio.Event()  # set when the requests deferred so far have run
+        # Connections whose replies the last round wrote, with nothing else outstanding (a
+        # client waiting for its answer to send the next request), and when (GroupCommit.hold).
+        self.answered: set[Peer] = set()
+        self.answered_at = 0.0
         self.max_connections = max_connections if max_connections is not None else default_max_connections()
         self.idle_timeout = idle_timeout
         self.clock = time.monotonic
         self.refusing = 0
         self._refusal_logged = -1e9
-        self.waiting: set[Peer] = set()  # connections with replies not yet written
         if committer is not None:
             committer.on_durable = self.flush_replies
 
@@ -232,7 +235,7 @@ class Server:
     def _pending(self) -> Batch | None:
         return self.committer.pending() if self.committer is not None else None
 
-    def defer(self, request: Request) -> Deferred | None:
+    def defer(self, request: Request, peer: Peer) -> Deferred | None:
         """Queue a request of a batchable operation to run with the others that arrive
         while the current fsync round runs (see `run_deferred`). None when it is run
         alone instead: not batchable, or no group commit."""
@@ -240,7 +243,7 @@ class Server:
         if op is None or op.batch is None or self.committer is None or request.announce > 0:
             return None
         self.requests += 1
-        item = Deferred(op, request, self.round)
+        item = Deferred(op, request, self.round, peer)
         try:
             item.params = ops.decode_params(op, request.params)
             session.before(self.store, request.agent, request.touch)  # (its unread count: after the batch)
@@ -281,25 +284,45 @@ class Server:
                 except RelayError as exc:
                     item.payload = _refusal(item.request, exc)
         batch = self._pending()
+        answered: set[Peer] = set()  # (requests that failed before writing: answered now)
         for item in queued:
             item.batch = batch
+            if batch is None:
+                answered.add(item.peer)
+            else:
+                batch.waiting.add(item.peer)
         finished.set()
-        self.flush_replies()  # (requests that failed before writing are answered now)
+        _flush_ready(answered)
 
-    def flush_replies(self) -> None:
-        """Write the replies that became ready (after a group commit round, or a run of
-        deferred requests) on every connection that has some waiting. A connection whose
-        first reply is not ready is passed over at the cost of that one check: busy
-        clients are split between the round that ended and the one filling, and a full
-        `_flush` of each of them after every round and every read made four flushes for
-        each reply written."""
-        for peer in tuple(self.waiting):
-            if peer.front_ready():
-                peer._flush()
+    def flush_replies(self, batch: Batch) -> None:
+        """Write the replies that `batch` made durable: on the connections that queued
+        one waiting for it (those whose first reply is still not ready are passed over at
+        the cost of that one check). Only those: going over every connection with replies
+        waiting, after every round, cost more than the rest of writing the replies."""
+        _flush_ready(batch.waiting)
+        self.answered = {peer for peer in batch.waiting if peer.state.settled()}
+        self.answered_at = self.clock()
+        batch.waiting = set()
+
+    def expecting(self) -> float:
+        """How long a round should still wait (GroupCommit.hold): while requests are queued
+        and clients that the last round answered have not sent their next request yet, up
+        to HOLD after that answer -- busy clients, whose requests may as well share the
+        round. Clients answered longer ago are not waited for: a lone sender now and then
+        must not pay for it."""
+        if not self.deferred or not self.answered:
+            return 0.0
+        return max(0.0, self.answered_at + HOLD - self.clock())
 
     def quiet(self) -> bool:
         """At most one reply is waiting for durability (group commit may fsync inline)."""
         return sum(peer.unanswered for peer in self.peers) <= 1
+
+
+def _flush_ready(peers: set[Peer]) -> None:
+    for peer in peers:
+        if peer.front_ready():
+            peer._flush()
 
 
 def _reply(request: Request, result: Any, unread: int | None = None, announced: list[Any] | None = None) -> bytes:
@@ -327,11 +350,12 @@ class Deferred:
     """A request queued to run together with others. Once `ran` is set, `payload` is
     its reply and `batch` the group commit batch that makes its writes durable."""
 
-    __slots__ = ("op", "request", "params", "ran", "payload", "batch")
+    __slots__ = ("op", "request", "params", "ran", "payload", "batch", "peer")
 
-    def __init__(self, op: ops.Operation | None, request: Request, ran: anyio.Event) -> None:
+    def __init__(self, op: ops.Operation | None, request: Request, ran: anyio.Event, peer: Peer) -> None:
         self.op = op
         self.request = request
+        self.peer = peer  # whose outbox holds it
         self.params: Any = None  # decoded; a request whose params do not decode has its payload already
         self.ran = ran
         self.payload: bytes | None = None
@@ -396,7 +420,8 @@ class Peer:
                 with anyio.move_on_after(1):
                     await _linger(self.stream)
         finally:
-            self.server.waiting.discard(self)
+            self._outbox.clear()  # a round that ends later writes nothing to a closed connection
+            self.server.answered.discard(self)
             if self.subscriber is not None:
                 self.server.hub.remove(self.subscriber)
                 self.subscriber.queue.close()
@@ -465,6 +490,7 @@ class Peer:
                 data = b""
             if data:
                 self.last_active = self.server.clock()
+                self.server.answered.discard(self)
                 self._take(data)
                 if self.front_ready():  # (a durable reply, the usual one, waits for its round)
                     self._flush()
@@ -481,7 +507,7 @@ class Peer:
     def _handle_frames(self) -> None:
         while self._frames and not self.state.deciding:
             item = self._frames.popleft()
-            if isinstance(item, Request) and (queued := self.server.defer(item)) is not None:
+            if isinstance(item, Request) and (queued := self.server.defer(item, self)) is not None:
                 self._last_deferred = queued
                 self._queue(queued, durable_later=True)
                 continue
@@ -514,7 +540,7 @@ class Peer:
         """A team-wide operation (the bridge decides it, asynchronously): its reply keeps
         its place in the outbox, and this connection reads and handles nothing more until
         it is decided -- the next request may depend on it."""
-        slot = Deferred(None, request, anyio.Event())
+        slot = Deferred(None, request, anyio.Event(), self)
         self._queue(slot, durable_later=True)
         self._apply(self.state.deciding_started())
         assert self._group is not None
@@ -522,6 +548,8 @@ class Peer:
 
     async def _decided(self, slot: Deferred, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
         slot.batch, slot.payload = await decide(slot.request, self.server.execute)
+        if slot.batch is not None:
+            slot.batch.waiting.add(self)  # (its round may still be syncing: written when it ends)
         slot.ran.set()
         self.state.deciding_done()
         self._handle_frames()
@@ -538,7 +566,7 @@ class Peer:
             batch = self.server._pending()
             self._queue((batch, request.id, _refusal(request, exc)), durable_later=batch is not None)
             return
-        slot = Deferred(None, request, anyio.Event())
+        slot = Deferred(None, request, anyio.Event(), self)
         slot.batch = self.server._pending()
         self._queue(slot, durable_later=True)
         assert self._group is not None
@@ -558,7 +586,8 @@ class Peer:
     # -- writing ---------------------------------------------------------------------
     def _queue(self, item: Reply, durable_later: bool = False) -> None:
         self._outbox.append(item)
-        self.server.waiting.add(self)
+        if type(item) is tuple and item[0] is not None:
+            item[0].waiting.add(self)  # (a Deferred's batch is known once it has run)
         self._apply(self.state.reply_queued(durable_later))
 
     def front_ready(self) -> bool:
@@ -597,8 +626,6 @@ class Peer:
             out.append(payload)
         if out:
             self._write(b"".join(out))
-        if not outbox:
-            self.server.waiting.discard(self)
         # (after the write: a short one pauses reading, which the written replies must not undo)
         self._apply(self.state.replies_written(len(out), waited))
         if self.state.settled():
