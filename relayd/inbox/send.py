@@ -94,6 +94,8 @@ def _closed_web_view(store: Store, name: str) -> bool:
 
 def _recipients(store: Store, p: SendParams, sender: str, is_agent: Callable[[str], bool]) -> list[str]:
     if p.broadcast:
+        # deferred imports in this module keep `relayctl send` (relayd down) from loading
+        # what only some sends need: the bridge's view of other hosts, --ack, chosen ids
         from .. import remote  # agents of other hosts (relayd --bridge): loaded when a send may concern them
 
         if p.to:
