@@ -17,7 +17,7 @@ from relayd import ops
 from relayd.inbox.append import Appends
 from relayd.inbox.send import SendParams, build_messages
 from relayd.store import Store
-from relayd_proc import Daemon
+from support.relayd_proc import Daemon
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_processes import RelayCtl
-from test_bridge import NATS_SERVER, Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
-from waiting import wait_for
+from support.cli_processes import RelayCtl
+from support.bridge_hosts import Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
+from support.nats_proc import NATS_SERVER
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed (.ci/run installs the Debian package)")
 
@@ -110,7 +111,7 @@ def test_hostile_messages_go_to_undeliverable_and_mail_keeps_flowing(hosts, nats
 
 def test_a_forged_team_lock_holds_reservations_only_briefly(hosts, nats):
     """ghost writes the shared reservation lock once, naming alpha, held until 2100."""
-    from test_bridge import REPO
+    from support.bridge_hosts import REPO
 
     alpha, beta = registered_pair(hosts)
     forged = json.dumps({"host": "alpha", "until": 4102444800.0}).encode()
@@ -175,7 +176,7 @@ def test_a_roll_up_cannot_erase_the_directory_and_steal_a_name(hosts, nats):
 
 
 def test_a_roll_up_cannot_erase_reservations(hosts, nats):
-    from test_bridge import REPO
+    from support.bridge_hosts import REPO
 
     alpha, beta = registered_pair(hosts)
     assert alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})["ok"]
@@ -286,7 +287,7 @@ def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
     """ghost mails hosts that do not exist (a new name each time, so no per-subject cap
     applies), and one that never reads its mail (gamma), with 100 KB messages: more than
     the server's 16 MB store holds."""
-    from test_bridge import Host, team_server
+    from support.bridge_hosts import Host, team_server
 
     server = team_server(short_tmp, relay_env, "jetstream { max_file_store: 16MB }", "--max-queued", "20")
     made = [Host(short_tmp, "alpha", server, relay_env), Host(short_tmp, "beta", server, relay_env)]
@@ -338,7 +339,7 @@ def test_a_copy_of_a_hosts_store_gets_none_of_its_mail(hosts, nats, relay_env, s
     import subprocess
     import sys
 
-    from test_bridge import Host
+    from support.bridge_hosts import Host
 
     alpha, beta = registered_pair(hosts)
     twin = Host(short_tmp, "twin", nats, relay_env)
@@ -423,9 +424,9 @@ def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, 
     import nats as nats_py
     from nats.js import api
 
-    from nats_proc import NatsServer
+    from support.nats_proc import NatsServer
     from relayd.bridge.streams import problem
-    from test_bridge import TEAM, Host
+    from support.bridge_hosts import TEAM, Host
 
     auth = short_tmp / "nats-auth"
     RelayCtl(relay_env)("bridge", "setup", "--hosts", ",".join(TEAM), "--out", str(auth))
@@ -479,7 +480,7 @@ def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, 
 
 def test_a_reservation_flood_keeps_status_small_and_reserves_working(hosts, nats):
     """ghost writes 1,000 reservations of its own and 500 damaged entries."""
-    from test_bridge import REPO
+    from support.bridge_hosts import REPO
 
     alpha, beta = registered_pair(hosts)
     entry = {"id": "x", "agent": "phantom", "repo": "/elsewhere", "exclusive": True, "reason": "r" * 1000, "created_at": "2026-11-23T09:00:00.000Z", "expires_at": "2099-01-01T00:00:00.000Z", "host": "ghost"}
@@ -506,7 +507,7 @@ def test_a_reservation_flood_keeps_status_small_and_reserves_working(hosts, nats
 
 
 def test_provision_errors_are_one_line(short_tmp, relay_env):
-    from nats_proc import free_port
+    from support.nats_proc import free_port
 
     ctl = RelayCtl(relay_env)
     ctl("bridge", "setup", "--hosts", "alpha,beta", "--out", str(short_tmp / "team"))

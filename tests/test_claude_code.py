@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-import agent_programs
-from model_anthropic import conversation, messages_responder, text, texts, tool_result, tool_use
-from scripted_model import Recorded, ScriptedModel
-from tmux_pane import Tmux
+from support import agent_programs
+from support.model_anthropic import conversation, messages_responder, text, texts, tool_result, tool_use
+from support.scripted_model import Recorded, ScriptedModel
+from support.tmux_pane import Tmux
+from support.paths import DOCS
 
 API_KEY = "sk-ant-relay-tests-0123456789abcdef"
 DEV_CHANNELS = ["--dangerously-load-development-channels", "server:relay"]
@@ -217,7 +218,7 @@ def test_mail_arriving_during_a_long_tool_call_does_not_interrupt_it(claude_code
 
 def _docs_block(section: str, index: int) -> str:
     """The `index`-th ```sh block of docs/mcp.md's section `section`."""
-    text = (Path(__file__).parent.parent / "docs" / "mcp.md").read_text()
+    text = (DOCS / "mcp.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     return body.split("```sh\n")[index + 1].split("```", 1)[0]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
-from tmux_pane import Tmux
+from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
+from support.tmux_pane import Tmux
 
 
 def test_mail_reaches_the_model_through_the_hooks_and_the_stop_continues_once(relayctl, short_tmp: Path) -> None:

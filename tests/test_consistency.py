@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_processes import RelayCtl
+from support.cli_processes import RelayCtl
+from support.paths import DOCS
 
-CLI_MD = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+CLI_MD = (DOCS / "cli.md").read_text()
 
 
 def test_status_json_shows_only_the_sections_asked_for(relayctl: RelayCtl) -> None:

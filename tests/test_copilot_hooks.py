@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_scenario
+from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_scenario
 
 
 def test_in_a_repository_with_relays_claude_code_hooks_copilots_model_gets_the_mail(relayctl, short_tmp: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,10 +21,11 @@ from relayd.inbox.read import read_all
 from relayd import ops, session
 from relayd.client.full import Client
 from relayd.store import Store
-from cli_processes import stop_child
-from relayd_proc import Daemon, RawClient
-from inproc import snapshot
-from waiting import wait_for
+from support.cli_processes import stop_child
+from support.relayd_proc import Daemon, RawClient
+from support.inproc import snapshot
+from support.store_compare import normalize, normalized_store
+from support.waiting import wait_for
 
 REPO = tempfile.gettempdir()  # relayctl reserve refuses a --repo that is not a directory here
 
@@ -108,9 +108,6 @@ def test_stale_agent_is_announced_once(relay_env, relayctl):
 
 # -- equivalence --------------------------------------------------------------------------
 
-ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
-STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?")
-
 
 def scenario():
     """Every operation, with the results of earlier steps available (ids differ per run)."""
@@ -180,20 +177,6 @@ def _after_a_moment(params):
     return params
 
 
-DUE = re.compile(r'"due":[0-9.e+-]+')
-MARK = re.compile(r"\[-?[0-9]+,[0-9]+\]")  # marks (announced.json, delivery.absorbed) name files by inode, which differs between stores
-
-
-def normalize(value, root):
-    if isinstance(value, dict):
-        return {normalize(k, root): (None if k == "age_seconds" else normalize(v, root)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [normalize(v, root) for v in value]
-    if isinstance(value, str):
-        return STAMP.sub("<ts>", ULID.sub("<id>", value.replace(root, "<store>")))
-    return value
-
-
 def run_scenario(call, root):
     """`call(op, params, session fields)` for each step."""
     results, last = [], {}
@@ -205,30 +188,6 @@ def run_scenario(call, root):
         except Exception as exc:  # RelayError: compare code and message
             results.append((op, getattr(exc, "code", type(exc).__name__), normalize(str(exc), root)))
     return results
-
-
-def normalized_store(root):
-    files = {}
-    for rel, data in snapshot(root).items():
-        if rel == "relayd.lock":
-            continue
-        name = ULID.sub("<id>", rel)
-        if "reservations/" in rel:
-            name = "reservations/<key>.json"  # the key hashes the pattern; compared by content
-        text = DUE.sub('"due":<t>', data.decode(errors="replace"))  # the due time has jitter
-        if rel in ("announced.json", "delivery.absorbed"):
-            # Marks of inboxes: an owed line's jittered due time has a varying number of digits,
-            # so the offsets after it vary too.
-            text = MARK.sub("[<ino>,<offset>]", text)
-        if rel == "delivery.jsonl":
-            # relayd announces after its reply, in the background: under load that can come
-            # after a later step of the scenario removed the recipient. Only that outcome is
-            # timing; every other line must be the same (and a log holding only it, none).
-            text = "".join(line for line in text.splitlines(keepends=True) if "UnknownAgent: unknown agent" not in line)
-            if not text:
-                continue
-        files.setdefault(name, []).append(normalize(text, root))
-    return {k: sorted(v) for k, v in files.items()}
 
 
 def direct_session(store, op, params, fields):
@@ -453,7 +412,7 @@ def test_socket_dir_and_socket_are_private(daemon):
 def test_floods_and_generated_frames_keep_memory_bounded(daemon):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from waiting import wait_for
+    from support.waiting import wait_for
 
     # relayd's own first sweep (a --redeliver-interval after start) writes its marks; only
     # what the hostile frames could change is compared

@@ -21,7 +21,7 @@ import anyio
 import msgspec
 import pytest
 
-from ack_team import Clock, ack_team
+from support.ack_team import Clock, ack_team
 from relayd import layout, ops
 from relayd.delivery.receipts import announced
 from relayd.inbox.read import read_all

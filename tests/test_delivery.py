@@ -27,8 +27,8 @@ from relayd.owing import policy_for
 from relayd.errors import UsageError
 from relayd.inbox.read import read_all
 from relayd.store import Store
-from ack_team import Clock, ack_team
-from relayd_proc import Daemon
+from support.ack_team import Clock, ack_team
+from support.relayd_proc import Daemon
 
 ANOTHER_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
@@ -536,7 +536,7 @@ def test_bad_input_gets_one_line_and_a_non_zero_exit(relayctl, store_dir: Path, 
 
 
 def test_redelivery_fires_the_tmux_trigger_again_until_the_ack(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
-    from test_notify import TRIGGER, Tmux
+    from support.recording_pane import TRIGGER, Tmux
 
     tmux = Tmux(short_tmp)
     daemon = None

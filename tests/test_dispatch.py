@@ -15,13 +15,13 @@ import anyio
 import msgspec
 import pytest
 
-from inproc import blocking, serving
+from support.inproc import blocking, serving
 from relayd import ops
 from relayd.daemon import timers
 from relayd.errors import Internal, NotFound
 from relayd.registry import REGISTERED, Operation
 from relayd.store import Store
-from tests.rawclient import RawClient
+from support.rawclient import RawClient
 
 pytestmark = pytest.mark.anyio
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from nats_proc import free_port
+from support.nats_proc import free_port
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # (file, the heading the session sits under): every session there is run.
 SESSIONS = [
@@ -160,7 +160,7 @@ def test_a_documented_session_prints_what_the_docs_show(path: str, heading: str,
 def test_the_protocol_docs_socat_example_reaches_relayd(relay_env, relayctl) -> None:
     """docs/protocol.md section 7 as written, on a store with no XDG_RUNTIME_DIR and no
     RELAY_SOCKET: finding relayd's socket (then beside the store), one request, its answer."""
-    from relayd_proc import Daemon
+    from support.relayd_proc import Daemon
 
     text = (ROOT / "docs" / "protocol.md").read_text()
     [block] = re.findall(r"^## 7\. Examples with socat\n.*?^```sh\n(.*?)^```", text, re.M | re.S)

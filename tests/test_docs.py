@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from relayd import ops
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL_MD = (ROOT / "docs" / "protocol.md").read_text()
 
 
@@ -31,18 +31,18 @@ def test_every_operation_and_parameter_is_documented(name: str) -> None:
 
 
 def test_the_operations_section_is_what_the_table_generates() -> None:
-    """Types, defaults and result records included: regenerate with `python -m tests.protocol_doc --write`."""
-    from tests.protocol_doc import current, render
+    """Types, defaults and result records included: regenerate with `python -m tests.support.protocol_doc --write`."""
+    from support.protocol_doc import current, render
 
-    assert current() == render(), "docs/protocol.md section 8 is out of date: run python -m tests.protocol_doc --write"
+    assert current() == render(), "docs/protocol.md section 8 is out of date: run python -m tests.support.protocol_doc --write"
 
 
 def test_the_error_codes_are_what_the_error_table_generates() -> None:
-    """Every wire code, its class and when it is raised: regenerate with `python -m tests.protocol_doc --write`."""
+    """Every wire code, its class and when it is raised: regenerate with `python -m tests.support.protocol_doc --write`."""
     from relayd import errors
-    from tests.protocol_doc import current_errors, render_errors
+    from support.protocol_doc import current_errors, render_errors
 
-    assert current_errors() == render_errors(), "docs/protocol.md's error codes are out of date: run python -m tests.protocol_doc --write"
+    assert current_errors() == render_errors(), "docs/protocol.md's error codes are out of date: run python -m tests.support.protocol_doc --write"
     for code in errors.BY_CODE:
         assert f"| `{code}` |" in current_errors()
 
@@ -50,7 +50,7 @@ def test_the_error_codes_are_what_the_error_table_generates() -> None:
 def test_the_architecture_map_names_only_what_exists() -> None:
     """docs/architecture.md points a newcomer at files; each one it names must be there,
     and every module that registers operations must be on the map (itself, or its wing)."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     text = (root / "docs" / "architecture.md").read_text()
     named = set(re.findall(r"`((?:relayd|relayctl|mcp_shim|relayweb|tests|benchmarks)/[\w/.*<>-]*)`", text))
     assert len(named) > 20
@@ -69,7 +69,7 @@ def test_the_architecture_map_names_only_what_exists() -> None:
 def test_the_architecture_names_every_module() -> None:
     """A newcomer finds every module of the four packages in docs/architecture.md, and
     nothing there that is gone (the check above)."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     text = (root / "docs" / "architecture.md").read_text()
     modules = [f.relative_to(root).as_posix() for package in ("relayd", "relayctl", "mcp_shim", "relayweb") for f in (root / package).rglob("*.py")]
     assert len(modules) > 100

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from relayd import errors
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_code_comes_back_as_its_class_before_its_module_is_imported() -> None:

@@ -29,7 +29,7 @@ from relayctl import actions, cli, context, fast
 from relayd import ops
 from relayd.registry import REGISTERED
 
-from relayd_proc import Daemon
+from support.relayd_proc import Daemon
 
 ENV_NAMES = ("RELAY_AGENT", "OVLD_ROLE", "BBS_AGENT_ROLE", "RELAY_DIR", "OVLD_RELAY_DIR", "RELAY_SOCKET")
 

@@ -12,7 +12,7 @@ from relayd import layout
 from relayd.records import Reservation, json_encoder
 from relayd.reservations.reserve import reservation_key
 from relayd.store import Store
-from throwaway import throwaway_install
+from support.throwaway import throwaway_install
 
 
 class Repo:
@@ -248,7 +248,7 @@ def test_after_the_venv_relay_was_installed_in_is_deleted_commits_go_through_wit
 def _husky_repo(repo: Repo, short_tmp: Path) -> Path:
     """husky 9 set up for real in `repo` (core.hooksPath=.husky/_, its dispatcher there), with
     the user's committed .husky/pre-commit that refuses while `block` exists."""
-    from git_tools import husky
+    from support.git_tools import husky
 
     subprocess.run(["node", str(husky())], cwd=repo.path, env=repo.env, check=True, capture_output=True, timeout=60)
     assert repo.git("config", "core.hooksPath").stdout.strip() == ".husky/_"
@@ -344,7 +344,7 @@ def test_the_pre_commit_frameworks_hook_keeps_running_first_and_refusing(relayct
 
 
 def test_lefthooks_hook_keeps_running_first_and_refusing(relayctl, repo: Repo, short_tmp: Path) -> None:
-    from git_tools import lefthook
+    from support.git_tools import lefthook
 
     lint, block = _lint(short_tmp)
     (repo.path / "lefthook.yml").write_text(f"pre-commit:\n  commands:\n    no-block:\n      run: {lint}\n")

@@ -317,7 +317,7 @@ def test_relayd_rebuilds_an_index_a_change_outside_relay_left_behind(repo: Path,
     [docs] = [p for p in (store_dir / layout.RESERVATIONS).iterdir() if b"docs/**" in p.read_bytes()]
     docs.unlink()
     assert not _current(store_dir, repo)
-    from waiting import wait_for
+    from support.waiting import wait_for
 
     wait_for("relayd to rebuild the index", lambda: _current(store_dir, repo), timeout=20)
     refused = check(repo, store_dir)

@@ -15,8 +15,8 @@ import pytest
 from relayd.client import handshake, watch
 from relayd.client.full import Client
 from relayd.errors import VersionMismatch
-from rawclient import RawClient
-from unix_server import UnixServer
+from support.rawclient import RawClient
+from support.unix_server import UnixServer
 
 
 class OtherRelayd:

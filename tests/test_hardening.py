@@ -21,8 +21,8 @@ import pytest
 from relayd.client.full import Client
 from relayd.inbox.read import read_all
 from relayd.store import Store
-from cli_processes import stop_child
-from relayd_proc import Daemon, RawClient
+from support.cli_processes import stop_child
+from support.relayd_proc import Daemon, RawClient
 
 
 def stored(store_dir, agent: str) -> list[dict]:

@@ -105,7 +105,7 @@ def test_the_installed_command_delivers_mail_when_run_by_a_shell(relayctl, proje
 def test_once_relay_is_gone_its_hooks_do_nothing_silently(relayctl, project: Path, short_tmp: Path) -> None:
     """relay removed before `relayctl uninstall` ran (its venv deleted): the entries it left
     must not turn every prompt of every session in the project into a hook error."""
-    from throwaway import throwaway_install
+    from support.throwaway import throwaway_install
 
     venv = short_tmp / "venv"
     python = throwaway_install(venv)

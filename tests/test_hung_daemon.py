@@ -24,7 +24,7 @@ from relayd.errors import TimedOut
 from relayd.inbox.read import read_all
 from relayd.store import Store
 from relayd.ulid import new_ulid
-from relayd_proc import RawClient
+from support.relayd_proc import RawClient
 
 
 def inbox_ids(store_dir) -> list[str]:

@@ -20,7 +20,7 @@ from relayd.records import Message, json_encoder
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
 from relayd.ulid import _encode, new_ulid
-from relayd_proc import Daemon, RawClient
+from support.relayd_proc import Daemon, RawClient
 
 
 def inbox(store_dir, agent: str) -> list[dict]:

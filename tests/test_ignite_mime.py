@@ -16,8 +16,9 @@ import pytest
 
 from relayd.ignite import mime
 from relayd.ulid import ulid_time_ms
+from support.paths import TESTS
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "ignite"
+GOLDEN = TESTS / "golden" / "ignite"
 SEED_FILE = "task_assignment_1770263544123456"
 CRLF_FILE = "evaluation_result_crlf_folded"
 

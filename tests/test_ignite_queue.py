@@ -15,63 +15,13 @@ import pytest
 
 from relayd.client.full import Client
 from relayd.ignite import mime
-from relayd.ignite.queue import QueueMonitor, monitor_for
-from relayd.inbox.read import read_all
 
-from cli_processes import stop_child
-from relayd_proc import Daemon
-from test_notify import TRIGGER, Tmux
-from waiting import wait_for
-
-START = 1_800_000_000.0
-TIMEOUT = 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def team(relayctl, store_dir: Path) -> None:
-    relayctl("init", "--preset", "ignite", "--workers", "2")
-    config = json.loads((store_dir / "config.json").read_text())
-    config["delivery"].update({"ack_wait": "10s", "cap": "300s", "max_deliver": 3})
-    config["notify"] = {"trigger": TRIGGER}
-    (store_dir / "config.json").write_text(json.dumps(config))
-
-
-@pytest.fixture
-def queue(short_tmp: Path) -> Path:
-    root = short_tmp / "workspace" / "queue"
-    for agent in ("leader", "coordinator", "ignitian_1", "ignitian_2"):
-        (root / agent / "processed").mkdir(parents=True)
-    return root
-
-
-def drop(relayctl, queue: Path, agent: str, name: str, body: str = 'task_id: "task_001"\ntitle: "Write the parser"\n', **flags: str) -> Path:
-    """A file written the way IGNITE agents write them: build -o into the agent's queue."""
-    path = queue / agent / name
-    args = ["mime", "build", "--from", flags.get("sender", "coordinator"), "--to", agent, "--type", name.rsplit("_", 1)[0], "--priority", flags.get("priority", "high"), "--body", body, "-o", str(path)]
-    relayctl(*args)
-    return path
-
-
-def make_monitor(relay_env: dict[str, str], queue: Path, clock: Clock, client: Client | None = None) -> QueueMonitor:
-    client = client or Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"])
-    monitor = monitor_for(client, str(queue), timeout=TIMEOUT)
-    monitor.clock = clock
-    monitor.rand = lambda: 0.5
-    return monitor
-
-
-def inbox(relay_env: dict[str, str], agent: str) -> list[dict]:
-    with Client(relay_env["RELAY_DIR"], relay_env["RELAY_SOCKET"]) as client:
-        return [dict(id=m.id, to=m.to, tags=m.tags, subject=m.subject, body=m.body, type=m.type, priority=m.priority, from_=m.from_) for m in read_all(client.store(), agent).messages]
-
+from support.cli_processes import stop_child
+from support.relayd_proc import Daemon
+from support.ignite_queue import START, TIMEOUT, Clock, drop, inbox, make_monitor, queue, team  # noqa: F401  (fixtures)
+from support.recording_pane import TRIGGER, Tmux
+from support.waiting import wait_for
+from support.paths import SUPPORT
 
 def headers(path: Path) -> dict:
     return mime.read_file(str(path)).fields()
@@ -385,7 +335,7 @@ def test_temp_files_of_dead_writers_are_swept_and_live_ones_kept(relayctl, team,
 
 # -- files written in place ------------------------------------------------------------------
 
-WRITER = Path(__file__).resolve().parent / "ignite_writer.py"
+WRITER = SUPPORT / "ignite_writer.py"
 
 
 def write_in_place(queue: Path, agent: str, name: str, *, after_create: float = 0.0, mid: float = 0.0, task: str = "task_001") -> subprocess.Popen:

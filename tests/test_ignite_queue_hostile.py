@@ -9,8 +9,9 @@ import shutil
 import signal
 from pathlib import Path
 
-from relayd_proc import Daemon
-from test_ignite_queue import TIMEOUT, Clock, drop, inbox, make_monitor, queue, team, wait_for  # noqa: F401  (fixtures)
+from support.relayd_proc import Daemon
+from support.ignite_queue import TIMEOUT, Clock, drop, inbox, make_monitor, queue, team  # noqa: F401  (fixtures)
+from support.waiting import wait_for
 
 NAME = "task_assignment_1770263544123456.mime"
 

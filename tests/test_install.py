@@ -13,8 +13,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NAME = PROJECT["name"]
 EXTRAS = set(PROJECT["optional-dependencies"])
@@ -105,7 +105,7 @@ def test_ci_runs_the_readme_commands_as_written() -> None:
 def test_a_machine_without_the_test_programs_stops_at_once_naming_the_packages(tmp_path: Path) -> None:
     """The README's test command on a fresh Debian: the session stops before any test runs,
     with one line naming the packages to install, instead of failing tests halfway."""
-    from needed_programs import missing_programs
+    from support.needed_programs import missing_programs
 
     bare = tmp_path / "bin"  # a PATH with the interpreter and a shell, none of the programs
     bare.mkdir()
@@ -122,7 +122,7 @@ def test_a_machine_without_the_test_programs_stops_at_once_naming_the_packages(t
 
 
 def test_ci_installs_every_package_the_suite_checks_for() -> None:
-    from needed_programs import PROGRAMS
+    from support.needed_programs import PROGRAMS
 
     ci = (ROOT / ".ci" / "run").read_text()
     installed = {word for line in re.findall(r"apt_install ([^|]+)", ci) for word in line.split()}

@@ -1,6 +1,8 @@
 """The shape of relayd's code, read from its own files: at most 20 modules at the top of
 `relayd/`, the rest in wings (sub-packages, one idea each), and every import from one wing
-into another pointing down the order docs/architecture.md gives ("The wings")."""
+into another pointing down the order docs/architecture.md gives ("The wings"). And the
+shape of its tests: what they share lives in tests/support, and no test file imports
+another."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT, SUPPORT, TESTS
+
 RELAYD = ROOT / "relayd"
 AT_THE_TOP = 20
 
@@ -87,3 +90,35 @@ def test_a_wings_package_file_imports_nothing() -> None:
         if [node for node in body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]:
             busy.append(wing)
     assert busy == []
+
+
+# Folders under tests/ that hold no tests: npm prefixes of the agent programs and git hook
+# managers (agents, tools), golden files, and the support package itself.
+NOT_TESTS = {"agents", "tools", "golden", "support", "__pycache__"}
+
+
+def python_files_of_the_tests() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if not NOT_TESTS & set(p.relative_to(TESTS).parts[:-1]))
+
+
+def test_every_module_among_the_tests_is_a_test_file_or_a_conftest() -> None:
+    """A helper beside the tests is found by one folder's tests only (pytest puts each test
+    file's own folder on sys.path): shared code goes into tests/support, imported as
+    `support.x` from any folder."""
+    helpers = [p.relative_to(TESTS).as_posix() for p in python_files_of_the_tests() if not (p.name.startswith("test_") or p.name == "conftest.py")]
+    assert helpers == [], f"move these into tests/support: {helpers}"
+
+
+def test_no_test_file_imports_another_and_support_has_one_spelling() -> None:
+    """A test file importing another runs (and collects) the other's module-level code and
+    hides what two files share; `tests.support.x` beside `support.x` would load one helper
+    twice, with two copies of its state."""
+    found = []
+    for path in python_files_of_the_tests() + sorted(SUPPORT.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for name in names:
+                first, _, rest = name.partition(".")
+                if first.startswith("test_") or first == "conftest" or (first == "tests" and rest) or rest.split(".")[-1].startswith("test_"):
+                    found.append(f"{path.relative_to(TESTS)} imports {name}")
+    assert found == []

@@ -6,7 +6,6 @@ that says how to ask. Real relayd processes, the real CLI, a raw socket client.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -14,38 +13,9 @@ import pytest
 from relayd import ops, protocol
 from relayd.client.full import Client
 from relayd.store import Store
-from relayd_proc import Daemon, RawClient
+from support.dead_letters import BODY, dead_letters
+from support.relayd_proc import Daemon, RawClient
 from relayweb import snapshot
-
-BODY = 250_000  # bytes per dead letter: five of them are more than one line holds
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _dead_letters(store_dir: Path, count: int) -> list[str]:
-    """`count` messages of BODY bytes sent with --ack, never acknowledged, dead-lettered."""
-    clock = Clock()
-    with Store(str(store_dir), fsync=False, clock=clock, rand=random.Random(3).random) as store:
-        ops.call(store, "init", {})
-        for name in ("alice", "bob"):
-            ops.call(store, "register", {"name": name})
-        sent = []
-        for n in range(count):
-            body = f"{n}:" + "é" * (BODY // 4) + '"\\' * (BODY // 4)  # multi-byte and escaped characters
-            params = {"agent": "alice", "to": ["bob"], "body": body, "ack": True, "max_deliver": 1, "ack_wait": "1s"}
-            sent.append(ops.call(store, "send", params)["messages"][0]["id"])
-        for _ in range(2):  # one redelivery, then the dead letter
-            clock.now += 60
-            swept = ops.call(store, "redeliver", {})
-        assert sorted(d["id"] for d in swept["dead_lettered"]) == sorted(sent)
-    return sent
-
 
 @pytest.fixture
 def started(relay_env: dict[str, str]):
@@ -61,7 +31,7 @@ def started(relay_env: dict[str, str]):
 
 
 def test_five_dead_letters_of_250_kb_list_through_relayd(store_dir: Path, relay_env: dict[str, str], relayctl, started) -> None:
-    sent = _dead_letters(store_dir, 5)
+    sent = dead_letters(store_dir, 5)
     started()
 
     listed = json.loads(relayctl("--json", "dlq", "list").stdout)
@@ -78,7 +48,7 @@ def test_five_dead_letters_of_250_kb_list_through_relayd(store_dir: Path, relay_
 
 
 def test_a_client_that_does_not_take_parts_is_told_how_to_ask(store_dir: Path, relay_env: dict[str, str], started) -> None:
-    sent = _dead_letters(store_dir, 5)
+    sent = dead_letters(store_dir, 5)
     started()
     raw = RawClient(relay_env["RELAY_SOCKET"])
     reply = raw.request("dlq_list")

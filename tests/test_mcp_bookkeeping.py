@@ -14,9 +14,9 @@ from typing import Any, Iterator
 
 import msgspec
 import pytest
-from test_mcp_shim import mcp_client, start_relayd, stop_relayd, structured
-from rawclient import RawClient
-from unix_server import UnixServer
+from support.mcp_session import mcp_client, start_relayd, stop_relayd, structured
+from support.rawclient import RawClient
+from support.unix_server import UnixServer
 
 from relayd import ops
 from relayd.store import Store

@@ -10,11 +10,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import agent_programs
-import model_gemini
-import model_openai
-from scripted_model import ScriptedModel
-from tmux_pane import kill_group
+from support import agent_programs, model_gemini, model_openai
+from support.scripted_model import ScriptedModel
+from support.tmux_pane import kill_group
 
 SUBJECT = "Freeze main at 17:00"
 

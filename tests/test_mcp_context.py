@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent_programs import program
-from model_anthropic import messages_responder
-from scripted_model import ScriptedModel
+from support.agent_programs import program
+from support.model_anthropic import messages_responder
+from support.scripted_model import ScriptedModel
 
 from mcp_shim.tools import TOOLS, model_visible, model_visible_chars
 

@@ -14,12 +14,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from relayd.team.prompt import agent_prompt
-from test_mcp_shim import (  # noqa: F401  (fixtures used by name)
-    OVERLORD,
-    _run,
+from support.mcp_session import (  # noqa: F401  (fixtures used by name)
     anyio_backend,
     check_against_schema,
     mcp_client,
+    run_shim,
     structured,
     team,
 )
@@ -129,7 +128,7 @@ async def test_send_message_says_when_the_recipient_could_not_be_notified(team: 
 
 @pytest.mark.anyio
 async def test_send_message_says_how_each_recipient_is_announced_with_relayd_up(team: None, relay_env: dict[str, str], relayctl: Any) -> None:
-    from relayd_proc import Daemon
+    from support.relayd_proc import Daemon
 
     relayctl("register", "inferno", "--notify", "cmd:false")  # an announcement that fails
     daemon = Daemon(relay_env).start()
@@ -209,6 +208,6 @@ def test_2025_03_26_clients_get_no_output_schema(relay_env: dict[str, str]) -> N
             b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}',
         ]
     )
-    replies = [msgspec.json.decode(line) for line in _run(dict(relay_env, OVLD_ROLE="inferno"), requests + b"\n").stdout.splitlines()]
+    replies = [msgspec.json.decode(line) for line in run_shim(dict(relay_env, OVLD_ROLE="inferno"), requests + b"\n").stdout.splitlines()]
     assert replies[0]["result"]["protocolVersion"] == "2025-03-26"
     assert all("outputSchema" not in tool for tool in replies[1]["result"]["tools"])

@@ -16,63 +16,39 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, Iterator
 
-import anyio
-import jsonschema
 import msgspec
 import pytest
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp.client.extension import ClientExtension, NotificationBinding
+from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientSession
 from mcp.types import Implementation
-from pydantic import BaseModel
 
 from mcp_shim.follow import MIN_INTERVAL_SECONDS
 from mcp_shim.tools import model_visible_chars
+from support.mcp_session import (  # noqa: F401  (fixtures used by name)
+    CHANNEL_CLIENT,
+    OVERLORD,
+    ChannelInbox,
+    anyio_backend,
+    check_against_schema,
+    mcp_client,
+    run_shim,
+    server_log,
+    start_relayd,
+    stop_relayd,
+    structured,
+    team,
+)
 
-OVERLORD = ["overlord", "strategist", "inferno", "glacier", "shadow", "storm"]
+
 MODES = ["legacy", "auto"]
-CHANNEL_CLIENT = "channel-test-client"
+
 TOKEN_BUDGET = 600
-
-
-class ChannelParams(BaseModel, extra="allow"):
-    content: str
-    meta: dict[str, str]
-
-
-class ChannelInbox(ClientExtension):
-    """Collects `notifications/claude/channel` events as they arrive."""
-
-    identifier = "io.github.relay-tests/channel-inbox"
-
-    def __init__(self) -> None:
-        self.events: list[ChannelParams] = []
-        self.arrived = anyio.Event()
-
-    def notifications(self) -> list[NotificationBinding[Any]]:
-        return [NotificationBinding(method="notifications/claude/channel", params_type=ChannelParams, handler=self._got)]
-
-    async def _got(self, params: ChannelParams) -> None:
-        self.events.append(params)
-        self.arrived.set()
-
-    async def wait(self, timeout: float) -> None:
-        with anyio.fail_after(timeout):
-            await self.arrived.wait()
-        self.arrived = anyio.Event()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the SDK client's stdio transport is exercised on asyncio, as Claude Code's peers run it
 
 
 @pytest.fixture
@@ -89,11 +65,6 @@ def channel_capable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ClientSession, "_build_capabilities", with_channel)
 
 
-@pytest.fixture
-def team(relayctl: Any) -> None:
-    relayctl("init", "--preset", "overlord")
-
-
 @pytest.fixture(params=["daemon-down", "daemon-up"])
 def daemon(request: pytest.FixtureRequest, team: None, relay_env: dict[str, str]) -> Iterator[subprocess.Popen[bytes] | None]:
     """No relayd (every tool call and the push path work on the files), or a real relayd."""
@@ -105,75 +76,6 @@ def daemon(request: pytest.FixtureRequest, team: None, relay_env: dict[str, str]
         yield proc
     finally:
         stop_relayd(proc)
-
-
-def start_relayd(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "relayd.daemon", "--dir", env["RELAY_DIR"], "--socket", env["RELAY_SOCKET"]],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(env["RELAY_SOCKET"])
-            return proc
-        except OSError:
-            time.sleep(0.05)
-        finally:
-            probe.close()
-        if proc.poll() is not None:
-            break
-    stop_relayd(proc)
-    raise AssertionError("relayd did not start listening")
-
-
-def stop_relayd(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@asynccontextmanager
-async def mcp_client(env: dict[str, str], role: str, mode: str, *, channel: ChannelInbox | None = None, declare: bool = True, cwd: str | None = None) -> AsyncIterator[Client]:
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mcp_shim"],
-        env={"RELAY_DIR": env["RELAY_DIR"], "RELAY_SOCKET": env["RELAY_SOCKET"], "OVLD_ROLE": role,
-             **{k: v for k, v in env.items() if k == "RELAY_MCP_BEAT"}},
-        cwd=cwd,
-    )
-    name = CHANNEL_CLIENT if channel is not None and declare else "plain-test-client"
-    with open(server_log(env, role), "a") as errlog:
-        async with Client(
-            stdio_client(server, errlog=errlog),
-            mode=mode,  # type: ignore[arg-type]
-            client_info=Implementation(name=name, version="1"),
-            extensions=[channel] if channel is not None else None,
-            read_timeout_seconds=30,
-        ) as client:
-            yield client
-
-
-def server_log(env: dict[str, str], role: str) -> str:
-    """Where the relay-mcp of `role` logs (its stderr)."""
-    return os.path.join(os.path.dirname(env["RELAY_DIR"]), f"relay-mcp-{role}.log")
-
-
-def structured(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def check_against_schema(client: Client, tool: str, result: Any) -> None:
-    tools = {t.name: t for t in (await client.list_tools()).tools}
-    jsonschema.validate(result.structured_content, tools[tool].output_schema)
 
 
 # -- the seed 000 / 002 scenarios ---------------------------------------------------------
@@ -527,12 +429,8 @@ async def test_mcp_config_files_start_the_servers_claude_code_would(team: None, 
 # -- the raw process ---------------------------------------------------------------------
 
 
-def _run(env: dict[str, str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "mcp_shim"], input=stdin, env=env, capture_output=True, timeout=30)
-
-
 def test_missing_role_is_one_line_and_a_nonzero_exit(relay_env: dict[str, str]) -> None:
-    proc = _run(relay_env)
+    proc = run_shim(relay_env)
     assert proc.returncode != 0
     lines = proc.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "OVLD_ROLE" in lines[0]
@@ -542,7 +440,7 @@ def test_missing_role_is_one_line_and_a_nonzero_exit(relay_env: dict[str, str]) 
 def test_no_home_and_no_store_dir_is_one_line(relay_env: dict[str, str]) -> None:
     env = {k: v for k, v in relay_env.items() if k not in ("HOME", "RELAY_DIR", "OVLD_RELAY_DIR")}
     env["OVLD_ROLE"] = "inferno"
-    proc = _run(env)
+    proc = run_shim(env)
     assert proc.returncode != 0
     lines = proc.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "RELAY_DIR" in lines[0] and b"Traceback" not in proc.stderr
@@ -566,7 +464,7 @@ def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: 
             b'[1, 2]',
         ]
     )
-    proc = _run(env, requests + b"\n")
+    proc = run_shim(env, requests + b"\n")
     assert proc.returncode == 0
     replies = [msgspec.json.decode(line) for line in proc.stdout.splitlines()]
     assert replies[0]["error"]["code"] == -32700 and replies[0]["id"] is None
@@ -585,7 +483,6 @@ def test_protocol_faults_get_jsonrpc_errors_and_eof_ends_the_process(relay_env: 
     assert replies[9]["result"]["isError"] is True and "unexpected" in replies[9]["result"]["content"][0]["text"]
     assert [r["error"]["code"] for r in replies[10]] == [-32600, -32600]
     assert len(replies) == 11
-
 
 
 class RawShim:

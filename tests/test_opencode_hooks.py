@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import agent_programs
-import model_openai
-from hook_sessions import AGENT, PROGRAMS, SENDER, SUBJECTS, run_scenario
-from scripted_model import ScriptedModel
-from tmux_pane import Tmux, kill_strays
-from waiting import wait_for
+from support import agent_programs, model_openai
+from support.hook_sessions import AGENT, PROGRAMS, SENDER, SUBJECTS, run_scenario
+from support.scripted_model import ScriptedModel
+from support.tmux_pane import Tmux, kill_strays
+from support.waiting import wait_for
 
 
 def test_one_shot_mail_reaches_the_model_at_the_prompt_and_after_the_tool_and_the_rest_stays_unread(relayctl, short_tmp: Path) -> None:

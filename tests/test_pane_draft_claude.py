@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_programs import claude_signed_in, program
-from model_anthropic import conversation, messages_responder, text, texts
-from relayd_proc import Daemon
-from scripted_model import ScriptedModel
-from tmux_pane import Tmux
-from waiting import wait_for
+from support.agent_programs import claude_signed_in, program
+from support.model_anthropic import conversation, messages_responder, text, texts
+from support.relayd_proc import Daemon
+from support.scripted_model import ScriptedModel
+from support.tmux_pane import Tmux
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,7 +17,7 @@ import pytest
 
 from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
-from relayd_proc import Daemon
+from support.relayd_proc import Daemon
 
 
 @pytest.fixture

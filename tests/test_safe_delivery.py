@@ -21,15 +21,12 @@ from typing import Any, Callable
 
 import pytest
 
-import agent_programs
-import model_anthropic
-import model_gemini
-import model_openai
-from hook_sessions import PROGRAMS as HOOKED
-from relayd_proc import Daemon
-from scripted_model import Recorded, ScriptedModel
-from tmux_pane import Tmux, kill_strays
-from waiting import wait_for
+from support import agent_programs, model_anthropic, model_gemini, model_openai
+from support.hook_sessions import PROGRAMS as HOOKED
+from support.relayd_proc import Daemon
+from support.scripted_model import Recorded, ScriptedModel
+from support.tmux_pane import Tmux, kill_strays
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,8 +14,8 @@ from relayd import ops
 from relayd.names import MESSAGE_TYPES
 from relayd.team.prompt import KINDS, LANGS, TOKEN_BUDGET, agent_prompt, tokens_conservative
 from relayd.store import Store
+from support.paths import DOCS
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @pytest.fixture

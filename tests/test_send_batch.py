@@ -13,8 +13,8 @@ from relayd import ops
 from relayd.errors import RelayError
 from relayd.inbox.send import SendParams, send_many
 from relayd.store import Store
-from relayd_proc import Daemon, RawClient
-from test_daemon import normalize, normalized_store
+from support.relayd_proc import Daemon, RawClient
+from support.store_compare import normalize, normalized_store
 
 MIXED = [
     {"agent": "storm", "to": ["inferno"], "body": "first"},

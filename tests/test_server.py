@@ -13,10 +13,10 @@ from typing import Iterator
 
 import pytest
 
-from inproc import InProcess, blocking, serving, snapshot
+from support.inproc import InProcess, blocking, serving, snapshot
 from relayd import ops
 from relayd.store import Store
-from tests.rawclient import RawClient
+from support.rawclient import RawClient
 
 pytestmark = pytest.mark.anyio
 

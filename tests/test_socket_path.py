@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_processes import RelayCtl
+from support.cli_processes import RelayCtl
 from relayd import layout
-from relayd_proc import Daemon
+from support.relayd_proc import Daemon
 
 
 def _deep_store_env(short_tmp: Path) -> dict[str, str]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TYPOS_SHOWN = {"sned"}  # docs/cli.md shows what a mistyped command gets
 _SHELL_END = re.compile(r"\s(?:\||&&|\|\||>|>>|2>|#|&)(?:\s|$)|\s&$|[`;)]")

@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relayd import jsonline
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).parent / "relayctl"  # as pip installed it from pyproject.toml
 HEAVY = ("re", "json", "click", "msgspec", "anyio", "structlog", "relayd.store")
 

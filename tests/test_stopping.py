@@ -15,7 +15,7 @@ from typing import Callable
 
 import pytest
 
-from cli_processes import RelayCtl
+from support.cli_processes import RelayCtl
 
 # A script's `cmd &` (sh has no job control here): the child's pid first, then its output.
 BACKGROUND = 'exec 2>&1; "$@" & echo $!; wait $!'

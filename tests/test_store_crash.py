@@ -17,8 +17,9 @@ from relayd.inbox.read import read_all
 from relayd import ops
 from relayd.records import message_decoder
 from relayd.store import Store
+from support.paths import SUPPORT
 
-WRITER = str(Path(__file__).with_name("store_writer.py"))
+WRITER = str(SUPPORT / "store_writer.py")
 ROUNDS = 6
 WRITERS = 3
 

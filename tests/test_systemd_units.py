@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-UNITS = Path(__file__).resolve().parent.parent / "contrib" / "systemd"
+UNITS = ROOT / "contrib" / "systemd"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed (apt install systemd)")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relayd import layout
-from waiting import wait_for
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -275,9 +275,9 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
 def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
     """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
     the scratch HOME is what a signed-in user's would be, channels switch included."""
-    from agent_programs import claude_signed_in, program
-    from model_anthropic import messages_responder, text
-    from scripted_model import ScriptedModel
+    from support.agent_programs import claude_signed_in, program
+    from support.model_anthropic import messages_responder, text
+    from support.scripted_model import ScriptedModel
 
     claude = program("claude")
     home = team.root / "home"
@@ -333,9 +333,9 @@ def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agen
     environment. Mail for alpha reaches the pane's model (typed trigger, hooks), and the
     model's answer through relay's send_message tool arrives as alpha's: the server spoke
     for the agent of its own pane."""
-    from agent_programs import program
-    from model_gemini import function_call, gemini_responder, text, user_texts
-    from scripted_model import ScriptedModel
+    from support.agent_programs import program
+    from support.model_gemini import function_call, gemini_responder, text, user_texts
+    from support.scripted_model import ScriptedModel
 
     gemini = program("gemini")
     home = team.root / "home"
@@ -368,9 +368,9 @@ def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent
     """`up` gives a Codex pane relay-mcp as `-c mcp_servers.relay=...` and relay's hooks, and
     answers the hook review those hooks cause. Mail for alpha reaches the pane's model, and
     the model's answer through relay's send_message tool arrives as alpha's."""
-    from agent_programs import program
-    from model_openai import codex_config, function_call, message, responses_responder
-    from scripted_model import ScriptedModel
+    from support.agent_programs import program
+    from support.model_openai import codex_config, function_call, message, responses_responder
+    from support.scripted_model import ScriptedModel
 
     codex = program("codex")
     home = team.root / "home"
@@ -504,7 +504,7 @@ def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Pat
 
 
 def _claude_home(team: Team, model_url: str) -> Path:
-    from agent_programs import claude_signed_in, program
+    from support.agent_programs import claude_signed_in, program
 
     home = team.root / "home"
     api_key = "sk-ant-relay-tests-0123456789abcdef"
@@ -515,8 +515,8 @@ def _claude_home(team: Team, model_url: str) -> Path:
 
 
 def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team: Team, relayctl) -> None:
-    from model_anthropic import messages_responder, text
-    from scripted_model import ScriptedModel
+    from support.model_anthropic import messages_responder, text
+    from support.scripted_model import ScriptedModel
 
     _agents_run(team, {"alpha": "claude"})
     with ScriptedModel(messages_responder(lambda request: [text("Noted.")])) as model:
@@ -532,9 +532,9 @@ def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team
 
 
 def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_question(team: Team, relayctl) -> None:
-    from agent_programs import program
-    from model_openai import codex_config, message, responses_responder
-    from scripted_model import ScriptedModel
+    from support.agent_programs import program
+    from support.model_openai import codex_config, message, responses_responder
+    from support.scripted_model import ScriptedModel
 
     codex_home = team.root / "home" / ".codex"
     codex_home.mkdir(parents=True)
@@ -561,11 +561,11 @@ def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_questi
 
 
 def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_takes_the_trust_out(team: Team, relayctl) -> None:
-    from agent_programs import program
-    from model_anthropic import messages_responder, text as claude_text
-    from model_gemini import gemini_responder
-    from model_openai import codex_config, message, responses_responder
-    from scripted_model import ScriptedModel
+    from support.agent_programs import program
+    from support.model_anthropic import messages_responder, text as claude_text
+    from support.model_gemini import gemini_responder
+    from support.model_openai import codex_config, message, responses_responder
+    from support.scripted_model import ScriptedModel
 
     _agents_run(team, {"alpha": "claude", "beta": "codex", "gamma": "gemini"})
     team.file.write_text(team.file.read_text().replace('name = "gamma"\nprogram = "gemini"', 'name = "gamma"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"', 1))
@@ -605,7 +605,7 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
 def _chat_answering_alpha_with(tool: str):
     """A Chat Completions model that answers mail for alpha through relay's send_message
     (named `tool` in the program) and says "Done." to everything else."""
-    from model_openai import chat_responder, chat_text, chat_tool_call
+    from support.model_openai import chat_responder, chat_text, chat_tool_call
 
     def turn(request: dict) -> dict:
         messages = request.get("messages", [])
@@ -622,8 +622,8 @@ def test_an_opencode_pane_started_by_up_has_relay_tools_and_its_plugin_that_spea
     with the role `{env:RELAY_AGENT}`, and relay's plugin in .opencode/plugin. Mail for the
     idle alpha starts a turn (the plugin), and the model's answer through relay's
     send_message arrives as alpha's."""
-    from agent_programs import opencode_config, opencode_env, program
-    from scripted_model import ScriptedModel
+    from support.agent_programs import opencode_config, opencode_env, program
+    from support.scripted_model import ScriptedModel
 
     opencode = program("opencode")
     home = team.root / "home"
@@ -647,8 +647,8 @@ def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_i
     """Copilot CLI gets relay-mcp from `--additional-mcp-config` (its tools allowed with
     --allow-tool relay) and relay's hooks in .github/hooks/relay.json; in a folder the person
     trusted, mail for alpha reaches its model and the answer arrives as alpha's."""
-    from agent_programs import copilot_env, program
-    from scripted_model import ScriptedModel
+    from support.agent_programs import copilot_env, program
+    from support.scripted_model import ScriptedModel
 
     copilot = program("copilot")
     home = team.root / "home"
@@ -677,10 +677,10 @@ def _model_passing_hops(me: str):
     """The scripted model of the agent `me` (named after its program, one server each): once
     its conversation holds the test's order, it sends one hop to every other agent through
     relay-mcp's send_message, one tool call per request, then says "Done." to everything."""
-    from hook_sessions import PROGRAMS
-    from model_anthropic import messages_responder, text as claude_text, tool_use
-    from model_gemini import function_call as gemini_call, gemini_responder, text as gemini_text
-    from model_openai import chat_responder, chat_text, chat_tool_call, function_call as codex_call, message, responses_responder
+    from support.hook_sessions import PROGRAMS
+    from support.model_anthropic import messages_responder, text as claude_text, tool_use
+    from support.model_gemini import function_call as gemini_call, gemini_responder, text as gemini_text
+    from support.model_openai import chat_responder, chat_text, chat_tool_call, function_call as codex_call, message, responses_responder
 
     calls = {
         "claude": lambda args: [tool_use("mcp__relay__send_message", args)],
@@ -718,10 +718,10 @@ def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_r
     the hops then travel at the same time, so all pairs cost little more than ten."""
     from contextlib import ExitStack
 
-    from agent_programs import copilot_env, opencode_config, opencode_env, program
-    from hook_sessions import PROGRAMS
-    from model_openai import codex_config
-    from scripted_model import ScriptedModel
+    from support.agent_programs import copilot_env, opencode_config, opencode_env, program
+    from support.hook_sessions import PROGRAMS
+    from support.model_openai import codex_config
+    from support.scripted_model import ScriptedModel
 
     team.file.write_text('team = "crew"\nrepo = "repo"\n' + "".join(
         f'\n[[agents]]\nname = "{name}"\nprogram = "{name}"\n' + ('model = "gemini-2.5-flash"\n' if name == "gemini" else "")

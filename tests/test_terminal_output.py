@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-from relayd_proc import Daemon
+from support.relayd_proc import Daemon
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4K\x07"  # puts `rm -rf ~` on the clipboard
 TITLE = "\x1b]0;pwned\x07"

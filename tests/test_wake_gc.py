@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from relayd.timefmt import now, to_iso
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _config(store_dir: Path, **wake: object) -> None:

@@ -16,8 +16,8 @@ from relayd import layout, ops
 from relayd.client import watch
 from relayd.store import Store
 from relayd.client.tail import InboxTail
-from cli_processes import stop_child
-from relayd_proc import Daemon
+from support.cli_processes import stop_child
+from support.relayd_proc import Daemon
 
 
 def _quiet(w: watch.Watch) -> None:

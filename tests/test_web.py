@@ -13,45 +13,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from playwright import sync_api as playwright_api  # the test extra installs it
 
-from relayd_proc import Daemon
-from web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView
+from support.relayd_proc import Daemon
+from support.dead_letters import dead_letters
+from support.web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView, browser, open_view, page, team, web  # noqa: F401  (fixtures)
+from support.paths import DOCS
 
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    assert os.path.exists(CHROMIUM), "chromium is not installed (.ci/run installs it with apt)"
-    with playwright_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    opened.errors = errors
-    try:
-        yield opened
-    finally:
-        context.close()
-
-
-@pytest.fixture
-def team(relayctl) -> object:
-    relayctl("init")
-    relayctl("register", "athena", "--program", "claude-code", "--task", "orchestrator")
-    relayctl("register", "agent-bd-42", "--program", "codex", "--task", "auth refactor")
-    relayctl("register", "agent-bd-43", "--program", "gemini", "--task", "API endpoints")
-    return relayctl
 
 
 @pytest.fixture(params=["direct", "daemon"])
@@ -65,20 +33,6 @@ def mode(request, relay_env) -> Iterator[str]:
         yield "daemon"
     finally:
         daemon.stop()
-
-
-@pytest.fixture
-def web(team, relay_env) -> Iterator[WebView]:
-    view = WebView(relay_env)
-    try:
-        yield view
-    finally:
-        view.stop()
-
-
-def open_view(page, web: WebView) -> None:
-    page.goto(web.url)
-    page.wait_for_selector("#agents tbody tr[data-agent='athena']", timeout=10_000)
 
 
 def test_refuses_every_request_without_the_token(web: WebView, page) -> None:
@@ -243,7 +197,7 @@ def test_screenshot_of_the_populated_page(web: WebView, page, relayctl, tmp_path
     page.screenshot(path=shot, full_page=True)
     assert os.path.getsize(shot) > 10_000
     if os.environ.get("RELAY_UPDATE_DOCS_SCREENSHOT"):
-        page.screenshot(path=str(Path(__file__).resolve().parent.parent / "docs" / "web-view.png"), full_page=True)
+        page.screenshot(path=str(DOCS / "web-view.png"), full_page=True)
 
 
 def test_ctrl_c_stops_it_cleanly(team, relay_env) -> None:
@@ -409,9 +363,7 @@ def test_the_pages_identity_leaves_the_team_when_the_view_stops(mode: str, team,
 def test_a_30_mib_dead_letter_list_shows_on_the_page_through_relayd(store_dir: Path, relay_env, relayctl, page) -> None:
     """A dead-letter list thirty times what one protocol line holds: relayd hands it over in
     parts, relayctl prints all of it, and the page lists every letter."""
-    from test_long_replies import _dead_letters
-
-    sent = _dead_letters(store_dir, 90)  # 250 KB bodies with escaped and multi-byte characters
+    sent = dead_letters(store_dir, 90)  # 250 KB bodies with escaped and multi-byte characters
     daemon = Daemon(relay_env, "--redeliver-interval", "1h").start()
     view = WebView(relay_env)
     try:

@@ -19,9 +19,9 @@ from typing import Iterator
 
 import pytest
 
-from test_web import browser, open_view, page, team, web  # noqa: F401  (fixtures)
-from waiting import wait_for
-from web_view import WebView
+from support.waiting import wait_for
+from support.web_view import WebView, browser, open_view, page, team, web  # noqa: F401  (fixtures)
+from support.paths import TESTS
 
 
 class Neighbour(http.server.ThreadingHTTPServer):
@@ -76,8 +76,8 @@ def foreground_browser(short_tmp: Path, command: str) -> Path:
 def test_open_puts_no_secret_on_any_command_line(team, relay_env, short_tmp: Path) -> None:
     """Another user can read every process's arguments (/proc/PID/cmdline): the browser gets
     a file only this user can read, and a real chromium gets in through it."""
-    dump = shlex.join([sys.executable, str(Path(__file__).parent / "browser_dump.py"), '[data-agent="athena"]'])  # a real chromium
-    browser_cmd = foreground_browser(short_tmp, f"timeout 60 {dump}")
+    dump = shlex.join([sys.executable, "-m", "support.browser_dump", '[data-agent="athena"]'])  # a real chromium
+    browser_cmd = foreground_browser(short_tmp, f"cd {shlex.quote(str(TESTS))} && timeout 60 {dump}")
     view = WebView({**relay_env, "BROWSER": str(browser_cmd)}, "--open")
     try:
         wait_for("the browser to finish", lambda: "exit" in _read(short_tmp / "shown"), timeout=60)

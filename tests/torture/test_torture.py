@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from checker import History, check, events_agree
-from relayd_proc import Daemon, RawClient
+from support.torture_checker import History, check, events_agree
+from support.relayd_proc import Daemon, RawClient
+from support.paths import SUPPORT
 
-WRITER = os.path.join(os.path.dirname(__file__), "writer.py")
+WRITER = str(SUPPORT / "torture_writer.py")
 WRITERS = ["w1", "w2", "w3", "w4"]
 
 

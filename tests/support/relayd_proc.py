@@ -1,4 +1,4 @@
-"""A real relayd process, and relay's raw NDJSON client (`tests.rawclient`), for tests.
+"""A real relayd process, and relay's raw NDJSON client (`support.rawclient`), for tests.
 
 Readiness is detected by polling the socket until the daemon answers hello for the right
 store, never by sleeping blindly.
@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from relayd.client import handshake
-from tests import rawclient
+
+from . import rawclient
 
 
 class RawClient(rawclient.RawClient):

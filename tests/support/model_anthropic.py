@@ -13,7 +13,7 @@ import itertools
 import json
 from typing import Any, Callable
 
-from scripted_model import Recorded, Reply
+from .scripted_model import Recorded, Reply
 
 _ids = itertools.count(1)
 

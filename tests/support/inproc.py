@@ -4,7 +4,7 @@ For tests of request/response semantics, where a subprocess proves nothing: the 
 with group commit, the event log follower and the hub -- what a request meets on its way
 through relayd -- on a temporary store, started with `tg.start()` in the loop of an
 `@pytest.mark.anyio` test. The test reaches it with a real client on the socket; a blocking
-client (relay's own `Client`, `tests.rawclient`) runs in a worker thread (`blocking`), so the
+client (relay's own `Client`, `support.rawclient`) runs in a worker thread (`blocking`), so the
 loop keeps serving meanwhile. Process behaviour (signals, crashes, start-up, locks) is
 tested on real relayd processes (tests/relayd_proc.py).
 """

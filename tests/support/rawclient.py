@@ -2,9 +2,9 @@
 
 What a client in any other language would do, so tests and benchmarks use it to check the
 wire protocol as documented (docs/protocol.md) rather than through relay's own client.
-Blocking, standard library only. Not part of the product: both import it as
-`tests.rawclient` (run from the repository root, as `python -m pytest` and
-`python -m benchmarks.run` are).
+Blocking, standard library only. Not part of the product: tests import it as
+`support.rawclient`, benchmarks as `tests.support.rawclient` (run from the repository root,
+as `python -m benchmarks.run` is).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from .paths import ROOT
 
 
 def throwaway_install(root: Path) -> Path:
@@ -18,7 +19,7 @@ def throwaway_install(root: Path) -> Path:
     python = root / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
-    source = Path(__file__).resolve().parent.parent
+    source = ROOT
     for package in ("relayd", "relayctl"):
         shutil.copytree(source / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
     (site / "relay-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")

@@ -12,8 +12,9 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from .paths import TESTS
 
-TOOLS_DIR = Path(__file__).parent / "tools"
+TOOLS_DIR = TESTS / "tools"
 
 
 def _installed(package: str) -> bool:

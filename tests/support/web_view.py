@@ -11,14 +11,20 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from typing import Iterator
 from urllib.parse import urlsplit
+
+import pytest
+from playwright import sync_api as playwright_api  # the test extra installs it
+
+from .paths import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-ARTIFACTS = os.environ.get("RELAY_TEST_ARTIFACTS") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts")
+ARTIFACTS = os.environ.get("RELAY_TEST_ARTIFACTS") or str(ROOT / "test-artifacts")
 
 
 class WebView:
@@ -69,3 +75,53 @@ class WebView:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # the redirect itself is what is tested
         return None
+
+
+# The fixtures of the web view's tests (import them by name into a test module).
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    assert os.path.exists(CHROMIUM), "chromium is not installed (.ci/run installs it with apt)"
+    with playwright_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.errors = errors
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def team(relayctl) -> object:
+    relayctl("init")
+    relayctl("register", "athena", "--program", "claude-code", "--task", "orchestrator")
+    relayctl("register", "agent-bd-42", "--program", "codex", "--task", "auth refactor")
+    relayctl("register", "agent-bd-43", "--program", "gemini", "--task", "API endpoints")
+    return relayctl
+
+
+@pytest.fixture
+def web(team, relay_env) -> Iterator[WebView]:
+    view = WebView(relay_env)
+    try:
+        yield view
+    finally:
+        view.stop()
+
+
+def open_view(page, web: WebView) -> None:
+    page.goto(web.url)
+    page.wait_for_selector("#agents tbody tr[data-agent='athena']", timeout=10_000)

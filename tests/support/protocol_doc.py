@@ -1,8 +1,8 @@
 """Section 8 of docs/protocol.md, written from the operation table itself, and §4's
 error codes, written from the error table (`relayd.errors.BY_CODE`).
 
-    python -m tests.protocol_doc          # print the section
-    python -m tests.protocol_doc --write  # replace it in docs/protocol.md
+    python -m tests.support.protocol_doc          # print the section
+    python -m tests.support.protocol_doc --write  # replace it in docs/protocol.md
 
 tests/test_docs.py checks that the file holds exactly what this produces, so adding an
 operation, a parameter or an error code means running `--write` (and reading the diff). Prose written by
@@ -20,8 +20,9 @@ from pathlib import Path
 import msgspec
 
 from relayd import errors, ops
+from .paths import DOCS
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
+DOC = DOCS / "protocol.md"
 HEADING = "## 8. Operations\n"
 INTRO = """
 Every operation of the store, generated from `relayd.ops.table()` (parameter names are

@@ -9,7 +9,7 @@ import sys
 
 from playwright import sync_api
 
-from web_view import CHROMIUM, CHROMIUM_ARGS
+from .web_view import CHROMIUM, CHROMIUM_ARGS
 
 
 def main(url: str, selector: str) -> None:

@@ -13,8 +13,9 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from .paths import TESTS
 
-AGENTS_DIR = Path(__file__).parent / "agents"
+AGENTS_DIR = TESTS / "agents"
 PACKAGES = {
     "claude": "@anthropic-ai/claude-code",
     "codex": "@openai/codex",

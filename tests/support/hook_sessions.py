@@ -26,12 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import agent_programs
-import model_anthropic
-import model_gemini
-import model_openai
-from scripted_model import Recorded, ScriptedModel
-from tmux_pane import Tmux, kill_group, kill_strays
+from . import agent_programs, model_anthropic, model_gemini, model_openai
+from .scripted_model import Recorded, ScriptedModel
+from .tmux_pane import Tmux, kill_group, kill_strays
 
 AGENT = "inferno"
 SENDER = "strategist"
