@@ -1,7 +1,7 @@
 """Git hook managers from npm that the pre-commit guard must chain to, installed for tests.
 
 husky and lefthook are pinned in tests/tools/package.json and installed there the way
-tests/agent_programs.py installs the agent programs (npm, registry only); a test that needs
+tests/support/agent_programs.py installs the agent programs (npm, registry only); a test that needs
 one fails when it cannot be installed. (pre-commit, the Python one, is a test extra.)
 """
 

@@ -6,7 +6,7 @@ through relayd -- on a temporary store, started with `tg.start()` in the loop of
 `@pytest.mark.anyio` test. The test reaches it with a real client on the socket; a blocking
 client (relay's own `Client`, `support.rawclient`) runs in a worker thread (`blocking`), so the
 loop keeps serving meanwhile. Process behaviour (signals, crashes, start-up, locks) is
-tested on real relayd processes (tests/relayd_proc.py).
+tested on real relayd processes (tests/support/relayd_proc.py).
 """
 
 from __future__ import annotations

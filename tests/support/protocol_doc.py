@@ -4,7 +4,7 @@ error codes, written from the error table (`relayd.errors.BY_CODE`).
     python -m tests.support.protocol_doc          # print the section
     python -m tests.support.protocol_doc --write  # replace it in docs/protocol.md
 
-tests/test_docs.py checks that the file holds exactly what this produces, so adding an
+tests/docs/test_docs.py checks that the file holds exactly what this produces, so adding an
 operation, a parameter or an error code means running `--write` (and reading the diff). Prose written by
 hand after an operation's `Result: Type` is kept.
 """

@@ -1,6 +1,6 @@
 """A sender process for the concurrency and crash tests (not a test module itself).
 
-    python tests/store_writer.py STORE SENDER RECIPIENT COUNT [BODY_BYTES [ROTATE_BYTES]]
+    python tests/support/store_writer.py STORE SENDER RECIPIENT COUNT [BODY_BYTES [ROTATE_BYTES]]
 
 Calls the store's `send` operation COUNT times (0 = until killed) and prints each
 message id on its own line, flushed, only after the call has returned: a printed id is

@@ -4,7 +4,7 @@ Claude Code (the version pinned in tests/agents/package.json) runs interactively
 private tmux server, configured as docs/mcp.md says: the file `relayctl
 mcp-config --role inferno` prints, passed with `--mcp-config`, and `--dangerously-load-
 development-channels server:relay`. Its model is the scripted one on 127.0.0.1
-(tests/scripted_model.py), which records every request; relayd runs. The scratch HOME holds
+(tests/support/scripted_model.py), which records every request; relayd runs. The scratch HOME holds
 what a signed-in user's `~/.claude.json` would: onboarding done, the API key approved, the
 project trusted, and the account-side switch for channels (`tengu_harbor` in
 `cachedGrowthBookFeatures`) on, as Claude Code's own service sets it.

@@ -8,7 +8,7 @@ The SDK client cannot declare `experimental` capabilities through its public API
 tests that need a client declaring `experimental["claude/channel"]` add it to the
 capabilities the SDK builds; everything else is the SDK as shipped. (Claude Code itself
 declares nothing and is recognised by its client name: see test_who_gets_channel_events;
-the real program is driven in tests/test_claude_code.py.)
+the real program is driven in tests/programs/test_claude_code.py.)
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ async def test_claude_code_is_answered_so_that_it_keeps_channel_events(setting: 
     """Claude Code turns channel events off on a 2026-07-28 connection, so while push is
     wanted its `server/discover` probe names only the handshake revisions and it falls back
     to `initialize` (as the SDK client does here, named as Claude Code names itself; the real
-    program: tests/test_claude_code.py). With push off it gets 2026-07-28 like any client."""
+    program: tests/programs/test_claude_code.py). With push off it gets 2026-07-28 like any client."""
     inbox = ChannelInbox()
     env = {"RELAY_DIR": relay_env["RELAY_DIR"], "RELAY_SOCKET": relay_env["RELAY_SOCKET"], "OVLD_ROLE": "shadow", "RELAY_MCP_CHANNEL": setting}
     server = StdioServerParameters(command=sys.executable, args=["-m", "mcp_shim"], env=env)

@@ -114,7 +114,7 @@ def test_a_machine_without_the_test_programs_stops_at_once_naming_the_packages(t
     path = f"{bare}:{BIN}"
     expected = missing_programs(path)
     assert {"socat", "w3m", "chromium", "tmux", "nodejs", "npm"} <= set(expected)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_ulid.py", "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=dict(os.environ, PATH=path), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/store/test_ulid.py", "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=dict(os.environ, PATH=path), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert lines == [f"ERROR: the tests need programs that are not installed; on Debian or Ubuntu: sudo apt-get install {' '.join(expected)}"]

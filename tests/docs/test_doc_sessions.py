@@ -42,7 +42,7 @@ SESSIONS = [
 # Blocks of commands no test here runs, each with the reason (keyed by file and how the
 # block's first line begins; the rest of the list is further down).
 NOT_RUNNABLE = {
-    ("docs/coordination.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"            # run inside'): "typed inside an agent's tmux or zellij pane ($TMUX_PANE, $ZELLIJ_PANE_ID); tests/test_notify.py registers real tmux panes",
+    ("docs/coordination.md", '$ relayctl register inferno --notify "tmux:$TMUX_PANE"            # run inside'): "typed inside an agent's tmux or zellij pane ($TMUX_PANE, $ZELLIJ_PANE_ID); tests/arrival/test_notify.py registers real tmux panes",
 }
 
 _FENCE = re.compile(r"^```[a-z]*\n(.*?)^```\n", re.M | re.S)

@@ -225,7 +225,7 @@ def test_a_stop_continued_with_mail_stays_working_and_the_continuations_stop_goe
 
 # GitHub Copilot CLI 1.0.102 running a repository's .claude/settings.json: Claude Code's
 # event names, its own fields (a timestamp, no transcript_path), COPILOT_CLI=1 in the
-# environment (what tests/test_copilot_hooks.py saw the real program send).
+# environment (what tests/programs/test_copilot_hooks.py saw the real program send).
 _COPILOT_AS_CLAUDE = {"session_id": "a4d3e7d6-15cc-414e-ad74-97c026f99ea8", "timestamp": "2026-11-26T21:27:38.571Z",
                       "cwd": "/home/dev/oathkeeper"}
 

@@ -1,6 +1,6 @@
 """One dispatcher: an operation gives the same answer through relayd as directly on the store.
 
-relayd's server runs in the test's own event loop on a real Unix socket (tests/inproc.py);
+relayd's server runs in the test's own event loop on a real Unix socket (tests/support/inproc.py);
 the raw client talks to it from a worker thread. Each test here is a place where relayd's
 copy of "run an operation" had drifted from `relayd.ops.run`, the one both now use.
 """

@@ -122,3 +122,13 @@ def test_no_test_file_imports_another_and_support_has_one_spelling() -> None:
                 if first.startswith("test_") or first == "conftest" or (first == "tests" and rest) or rest.split(".")[-1].startswith("test_"):
                     found.append(f"{path.relative_to(TESTS)} imports {name}")
     assert found == []
+
+
+def test_every_test_file_sits_in_a_folder_under_a_name_of_its_own() -> None:
+    """Tests are found by the part of relay they test (docs/architecture.md lists the
+    folders). The folders are no packages, so pytest imports each test file by its bare
+    name: two files of one name would collide."""
+    files = [p for p in python_files_of_the_tests() if p.name.startswith("test_")]
+    assert [p.name for p in files if p.parent == TESTS] == []
+    names = [p.name for p in files]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -1,8 +1,8 @@
 """relayd's answers to requests and subscriptions, served in the test's own event loop.
 
 Request/response semantics need no relayd process: the server runs in this test's loop on
-a real Unix socket (tests/inproc.py) and a raw client speaks to it from a worker thread.
-What only a process shows (signals, crashes, start-up, memory) stays in tests/test_daemon.py.
+a real Unix socket (tests/support/inproc.py) and a raw client speaks to it from a worker thread.
+What only a process shows (signals, crashes, start-up, memory) stays in tests/daemon/test_daemon.py.
 """
 
 from __future__ import annotations
