@@ -11,16 +11,8 @@ import pytest
 
 from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
-from support.recording_pane import TRIGGER, Tmux
+from support.recording_pane import TRIGGER, Tmux, tmux  # noqa: F401  (a fixture)
 from support.waiting import wait_for
-
-@pytest.fixture
-def tmux(short_tmp: Path):
-    server = Tmux(short_tmp)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from relayd.ignite import mime
 from support.cli_processes import stop_child
 from support.relayd_proc import Daemon
 from support.ignite_queue import START, TIMEOUT, Clock, drop, inbox, make_monitor, queue, team  # noqa: F401  (fixtures)
-from support.recording_pane import TRIGGER, Tmux
+from support.recording_pane import TRIGGER, Tmux, tmux  # noqa: F401  (a fixture)
 from support.waiting import wait_for
 from support.paths import SUPPORT
 
@@ -235,15 +235,6 @@ def status_of(path: Path) -> str | None:
         return mime.read_file(str(path)).get("X-IGNITE-Status")
     except Exception:
         return None
-
-
-@pytest.fixture
-def tmux(short_tmp: Path):
-    server = Tmux(short_tmp)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.mark.parametrize("runner", ["relayd", "relayctl"])

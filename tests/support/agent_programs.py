@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+
 from .paths import TESTS
 
 AGENTS_DIR = TESTS / "agents"

@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+
 from .paths import TESTS
 
 TOOLS_DIR = TESTS / "tools"

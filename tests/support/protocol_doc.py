@@ -15,11 +15,11 @@ import json
 import re
 import sys
 import typing
-from pathlib import Path
 
 import msgspec
 
 from relayd import errors, ops
+
 from .paths import DOCS
 
 DOC = DOCS / "protocol.md"

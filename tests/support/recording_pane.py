@@ -1,5 +1,6 @@
 """A private tmux server whose one pane records every line it receives, for tests of the
-pane trigger: what relay typed into a pane, read back in order without sleeping and guessing."""
+pane trigger: what relay typed into a pane, read back in order without sleeping and guessing;
+the fixture `tmux` (import it by name into a test module)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 
@@ -74,3 +77,12 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def tmux(short_tmp: Path):
+    server = Tmux(short_tmp)
+    try:
+        yield server
+    finally:
+        server.close()

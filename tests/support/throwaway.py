@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+
 from .paths import ROOT
 
 
