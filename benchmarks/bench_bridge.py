@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from tests.rawclient import RawClient
+from tests.support.rawclient import RawClient
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 

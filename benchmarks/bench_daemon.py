@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 
-from tests.rawclient import RawClient
+from tests.support.rawclient import RawClient
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 

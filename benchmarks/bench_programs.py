@@ -18,14 +18,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 
 AREA = "programs"
-TESTS = Path(__file__).resolve().parent.parent / "tests"
 TRIGGER = "relay: new mail, call check_inbox"
 MISS_AFTER = 10.0
 CASES = (("claude", "channel"), ("claude", "pane"), ("codex", "pane"), ("gemini", "pane"), ("opencode", "plugin"), ("copilot", "pane"))
@@ -37,8 +35,6 @@ API_KEY = "sk-ant-relay-bench-00000000000000000000"
 
 def run(quick: bool, cases: tuple[tuple[str, str], ...] = CASES) -> list[Row]:
     sends = 10 if quick else 50
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))  # the scripted model and the program helpers live with the tests
     rows = []
     for program, way in cases:
         name = f"idle mail -> model, {TITLES[program]} by {way}, median / p99 / misses of {sends}"
@@ -58,7 +54,7 @@ def run(quick: bool, cases: tuple[tuple[str, str], ...] = CASES) -> list[Row]:
 def _missing(program: str) -> str | None:
     if shutil.which("tmux") is None:
         return "tmux is not installed"
-    import agent_programs
+    from tests.support import agent_programs
 
     if agent_programs.installed_version(program) is None:
         return f"{agent_programs.PACKAGES[program]} is not installed (npm install --prefix tests/agents)"
@@ -66,9 +62,7 @@ def _missing(program: str) -> str | None:
 
 
 def _responder(program: str):
-    import model_anthropic
-    import model_gemini
-    import model_openai
+    from tests.support import model_anthropic, model_gemini, model_openai
 
     if program == "claude":
         return model_anthropic.messages_responder(lambda body: [model_anthropic.text("Noted.")])
@@ -80,10 +74,10 @@ def _responder(program: str):
 
 
 def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
-    import agent_programs
-    from hook_sessions import PROGRAMS
-    from scripted_model import ScriptedModel
-    from tmux_pane import Tmux, kill_strays
+    from tests.support import agent_programs
+    from tests.support.hook_sessions import PROGRAMS
+    from tests.support.scripted_model import ScriptedModel
+    from tests.support.tmux_pane import Tmux, kill_strays
 
     from relayd.client.full import Client
 

@@ -14,7 +14,7 @@ that takes the fast path too (relayctl.hook_answer), with relayd up.
 It takes only what it is sure of: those four commands with the options in `COMMANDS`,
 spelled as click accepts them. Anything else -- help, another command or option,
 anything click would refuse, a socket that answers oddly -- goes untouched to the full
-click CLI (`relayctl.cli`). tests/test_fast_path.py holds this parser to click's own for
+click CLI (`relayctl.cli`). tests/client/test_fast_path.py holds this parser to click's own for
 every option listed here. With no relayd for this store, the operation runs in this
 process through `relayd.client.full.Client`, as it would under the full CLI, loading only the
 domain module that registers it.

@@ -38,7 +38,7 @@ class RelayError(Exception):
 
 # -- the table: every wire code, one class each ----------------------------------------------
 # A code is stable once published (docs/protocol.md §4 lists them, generated from this table
-# by tests/protocol_doc.py); the message is a sentence for a person and may change.
+# by tests/support/protocol_doc.py); the message is a sentence for a person and may change.
 
 
 class UsageError(RelayError):

@@ -75,7 +75,7 @@ def parse_duration(text: str) -> timedelta:
     """`90s`, `5m`, `1h30m`, `2d`; a bare number is seconds."""
     from datetime import timedelta
     import re  # here: `status` and `read` show times through this module, and re costs
-    # more start-up than the rest of their imports (tests/test_startup_imports.py)
+    # more start-up than the rest of their imports (tests/client/test_startup_imports.py)
 
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", raw):

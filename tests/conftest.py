@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from cli_processes import RelayCtl
+from support.cli_processes import RelayCtl
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def relayctl(relay_env: dict[str, str]) -> RelayCtl:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    from needed_programs import missing_programs
+    from support.needed_programs import missing_programs
 
     missing = missing_programs()
     if missing:
@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _close_raw_clients() -> Iterator[None]:
     """Raw protocol clients a test left open are closed after it (relayd_proc.RawClient)."""
     yield
-    from relayd_proc import RawClient
+    from support.relayd_proc import RawClient
 
     RawClient.close_all()
 
@@ -78,7 +78,7 @@ def _close_raw_clients() -> Iterator[None]:
 @pytest.fixture
 def daemon(relay_env: dict[str, str], relayctl: RelayCtl):
     """relayd serving a store with the overlord preset's agents; killed afterwards."""
-    from relayd_proc import Daemon
+    from support.relayd_proc import Daemon
 
     relayctl("init", "--preset", "overlord")
     started = Daemon(relay_env).start()

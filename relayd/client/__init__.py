@@ -11,6 +11,6 @@ Its modules, lowest first:
 
 The rule it keeps: `handshake` and `connection` use the standard library only, so
 relayctl's fast path (`relayctl/fast.py`) and hook answers reach relayd without msgspec or
-the store (tests/test_startup_imports.py). This package's own file imports nothing:
+the store (tests/client/test_startup_imports.py). This package's own file imports nothing:
 importing `relayd.client.connection` loads it, and nothing else of the wing.
 """

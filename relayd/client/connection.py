@@ -7,7 +7,7 @@ Every client builds on it, in one of two styles: relayctl's quick client
 `Caller`, differing only in what they run when no relayd serves the store and how they
 know which operations change it; the watcher (`relayd.client.watch`) opens a `Line` and
 subscribes. Standard library only, frames as plain dicts: the quick client must not load
-msgspec (tests/test_startup_imports.py); the full client passes msgspec's JSON functions,
+msgspec (tests/client/test_startup_imports.py); the full client passes msgspec's JSON functions,
 which are faster, as `loads` and `dumps`.
 
 When the daemon is absent (socket file missing, connection refused, or the daemon on that

@@ -1,7 +1,7 @@
 """relayd's request path, assembled in one place: group commit (for a durable store), the
 event-log follower and its hub, and the socket server wired to both.
 
-`relayd` (main.py) builds its notifications, bridge and timers around it; tests/inproc.py
+`relayd` (main.py) builds its notifications, bridge and timers around it; tests/support/inproc.py
 runs it alone in a test's own event loop. Either way a request meets the same objects,
 wired the same way.
 """

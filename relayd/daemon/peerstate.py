@@ -5,7 +5,7 @@ or later, or is done with it lives here. `relayd.daemon.server.Peer` moves the b
 it tells this object what happened (bytes arrived and were handled, a reply was queued
 or written, the socket took less than it was given, the backlog went out, the peer hung
 up) and does what the answer says (start or stop watching the socket, start the task that
-writes the backlog). Tests drive it in memory (tests/test_peerstate.py).
+writes the backlog). Tests drive it in memory (tests/daemon/test_peerstate.py).
 
 Theory of operation. A connection is read while all of these hold:
 

@@ -38,7 +38,7 @@ from ..store import Store
 
 
 # The functions below import their module when first called, for start-up speed: a plain
-# send or read in relayctl's direct mode loads none of the ledger (tests/test_startup_imports.py).
+# send or read in relayctl's direct mode loads none of the ledger (tests/client/test_startup_imports.py).
 
 
 def _hand_over(store: Store, agent: Dir, name: str) -> None:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from checker import TOTALS
+from support.torture_checker import TOTALS
 
 
 @pytest.fixture

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from checker import History, check, events_agree
-from relayd_proc import Daemon, RawClient
+from support.torture_checker import History, check, events_agree
+from support.relayd_proc import Daemon, RawClient
+from support.paths import SUPPORT
 
-pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+pytestmark = pytest.mark.slow  # many rounds of writers killed at random: not in the quick loop
 
-WRITER = os.path.join(os.path.dirname(__file__), "writer.py")
+WRITER = str(SUPPORT / "torture_writer.py")
 WRITERS = ["w1", "w2", "w3", "w4"]
 
 

@@ -1,0 +1,285 @@
+"""Pane notifications with a real tmux server, zellij through a recording stub, cmd: hooks."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from relayd.arrival.notify import notify_new_messages
+from relayd.store import Store
+from support.recording_pane import TRIGGER, Tmux, tmux  # noqa: F401  (a fixture)
+from support.waiting import wait_for
+
+
+@pytest.fixture
+def prompt_pane(short_tmp: Path):
+    server = Tmux(short_tmp, prompt=True)
+    try:
+        wait_for("the prompt program's prompt", lambda: server.input_row() == ">")
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def configured(relayctl, store_dir: Path) -> None:
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", "sender")
+
+
+@pytest.mark.slow
+def test_tmux_trigger_once_until_the_inbox_is_read(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "inferno", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    relayctl("send", "inferno", "SECRET-BODY-1", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+    assert TRIGGER in tmux.capture() and "SECRET-BODY" not in tmux.capture()
+    assert (store_dir / "agents" / "inferno" / "pending").exists()
+
+    # A second message before the inbox is read: no second trigger.
+    relayctl("send", "inferno", "SECRET-BODY-2", agent="sender")
+    assert tmux.lines_after_sentinel() == []
+
+    # Reading the inbox clears the flag; the next message triggers again.
+    relayctl("read", "--unread", "--mark-read", agent="inferno")
+    assert not (store_dir / "agents" / "inferno" / "pending").exists()
+    relayctl("send", "inferno", "SECRET-BODY-3", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+    assert "SECRET-BODY" not in tmux.received.read_text()
+
+
+@pytest.mark.slow
+def test_a_pane_in_copy_mode_is_not_typed_into(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    tmux("copy-mode", "-t", tmux.pane)
+    assert tmux("display-message", "-p", "-t", tmux.pane, "#{pane_in_mode}").strip() == "1"
+    with Store(str(store_dir)) as store:
+        relayctl("send", "glacier", "while copying", agent="sender")
+        # Skipped, flag removed so that the trigger is retried later.
+        assert not (store_dir / "agents" / "glacier" / "pending").exists()
+        [outcome] = notify_new_messages(store, ["glacier"])
+        assert outcome["ok"] and outcome.get("retry") and "copy mode" in outcome["skipped"]
+    tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+    assert tmux.lines_after_sentinel() == []
+    relayctl("send", "glacier", "after copying", agent="sender")
+    assert tmux.lines_after_sentinel() == [TRIGGER]
+
+
+@pytest.mark.slow
+def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    relayctl("register", "shadow", "--notify", f"tmux:{tmux.socket}:%999")
+    sent = relayctl("send", "shadow", "hello", agent="sender")
+    assert sent.returncode == 0 and "notifying shadow failed" in sent.stderr
+    assert "Traceback" not in sent.stderr
+    assert not (store_dir / "agents" / "shadow" / "pending").exists()  # the next message tries again
+    assert json.loads(relayctl("--json", "read", agent="shadow").stdout)[0]["body"] == "hello"
+
+
+@pytest.mark.slow
+def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
+    from relayd.arrival.notify import agents_awaiting_trigger
+    from support.relayd_proc import Daemon
+
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        tmux("copy-mode", "-t", tmux.pane)
+        relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
+        wait_for("the daemon to hold the trigger back", lambda: "trigger held back" in daemon.log())
+        assert tmux.received.read_text() == ""  # nothing typed into the copy-mode pane
+        assert not (store_dir / "agents" / "glacier" / "pending").exists()
+
+        # No new mail arrives; leaving copy mode is enough for the timer to deliver it.
+        tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+        wait_for("the retried trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
+        assert (store_dir / "agents" / "glacier" / "pending").exists()
+        time.sleep(3.5)  # several more retry rounds: the pending flag keeps it to one trigger
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+        assert "SECRET-BODY" not in tmux.received.read_text()
+        assert "held trigger delivered" in daemon.log()
+
+        relayctl("read", "--unread", "--mark-read", agent="glacier")  # clears the pending flag
+        with Store(str(store_dir)) as store:
+            assert agents_awaiting_trigger(store) == []  # and nothing unread: nothing to retry
+    finally:
+        daemon.kill()
+
+
+# -- zellij (no binary can be installed here: a recording stub on PATH) -----------------------
+
+
+@pytest.fixture
+def zellij_env(relay_env, short_tmp: Path):
+    bin_dir = short_tmp / "bin"
+    bin_dir.mkdir()
+    log = short_tmp / "zellij.log"
+    stub = bin_dir / "zellij"
+    stub.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "if sys.argv[1:] == ['--version']:\n"
+        "    print('zellij ' + os.environ['ZELLIJ_STUB_VERSION'])\n"
+        "    sys.exit(0)\n"
+        f"with open({str(log)!r}, 'a') as fh:\n"
+        "    fh.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    stub.chmod(0o755)
+    env = dict(relay_env, PATH=f"{bin_dir}:{relay_env['PATH']}")
+    return env, log
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.slow
+def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.44.1"
+    relayctl.env = env
+    relayctl("register", "storm", "--notify", "zellij:3")
+    relayctl("send", "storm", "body text", agent="sender")
+    relayctl("send", "storm", "second", agent="sender")  # pending: no second trigger
+    assert _calls(log) == [
+        ["action", "write-chars", "--pane-id", "3", TRIGGER],
+        ["action", "write-chars", "--pane-id", "3", "\r"],
+    ]
+
+
+@pytest.mark.slow
+def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.43.1"
+    relayctl.env = env
+    relayctl("register", "storm", "--notify", "zellij:3@2/right/down")
+    relayctl("send", "storm", "body text", agent="sender")
+    assert _calls(log) == [
+        ["action", "go-to-tab", "2"],
+        ["action", "move-focus", "right"],
+        ["action", "move-focus", "down"],
+        ["action", "write-chars", TRIGGER],
+        ["action", "write-chars", "\r"],
+    ]
+    relayctl("register", "glacier", "--notify", "zellij:4")
+    sent = relayctl("send", "glacier", "x", agent="sender")
+    assert "notifying glacier failed" in sent.stderr and "0.44.1" in sent.stderr
+
+
+@pytest.mark.slow
+def test_zellij_triggers_name_the_session_recorded_at_register(relayctl, configured, zellij_env, relay_env) -> None:
+    env, log = zellij_env
+    env["ZELLIJ_STUB_VERSION"] = "0.44.1"
+    inside = dict(env, ZELLIJ_SESSION_NAME="team-a", ZELLIJ_PANE_ID="3")  # register runs in the pane
+    relayctl.env = inside
+    relayctl("register", "storm", "--notify", "zellij:3")
+    relayctl("register", "glacier", "--notify", "zellij:4@2/right", "--session", "team-b")
+    relayctl.env = {k: v for k, v in env.items() if not k.startswith("ZELLIJ_SESSION")} | {"ZELLIJ_STUB_VERSION": "0.44.1"}
+    store = Path(relay_env["RELAY_DIR"])
+    assert [json.loads((store / "agents" / name / "meta.json").read_text())["session"] for name in ("storm", "glacier")] == ["team-a", "team-b"]
+    relayctl("send", "storm", "body text", agent="sender")  # sent from outside zellij (as relayd runs)
+    relayctl("send", "glacier", "body text", agent="sender")
+    assert _calls(log) == [
+        ["--session", "team-a", "action", "write-chars", "--pane-id", "3", TRIGGER],
+        ["--session", "team-a", "action", "write-chars", "--pane-id", "3", "\r"],
+        ["--session", "team-b", "action", "write-chars", "--pane-id", "4", TRIGGER],
+        ["--session", "team-b", "action", "write-chars", "--pane-id", "4", "\r"],
+    ]
+
+
+@pytest.mark.slow
+def test_cmd_notification_runs_argv_without_a_shell(relayctl, configured, short_tmp: Path) -> None:
+    record = short_tmp / "cmd.json"
+    script = short_tmp / "notify me.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps([sys.argv[1:], os.environ['RELAY_NOTIFY_AGENT'], os.environ['RELAY_TRIGGER']]))\n"
+    )
+    relayctl("register", "inferno", "--notify", f"cmd:{sys.executable} '{script}' --flag '$(touch pwned)'")
+    relayctl("send", "inferno", "the body", agent="sender")
+    assert json.loads(record.read_text()) == [["--flag", "$(touch pwned)"], "inferno", TRIGGER]
+    assert not (Path.cwd() / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_channel_and_hook_agents_get_no_trigger(relayctl, configured, store_dir: Path) -> None:
+    relayctl("register", "overlord", "--notify", "channel")
+    with Store(str(store_dir)) as store:
+        relayctl("send", "overlord", "hi", agent="sender")
+        assert not (store_dir / "agents" / "overlord" / "pending").exists()
+        assert notify_new_messages(store, ["overlord", "nobody"])[0]["skipped"]
+        assert notify_new_messages(store, ["nobody"])[0]["ok"] is False  # reported, never raised
+
+
+@pytest.mark.slow
+def test_a_skipped_trigger_is_found_again_for_retry(relayctl, configured, tmux: Tmux, store_dir: Path) -> None:
+    from relayd.arrival.notify import agents_awaiting_trigger
+
+    relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    relayctl("register", "storm", "--notify", "channel")
+    tmux("copy-mode", "-t", tmux.pane)
+    relayctl("send", "glacier", "while copying", agent="sender")
+    relayctl("send", "storm", "not a pane agent", agent="sender")
+    with Store(str(store_dir)) as store:
+        assert agents_awaiting_trigger(store) == ["glacier"]
+        tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
+        assert [o["ok"] for o in notify_new_messages(store, agents_awaiting_trigger(store))] == [True]
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+        assert agents_awaiting_trigger(store) == []  # triggered: pending until read
+
+
+# -- someone's unsent text in the pane --------------------------------------------------------
+
+DRAFT = "my half-typed draft"
+
+
+def _type_a_draft(pane: Tmux) -> None:
+    """A person types into the prompt and does not press Enter."""
+    pane("send-keys", "-t", pane.pane, "-l", DRAFT)
+    wait_for("the draft on the pane's input line", lambda: pane.input_row() == f"> {DRAFT}")
+
+
+@pytest.mark.slow
+def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, configured, prompt_pane: Tmux, relay_env, store_dir: Path) -> None:
+    from support.relayd_proc import Daemon
+
+    relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
+    _type_a_draft(prompt_pane)
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        for n in range(3):  # a burst of mail while the person is typing
+            relayctl("send", "inferno", f"SECRET-BODY-{n}", agent="sender")
+        wait_for("the daemon to hold the trigger back", lambda: "unsent text" in daemon.log())
+        time.sleep(2.5)  # more retry rounds while the draft is still there
+        assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
+        assert prompt_pane.received.read_text() == ""  # and not submitted
+        assert not (store_dir / "agents" / "inferno" / "pending").exists()
+
+        prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
+        wait_for("the trigger after the draft was sent", lambda: TRIGGER in prompt_pane.received.read_text())
+        time.sleep(2.5)  # more retry rounds: the pending flag keeps the burst to one trigger
+        assert prompt_pane.lines_after_sentinel() == [DRAFT, TRIGGER]
+        assert "held trigger delivered" in daemon.log()
+    finally:
+        daemon.kill()
+
+
+@pytest.mark.slow
+def test_without_relayd_the_sender_is_told_and_redeliver_retries_once_the_line_is_empty(relayctl, configured, prompt_pane: Tmux, store_dir: Path) -> None:
+    relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
+    _type_a_draft(prompt_pane)
+    sent = relayctl("send", "inferno", "SECRET-BODY", agent="sender")
+    assert sent.returncode == 0 and "trigger for inferno held back" in sent.stderr and "unsent text" in sent.stderr
+    assert "relayctl redeliver" in sent.stderr
+    relayctl("redeliver")  # still typing: held again
+    assert prompt_pane.input_row() == f"> {DRAFT}"
+
+    prompt_pane("send-keys", "-t", prompt_pane.pane, "C-u")  # the person clears the line instead
+    wait_for("the cleared input line", lambda: prompt_pane.input_row() == ">")
+    relayctl("redeliver")
+    relayctl("redeliver")  # pending: no second trigger
+    assert prompt_pane.lines_after_sentinel() == [TRIGGER]
+    assert DRAFT not in prompt_pane.received.read_text()

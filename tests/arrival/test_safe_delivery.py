@@ -1,0 +1,404 @@
+"""Keys typed into a terminal act with the person's authority: relay's trigger never answers
+a program's question (DESIGN §4, relayd.arrival.program_state, relayd.arrival.notify).
+
+Each test runs the real program from npm (tests/agents, pinned) in real tmux against the
+scripted model, with relay's hooks installed as `relayctl hooks install` writes them and
+the pane registered as the agent's notify target, relayd running. The model asks to run a
+command that needs the person's approval; mail arrives while the question is on the
+screen. The question must still be there 10 s later with nothing approved, and once the
+person answers, the mail reaches the model (the after-tool hook hands it over).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from support import agent_programs, model_anthropic, model_gemini, model_openai
+from support.hook_sessions import PROGRAMS as HOOKED
+from support.relayd_proc import Daemon
+from support.scripted_model import Recorded, ScriptedModel
+from support.tmux_pane import Tmux, kill_strays
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+AGENT = "inferno"
+SENDER = "strategist"
+TRIGGER = "relay-test: new mail, call check_inbox"
+SUBJECT = "Auth tests are red on main"
+API_KEY = "sk-ant-relay-test-00000000000000000000"
+HOLD = 10.0  # seconds the question must survive the mail (the issue's measure)
+
+
+@dataclass
+class Asking:
+    """What differs between the programs for one approval question."""
+
+    name: str
+    responder: Callable[[Callable[[dict[str, Any]], list[dict[str, Any]]]], Callable[[Recorded], Any]]
+    command_call: Callable[[Path], dict[str, Any]]  # the model's call of a command that needs approval
+    configure: Callable[[Path, Path, str], dict[str, str]]  # (home, project, model url) -> environment
+    start: Callable[[Tmux], None]  # from the program's start to its empty prompt
+    ready: str  # what its screen shows at its prompt
+    question: str  # what its screen shows while it asks
+    approve: list[str]  # the person's keys that approve
+    is_turn: Callable[[Recorded], bool]
+
+
+def _claude_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    agent_programs.claude_signed_in(home, API_KEY, trusted=project)
+    # The person approves each command (Claude Code's manual mode, its default before 2.1.332).
+    (home / ".claude").mkdir(exist_ok=True)
+    (home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": API_KEY, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+def _gemini_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    env = HOOKED["gemini"].prepare(home, project, url)
+    settings = home / ".gemini" / "settings.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "model": {"name": "gemini-2.5-flash"}}))
+    return env
+
+
+def _codex_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    env = HOOKED["codex"].prepare(home, project, url)
+    config = home / ".codex" / "config.toml"
+    # Every command waits for the person's approval; the folder and relay's hooks are trusted.
+    config.write_text('approval_policy = "on-request"\nsandbox_mode = "read-only"\n' + config.read_text())
+    return env
+
+
+def _codex_start(tmux: Tmux) -> None:
+    tmux.wait_for("Trust this folder?", settle=1)
+    tmux.keys("Enter")
+    tmux.wait_for("Hooks need review", settle=1)
+    tmux.keys("Down", "Enter")
+
+
+def _copilot_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    return agent_programs.copilot_env(home, url, trusted=project)  # the person approves each command (its default)
+
+
+def _opencode_configure(home: Path, project: Path, url: str) -> dict[str, str]:
+    agent_programs.opencode_config(project, url, {"permission": {"bash": "ask"}})  # OpenCode runs commands unasked by default
+    return agent_programs.opencode_env(project)
+
+
+ASKING = {
+    "claude": Asking(
+        "claude", model_anthropic.messages_responder,
+        lambda project: model_anthropic.tool_use("Bash", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _claude_configure, lambda tmux: None, "❯", "Do you want to proceed?", ["Enter"], HOOKED["claude"].is_turn,
+    ),
+    "gemini": Asking(
+        "gemini", model_gemini.gemini_responder,
+        lambda project: model_gemini.function_call("run_shell_command", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _gemini_configure, lambda tmux: tmux.wait_for("project-level hooks have been detected"), "Type your message",
+        "Allow execution", ["Enter"], HOOKED["gemini"].is_turn,
+    ),
+    "codex": Asking(
+        "codex", model_openai.responses_responder,
+        # Outside its read-only sandbox: Codex asks the person first.
+        lambda project: model_openai.function_call("exec_command", {"cmd": f"touch {project}/approved.txt", "sandbox_permissions": "require_escalated",
+                                                                    "justification": "Create approved.txt?"}),
+        _codex_configure, _codex_start, "Ask Codex to do anything", "Would you like to run the following command?", ["Enter"],
+        HOOKED["codex"].is_turn,
+    ),
+    "copilot": Asking(
+        "copilot", HOOKED["copilot"].responder,
+        lambda project: model_openai.chat_tool_call("bash", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _copilot_configure, lambda tmux: None, "/ commands", "Do you want to run this command?", ["Enter"], HOOKED["copilot"].is_turn,
+    ),
+    "opencode": Asking(
+        "opencode", HOOKED["opencode"].responder,
+        lambda project: model_openai.chat_tool_call("bash", {"command": f"touch {project}/approved.txt", "description": "Create approved.txt"}),
+        _opencode_configure, lambda tmux: None, "Ask anything", "Allow once", ["Enter"], HOOKED["opencode"].is_turn,
+    ),
+}
+REPLY = {"claude": model_anthropic.text, "gemini": model_gemini.text, "codex": model_openai.message, "copilot": model_openai.chat_text,
+         "opencode": model_openai.chat_text}
+# relay types nothing into OpenCode: its plugin hands the mail over and starts turns (the
+# agent's notify is `hook`, as `relayctl up` registers it).
+TYPED_INTO = ("claude", "codex", "copilot", "gemini")
+
+
+def _notify(name: str, tmux: Tmux) -> str:
+    return f"tmux:{tmux.target()}" if name in TYPED_INTO else "hook"
+
+
+def _mail_in(request: Recorded) -> bool:
+    return SUBJECT in request.text
+
+
+def _relay_for(program: str, relayctl, store_dir: Path, root: Path) -> tuple[Path, Path]:
+    """A store with the sender and the agent, relay's hooks for `program` in a new project
+    (as `relayctl hooks install` writes them), and a scratch HOME: (home, project)."""
+    home, project = root / "home", root / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    relayctl("hooks", "install", "--for", program, "--agent", AGENT, "--project", str(project))
+    return home, project
+
+
+# OpenCode is typed nothing, so there is no trigger to hold back; its open permission
+# question holds the plugin's turn instead: test_opencode_hooks.py.
+@pytest.mark.parametrize("name", TYPED_INTO)
+def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_answered(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    spec = ASKING[name]
+    home, project = _relay_for(name, relayctl, store_dir, short_tmp)
+    calls = {"n": 0}
+
+    def turn(body: dict[str, Any]) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [spec.command_call(project)]
+        return [REPLY[name]("Done.")]
+
+    answer_turn = spec.responder(turn)
+    answer_aside = spec.responder(lambda body: [REPLY[name]("ok")])
+    tmux = Tmux(short_tmp, "a")
+    with ScriptedModel(lambda r: answer_turn(r) if spec.is_turn(r) else answer_aside(r)) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+               **spec.configure(home, project, model.url)}
+        tmux.start([str(agent_programs.program(name))], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            spec.start(tmux)
+            tmux.wait_for(spec.ready, timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            tmux.type_line("Create approved.txt", "Create approved.txt")
+            tmux.wait_for(spec.question, timeout=90, settle=1)
+            asked = tmux.screen()
+            relayctl("send", AGENT, SUBJECT, agent=SENDER)
+            time.sleep(HOLD)  # the issue's measure: the question outlives the mail by 10 s
+            assert spec.question in tmux.screen(), f"the question is gone:\n{tmux.screen()}\n(it showed:\n{asked})"
+            assert not (project / "approved.txt").exists(), "a command was approved that nobody approved"
+            assert "trigger held back" in daemon.log()
+            assert "session: ASKING the person" in relayctl("status").stdout  # the program's own signal, in status
+            assert not any(TRIGGER in r.text for r in model.requests)
+            assert not any(_mail_in(r) for r in model.requests)
+
+            tmux.keys(*spec.approve)  # the person approves
+            carrying = model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=90)
+            assert (project / "approved.txt").exists()
+            assert TRIGGER not in carrying.text  # the after-tool hook brought it, not a typed prompt
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
+
+
+TRIGGERS = 100  # the issue's measure
+
+
+def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    """Gemini CLI takes an Enter that comes within 30 ms of the last key as a newline: relay
+    waits for the screen to stand still before Enter, and confirms each submission by the
+    prompt hook. Every one of the mails reaches the model by its own trigger; none is left
+    standing in the input box."""
+    home, project = _relay_for("gemini", relayctl, store_dir, short_tmp)
+    tmux = Tmux(short_tmp, "g")
+    with ScriptedModel(model_gemini.gemini_responder(lambda body: [model_gemini.text("Noted.")])) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **_gemini_configure(home, project, model.url)}
+        tmux.start([str(agent_programs.program("gemini"))], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            tmux.wait_for("project-level hooks have been detected")
+            tmux.wait_for("Type your message", timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            for n in range(TRIGGERS):
+                subject = f"mail number {n:03d}"
+                relayctl("send", AGENT, subject, agent=SENDER)
+                carrying = model.wait_for(lambda r, s=subject: HOOKED["gemini"].is_turn(r) and s in r.text, timeout=30)
+                assert TRIGGER in carrying.text
+                wait_for("Gemini back at its prompt", lambda: _state(store_dir) == "idle", timeout=30)
+            assert "Type your message" in tmux.cursor_line(), f"something was left in the input box:\n{tmux.screen()}"
+            turns = [r for r in model.requests if HOOKED["gemini"].is_turn(r)]
+            assert len(turns) == TRIGGERS  # one turn per trigger: none stranded, none doubled
+            assert not (store_dir / "agents" / AGENT / "trigger-misses").exists()
+            assert "did not submit" not in daemon.log()  # each one landed the first time
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
+    assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []
+
+
+def _state(store_dir: Path) -> str | None:
+    path = store_dir / "agents" / AGENT / "program-state"
+    return json.loads(path.read_text())["state"] if path.exists() else None
+
+
+# A stand-in for a program whose Enter sometimes becomes a newline (as Gemini CLI's does
+# within its fast-return window): while the file argv[1] is missing, Enter adds a line to
+# the input box; once it exists, Enter submits, and the program reports the prompt through
+# relay's hook as a hooked program does. Every submitted prompt goes to the file argv[2].
+SWALLOWING_PROGRAM = r"""
+import json, os, subprocess, sys, tty
+submit, received = sys.argv[1], sys.argv[2]
+tty.setraw(0)
+box = ""
+
+def hook(event):
+    subprocess.run(["relayctl", "hook", "claude"], input=json.dumps({"hook_event_name": event, "session_id": "s", "prompt": "p"}),
+                   text=True, capture_output=True)
+
+def draw():
+    os.write(1, ("\x1b[H\x1b[2J> " + box.replace("\n", "\r\n  ")).encode())
+
+hook("SessionStart")
+draw()
+while True:
+    key = os.read(0, 1).decode()
+    if key == "\r" and os.path.exists(submit):
+        with open(received, "a") as fh:
+            fh.write(box + "\n")
+        box = ""
+        hook("UserPromptSubmit")
+        hook("Stop")
+    elif key == "\r":
+        box += "\n"
+    elif key == "\x7f":
+        box = box[:-1]
+    else:
+        box += key
+    draw()
+"""
+
+
+def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_and_track(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    relayctl("init")
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    relayctl("register", SENDER)
+    relayctl("register", AGENT)
+    program, submit, received = short_tmp / "swallow.py", short_tmp / "submit", short_tmp / "received.txt"
+    program.write_text(SWALLOWING_PROGRAM)
+    received.touch()
+    tmux = Tmux(short_tmp, "s")
+    tmux.start([sys.executable, str(program), str(submit), str(received)], short_tmp, {**relay_env, "RELAY_AGENT": AGENT, "TERM": "xterm-256color"})
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        wait_for("the program at its prompt", lambda: _state(store_dir) == "idle" and tmux.cursor_line() == ">", timeout=30)
+        relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+        sent = relayctl("--json", "send", AGENT, SUBJECT, agent=SENDER)
+        message_id = json.loads(sent.stdout)["id"]
+        wait_for("three triggers that did not submit", lambda: (store_dir / "agents" / AGENT / "trigger-misses").exists()
+                 and int((store_dir / "agents" / AGENT / "trigger-misses").read_text()) >= 3, timeout=60)
+        # relay keeps retrying (each try types, waits, then clears): what it typed never piles
+        # up, and between two tries the box is empty again.
+        assert tmux.screen().count(TRIGGER) <= 1, tmux.screen()
+        wait_for("the input box cleared of what relay typed", lambda: tmux.screen().strip() == ">", timeout=40)
+        assert tmux.screen().count(TRIGGER) <= 1, tmux.screen()
+        track = relayctl("track", message_id, agent=SENDER).stdout
+        assert "did not submit" in track, track
+        status = relayctl("status").stdout
+        assert "did not submit" in status, status
+        assert received.read_text() == ""
+
+        submit.touch()  # the program takes its Enter again: the next retry lands
+        wait_for("the trigger submitted", lambda: received.read_text() == TRIGGER + "\n", timeout=30)
+        wait_for("the miss count reset", lambda: not (store_dir / "agents" / AGENT / "trigger-misses").exists(), timeout=10)
+        landed = relayctl("track", message_id, agent=SENDER).stdout
+        assert ("announced by tmux" in landed or "announced by hook" in landed) and ", read " in landed
+    finally:
+        daemon.kill()
+        tmux.kill()
+
+
+TOOL_SECONDS = 6
+
+
+def _busy_call(name: str, project: Path) -> dict[str, Any]:
+    """A command the program runs without asking (allowed below): ./build.sh takes
+    TOOL_SECONDS and then writes the time it ended."""
+    build = project / "build.sh"
+    build.write_text(f"#!/bin/sh\nsleep {TOOL_SECONDS}\n{sys.executable} -c 'import time; print(time.monotonic())' > {project}/tool-ended\n")
+    build.chmod(0o755)
+    if name == "claude":
+        return model_anthropic.tool_use("Bash", {"command": "./build.sh", "description": "Wait for the build"})
+    if name == "gemini":
+        return model_gemini.function_call("run_shell_command", {"command": "./build.sh", "description": "Wait for the build"})
+    if name in ("copilot", "opencode"):
+        return model_openai.chat_tool_call("bash", {"command": "./build.sh", "description": "Wait for the build"})
+    return model_openai.function_call("exec_command", {"cmd": "./build.sh"})
+
+
+def _allow_the_busy_command(name: str, home: Path, project: Path) -> list[str]:
+    """The person's standing permission for ./build.sh; the program's extra arguments for it."""
+    if name == "claude":
+        (home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "default", "allow": ["Bash(./build.sh)"]}}))
+    elif name == "gemini":
+        settings = home / ".gemini" / "settings.json"
+        settings.write_text(json.dumps({**json.loads(settings.read_text()), "tools": {"allowed": ["run_shell_command(./build.sh)"]}}))
+    elif name == "copilot":
+        return ["--allow-tool=shell(./build.sh)"]  # Copilot 1.0.102 keeps no such rule in ~/.copilot: its command line only
+    elif name == "opencode":
+        config = project / "opencode.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "permission": {"bash": {"*": "ask", "./build.sh": "allow"}}}))
+    else:
+        config = home / ".codex" / "config.toml"
+        config.write_text(config.read_text().replace('approval_policy = "on-request"', 'approval_policy = "never"').replace('"read-only"', '"workspace-write"'))
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(ASKING))
+def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: str, relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    """Mail sent while the program runs a tool: no trigger is typed (the program is working),
+    the after-tool hook (OpenCode: relay's plugin at `tool.execute.after`) hands the mail over
+    with the tool's result, and `send --wait read` returns then: after the tool ended, with
+    the model's request that carries it."""
+    spec = ASKING[name]
+    home, project = _relay_for(name, relayctl, store_dir, short_tmp)
+    reply = REPLY[name]
+    calls = {"n": 0}
+    arrived: dict[int, float] = {}
+
+    def turn(body: dict[str, Any]) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        return [_busy_call(name, project)] if calls["n"] == 1 else [reply("Done.")]
+
+    answer_turn, answer_aside = spec.responder(turn), spec.responder(lambda body: [reply("ok")])
+
+    def respond(request: Recorded) -> Any:
+        arrived[id(request)] = time.monotonic()
+        return answer_turn(request) if spec.is_turn(request) else answer_aside(request)
+
+    tmux = Tmux(short_tmp, "b")
+    with ScriptedModel(respond) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **spec.configure(home, project, model.url)}
+        allowed = _allow_the_busy_command(name, home, project)
+        tmux.start([str(agent_programs.program(name)), *allowed], project, env)
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+        try:
+            spec.start(tmux)
+            tmux.wait_for(spec.ready, timeout=90, settle=1)
+            relayctl("register", AGENT, "--notify", _notify(name, tmux))
+            tmux.type_line("Wait for the build", "Wait for the build")
+            wait_for("the tool to run", lambda: _state(store_dir) == "working" and calls["n"] >= 1, timeout=60)
+            time.sleep(1)  # well inside the tool's run
+            waited = relayctl("send", AGENT, SUBJECT, "--wait", "read", "--timeout", "90s", agent=SENDER, timeout=120, check=False)
+            returned = time.monotonic()
+            assert waited.returncode == 0, f"{waited.stderr}\n{tmux.screen()}"
+            assert (project / "tool-ended").exists(), tmux.screen()
+            carrying = model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=30)
+            ended = float((project / "tool-ended").read_text())
+            assert returned >= ended, "read was reported while the tool still ran"
+            assert returned >= arrived[id(carrying)] - 0.5, "read was reported well before the model's request carried the mail"
+            assert not any(TRIGGER in r.text for r in model.requests)  # nothing typed into a working program
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)

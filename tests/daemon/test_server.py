@@ -1,0 +1,151 @@
+"""relayd's answers to requests and subscriptions, served in the test's own event loop.
+
+Request/response semantics need no relayd process: the server runs in this test's loop on
+a real Unix socket (tests/support/inproc.py) and a raw client speaks to it from a worker thread.
+What only a process shows (signals, crashes, start-up, memory) stays in tests/daemon/test_daemon.py.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Iterator
+
+import anyio
+import pytest
+
+from support.inproc import InProcess, blocking, serving, snapshot
+from relayd import ops
+from relayd.store import Store
+from support.rawclient import RawClient
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def overlord_store(short_tmp: Path) -> Iterator[Path]:
+    """A store with the overlord preset's agents, made directly (as `relayctl init` would)."""
+    store_dir = short_tmp / "store"
+    with Store(str(store_dir), fsync=False) as store:
+        ops.call(store, "init", {"preset": "overlord"})
+    yield store_dir
+
+
+HOSTILE = {
+    "invalid-utf8": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\xff\xfe"}}\n',
+    "lone-surrogate": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"\\ud800"}}\n',
+    "nan": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"x","priority":NaN}}\n',
+    "deep-nesting": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","body":' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n",
+    "two-mib-line": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":["inferno"],"body":"' + b"a" * (2 << 20) + b'"}}\n',
+    "binary-garbage": bytes(range(256)) * 64 + b"\n",
+    "unknown-op": b'{"type":"request","id":1,"op":"format_disk","params":{}}\n',
+    "not-an-object": b"[1,2,3]\n",
+    "wrong-params": b'{"type":"request","id":1,"op":"send","params":{"agent":"storm","to":"inferno","body":5}}\n',
+}
+
+
+def _hostile_exchange(relayd: InProcess, payload: bytes) -> None:
+    before = snapshot(relayd.store_dir)
+    bystander = RawClient(relayd.socket_path)
+    hostile = RawClient(relayd.socket_path)
+    try:
+        bystander.subscribe(["*"])
+        try:
+            hostile.send_bytes(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed before we finished: the 2 MiB line
+        answers = []
+        try:
+            while (answer := hostile.line()) is not None:
+                answers.append(answer)
+                if answer.get("type") in ("response", "error"):
+                    break
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        assert answers, "no error reply"
+        error = answers[-1]
+        assert (error.get("ok") is False) or error.get("type") == "error"
+        assert error["error"]["code"] in {"protocol_error", "line_too_long", "invalid_argument"}
+        probe = RawClient(relayd.socket_path)
+        try:
+            assert probe.request("version")["ok"]  # still serving others
+        finally:
+            probe.close()
+        assert snapshot(relayd.store_dir) == before
+        bystander.sock.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            bystander.line()  # and no event was published
+    finally:
+        bystander.close()
+        hostile.close()
+
+
+@pytest.mark.parametrize("payload", list(HOSTILE), ids=list(HOSTILE))
+async def test_hostile_input_gets_an_error_and_writes_nothing(overlord_store: Path, short_tmp: Path, payload: str) -> None:
+    async with serving(str(overlord_store), str(short_tmp / "d.sock")) as relayd:
+        await blocking(_hostile_exchange, relayd, HOSTILE[payload])
+
+
+def _send(client: RawClient, to: str, text: str) -> None:
+    assert client.request("send", {"agent": "storm", "to": [to], "subject": text, "body": text})["ok"]
+
+
+def _filter_and_resume(relayd: InProcess) -> None:
+    sender = RawClient(relayd.socket_path)
+    first = RawClient(relayd.socket_path)
+    resumed = RawClient(relayd.socket_path)
+    try:
+        for text in ("one", "two", "three"):
+            _send(sender, "inferno", text)
+            _send(sender, "glacier", text)
+        first.subscribe(["inbox"], agent="inferno", after="0")  # everything still in the log
+        replayed = [first.line() or {} for _ in range(3)]
+        assert [e["subject"] for e in replayed] == ["one", "two", "three"]
+        assert {e["agent"] for e in replayed} == {"inferno"}
+
+        resumed.subscribe(["inbox"], agent="inferno", after=replayed[0]["id"])
+        assert [(resumed.line() or {})["subject"] for _ in range(2)] == ["two", "three"]
+        _send(sender, "inferno", "four")
+        assert (resumed.line() or {})["subject"] == "four"  # then live, nothing doubled or lost
+    finally:
+        for client in (sender, first, resumed):
+            client.close()
+
+
+async def test_agent_filter_and_resume_after_an_event_id(overlord_store: Path, short_tmp: Path) -> None:
+    async with serving(str(overlord_store), str(short_tmp / "d.sock")) as relayd:
+        await blocking(_filter_and_resume, relayd)
+
+
+async def test_a_round_waits_for_the_client_it_just_answered(overlord_store: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Busy clients share a round instead of taking turns: a request that arrives just
+    after another client's answer waits for that client's next request, and one round
+    (one set of fsyncs) makes both durable."""
+    from relayd.daemon import server as module
+
+    monkeypatch.setattr(module, "HOLD", 30.0, raising=False)  # (so the wait ends only because the client sends)
+    send = {"agent": "storm", "to": ["inferno"], "body": "hello"}
+    async with serving(str(overlord_store), str(short_tmp / "s.sock")) as relayd:
+        committer = relayd.server.committer
+        assert committer is not None
+        busy, other = RawClient(relayd.socket_path), RawClient(relayd.socket_path)
+        try:
+            assert (await blocking(busy.request, "send", send))["ok"]  # answered: expected back
+            rounds = committer.batches
+            other.send_line({"type": "request", "id": 1, "op": "send", "params": send})
+            with anyio.fail_after(5):
+                while not relayd.server.deferred:
+                    await anyio.sleep(0.001)
+            await anyio.sleep(0.05)
+            assert committer.batches == rounds and relayd.server.deferred  # held for the busy client
+            replies = await blocking(busy.request, "send", send), await blocking(other.line)
+            assert all(reply["ok"] for reply in replies)
+            assert committer.batches == rounds + 1  # both sends in one round
+        finally:
+            busy.close()
+            other.close()

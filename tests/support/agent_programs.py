@@ -1,0 +1,118 @@
+"""The real agent programs (Claude Code, Codex CLI, Gemini CLI, OpenCode, GitHub Copilot CLI),
+installed from npm for tests.
+
+The versions are pinned in tests/agents/package.json; `.ci/run` installs them before the
+suite, and a developer's first run installs them here the same way (npm, registry only).
+Nothing is faked: a test that needs a program fails when it cannot be installed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from .paths import TESTS
+
+AGENTS_DIR = TESTS / "agents"
+PACKAGES = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "gemini": "@google/gemini-cli",
+    "opencode": "opencode-ai",
+    "copilot": "@github/copilot",
+}
+# GitHub Copilot CLI unpacks ~235 MB into $XDG_CACHE_HOME/copilot on its first start; the
+# tests' scratch HOMEs share this one (inside the ignored node_modules).
+COPILOT_CACHE = AGENTS_DIR / "node_modules" / ".copilot-cache"
+
+
+def pinned_version(program: str) -> str:
+    return json.loads((AGENTS_DIR / "package.json").read_text())["dependencies"][PACKAGES[program]]
+
+
+def installed_version(program: str) -> str | None:
+    manifest = AGENTS_DIR / "node_modules" / PACKAGES[program] / "package.json"
+    try:
+        return json.loads(manifest.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def install() -> None:
+    """npm install into tests/agents unless every pinned version is already there."""
+    if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("the agent-program tests need node and npm (Debian: apt-get install nodejs npm)")
+    with open(AGENTS_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers or two checkouts' runs
+        if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
+            return
+        subprocess.run(
+            [npm, "install", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=AGENTS_DIR, check=True, timeout=900,
+        )
+
+
+def program(name: str) -> Path:
+    """The path of an agent program's executable (installing the pinned set if needed)."""
+    install()
+    path = AGENTS_DIR / "node_modules" / ".bin" / name
+    if not path.exists():
+        raise RuntimeError(f"npm installed the agent programs but {path} is missing")
+    return path
+
+
+def claude_signed_in(home: Path, api_key: str, trusted: Path | None = None, channels: bool = False) -> None:
+    """Write the scratch HOME's ~/.claude.json as a signed-in user's would be, so Claude Code
+    starts straight into its prompt: onboarding done, `api_key` approved (Claude Code keeps
+    its last 20 characters), the folder `trusted` trusted, and with `channels` the account's
+    switch for channels (`tengu_harbor` in `cachedGrowthBookFeatures`, as Claude Code's own
+    service sets it) on."""
+    state: dict = {"hasCompletedOnboarding": True, "theme": "dark", "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []}}
+    if trusted is not None:
+        state["projects"] = {str(trusted): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}
+    if channels:
+        state["cachedGrowthBookFeatures"] = {"tengu_harbor": True}
+    home.mkdir(exist_ok=True)
+    (home / ".claude.json").write_text(json.dumps(state))
+
+
+def copilot_env(home: Path, url: str, trusted: Path | None = None, model: str = "gpt-4.1") -> dict[str, str]:
+    """The environment that runs GitHub Copilot CLI against the scripted model at `url`
+    (its "completions" wire, /v1/chat/completions) with no sign-in, and the scratch HOME's
+    ~/.copilot/config.json with the folder `trusted` trusted, as Copilot's own question
+    at the first start in a folder records it."""
+    copilot_home = home / ".copilot"
+    copilot_home.mkdir(parents=True, exist_ok=True)
+    config = {"trustedFolders": [str(trusted)]} if trusted is not None else {}
+    (copilot_home / "config.json").write_text(json.dumps(config))
+    return {"COPILOT_PROVIDER_BASE_URL": f"{url}/v1", "COPILOT_MODEL": model, "COPILOT_OFFLINE": "true",
+            "COPILOT_AUTO_UPDATE": "false", "XDG_CACHE_HOME": str(COPILOT_CACHE)}
+
+
+def opencode_config(project: Path, url: str, extra: dict | None = None) -> None:
+    """The project's opencode.json with one OpenAI-compatible provider, the scripted model
+    at `url` (OpenCode speaks /v1/chat/completions to it), as the model; `extra` adds keys
+    (such as relay's `mcp` block)."""
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                                  "options": {"baseURL": f"{url}/v1", "apiKey": "sk-scripted"},
+                                  "models": {"scripted-model": {"name": "Scripted", "tool_call": True}}}},
+        "model": "scripted/scripted-model",
+        "autoupdate": False,
+        "share": "disabled",
+        **(extra or {}),
+    }
+    (project / "opencode.json").write_text(json.dumps(config, indent=2))
+
+
+def opencode_env(project: Path) -> dict[str, str]:
+    """OpenCode offline: no fetch of the public model list; it reads its configuration from
+    $PWD, not from the directory it was started in, so PWD names the project."""
+    return {"OPENCODE_DISABLE_MODELS_FETCH": "1", "PWD": str(project)}

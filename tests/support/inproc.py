@@ -1,0 +1,77 @@
+"""relayd's socket server inside the test's own event loop, on a real Unix socket.
+
+For tests of request/response semantics, where a subprocess proves nothing: the `Server`
+with group commit, the event log follower and the hub -- what a request meets on its way
+through relayd -- on a temporary store, started with `tg.start()` in the loop of an
+`@pytest.mark.anyio` test. The test reaches it with a real client on the socket; a blocking
+client (relay's own `Client`, `support.rawclient`) runs in a worker thread (`blocking`), so the
+loop keeps serving meanwhile. Process behaviour (signals, crashes, start-up, locks) is
+tested on real relayd processes (tests/support/relayd_proc.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, TypeVar
+
+import anyio
+from anyio.abc import SocketListener
+
+from relayd.daemon.core import Core
+from relayd.daemon.lifecycle import bind_listener
+from relayd.daemon.server import Server
+from relayd.store import Store
+
+T = TypeVar("T")
+
+
+@dataclass
+class InProcess:
+    server: Server
+    store: Store
+    socket_path: str
+    store_dir: str
+
+
+@asynccontextmanager
+async def serving(store_dir: str, socket_path: str, **server_options: Any) -> AsyncIterator[InProcess]:
+    """relayd's server for `store_dir` on `socket_path`, until the block ends."""
+    store = Store(store_dir, fsync=True)
+    store.root_dir(create=True)
+    core = Core.assemble(store, **server_options)
+    committer, events, server = core.committer, core.events, core.server
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(committer.run)
+            await tasks.start(events.run)
+            await tasks.start(server.serve, await SocketListener.from_socket(bind_listener(socket_path)))
+            try:
+                yield InProcess(server, store, socket_path, store.root)
+            finally:
+                server.stop_accepting()
+                with anyio.move_on_after(5):
+                    await server.all_closed.wait()
+                tasks.cancel_scope.cancel()
+    finally:
+        store.close()
+        if os.path.exists(socket_path):
+            os.unlink(socket_path)
+
+
+def snapshot(root: str) -> dict[str, bytes]:
+    """Every file of a store by relative path (what 'nothing written' compares)."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                files[os.path.relpath(path, root)] = Path(path).read_bytes()
+    return files
+
+
+async def blocking(func: Callable[..., T], *args: Any) -> T:
+    """Run a blocking client call in a worker thread while the loop serves it."""
+    return await anyio.to_thread.run_sync(func, *args)
