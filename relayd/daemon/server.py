@@ -300,7 +300,9 @@ class Server:
         the cost of that one check). Only those: going over every connection with replies
         waiting, after every round, cost more than the rest of writing the replies."""
         _flush_ready(batch.waiting)
-        self.answered = {peer for peer in batch.waiting if peer.state.settled()}
+        # (in place: GroupCommit.held is bound to this set's clear)
+        self.answered.clear()
+        self.answered.update(peer for peer in batch.waiting if peer.state.settled())
         self.answered_at = self.clock()
         batch.waiting = set()
 
