@@ -152,6 +152,49 @@ SENDER = textwrap.dedent(
 )
 
 
+def _race(store: str, sock: str, env: dict[str, str], clients: int, each: int) -> tuple[float, set[str], float]:
+    """`clients` SENDER processes, started together, each making `each` sends through the
+    server at `sock`: (seconds until the last one finished, the client modes, their CPU)."""
+    start_at = time.time() + 2.0  # every process connected and idle by then
+    procs = [subprocess.Popen([PYTHON, "-c", SENDER, store, sock, str(each), str(start_at)], env=env, stdout=subprocess.PIPE, text=True) for _ in range(clients)]
+    ends, modes, client_cpu = [], set(), 0.0
+    for proc in procs:
+        out, _ = proc.communicate(120)
+        end, mode, cpu = out.split()
+        ends.append(float(end))
+        modes.add(mode)
+        client_cpu += float(cpu)
+    return max(ends) - start_at, modes, client_cpu
+
+
+def _process_cpu(pid: int) -> float:
+    """utime + stime of a process so far, all its threads, in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bare_loop(clients: int, each: int) -> tuple[float, float]:
+    """The same race against benchmarks/bare_loop.py, which does relayd's socket work and no
+    send's work: (seconds, its CPU a request in us)."""
+    scratch = scratch_dir("rbl-")
+    store, sock = os.path.join(scratch, "store"), os.path.join(scratch, "bare.sock")
+    os.mkdir(store)
+    env = child_env(store, sock)
+    server = subprocess.Popen([PYTHON, os.path.join(os.path.dirname(__file__), "bare_loop.py"), sock, store], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdout.readline()  # "ready"
+        before = _process_cpu(server.pid)
+        elapsed, modes, _ = _race(store, sock, env, clients, each)
+        cpu = _process_cpu(server.pid) - before
+        assert modes == {"daemon"}, modes  # (relay's client took it for relayd)
+    finally:
+        server.kill()
+        server.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return elapsed, cpu / (clients * each) * 1e6
+
+
 def concurrent_clients(quick: bool, size: tuple[int, int] | None = None) -> list[Row]:
     from relayd.inbox.read import read_all
     from relayd.store import Store
@@ -159,20 +202,8 @@ def concurrent_clients(quick: bool, size: tuple[int, int] | None = None) -> list
     clients, each = size or ((20, 100) if quick else (20, 1000))
     daemon = Relayd()
     try:
-        start_at = time.time() + 2.0  # every process connected and idle by then
-        procs = [
-            subprocess.Popen([PYTHON, "-c", SENDER, daemon.store, daemon.socket, str(each), str(start_at)], env=daemon.env, stdout=subprocess.PIPE, text=True)
-            for _ in range(clients)
-        ]
         cpu_before, threads_before = daemon.cpu_split(), daemon.thread_cpu()
-        ends, modes, client_cpu = [], set(), 0.0
-        for proc in procs:
-            out, _ = proc.communicate(120)
-            end, mode, cpu = out.split()
-            ends.append(float(end))
-            modes.add(mode)
-            client_cpu += float(cpu)
-        elapsed = max(ends) - start_at
+        elapsed, modes, client_cpu = _race(daemon.store, daemon.socket, daemon.env, clients, each)
         user, system = (after - before for after, before in zip(daemon.cpu_split(), cpu_before))
         threads = {tid: cpu - threads_before.get(tid, 0.0) for tid, cpu in daemon.thread_cpu().items()}
         loop_cpu = threads.pop(str(daemon.proc.pid), 0.0)
@@ -185,6 +216,7 @@ def concurrent_clients(quick: bool, size: tuple[int, int] | None = None) -> list
         corrupt = len(everything.corrupt)
     finally:
         daemon.close()
+    bare_s, bare_per_request = bare_loop(clients, each)
     ok = elapsed <= 1.0 and lost == 0 and duplicated == 0 and corrupt == 0
     note = f"{lost} lost, {duplicated} duplicated, {corrupt} corrupt; persistent clients, group commit; modes {sorted(modes)}"
     cores = os.cpu_count() or 1
@@ -197,6 +229,9 @@ def concurrent_clients(quick: bool, size: tuple[int, int] | None = None) -> list
         Row(AREA, "  CPU of relayd during the run", round(daemon_cpu, 2), "s", note="utime+stime from /proc, fsync threads included"),
         Row(AREA, "  relayd CPU per send", round(per_send), "us", "<= 60 us", per_send <= 60, f"user {user / sends * 1e6:.0f} us + system {system / sends * 1e6:.0f} us; event-loop thread {loop_cpu / sends * 1e6:.0f} us, other threads (fsync, workers) {sum(threads.values()) / sends * 1e6:.0f} us; load average {os.getloadavg()[0]:.1f} at the end"),
         Row(AREA, f"  CPU floor: (clients + relayd) / {cores} cores", round((client_cpu + daemon_cpu) / cores, 2), "s", note="no schedule can finish sooner"),
+        # The floor under any relayd in Python: the same clients, a server that only does the I/O.
+        Row(AREA, "  the same clients against a bare request/reply loop", round(bare_s, 2), "s", note="benchmarks/bare_loop.py: relayd's socket handling, no store, no fsync, no validation"),
+        Row(AREA, "  bare loop CPU per request", round(bare_per_request), "us", note=f"relayd's CPU per send is {per_send / bare_per_request:.1f}x this"),
     ]
 
 
