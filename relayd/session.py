@@ -27,7 +27,15 @@ from .registry import TEAM_DECIDED, Operation
 from .store import Store
 
 ANNOUNCE_MAX = 10.0  # seconds: the longest wait for announcements a request may ask for
-ANNOUNCE_POLL = 0.05  # seconds between looks at a message's track while waiting
+# Seconds between looks at the tracks of a request waiting for announcements when nothing
+# said they changed. relayd hears of what it records itself (its triggers' outcomes, the
+# operations in SETTLING); this look is for reports it never sees: written by a client that
+# went direct while relayd runs (relayd did not answer it in time, or it was pointed at
+# another socket), such as a hook's or a channel push's `announced`.
+ANNOUNCE_RECHECK = 1.0
+# Operations that may settle a waited announcement: a hook's or channel's report
+# (`announced`), an agent's arrival mechanism changed to one relayd does not trigger (`register`).
+SETTLING = frozenset({"announced", "register"})
 
 
 def before(store: Store, agent: str | None, touch: bool) -> None:

@@ -1,9 +1,11 @@
 """relayd's request path, assembled in one place: group commit (for a durable store), the
-event-log follower and its hub, and the socket server wired to both.
+event-log follower and its hub, the socket server wired to both, and the notification
+runner, whose reports end a request's wait for its recipients' announcements.
 
-`relayd` (main.py) builds its notifications, bridge and timers around it; tests/support/inproc.py
-runs it alone in a test's own event loop. Either way a request meets the same objects,
-wired the same way.
+`relayd` (main.py) builds its bridge and timers around it and feeds the notification
+runner its events; tests/support/inproc.py runs it alone in a test's own event loop (the
+runner only when a test asks). Either way a request meets the same objects, wired the same
+way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from relayd.store import Store
 
 from .commit import GroupCommit
 from .events import EventLog, Hub
+from .notifications import RETRY_SECONDS, Notifier
 from .server import Server
 
 
@@ -27,12 +30,14 @@ class Core:
     hub: Hub
     events: EventLog
     server: Server
+    notifier: Notifier
 
     @classmethod
-    def assemble(cls, store: Store, on_event: Callable[[Event], None] = lambda event: None, **server_options: Any) -> "Core":
+    def assemble(cls, store: Store, on_event: Callable[[Event], None] = lambda event: None, retry_interval: float = RETRY_SECONDS, **server_options: Any) -> "Core":
         """Wire the request path for `store`; `on_event` sees every event the log delivers
-        (relayd's notifications and bridge). Starting it is the caller's: the committer's
-        `run`, then `events.run`, then `server.serve` on a listener."""
+        (relayd's notifications and bridge: the caller passes the notifier's `on_event` on).
+        Starting it is the caller's: the committer's `run`, then `events.run`, then
+        `server.serve` on a listener, and `notifier.run`."""
         committer = None if isinstance(store.sync, NoSync) else GroupCommit()
         if committer is not None:
             store.sync = committer
@@ -44,7 +49,8 @@ class Core:
             committer.collect = server.run_deferred
             committer.hold = server.expecting
             committer.held = server.answered.clear
-        return cls(store, committer, hub, events, server)
+        notifier = Notifier(store.root, retry_interval, reported=server.tracks_changed)
+        return cls(store, committer, hub, events, server, notifier)
 
 
 def _at_once(then: Callable[[], None]) -> None:

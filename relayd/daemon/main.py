@@ -27,7 +27,6 @@ from .commit import GroupCommit
 from .core import Core
 from .events import Hub
 from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
-from .notifications import Notifier
 from .timers import StaleWatch, collect_garbage, redeliver_owed, refresh_guard_indexes
 
 log = structlog.get_logger()
@@ -87,9 +86,8 @@ def run(config: Config) -> int:
 
 async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
     systemd = Systemd()
-    core = Core.assemble(store, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
-    committer, hub, events, server = core.committer, core.hub, core.events, core.server
-    notifier = Notifier(store.root, config.retry_interval)
+    core = Core.assemble(store, retry_interval=config.retry_interval, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
+    committer, hub, events, server, notifier = core.committer, core.hub, core.events, core.server, core.notifier
     bridge = _bridge(config, store, committer, hub)
     then = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
     recent = store.recent_ids = RecentIds(dedup_window(store))

@@ -10,9 +10,15 @@ unsent text (relayd.arrival.paneinput), or the command failed. Nothing
 new may arrive for that agent, so every `retry_interval` a round also sweeps the store
 for agents with unread mail and no pending flag (`agents_awaiting_trigger`) and tries
 them again. The pending flag keeps a retried trigger to one.
+
+Once an agent's triggers have reported, the runner says so in the loop (`reported`): a
+request waiting for its recipients' announcements (relayd.daemon.server `announced`)
+reads their tracks again then, not on a timer.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import anyio
 import structlog
@@ -28,9 +34,10 @@ RETRY_SECONDS = 5.0
 
 
 class Notifier:
-    def __init__(self, store_dir: str, retry_interval: float = RETRY_SECONDS) -> None:
+    def __init__(self, store_dir: str, retry_interval: float = RETRY_SECONDS, reported: Callable[[], None] = lambda: None) -> None:
         self.store = Store(store_dir)
         self.retry_interval = retry_interval
+        self.reported = reported  # called in the loop thread after each agent's triggers reported
         self.waiting: set[str] = set()
         self.idle: set[str] = set()  # agents whose program just went idle: triggered if mail waits
         self._wakeup = anyio.Event()
@@ -87,6 +94,7 @@ class Notifier:
                 continue
             for outcome in outcomes:
                 self._report(agent, outcome)
+            anyio.from_thread.run_sync(self.reported)  # (their outcomes are in the delivery log now)
 
     def _report(self, agent: str, outcome: dict) -> None:
         if outcome.get("ok", True) and not outcome.get("retry"):

@@ -96,6 +96,9 @@ class Server:
         self.clock = time.monotonic
         self.refusing = 0
         self._refusal_logged = -1e9
+        # Set (and replaced) when a message's track may say more of its announcements: the
+        # requests waiting for announcements look again (`announced`).
+        self._tracks_changed = anyio.Event()
         if committer is not None:
             committer.on_durable = self.flush_replies
 
@@ -217,20 +220,35 @@ class Server:
             return session.legacy(self.store, request.params), None  # a version 2 client's
         op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
         if not request.bookkeeping():
-            return ops.run(self.store, op, request.params), None
-        return session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
+            answer = ops.run(self.store, op, request.params), None
+        else:
+            answer = session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
+        if op.name in session.SETTLING:
+            self.tracks_changed()
+        return answer
+
+    def tracks_changed(self) -> None:
+        """Messages' tracks may say more of their announcements now (relayd's triggers
+        reported: relayd.daemon.notifications; a hook or a channel push did: `outcome`).
+        In the loop thread."""
+        self._tracks_changed.set()
+        self._tracks_changed = anyio.Event()
 
     async def announced(self, result: Any, wait: float) -> list[Any]:
         """How the recipients of the messages in `result` are being told, once relayd's own
-        triggers reported or `wait` seconds (at most session.ANNOUNCE_MAX) passed. Looked
-        up in their tracks every ANNOUNCE_POLL, as a client asking `track` would."""
+        triggers reported or `wait` seconds (at most session.ANNOUNCE_MAX) passed. Read
+        from their tracks, as a client asking `track` would: again each time they may have
+        changed (`tracks_changed`), and at least every session.ANNOUNCE_RECHECK."""
         ids = session.message_ids(result)
         deadline = anyio.current_time() + min(wait, session.ANNOUNCE_MAX)
         while True:
+            changed = self._tracks_changed
             told, settled = session.announcements(self.store, ids)
-            if settled or anyio.current_time() >= deadline:
+            left = deadline - anyio.current_time()
+            if settled or left <= 0:
                 return told
-            await anyio.sleep(session.ANNOUNCE_POLL)
+            with anyio.move_on_after(min(left, session.ANNOUNCE_RECHECK)):
+                await changed.wait()
 
     def _pending(self) -> Batch | None:
         return self.committer.pending() if self.committer is not None else None

@@ -7,6 +7,10 @@ What only a process shows (signals, crashes, start-up, memory) stays in tests/da
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import os
+import shlex
 import socket
 from pathlib import Path
 from typing import Iterator
@@ -149,3 +153,58 @@ async def test_a_round_waits_for_the_client_it_just_answered(overlord_store: Pat
         finally:
             busy.close()
             other.close()
+
+
+@pytest.mark.parametrize("reporter", ["trigger", "hook"])
+async def test_a_send_waiting_for_its_announcement_is_answered_when_it_is_reported(overlord_store: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, reporter: str) -> None:
+    """A send that waits for its recipients' announcements (the request field `announce`:
+    relay-mcp's send_message) is answered once the announcement is reported -- by relayd's
+    own trigger, or by the recipient's hook through relayd -- not at the next tick of a
+    timer: from just before the report the event loop's clock stands still, so no timer
+    can end the wait. The tracks are read once before the report and once after it."""
+    from relayd import session
+
+    started, held = short_tmp / "started", short_tmp / "held"
+    os.mkfifo(held)  # the trigger command waits on it until the test writes to it
+    trigger = shlex.join(["sh", "-c", f"touch {shlex.quote(str(started))} && cat {shlex.quote(str(held))}"])
+    with Store(str(overlord_store), fsync=False) as store:
+        ops.call(store, "register", {"name": "inferno", "notify": f"cmd:{trigger}"})
+    reads: list[tuple[list, bool]] = []
+    read_tracks = session.announcements
+
+    def counted(store: Store, ids: list[str]) -> tuple[list, bool]:
+        reads.append(read_tracks(store, ids))
+        return reads[-1]
+
+    monkeypatch.setattr(session, "announcements", counted)
+    monkeypatch.setattr(session, "ANNOUNCE_RECHECK", 60.0, raising=False)  # (no look of its own while the test sets up)
+    release = functools.partial(held.write_bytes, b"")  # (opens the pipe once `cat` has: it ends, the trigger worked)
+    async with serving(str(overlord_store), str(short_tmp / "a.sock"), notify=True) as relayd:
+        sender, hook = RawClient(relayd.socket_path, timeout=30), RawClient(relayd.socket_path)
+        loop = asyncio.get_running_loop()
+        try:
+            send = {"agent": "storm", "to": ["inferno"], "subject": "auth", "body": "take the auth module"}
+            sender.send_line({"type": "request", "id": 1, "op": "send", "params": send, "announce": session.ANNOUNCE_MAX})
+            with anyio.fail_after(20):
+                while not (reads and started.exists()):  # the send waits; relayd runs inferno's trigger
+                    await anyio.sleep(0.001)
+            assert reads == [([{"to": "inferno", "how": "cmd", "pending": True}], False)]
+            frozen = loop.time()
+            loop.time = lambda: frozen  # type: ignore[method-assign]
+            try:
+                if reporter == "trigger":
+                    await blocking(release)
+                else:
+                    hook.send_line({"type": "request", "id": 1, "op": "announced", "params": {"agent": "inferno", "how": "hook"}})
+                reply = await blocking(sender.line)
+            finally:
+                del loop.time
+            how = {"trigger": "cmd", "hook": "hook"}[reporter]
+            assert reply is not None and reply["ok"] and reply["announced"] == [{"to": "inferno", "how": how, "ok": True}]
+            assert len(reads) == 2 and reads[-1][1]  # before the report, and after it: settled
+            if reporter == "hook":
+                assert (await blocking(hook.line) or {}).get("ok")
+                await blocking(release)
+        finally:
+            sender.close()
+            hook.close()

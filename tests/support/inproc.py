@@ -37,16 +37,22 @@ class InProcess:
 
 
 @asynccontextmanager
-async def serving(store_dir: str, socket_path: str, **server_options: Any) -> AsyncIterator[InProcess]:
-    """relayd's server for `store_dir` on `socket_path`, until the block ends."""
+async def serving(store_dir: str, socket_path: str, notify: bool = False, **server_options: Any) -> AsyncIterator[InProcess]:
+    """relayd's server for `store_dir` on `socket_path`, until the block ends; with `notify`,
+    also its notification runner, which triggers the agents' panes or commands as mail
+    arrives (register --notify)."""
     store = Store(store_dir, fsync=True)
     store.root_dir(create=True)
     core = Core.assemble(store, **server_options)
     committer, events, server = core.committer, core.events, core.server
+    if notify:
+        events.on_event = core.notifier.on_event
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(committer.run)
             await tasks.start(events.run)
+            if notify:
+                tasks.start_soon(core.notifier.run)
             await tasks.start(server.serve, await SocketListener.from_socket(bind_listener(socket_path)))
             try:
                 yield InProcess(server, store, socket_path, store.root)
