@@ -19,6 +19,12 @@ source (and the first call) is itself a wake-up, because changes made while noth
 watching must be caught up on: so no wake-up is lost across a daemon restart, a rotation or
 a directory that appears late.
 
+inotify does not always say that a watched directory is gone: one removed while a file in
+it is still open (relayd's IGNITE monitor holds its lock file in the queue directory) stays
+alive, silent, until that file is closed, and a directory made again at its path is not
+the one watched. So every `retry_seconds` the watched paths are also checked to still name
+the directories watched; when one does not, they are watched afresh (a switch, so a wake-up).
+
 Shared core: imports neither anyio nor click, so relay-mcp and relayctl start fast.
 """
 
@@ -135,13 +141,31 @@ class _DirectoryWatch:
 
         self.names = target.names
         self.inotify = INotify()
+        self.identities: list[tuple[str, tuple[int, int]]] = []  # each path and the directory it named
         mask = flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE | flags.CLOSE_WRITE | flags.DELETE_SELF | flags.MOVE_SELF
         try:
             for path in (target.directory, *target.also):
+                # Looked at before the watch is added: when the path is replaced in between,
+                # the older directory is recorded and `replaced` finds the change (the other
+                # order could record the new one while the old one is watched).
+                st = os.stat(path)
                 self.inotify.add_watch(path, mask)
+                self.identities.append((path, (st.st_dev, st.st_ino)))
         except OSError:
             self.inotify.close()
             raise
+
+    def replaced(self) -> bool:
+        """True when a watched path no longer names the directory watched (removed, or made
+        again) without inotify having said so (see the module doc)."""
+        for path, identity in self.identities:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return True
+            if (st.st_dev, st.st_ino) != identity:
+                return True
+        return False
 
     def consume(self) -> bool:
         """True when a file that counts changed; ConnectionError when the directory went away."""
@@ -232,6 +256,8 @@ class Watch:
                 self._drop()
                 self._source, self.mode = link, "daemon"
                 return True
+            if isinstance(self._source, _DirectoryWatch) and self._source.replaced():
+                self._drop()  # watched afresh just below, or once the directory is back
         if self._source is None:
             try:
                 self._source = _DirectoryWatch(self.target)

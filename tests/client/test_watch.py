@@ -77,6 +77,26 @@ def test_watch_waits_for_a_directory_that_appears_later(short_tmp):
 
 
 @pytest.mark.slow
+def test_watch_follows_a_directory_made_again_while_a_file_in_it_is_still_open(short_tmp):
+    # A file held open in a directory (relayd's IGNITE monitor holds its lock file in the
+    # queue) keeps the removed directory alive, and inotify never says it is gone.
+    queue = short_tmp / "queue"
+    queue.mkdir()
+    held = os.open(queue / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with watch.Watch(str(short_tmp), watch.directory(str(queue)), str(short_tmp / "none.sock"), retry_seconds=0.1) as wakeups:
+            assert wakeups.wait(2) and wakeups.mode == "inotify"
+            _quiet(wakeups)
+            subprocess.run(["rm", "-rf", str(queue)], check=True)
+            queue.mkdir()
+            _quiet(wakeups)  # the removal of .lock, and (now) the catch-up of the new directory
+            (queue / "task_0001.mime").write_text("x")
+            assert wakeups.wait(2), "a file in the directory made again woke nobody"
+    finally:
+        os.close(held)
+
+
+@pytest.mark.slow
 def test_watch_on_the_event_log_wakes_for_any_change(relay_env, relayctl):
     relayctl("init")
     store = relay_env["RELAY_DIR"]
