@@ -34,7 +34,9 @@ unchanged for `SETTLE` seconds, so a writer that closes and reopens loses nothin
 A file found `processing` after a restart is looked for in the agent's inbox by its tag
 before it is sent again, so a crash between the send and the `delivered` mark does not
 deliver it twice. Waiting uses `relayd.client.watch` (inotify on DIR, each agent directory and its
-processed/); the monitor itself never polls. Shared core: no anyio; relayd runs `serve` in a thread.
+processed/); the monitor itself never polls. The monitor's lock file keeps a removed DIR alive, so
+inotify never says DIR itself is gone: the watch finds a DIR made again by its identity instead.
+Shared core: no anyio; relayd runs `serve` in a thread.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,42 @@ def test_one_monitor_even_after_the_queue_directory_is_made_again(relayctl, team
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         assert daemon.proc.wait(timeout=20) == 0
+
+
+@pytest.mark.slow
+def test_a_queue_made_again_empty_is_served_when_its_agents_appear(relayctl, team, queue: Path, relay_env) -> None:
+    # The monitor's lock file in the queue keeps a removed queue directory alive, so inotify
+    # never reports the removal: a monitor that only watched the queue itself (no agent
+    # directories yet) went on watching the dead one, deaf to the new one.
+    shutil.rmtree(queue)
+    queue.mkdir()
+    monitor = make_monitor(relay_env, queue, time.time)  # type: ignore[arg-type]  (a real clock: serve waits on it)
+    made_again = threading.Event()
+    passes: list[bool] = []  # one per pass that read the queue; True: it began after the removal
+    real_pass = monitor.run_once
+
+    def run_once():  # records each pass that read the queue (a pass finding none raises)
+        after = made_again.is_set()
+        out = real_pass()
+        passes.append(after)
+        return out
+
+    monitor.run_once = run_once  # type: ignore[method-assign]
+    stop = threading.Event()
+    serving = threading.Thread(target=monitor.serve, args=(stop, relay_env["RELAY_SOCKET"]))
+    serving.start()
+    try:
+        # The first pass, then the watch, then its catch-up pass: the old queue is watched.
+        wait_for("the monitor to watch the queue", lambda: len(passes) >= 2)
+        shutil.rmtree(queue)
+        made_again.set()
+        queue.mkdir()
+        wait_for("a pass over the queue made again", lambda: any(passes))
+        (queue / "ignitian_1" / "processed").mkdir(parents=True)
+        path = drop(relayctl, queue, "ignitian_1", NAME)
+        wait_for("the monitor to take a file from the queue made again", lambda: not path.exists())
+        assert [n["tags"] for n in inbox(relay_env, "ignitian_1")] == [[f"ignite:{NAME}#0"]]
+    finally:
+        stop.set()
+        serving.join(timeout=20)
+    assert not serving.is_alive()
