@@ -129,6 +129,7 @@ def test_a_queue_made_again_empty_is_served_when_its_agents_appear(relayctl, tea
         (queue / "ignitian_1" / "processed").mkdir(parents=True)
         path = drop(relayctl, queue, "ignitian_1", NAME)
         wait_for("the monitor to take a file from the queue made again", lambda: not path.exists())
+        wait_for("the notice", lambda: inbox(relay_env, "ignitian_1"))  # sent after the file is taken
         assert [n["tags"] for n in inbox(relay_env, "ignitian_1")] == [[f"ignite:{NAME}#0"]]
     finally:
         stop.set()
