@@ -396,7 +396,9 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
             carrying = model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=30)
             ended = float((project / "tool-ended").read_text())
             assert returned >= ended, "read was reported while the tool still ran"
-            assert returned >= arrived[id(carrying)] - 0.5, "read was reported well before the model's request carried the mail"
+            # (the hook hands the mail over and the program then builds its request: on a
+            # loaded machine OpenCode took 1.1 s for that, so "well before" is 3 s)
+            assert returned >= arrived[id(carrying)] - 3.0, "read was reported well before the model's request carried the mail"
             assert not any(TRIGGER in r.text for r in model.requests)  # nothing typed into a working program
         finally:
             daemon.kill()

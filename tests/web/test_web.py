@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from playwright.sync_api import expect
 
 from support.relayd_proc import Daemon
 from support.dead_letters import dead_letters
@@ -148,12 +149,12 @@ def test_search_and_thread_view(web: WebView, page, relayctl) -> None:
     page.fill("#q-text", "SCHEMA")
     page.click("#search button[type=submit]")
     page.wait_for_selector("#view-title:has-text('Search')")
-    page.wait_for_function("document.querySelectorAll('#messages li[data-id]').length === 1")
+    expect(page.locator("#messages li[data-id]")).to_have_count(1)
     assert "Endpoint schema ready" in page.text_content("#messages")
     page.click("#q-clear")
     page.click("#messages .badge.thread >> nth=0")
     page.wait_for_selector("#view-title:has-text('Thread bd-42')")
-    page.wait_for_function("document.querySelectorAll('#messages li[data-id]').length === 2")
+    expect(page.locator("#messages li[data-id]")).to_have_count(2)
     bodies = page.locator("#messages li[data-id] .subject").all_text_contents()
     assert bodies == ["Parser done, tests pass", "Thanks. Please review bd-43 next."]  # oldest first
     # A new message in the thread shows up in the open thread view, live.
@@ -262,10 +263,11 @@ def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, pag
     inbox = json.loads(relayctl("read", "--json", "--last", "0", agent="agent-bd-43").stdout)
     copies = [m for m in inbox if m["id"] == letter["id"]]
     assert len(copies) == 3 and copies[-1]["attempt"] == 3, copies  # first delivery, one redelivery, the retry
-    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(8)\").textContent === '1'", timeout=2_000)
+    owed = page.locator("#agents tr[data-agent='agent-bd-43'] td:nth-child(8)")
+    expect(owed).to_have_text("1", timeout=10_000)
     # Acknowledged, it is settled for good: nothing is owed any more.
     relayctl("ack", letter["id"], agent="agent-bd-43")
-    page.wait_for_function("document.querySelector(\"#agents tr[data-agent='agent-bd-43'] td:nth-child(8)\").textContent === '0'", timeout=2_000)
+    expect(owed).to_have_text("0", timeout=10_000)
 
 
 def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl) -> None:
@@ -299,7 +301,7 @@ def test_each_agents_arrival_and_a_failed_announcement_show(web: WebView, page, 
     relayctl("register", "agent-bd-42", "--notify", "cmd:false")
     open_view(page, web)
     row = "#agents tr[data-agent='agent-bd-42']"
-    page.wait_for_function(f"document.querySelector(\"{row}\").textContent.includes('cmd:false')", timeout=2_000)
+    expect(page.locator(row)).to_contain_text("cmd:false", timeout=10_000)
     assert page.query_selector(f"{row} .badge.failed") is None  # nothing announced yet
     assert "channel" in page.text_content("#agents tr[data-agent='athena']")  # no --notify: the channel
     relayctl("send", "agent-bd-42", "Rebase onto main", agent="athena", check=False)  # warns: the announcement failed
