@@ -50,23 +50,17 @@ class Relayd:
 
     def cpu_split(self) -> tuple[float, float]:
         """(user, system) CPU seconds of the relayd process so far, all its threads."""
-        with open(f"/proc/{self.proc.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        return int(fields[11]) / tick, int(fields[12]) / tick
+        return _cpu_split(f"/proc/{self.proc.pid}/stat")
 
     def thread_cpu(self) -> dict[str, float]:
         """CPU seconds (user + system) of each relayd thread so far, by thread id: the loop
         thread is the process's own id, the rest are the fsync and worker threads."""
-        tick = os.sysconf("SC_CLK_TCK")
         out = {}
         for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
             try:
-                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
+                out[tid] = sum(_cpu_split(f"/proc/{self.proc.pid}/task/{tid}/stat"))
             except OSError:  # (a worker thread that ended meanwhile)
                 continue
-            out[tid] = (int(fields[11]) + int(fields[12])) / tick
         return out
 
     def close(self) -> None:
@@ -167,11 +161,12 @@ def _race(store: str, sock: str, env: dict[str, str], clients: int, each: int) -
     return max(ends) - start_at, modes, client_cpu
 
 
-def _process_cpu(pid: int) -> float:
-    """utime + stime of a process so far, all its threads, in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
+def _cpu_split(stat_path: str) -> tuple[float, float]:
+    """(user, system) CPU seconds so far from a /proc stat file (a process: all its threads)."""
+    with open(stat_path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def bare_loop(clients: int, each: int) -> tuple[float, float]:
@@ -184,9 +179,9 @@ def bare_loop(clients: int, each: int) -> tuple[float, float]:
     server = subprocess.Popen([PYTHON, os.path.join(os.path.dirname(__file__), "bare_loop.py"), sock, store], env=env, stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()  # "ready"
-        before = _process_cpu(server.pid)
+        before = sum(_cpu_split(f"/proc/{server.pid}/stat"))
         elapsed, modes, _ = _race(store, sock, env, clients, each)
-        cpu = _process_cpu(server.pid) - before
+        cpu = sum(_cpu_split(f"/proc/{server.pid}/stat")) - before
         assert modes == {"daemon"}, modes  # (relay's client took it for relayd)
     finally:
         server.kill()
