@@ -94,7 +94,8 @@ class Notifier:
                 continue
             for outcome in outcomes:
                 self._report(agent, outcome)
-            anyio.from_thread.run_sync(self.reported)  # (their outcomes are in the delivery log now)
+            if outcomes:  # (their outcomes are in the delivery log now; none changed no track)
+                anyio.from_thread.run_sync(self.reported)
 
     def _report(self, agent: str, outcome: dict) -> None:
         if outcome.get("ok", True) and not outcome.get("retry"):
