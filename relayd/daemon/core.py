@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from relayd.fsio import NoSync
-from relayd.records import Event
 from relayd.store import Store
 
 from .commit import GroupCommit
@@ -33,16 +32,16 @@ class Core:
     notifier: Notifier
 
     @classmethod
-    def assemble(cls, store: Store, on_event: Callable[[Event], None] = lambda event: None, retry_interval: float = RETRY_SECONDS, **server_options: Any) -> "Core":
-        """Wire the request path for `store`; `on_event` sees every event the log delivers
-        (relayd's notifications and bridge: the caller passes the notifier's `on_event` on).
-        Starting it is the caller's: the committer's `run`, then `events.run`, then
-        `server.serve` on a listener, and `notifier.run`."""
+    def assemble(cls, store: Store, retry_interval: float = RETRY_SECONDS, **server_options: Any) -> "Core":
+        """Wire the request path for `store`. The caller sets `events.on_event`, which sees
+        every event the log delivers (relayd's notifications and bridge: it passes the
+        notifier's `on_event` on), and starts it: the committer's `run`, then `events.run`,
+        then `server.serve` on a listener, and `notifier.run`."""
         committer = None if isinstance(store.sync, NoSync) else GroupCommit()
         if committer is not None:
             store.sync = committer
         hub = Hub()
-        events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=on_event)
+        events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=lambda event: None)
         server = Server(store, committer, hub, events, **server_options)
         if committer is not None:
             committer.inline_when = server.quiet  # fsync at once when nobody else is writing
