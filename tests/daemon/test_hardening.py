@@ -276,31 +276,55 @@ def test_a_crash_exits_non_zero_for_systemd(relay_env, short_tmp, entry):
 # -- relayctl subscribe across restarts and drops ------------------------------------------------------
 
 
-def _read_events(proc: subprocess.Popen, count: int, timeout: float = 30) -> list[dict]:
-    got = []
+class _Lines:
+    """A child's stdout line by line, each read with a deadline: a blocking readline would
+    outlast any deadline the test sets."""
+
+    def __init__(self, stream) -> None:
+        self.fd = stream.fileno()
+        self.buffer = b""
+
+    def next(self, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
+def _subjects(lines: _Lines, count: int, timeout: float = 30) -> list[str]:
+    """The subjects of the next `count` inbox events, leaving out the probes."""
+    got: list[str] = []
     deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        got.append(json.loads(line))
+    while len(got) < count and (line := lines.next(max(0.0, deadline - time.monotonic()))) is not None:
+        if (subject := json.loads(line)["subject"]) != "probe":
+            got.append(subject)
     return got
 
 
 @pytest.mark.slow
 def test_relayctl_subscribe_reconnects_after_a_restart_and_resumes(relay_env, relayctl, daemon):
     sub = subprocess.Popen([sys.executable, "-m", "relayctl", "subscribe", "inbox"], env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _Lines(sub.stdout)
     try:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while lines.next(0.3) is None:  # until its subscription is live: probes, as a person would
+            assert time.monotonic() < deadline and sub.poll() is None, "relayctl subscribe never printed an event"
+            relayctl("send", "inferno", "probe", agent="storm")
         relayctl("send", "inferno", "one", agent="storm")
-        [first] = _read_events(sub, 1)
+        assert _subjects(lines, 1) == ["one"]
         daemon.kill()
         relayctl("send", "inferno", "two (while relayd is down)", agent="storm")
         restarted = Daemon(relay_env).start()
         try:
             relayctl("send", "inferno", "three", agent="storm")
-            rest = _read_events(sub, 2)
-            assert [e["subject"] for e in [first, *rest]] == ["one", "two (while relayd is down)", "three"]
+            assert _subjects(lines, 2) == ["two (while relayd is down)", "three"]
             assert sub.poll() is None
         finally:
             restarted.kill()
