@@ -89,7 +89,7 @@ def _copilot_configure(home: Path, project: Path, url: str) -> dict[str, str]:
 
 def _opencode_configure(home: Path, project: Path, url: str) -> dict[str, str]:
     agent_programs.opencode_config(project, url, {"permission": {"bash": "ask"}})  # OpenCode runs commands unasked by default
-    return agent_programs.opencode_env(project)
+    return agent_programs.opencode_env(project, home)
 
 
 ASKING = {

@@ -197,7 +197,7 @@ def test_opencode_runs_relay_mcp_from_the_printed_block_and_reads_the_mail(relay
 
     with ScriptedModel(model_openai.chat_responder(turn)) as model:
         agent_programs.opencode_config(project, model.url, block)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), **agent_programs.opencode_env(project)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **agent_programs.opencode_env(project, home)}
         proc = _run([str(agent_programs.program("opencode")), "run", "Check your mail."], project, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "relay_check_inbox" in seen["tools"]

@@ -48,7 +48,7 @@ def test_mail_to_an_idle_interactive_session_starts_a_turn_that_carries_it(relay
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
         agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project, home)}
         tmux.start([str(agent_programs.program("opencode"))], project, env)
         try:
             tmux.wait_for("Ask anything", settle=1)
@@ -87,7 +87,7 @@ def test_mail_while_a_permission_question_is_open_starts_no_turn_and_comes_with_
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(turn)) as model:
         agent_programs.opencode_config(project, model.url, {"permission": {"bash": "ask"}})
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project)}
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project, home)}
         tmux.start([str(agent_programs.program("opencode"))], project, env)
         try:
             tmux.wait_for("Ask anything", settle=1)

@@ -112,7 +112,46 @@ def opencode_config(project: Path, url: str, extra: dict | None = None) -> None:
     (project / "opencode.json").write_text(json.dumps(config, indent=2))
 
 
-def opencode_env(project: Path) -> dict[str, str]:
+def opencode_env(project: Path, home: Path) -> dict[str, str]:
     """OpenCode offline: no fetch of the public model list; it reads its configuration from
-    $PWD, not from the directory it was started in, so PWD names the project."""
+    $PWD, not from the directory it was started in, so PWD names the project. The scratch
+    `home` gets the ~/.config/opencode that OpenCode's first start in a HOME makes."""
+    _opencode_config_home(home)
     return {"OPENCODE_DISABLE_MODELS_FETCH": "1", "PWD": str(project)}
+
+
+def _opencode_config_home(home: Path) -> None:
+    """OpenCode's first start in a HOME npm-installs its plugin package into ~/.config/opencode
+    (about 8 CPU-seconds, and more than half its start-up), and skips that when the package,
+    its package.json and its package-lock.json are there. The tests' scratch HOMEs share
+    one install (inside the ignored node_modules, like COPILOT_CACHE), made the same way."""
+    kit = _opencode_plugin_install()
+    config = home / ".config" / "opencode"
+    config.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(kit / name, config / name)
+    (config / "node_modules").symlink_to(kit / "node_modules")
+
+
+def _opencode_plugin_install() -> Path:
+    install()
+    kit = AGENTS_DIR / "node_modules" / ".opencode-home" / "opencode"  # named as OpenCode's own directory: the lock records it
+    wanted = {"dependencies": {"@opencode-ai/plugin": installed_version("opencode")}}
+
+    def ready() -> bool:
+        try:
+            return json.loads((kit / "package.json").read_text()) == wanted and (kit / "package-lock.json").exists()
+        except (OSError, ValueError):
+            return False
+
+    if ready():
+        return kit
+    kit.mkdir(parents=True, exist_ok=True)
+    with open(kit.parent / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers
+        if not ready():
+            (kit / "package-lock.json").unlink(missing_ok=True)
+            (kit / "package.json").write_text(json.dumps(wanted, indent=2) + "\n")
+            subprocess.run([shutil.which("npm") or "npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
+                           cwd=kit, check=True, timeout=600)
+    return kit

@@ -73,7 +73,7 @@ def _copilot_env(home: Path, project: Path, url: str) -> dict[str, str]:
 
 def _opencode_env(home: Path, project: Path, url: str) -> dict[str, str]:
     agent_programs.opencode_config(project, url)
-    return agent_programs.opencode_env(project)
+    return agent_programs.opencode_env(project, home)
 
 
 def _chat(turn: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda body: [model_openai.chat_text("OK")]) -> Callable[[Recorded], Any]:

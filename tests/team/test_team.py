@@ -631,7 +631,7 @@ def test_an_opencode_pane_started_by_up_has_relay_tools_and_its_plugin_that_spea
     team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "opencode"\n# was: "', 1))
     with ScriptedModel(_chat_answering_alpha_with("relay_send_message")) as model:
         opencode_config(team.repo, model.url)
-        env = opencode_env(team.repo)
+        env = opencode_env(team.repo, home)
         env.pop("PWD")  # `up` sets it for the pane
         team.env.update(HOME=str(home), PATH=f"{opencode.parent}:{team.env['PATH']}", TERM="xterm-256color", **env)
         relayctl("up", str(team.file))
@@ -734,7 +734,7 @@ def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_r
         (home / ".gemini").mkdir()
         (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
         opencode_config(team.repo, models["opencode"].url)
-        opencode = opencode_env(team.repo)
+        opencode = opencode_env(team.repo, home)
         opencode.pop("PWD")  # `up` sets it for the pane
         team.env.update(CODEX_HOME=str(home / ".codex"), SCRIPTED_API_KEY="sk-scripted", GOOGLE_GEMINI_BASE_URL=models["gemini"].url,
                         GEMINI_API_KEY="scripted-key", **opencode, **copilot_env(home, models["copilot"].url),
