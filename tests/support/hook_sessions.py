@@ -224,7 +224,9 @@ def assert_mail_reached_the_model(session: Session) -> None:
     the stop continued once, and not again for mail that came during the continuation."""
     assert session.returncode == 0, f"the program failed ({session.returncode}): {session.stderr[-2000:]}"
     texts = [r.text for r in session.turns]
-    assert len(texts) == 3, f"expected 3 model turns (tool, answer, one continuation), got {len(texts)}: {session.stderr[-2000:]}"
+    seen = [[subject for subject in SUBJECTS if subject in text] for text in texts]
+    assert len(texts) == 3, (f"expected 3 model turns (tool, answer, one continuation), got {len(texts)} carrying {seen}; "
+                             f"unread after: {session.unread}; the program's stderr: {session.stderr[-2000:]}")
     first, after_tool, continued = texts
     assert SUBJECTS[0] in first  # session start / prompt hook
     assert SUBJECTS[1] not in first and SUBJECTS[1] in after_tool  # after-tool hook
