@@ -122,15 +122,16 @@ class SessionCallParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 _legacy_decoder = msgspec.json.Decoder(SessionCallParams)
 
 
-def legacy(store: Store, params: msgspec.Raw) -> dict[str, Any]:
-    """A version 2 `session_call`: {"result": what the operation answers, "unread": count}.
-    As in version 2, an operation a bridged relayd decides team-wide is refused (it travels
-    on its own), and so is a session_call inside one."""
+def legacy(store: Store, params: msgspec.Raw) -> tuple[dict[str, Any], str]:
+    """A version 2 `session_call`: ({"result": what the operation answers, "unread": count},
+    the operation it ran). As in version 2, an operation a bridged relayd decides team-wide
+    is refused (it travels on its own), and so is a session_call inside one."""
     try:
         p = _legacy_decoder.decode(params)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{LEGACY}: {exc}") from None
     if p.op in TEAM_DECIDED or p.op == LEGACY:
         raise UsageError(f"{LEGACY} cannot run {p.op}: send it as a request of its own", op=p.op)
-    result, count = run(store, ops.lookup(p.op), p.params, p.agent, p.touch, p.unread)
-    return {"result": result, "unread": count}
+    op = ops.lookup(p.op)
+    result, count = run(store, op, p.params, p.agent, p.touch, p.unread)
+    return {"result": result, "unread": count}, op.name

@@ -216,14 +216,17 @@ class Server:
         """Run one request now: (its result, the unread count its session fields asked for).
         Raises the operation's RelayError."""
         self.requests += 1
-        if request.op == session.LEGACY:
-            return session.legacy(self.store, request.params), None  # a version 2 client's
-        op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
-        if not request.bookkeeping():
-            answer = ops.run(self.store, op, request.params), None
+        if request.op == session.LEGACY:  # a version 2 client's
+            answer, name = session.legacy(self.store, request.params)
+            answer = answer, None
         else:
-            answer = session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
-        if op.name in session.SETTLING:
+            op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
+            name = op.name
+            if not request.bookkeeping():
+                answer = ops.run(self.store, op, request.params), None
+            else:
+                answer = session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
+        if name in session.SETTLING:
             self.tracks_changed()
         return answer
 

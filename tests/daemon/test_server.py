@@ -8,7 +8,9 @@ What only a process shows (signals, crashes, start-up, memory) stays in tests/da
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 import os
 import shlex
 import socket
@@ -155,7 +157,7 @@ async def test_a_round_waits_for_the_client_it_just_answered(overlord_store: Pat
             other.close()
 
 
-@pytest.mark.parametrize("reporter", ["trigger", "hook"])
+@pytest.mark.parametrize("reporter", ["trigger", "hook", "version-2 hook"])
 async def test_a_send_waiting_for_its_announcement_is_answered_when_it_is_reported(overlord_store: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, reporter: str) -> None:
     """A send that waits for its recipients' announcements (the request field `announce`:
     relay-mcp's send_message) is answered once the announcement is reported -- by relayd's
@@ -169,6 +171,10 @@ async def test_a_send_waiting_for_its_announcement_is_answered_when_it_is_report
     trigger = shlex.join(["sh", "-c", f"touch {shlex.quote(str(started))} && cat {shlex.quote(str(held))}"])
     with Store(str(overlord_store), fsync=False) as store:
         ops.call(store, "register", {"name": "inferno", "notify": f"cmd:{trigger}"})
+    # The trigger ends only when the test releases it: no timeout of its own may end the wait.
+    config = overlord_store / "config.json"
+    settings = json.loads(config.read_text()) if config.exists() else {}
+    config.write_text(json.dumps({**settings, "notify": {**settings.get("notify", {}), "timeout": "120s"}}))
     reads: list[tuple[list, bool]] = []
     read_tracks = session.announcements
 
@@ -194,17 +200,21 @@ async def test_a_send_waiting_for_its_announcement_is_answered_when_it_is_report
             try:
                 if reporter == "trigger":
                     await blocking(release)
-                else:
+                elif reporter == "hook":
                     hook.send_line({"type": "request", "id": 1, "op": "announced", "params": {"agent": "inferno", "how": "hook"}})
+                else:  # a version 2 client wraps its report in session_call
+                    hook.send_line({"type": "request", "id": 1, "op": "session_call",
+                                    "params": {"agent": "inferno", "op": "announced", "params": {"agent": "inferno", "how": "hook"}}})
                 reply = await blocking(sender.line)
             finally:
                 del loop.time
-            how = {"trigger": "cmd", "hook": "hook"}[reporter]
+            how = {"trigger": "cmd", "hook": "hook", "version-2 hook": "hook"}[reporter]
             assert reply is not None and reply["ok"] and reply["announced"] == [{"to": "inferno", "how": how, "ok": True}]
             assert len(reads) == 2 and reads[-1][1]  # before the report, and after it: settled
-            if reporter == "hook":
+            if reporter != "trigger":
                 assert (await blocking(hook.line) or {}).get("ok")
-                await blocking(release)
         finally:
             sender.close()
             hook.close()
+            with contextlib.suppress(OSError):  # a trigger still waiting ends now (none waiting: ENXIO)
+                os.close(os.open(held, os.O_WRONLY | os.O_NONBLOCK))
