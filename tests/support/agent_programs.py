@@ -122,7 +122,7 @@ def opencode_env(project: Path, home: Path) -> dict[str, str]:
 
 def _opencode_config_home(home: Path) -> None:
     """OpenCode's first start in a HOME npm-installs its plugin package into ~/.config/opencode
-    (about 8 CPU-seconds, and more than half its start-up), and skips that when the package,
+    (about 8 of the 19 CPU-seconds a start costs here), and skips that when the package,
     its package.json and its package-lock.json are there. The tests' scratch HOMEs share
     one install (inside the ignored node_modules, like COPILOT_CACHE), made the same way."""
     kit = _opencode_plugin_install()
