@@ -191,26 +191,6 @@ def reply_lines(request_id: RequestId, result_json: bytes, parts: bool, unread: 
     return b"".join(out)
 
 
-class Reassembly:
-    """A client's collector of `part` frames for the request it waits on."""
-
-    __slots__ = ("pieces",)
-
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-
-    def add(self, frame: Part) -> None:
-        self.pieces.append(frame.data)
-
-    def result(self, response: Response) -> Any:
-        if response.parts != len(self.pieces):
-            raise ProtocolError(f"relayd announced {response.parts} parts of a result and sent {len(self.pieces)}")
-        try:
-            return msgspec.json.decode("".join(self.pieces))
-        except msgspec.DecodeError as exc:
-            raise ProtocolError(f"the parts of a result do not join into JSON: {exc}") from None
-
-
 def encode(frame: Frame) -> bytes:
     """One frame as a wire line, newline included."""
     return _encoder.encode(frame) + b"\n"
