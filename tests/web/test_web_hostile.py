@@ -153,7 +153,14 @@ def test_half_sent_requests_cannot_lock_out_the_owner(team, relay_env, many_desc
             strangers.append(s)
         # Strangers are pushed out as new ones come: the descriptors in use fall back (all
         # 1,100 would exhaust them, and accept() would fail in a loop).
-        wait_for("the view to shed the half-sent requests", lambda: _fds(view.proc.pid) < 200, timeout=20)
+        try:
+            wait_for("the view to shed the half-sent requests", lambda: _fds(view.proc.pid) < 200, timeout=20)
+        except AssertionError as exc:  # (seen in CI now and then: say what the view was doing)
+            state = Path(f"/proc/{view.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            detail = f"{exc}: {_fds(view.proc.pid)} descriptors open, process state {state}"
+            view.proc.kill()
+            view.proc.wait()
+            raise AssertionError(f"{detail}; its stderr: {view.stop()[-2000:]}") from None
         open_view(page, view)  # the owner gets in, in a real browser
         assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
     finally:
