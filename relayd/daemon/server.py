@@ -217,8 +217,8 @@ class Server:
         Raises the operation's RelayError."""
         self.requests += 1
         if request.op == session.LEGACY:  # a version 2 client's
-            answer, name = session.legacy(self.store, request.params)
-            answer = answer, None
+            result, name = session.legacy(self.store, request.params)
+            answer = result, None
         else:
             op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
             name = op.name
