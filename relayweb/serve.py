@@ -24,6 +24,14 @@ from .gate import TOTAL, Gate
 from .app import create_app
 
 HOST = "127.0.0.1"
+# The kernel's queue of connections not yet accepted, and so also how many asyncio accepts in
+# one turn of the loop (it passes the same number to both). The gate sees a connection a few
+# turns after its accept, so a few batches are open before it closes any: 128 keeps that well
+# inside 1,024 descriptors. uvicorn's default, 2,048 at once, let a queue of half-sent requests
+# (a view slower than its neighbour, on a loaded machine) exhaust the descriptors before the
+# gate saw any; asyncio then logged "out of system resource" once per remaining accept, enough
+# to fill a stderr pipe and stall the view.
+BACKLOG = 128
 
 
 def bind(port: int) -> socket.socket:
@@ -34,7 +42,7 @@ def bind(port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UsageError(f"cannot listen on {HOST}:{port}: {exc.strerror or exc} (try --port 0 for any free port)") from None
-    sock.listen(64)
+    sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -57,6 +65,7 @@ def serve(store_dir: str, socket_path: str | None, human: str, port: int, open_b
     config = uvicorn.Config(
         create_app(store_dir, socket_path, human, token, port, gate, stopping=lambda: server is not None and server.should_exit),
         http=type("GatedH11", (GatedH11,), {"gate": gate}),
+        backlog=BACKLOG,
         log_level="warning",
         access_log=False,
         lifespan="on",

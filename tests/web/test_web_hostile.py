@@ -8,7 +8,9 @@ import http.server
 import json
 import os
 import resource
+import select
 import shlex
+import signal
 import socket
 import stat
 import sys
@@ -168,6 +170,46 @@ def test_half_sent_requests_cannot_lock_out_the_owner(team, relay_env, many_desc
             s.close()
         err = view.stop()
     assert len(err) < 2000 and "Traceback" not in err, err[:2000]  # no log flood
+
+
+def test_a_queue_of_half_sent_requests_while_the_view_is_busy_cannot_exhaust_it(team, relay_env, many_descriptors) -> None:
+    """On a loaded machine the view can be slower than the neighbour: the connections wait in
+    the kernel's queue until it accepts them. Stopped with SIGSTOP, the view is as busy as it
+    can be; the neighbour opens 1,100 connections and starts a request on each one that gets
+    through."""
+    view = WebView(relay_env, preexec_fn=_limit_descriptors)
+    strangers: list[socket.socket] = []
+    try:
+        assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200  # serving (the URL comes first)
+        os.kill(view.proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(1100):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", view.port))  # (loopback: the handshake is done or refused by its return)
+                strangers.append(s)
+            poll = select.poll()
+            for s in strangers:
+                poll.register(s, select.POLLOUT)
+            writable = {fd for fd, events in poll.poll(0) if events == select.POLLOUT}
+            through = [s for s in strangers if s.fileno() in writable]
+            for s in through:
+                s.send(f"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1:{view.port}\r\nX-Relay-To".encode())
+        finally:
+            os.kill(view.proc.pid, signal.SIGCONT)
+        # The ones the queue had no room for are still retrying their handshake: given up.
+        for s in strangers:
+            if s.fileno() not in writable:
+                s.close()
+        wait_for("the view to shed the half-sent requests", lambda: _fds(view.proc.pid) < 200, timeout=20)
+        assert view.get("/api/state", {"X-Relay-Token": view.token})[0] == 200
+    finally:
+        for s in strangers:
+            s.close()
+        err = view.stop()
+    # Accepting the whole queue at once ran out of descriptors and logged each failed accept,
+    # enough to fill a stderr pipe and stall the view.
+    assert "out of system resource" not in err and len(err) < 2000, err[:2000]
 
 
 BAD_BODIES = [
