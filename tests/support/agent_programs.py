@@ -115,22 +115,25 @@ def opencode_config(project: Path, url: str, extra: dict | None = None) -> None:
 def opencode_env(project: Path, home: Path) -> dict[str, str]:
     """OpenCode offline: no fetch of the public model list; it reads its configuration from
     $PWD, not from the directory it was started in, so PWD names the project. The scratch
-    `home` gets the ~/.config/opencode that OpenCode's first start in a HOME makes."""
-    _opencode_config_home(home)
+    `home` and the project get the plugin package OpenCode's first start installs there."""
+    for folder in (home / ".config" / "opencode", project / ".opencode"):
+        _opencode_plugin_package(folder)
     return {"OPENCODE_DISABLE_MODELS_FETCH": "1", "PWD": str(project)}
 
 
-def _opencode_config_home(home: Path) -> None:
-    """OpenCode's first start in a HOME npm-installs its plugin package into ~/.config/opencode
-    (about 8 of the 19 CPU-seconds a start costs here), and skips that when the package,
-    its package.json and its package-lock.json are there. The tests' scratch HOMEs share
-    one install (inside the ignored node_modules, like COPILOT_CACHE), made the same way."""
+def _opencode_plugin_package(folder: Path) -> None:
+    """OpenCode npm-installs its plugin package into each folder it reads plugins from, at
+    the first start that finds the folder without it: ~/.config/opencode always, the
+    project's .opencode once it exists (relay's plugin is there). That costs about 8
+    CPU-seconds a folder here, more than the rest of the start. It skips the install when
+    the package, its package.json and its package-lock.json are there: the tests' scratch
+    folders share one install (inside the ignored node_modules, like COPILOT_CACHE), made
+    the same way."""
     kit = _opencode_plugin_install()
-    config = home / ".config" / "opencode"
-    config.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(kit / name, config / name)
-    (config / "node_modules").symlink_to(kit / "node_modules")
+        shutil.copyfile(kit / name, folder / name)
+    (folder / "node_modules").symlink_to(kit / "node_modules")
 
 
 def _opencode_plugin_install() -> Path:
