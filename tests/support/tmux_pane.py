@@ -48,15 +48,19 @@ class Tmux:
         return self.run("capture-pane", "-p", "-t", self.session, "-S", row, "-E", row).replace("\xa0", " ").strip()
 
     def wait_for(self, text: str, timeout: float = 60, settle: float = 0) -> str:
-        """The screen once it shows `text` (and, with `settle`, has stopped changing for
-        that long: a dialog drawn before its keyboard handler is ready drops keys)."""
+        """The screen once it shows `text` (and, with `settle`, once the screen from `text`
+        down has stopped changing for that long: a dialog drawn before its keyboard handler
+        is ready drops keys). Above `text` may change meanwhile: Claude Code blinks the
+        bullet of the tool call its permission question is about, so a whole screen that
+        stands still for 1 s came only by chance (once after 88 s)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         while time.monotonic() < deadline:
             screen = self.screen()
-            if screen != last:
-                last, since = screen, time.monotonic()
-            if text in screen and time.monotonic() - since >= settle:
+            shown = screen[screen.rfind(text):] if text in screen else None
+            if shown != last:
+                last, since = shown, time.monotonic()
+            if shown is not None and time.monotonic() - since >= settle:
                 return screen
             time.sleep(0.2)
         raise AssertionError(f"the pane never showed {text!r}; it shows:\n{self.screen()}")
