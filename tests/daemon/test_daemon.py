@@ -424,20 +424,9 @@ def test_socket_dir_and_socket_are_private(daemon):
 def test_floods_and_generated_frames_keep_memory_bounded(daemon):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from support.waiting import wait_for
 
-    # relayd's own first sweep (a --redeliver-interval after start) writes its marks; only
-    # what the hostile frames could change is compared
-    wait_for("relayd's first sweep", lambda: (Path(daemon.store_dir) / "announced.json").exists())
-
-    def snapshot_of_data(root: str) -> dict[str, bytes]:
-        # relayd's own sweep marks (how far it checked and absorbed) move on its timer, at
-        # a moment a loaded machine shifts, and so do the temporary files they are written
-        # through (.NAME.ULID.tmp); what hostile frames could change is the rest
-        marks = ("announced.json", "delivery.absorbed")
-        return {k: v for k, v in snapshot(root).items() if k not in marks and not k.startswith(tuple(f".{m}." for m in marks))}
-
-    before = snapshot_of_data(daemon.store_dir)
+    _after_first_sweep(daemon)
+    before = _data(daemon.store_dir)
     baseline = daemon.rss_kib()
 
     flood = RawClient(daemon.socket_path)
@@ -485,7 +474,7 @@ def test_floods_and_generated_frames_keep_memory_bounded(daemon):
 
     hostile_frame_then_probe()
     assert RawClient(daemon.socket_path).request("version")["ok"]
-    assert snapshot_of_data(daemon.store_dir) == before
+    assert _data(daemon.store_dir) == before
     assert daemon.rss_kib() - baseline < 48 * 1024, f"RSS grew from {baseline} KiB to {daemon.rss_kib()} KiB"
 
 
@@ -765,10 +754,25 @@ def test_big_mail_through_the_daemon_is_read_in_parts_and_never_lost(daemon, rel
         seen += [m["id"] for m in part]
     assert seen == sent  # each once, in order, none marked read unseen
 
-    before = snapshot(daemon.store_dir)
+    _after_first_sweep(daemon)
+    before = _data(daemon.store_dir)
     refused = relayctl("send", "--broadcast", "-", agent="storm", input="w" * 250_000, check=False)
     assert refused.returncode == 2 and refused.stderr.startswith("error: 5 copies") and refused.stderr.count("\n") == 1
-    assert snapshot(daemon.store_dir) == before
+    assert _data(daemon.store_dir) == before
+
+
+def _after_first_sweep(daemon) -> None:
+    """relayd's first sweep (a --redeliver-interval after start) takes every inbox's lock,
+    making its lock file, and writes its marks: on a loaded machine it can come at any
+    moment of a test that compares the store before and after."""
+    wait_for("relayd's first sweep", lambda: (Path(daemon.store_dir) / "announced.json").exists())
+
+
+def _data(root: str) -> dict[str, bytes]:
+    """The store's files but relayd's own sweep marks (how far it checked and absorbed), which
+    move on its timer, and the temporary files they are written through (.NAME.ULID.tmp)."""
+    marks = ("announced.json", "delivery.absorbed")
+    return {k: v for k, v in snapshot(root).items() if k not in marks and not k.startswith(tuple(f".{m}." for m in marks))}
 
 
 @pytest.mark.slow
