@@ -139,6 +139,7 @@ class Session:
     stderr: str
     turns: list[Recorded] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
+    hooks_seen: str = ""  # what relay's hooks left in the agent's folder (whether they ran at all)
 
 
 def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 150, hooks_for: str | None = None) -> Session:
@@ -179,7 +180,13 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
             kill_strays(home)
         turns = [r for r in model.requests if program.is_turn(r)]
     unread = [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]
-    return Session(proc.returncode, stdout, stderr, turns, unread)
+    return Session(proc.returncode, stdout, stderr, turns, unread, _hooks_seen(Path(relayctl.env["RELAY_DIR"]) / "agents" / AGENT))
+
+
+def _hooks_seen(agent: Path) -> str:
+    state = agent / "program-state"
+    files = sorted(p.name for p in agent.iterdir())
+    return f"files {files}; program-state {state.read_text().strip() if state.exists() else 'none'}"
 
 
 def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialogs: Callable[[Tmux], None], ready: str,
@@ -226,7 +233,7 @@ def assert_mail_reached_the_model(session: Session) -> None:
     texts = [r.text for r in session.turns]
     seen = [[subject for subject in SUBJECTS if subject in text] for text in texts]
     assert len(texts) == 3, (f"expected 3 model turns (tool, answer, one continuation), got {len(texts)} carrying {seen}; "
-                             f"unread after: {session.unread}; the program's stderr: {session.stderr[-2000:]}")
+                             f"unread after: {session.unread}; the agent's folder: {session.hooks_seen}; the program's stderr: {session.stderr[-2000:]}")
     first, after_tool, continued = texts
     assert SUBJECTS[0] in first  # session start / prompt hook
     assert SUBJECTS[1] not in first and SUBJECTS[1] in after_tool  # after-tool hook
