@@ -80,7 +80,7 @@ def daemon(relay_env: dict[str, str], relayctl: RelayCtl):
     """relayd serving a store with the overlord preset's agents; killed afterwards."""
     from support.relayd_proc import Daemon
 
-    relayctl("init", "--preset", "overlord")
+    relayctl.setup("init", preset="overlord")
     started = Daemon(relay_env).start()
     yield started
     started.kill()

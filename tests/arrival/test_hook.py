@@ -55,7 +55,7 @@ BY_PROGRAM = {"claude": EVENTS, "codex": CODEX_EVENTS, "gemini": GEMINI_EVENTS}
 
 @pytest.fixture
 def hook(relayctl):
-    relayctl("init", "--preset", "overlord")
+    relayctl.setup("init", preset="overlord")
 
     def run(event: str, agent: str = "inferno", raw: str | None = None, program: str = "claude", **fields):
         if raw is None:

@@ -27,9 +27,9 @@ def prompt_pane(short_tmp: Path):
 
 @pytest.fixture
 def configured(relayctl, store_dir: Path) -> None:
-    relayctl("init")
+    relayctl.setup("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
-    relayctl("register", "sender")
+    relayctl.setup("register", name="sender")
 
 
 @pytest.mark.slow

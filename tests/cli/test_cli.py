@@ -19,10 +19,10 @@ MESSAGE_FIELDS = {"id", "ts", "from", "to", "subject", "body", "thread", "priori
 
 @pytest.fixture
 def trio(relayctl):
-    relayctl("init")
-    relayctl("register", "alice", "--program", "claude-code", "--task", "parser")
-    relayctl("register", "bob", "--task", "auth refactor")
-    relayctl("register", "carol")
+    relayctl.setup("init")
+    relayctl.setup("register", name="alice", program="claude-code", task="parser")
+    relayctl.setup("register", name="bob", task="auth refactor")
+    relayctl.setup("register", name="carol")
     return relayctl
 
 

@@ -87,9 +87,9 @@ def assert_inert(out: bytes, what: str) -> None:
 
 @pytest.fixture
 def hostile(relayctl, relay_env) -> None:
-    relayctl("init")
+    relayctl.setup("init")
     for name in ("alice", "bob", "carol"):
-        relayctl("register", name)
+        relayctl.setup("register", name=name)
     relayctl("send", "bob", HOSTILE, "--subject", f"subj{TITLE}\nbob → alice  forged", "--thread", f"th{OSC52}", "--tag", f"tag{CLEAR}", agent="alice")
     relayctl("set-status", f"busy{CLEAR}", "--task", f"task{TITLE}", agent="carol")
     relayctl("reserve", "src/**", "--repo", "/tmp", "--reason", f"why{TITLE}", agent="carol")

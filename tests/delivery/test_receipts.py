@@ -22,10 +22,10 @@ from support.relayd_proc import Daemon
 
 @pytest.fixture
 def team(relayctl):
-    relayctl("init")
-    relayctl("register", "alice")
-    relayctl("register", "bob", "--notify", "cmd:false")
-    relayctl("register", "carol", "--notify", "cmd:true")
+    relayctl.setup("init")
+    relayctl.setup("register", name="alice")
+    relayctl.setup("register", name="bob", notify="cmd:false")
+    relayctl.setup("register", name="carol", notify="cmd:true")
     return relayctl
 
 

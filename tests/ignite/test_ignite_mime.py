@@ -186,7 +186,7 @@ def test_help_teaches_with_examples(relayctl) -> None:
 
 @pytest.fixture
 def team(relayctl) -> None:
-    relayctl("init", "--preset", "ignite", "--workers", "2")
+    relayctl.setup("init", preset="ignite", workers=2)
 
 
 @pytest.mark.slow

@@ -56,9 +56,9 @@ class Repo:
 
 @pytest.fixture
 def repo(relayctl, relay_env: dict[str, str], short_tmp: Path) -> Repo:
-    relayctl("init")
+    relayctl.setup("init")
     for name in ("glacier", "inferno", "storm"):
-        relayctl("register", name)
+        relayctl.setup("register", name=name)
     return Repo(short_tmp / "repo", relay_env)
 
 

@@ -27,7 +27,7 @@ def repo(short_tmp: Path) -> str:
 
 @pytest.fixture
 def team(relayctl) -> None:
-    relayctl("init", "--preset", "overlord")
+    relayctl.setup("init", preset="overlord")
 
 
 @pytest.mark.slow

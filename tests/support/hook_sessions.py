@@ -149,8 +149,8 @@ def run_scenario(program: Program, relayctl: Any, root: Path, timeout: float = 1
     home.mkdir()
     project.mkdir()
     (project / "NOTES.md").write_text("release checklist\n")
-    relayctl("init", "--preset", "overlord")
-    relayctl("register", AGENT, "--notify", "hook")
+    relayctl.setup("init", preset="overlord")
+    relayctl.setup("register", name=AGENT, notify="hook")
     relayctl("hooks", "install", "--for", hooks_for or program.name, "--agent", AGENT, "--project", str(project))
     relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
     turns: list[Recorded] = []
@@ -198,8 +198,8 @@ def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialo
     home, project = root / "home", root / "project"
     home.mkdir()
     project.mkdir()
-    relayctl("init", "--preset", "overlord")
-    relayctl("register", AGENT, "--notify", "hook")
+    relayctl.setup("init", preset="overlord")
+    relayctl.setup("register", name=AGENT, notify="hook")
     relayctl("hooks", "install", "--for", program.name, "--agent", AGENT, "--project", str(project))
     relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
     tmux = Tmux(root)

@@ -29,7 +29,7 @@ class Clock:
 
 @pytest.fixture
 def team(relayctl, store_dir: Path) -> None:
-    relayctl("init", "--preset", "ignite", "--workers", "2")
+    relayctl.setup("init", preset="ignite", workers=2)
     config = json.loads((store_dir / "config.json").read_text())
     config["delivery"].update({"ack_wait": "10s", "cap": "300s", "max_deliver": 3})
     config["notify"] = {"trigger": TRIGGER}

@@ -58,7 +58,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def team(relayctl: Any) -> None:
-    relayctl("init", "--preset", "overlord")
+    relayctl.setup("init", preset="overlord")
 
 
 def start_relayd(env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -106,10 +106,10 @@ def page(browser) -> Iterator[object]:
 
 @pytest.fixture
 def team(relayctl) -> object:
-    relayctl("init")
-    relayctl("register", "athena", "--program", "claude-code", "--task", "orchestrator")
-    relayctl("register", "agent-bd-42", "--program", "codex", "--task", "auth refactor")
-    relayctl("register", "agent-bd-43", "--program", "gemini", "--task", "API endpoints")
+    relayctl.setup("init")
+    relayctl.setup("register", name="athena", program="claude-code", task="orchestrator")
+    relayctl.setup("register", name="agent-bd-42", program="codex", task="auth refactor")
+    relayctl.setup("register", name="agent-bd-43", program="gemini", task="API endpoints")
     return relayctl
 
 

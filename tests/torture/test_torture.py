@@ -32,9 +32,9 @@ WRITERS = ["w1", "w2", "w3", "w4"]
 
 @pytest.fixture
 def team(relayctl, relay_env):
-    relayctl("init")
+    relayctl.setup("init")
     for name in ["sink", *WRITERS]:
-        relayctl("register", name)
+        relayctl.setup("register", name=name)
     return relay_env
 
 
