@@ -12,7 +12,8 @@ from relayd.client.full import Client
 
 
 class RelayCtl:
-    """Runs the installed CLI as a separate process, the way users and scripts do."""
+    """Runs the installed CLI as a separate process, the way users and scripts do (`setup`
+    prepares a test's store in this process instead)."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
