@@ -67,14 +67,16 @@ async def serving(store_dir: str, socket_path: str, notify: bool = False, **serv
             os.unlink(socket_path)
 
 
-def snapshot(root: str) -> dict[str, bytes]:
-    """Every file of a store by relative path (what 'nothing written' compares)."""
+def snapshot(root: str, leave_out: Callable[[str], bool] = lambda relative: False) -> dict[str, bytes]:
+    """Every file of a store by relative path (what 'nothing written' compares), but those
+    `leave_out` names: never read, since relayd may replace or remove them meanwhile."""
     files = {}
     for dirpath, _, names in os.walk(root):
         for name in names:
             path = os.path.join(dirpath, name)
-            if not os.path.islink(path) and os.path.isfile(path):
-                files[os.path.relpath(path, root)] = Path(path).read_bytes()
+            relative = os.path.relpath(path, root)
+            if not leave_out(relative) and not os.path.islink(path) and os.path.isfile(path):
+                files[relative] = Path(path).read_bytes()
     return files
 
 
