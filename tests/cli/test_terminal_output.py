@@ -13,11 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from support.cli_processes import process_state
 from support.relayd_proc import Daemon
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4K\x07"  # puts `rm -rf ~` on the clipboard
@@ -55,7 +55,7 @@ def on_pty(env: dict[str, str], *args: str, steps: list[tuple[bytes, Callable[[]
                 if not pending and steps:
                     proc.send_signal(signal.SIGINT)
         else:
-            raise AssertionError(f"relayctl {' '.join(args)} did not finish ({_process_state(proc)}); printed {out[-2000:]!r}")
+            raise AssertionError(f"relayctl {' '.join(args)} did not finish ({process_state(proc)}); printed {out[-2000:]!r}")
         assert not pending, f"never printed {pending[0][0]!r}; printed {out[-2000:]!r}"
         proc.wait(timeout=20)
     finally:
@@ -64,20 +64,6 @@ def on_pty(env: dict[str, str], *args: str, steps: list[tuple[bytes, Callable[[]
             proc.kill()
             proc.wait()
     return out
-
-
-def _process_state(proc: subprocess.Popen) -> str:
-    """Whether it still runs, where it waits and which signals it blocks, ignores or
-    catches (a Ctrl-C once went unanswered in a loaded CI run)."""
-    if proc.poll() is not None:
-        return f"exited {proc.returncode}"
-    try:
-        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-        wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
-    except OSError as exc:
-        return f"unreadable: {exc}"
-    wanted = ("State:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:", "SigCgt:")
-    return ", ".join([line.replace("\t", " ") for line in status if line.startswith(wanted)] + [f"wchan {wchan}"])
 
 
 def assert_inert(out: bytes, what: str) -> None:

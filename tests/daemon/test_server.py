@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import socket
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -25,6 +24,7 @@ from support.inproc import InProcess, blocking, serving, snapshot
 from relayd import ops
 from relayd.store import Store
 from support.rawclient import RawClient
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -158,19 +158,21 @@ async def test_a_round_waits_for_the_client_it_just_answered(overlord_store: Pat
             other.close()
 
 
-def _release(fifo: Path, within: float = 20) -> None:
+def _release(fifo: Path) -> None:
     """End a trigger waiting in `cat FIFO` by opening the pipe for writing. Its `cat` may not
     have opened the pipe yet (ENXIO): on a loaded machine that comes a while after the
     trigger's `touch`, and a release tried once then left it waiting for ever."""
-    deadline = time.monotonic() + within
-    while True:
+
+    def opened() -> bool:
         try:
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            return
         except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+            if exc.errno != errno.ENXIO:
                 raise
-            time.sleep(0.01)
+            return False
+        return True
+
+    wait_for("the trigger's cat to open its pipe", opened)
 
 
 @pytest.mark.parametrize("reporter", ["trigger", "hook", "version-2 hook"])

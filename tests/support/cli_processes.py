@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from relayd.client.full import Client
 
@@ -34,6 +35,20 @@ class RelayCtl:
         times a suite). What relayctl prints and how it parses are tested elsewhere."""
         with Client(self.env["RELAY_DIR"], self.env.get("RELAY_SOCKET"), name="tests") as client:
             return client.call(op, {k: v for k, v in params.items() if v is not None})
+
+
+def process_state(proc: subprocess.Popen) -> str:
+    """Whether a process a test started still runs, where it waits and which signals it
+    blocks, ignores or catches: what a failure says of one that did not do what it should."""
+    if proc.poll() is not None:
+        return f"exited {proc.returncode}"
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    wanted = ("State:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:", "SigCgt:")
+    return ", ".join([line.replace("\t", " ") for line in status if line.startswith(wanted)] + [f"wchan {wchan}"])
 
 
 def stop_child(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 10.0) -> tuple:
