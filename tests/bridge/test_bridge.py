@@ -41,11 +41,10 @@ def test_directory_and_messages_both_ways(hosts):
     alpha, beta = hosts
     alpha.ctl("register", "alice", "--task", "parser")
     beta.ctl("register", "bob", "--program", "codex")
-    wait_for("alpha to list bob on beta", lambda: alpha.sees("bob", "beta"))
     wait_for("beta to list alice on alpha", lambda: beta.sees("alice", "alpha"))
-
-    remote = {a["name"]: a for a in alpha.bridge()["agents"]}
-    assert remote["bob"]["alive"] is True and remote["bob"]["program"] == "codex"
+    # bob's name claim and his presence are two entries; the listing has both once he shows alive.
+    remote = wait_for("alpha to list bob on beta, alive", lambda: {a["name"]: a for a in alpha.bridge()["agents"] if a["alive"]})
+    assert remote["bob"]["host"] == "beta" and remote["bob"]["program"] == "codex"
     shown = alpha.ctl("status").stdout
     assert "bridge: connected" in shown and "as host alpha" in shown
     assert "AGENTS ON OTHER HOSTS (1 alive, 0 stale)" in shown and "@beta" in shown
@@ -102,10 +101,10 @@ def test_a_name_registered_at_the_same_moment_on_two_hosts_goes_to_one(hosts):
 
 def test_broadcast_reaches_every_host(hosts):
     alpha, beta = hosts
-    alpha.ctl("register", "alice")
-    alpha.ctl("register", "al2")
-    beta.ctl("register", "bob")
-    beta.ctl("register", "bo2")
+    alpha.ctl.setup("register", name="alice")
+    alpha.ctl.setup("register", name="al2")
+    beta.ctl.setup("register", name="bob")
+    beta.ctl.setup("register", name="bo2")
     wait_for("alpha to list both of beta's agents", lambda: alpha.sees("bob", "beta") and alpha.sees("bo2", "beta"))
     out = alpha.ctl("send", "--broadcast", "rebasing main", agent="alice").stdout
     assert "sent to 3 agents" in out
@@ -117,8 +116,8 @@ def test_broadcast_reaches_every_host(hosts):
 
 def test_racing_overlapping_exclusive_reservations_one_host_wins(hosts):
     alpha, beta = hosts
-    alpha.ctl("register", "inferno")
-    beta.ctl("register", "glacier")
+    alpha.ctl.setup("register", name="inferno")
+    beta.ctl.setup("register", name="glacier")
     wait_for("both directories", lambda: alpha.sees("glacier", "beta") and beta.sees("inferno", "alpha"))
     clients = [alpha.raw(), beta.raw()]
     asks = [
@@ -156,13 +155,13 @@ def test_racing_overlapping_exclusive_reservations_one_host_wins(hosts):
 
 def test_team_events_reach_subscribers_that_ask_for_them(hosts):
     alpha, beta = hosts
-    beta.ctl("register", "bob")
+    beta.ctl.setup("register", name="bob")
     team = alpha.raw()
     assert team.subscribe(["inbox"], scope="team")["scope"] == "team"
     local_only = alpha.raw()
     local_only.subscribe(["inbox"])
     local_only.sock.settimeout(1.0)
-    beta.ctl("send", "bob", "note to self", agent="bob")
+    beta.ctl.setup("send", agent="bob", to=["bob"], body="note to self")
     event = team.line()
     assert event["type"] == "event" and event["host"] == "beta" and event["agent"] == "bob" and event["subject"] == "note to self"
     with pytest.raises(OSError):
@@ -171,8 +170,8 @@ def test_team_events_reach_subscribers_that_ask_for_them(hosts):
 
 def test_when_relayd_is_down_direct_mode_refuses_what_needs_the_bridge(hosts):
     alpha, beta = hosts
-    alpha.ctl("register", "alice")
-    beta.ctl("register", "bob")
+    alpha.ctl.setup("register", name="alice")
+    beta.ctl.setup("register", name="bob")
     wait_for("alpha to list bob", lambda: alpha.sees("bob", "beta"))
     assert alpha.daemon.stop() == 0
     refused = alpha.ctl("send", "bob", "hello?", agent="alice", check=False)
@@ -191,8 +190,8 @@ def test_when_relayd_is_down_direct_mode_refuses_what_needs_the_bridge(hosts):
 
 def test_sends_wait_in_the_outbox_while_nats_is_down_and_go_in_order(hosts, nats):
     alpha, beta = hosts
-    alpha.ctl("register", "alice")
-    beta.ctl("register", "bob")
+    alpha.ctl.setup("register", name="alice")
+    beta.ctl.setup("register", name="bob")
     wait_for("alpha to list bob", lambda: alpha.sees("bob", "beta"))
     nats.kill()
     wait_for("alpha to notice", lambda: not connected(alpha))
@@ -222,8 +221,8 @@ def test_the_receiver_refuses_ids_it_already_holds(hosts):
     from relayd.records import Message
 
     alpha, beta = hosts
-    alpha.ctl("register", "alice")
-    beta.ctl("register", "bob")
+    alpha.ctl.setup("register", name="alice")
+    beta.ctl.setup("register", name="bob")
     wait_for("beta to list alice", lambda: beta.sees("alice", "alpha"))
     assert beta.daemon.stop() == 0
 
@@ -261,7 +260,7 @@ def test_bridge_settings_can_live_in_config_json(short_tmp, nats, relay_env):
     import json
 
     host = Host(short_tmp, "gamma", nats, relay_env)
-    host.ctl("init")
+    host.ctl.setup("init")
     config = Path(host.env["RELAY_DIR"]) / "config.json"
     config.write_text(json.dumps({"bridge": {"url": nats.url, "creds": nats.creds("gamma")}}))
     host.daemon = Daemon(host.env, log_path=str(host.dir / "relayd.log")).start()
@@ -341,8 +340,8 @@ def check_exactly_once(beta: Host, acked: list[str]) -> None:
 @pytest.mark.timeout(300)
 def test_faults_every_acknowledged_send_arrives_exactly_once(hosts, nats):
     alpha, beta = hosts
-    alpha.ctl("register", "alice")
-    beta.ctl("register", "bob")
+    alpha.ctl.setup("register", name="alice")
+    beta.ctl.setup("register", name="bob")
     wait_for("alpha to list bob", lambda: alpha.sees("bob", "beta"))
     sender = Sender(alpha)
     sender.start()
@@ -401,7 +400,7 @@ def test_a_client_without_credentials_cannot_connect(hosts, nats):
 def test_a_host_cannot_read_another_hosts_mail(hosts, nats):
     alpha, beta = registered_pair(hosts)
     assert beta.daemon.stop() == 0  # mail for trainer waits in JetStream
-    alpha.ctl("send", "trainer", "the launch code is 0000", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="the launch code is 0000")
     wait_for("the send to leave alpha's outbox", lambda: alpha.bridge()["backlog"] == 0)
 
     async def snoop() -> Intruder:
@@ -469,7 +468,7 @@ def test_injected_mail_is_checked_like_a_local_send(hosts, nats):
     assert all(len(line["data"]) <= 4096 for line in refused)
     # Genuine mail still arrives -- from alpha, and from gamma in its own agent's name --
     # and nothing else did.
-    alpha.ctl("send", "trainer", "genuine", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="genuine")
     wait_for("the genuine message", lambda: beta.inbox("trainer"))
 
     async def own_name() -> None:
@@ -503,13 +502,13 @@ def test_a_host_cannot_take_over_another_hosts_agent_name(hosts, nats):
     assert gamma.refused("$KV.relay-agents.trainer") and gamma.refused("$KV.relay-agents.beta.name.trainer")
     time.sleep(1.0)  # the watchers have seen gamma's claim
     assert alpha.sees("trainer", "beta") and not alpha.sees("trainer", "gamma")
-    alpha.ctl("send", "trainer", "still yours", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="still yours")
     wait_for("trainer's mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["still yours"])
     # It stays so past the owner's refresh and its restart.
     beta.daemon.kill()
     beta.start()
     wait_for("beta back", lambda: connected(beta))
-    alpha.ctl("send", "trainer", "after the restart", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="after the restart")
     wait_for("the second one on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["still yours", "after the restart"])
     assert alpha.sees("trainer", "beta")
 
@@ -549,7 +548,7 @@ def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay
 
         async def bucket() -> None:
             # The operator gave the bucket a short max age (relayd keeps what it finds).
-            await provision_server(server.url, server.setup_dir, ttls={"relay-reservations": 8})
+            await provision_server(server.url, server.setup_dir, ttls={"relay-reservations": 5})
 
         async def plant() -> None:
             async with Intruder(server, "ghost") as ghost:
@@ -560,7 +559,7 @@ def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay
         asyncio.run(bucket())
         made = [Host(short_tmp, "alpha", server, relay_env), Host(short_tmp, "beta", server, relay_env)]
         for host in made:
-            host.ctl("init")
+            host.ctl.setup("init")
             host.start()
         try:
             alpha, beta = registered_pair(made)
@@ -570,7 +569,7 @@ def test_forged_and_orphaned_reservations_hold_nothing_for_long(short_tmp, relay
             assert "nobody" not in blocked["error"]["message"]  # the entry naming another host holds nothing
             granted = wait_for("ghost's entry to expire", lambda: alpha.raw().request("reserve", {"agent": "athena", "pattern": "src/**", "repo": REPO})["ok"], timeout=30, every=0.5)
             assert granted
-            time.sleep(10)  # longer than the max age: alpha rewrites its own entry meanwhile
+            time.sleep(6)  # longer than the max age: alpha rewrites its own entry meanwhile
             refused = beta.raw().request("reserve", {"agent": "trainer", "pattern": "src/a.py", "repo": REPO})
             assert not refused["ok"] and "athena holds src/**" in refused["error"]["message"]
         finally:
@@ -603,7 +602,7 @@ def test_a_host_cannot_delete_or_steal_another_hosts_mail_consumer(hosts, nats):
     assert gamma.refused("$JS.API.CONSUMER.CREATE.RELAY_MAIL.thief.relay.mail.beta.*")
     assert gamma.refused("$JS.API.CONSUMER.CREATE.RELAY_MAIL")
     for n in range(20):
-        alpha.ctl("send", "trainer", f"m{n}", agent="athena")
+        alpha.ctl.setup("send", agent="athena", to=["trainer"], body=f"m{n}")
     wait_for("all 20 on beta", lambda: [m.body for m in beta.inbox("trainer")] == [f"m{n}" for n in range(20)])
     assert beta.bridge()["state"] == "connected"
 
@@ -611,8 +610,8 @@ def test_a_host_cannot_delete_or_steal_another_hosts_mail_consumer(hosts, nats):
 def test_a_second_relayd_with_a_taken_host_name_refuses_to_start(hosts, nats, relay_env, short_tmp):
     alpha, beta = registered_pair(hosts)
     twin = Host(short_tmp, "twin", nats, relay_env)
-    twin.ctl("init")
-    twin.ctl("register", "trainer")
+    twin.ctl.setup("init")
+    twin.ctl.setup("register", name="trainer")
     started = subprocess.run(
         [sys.executable, "-m", "relayd.daemon", "--bridge", nats.url, "--bridge-creds", beta.creds],
         env=twin.env,
@@ -625,7 +624,7 @@ def test_a_second_relayd_with_a_taken_host_name_refuses_to_start(hosts, nats, re
     assert last.startswith("error: host name 'beta' is in use by relayd pid") and "Traceback" not in started.stderr
     # beta has all of trainer's mail; the twin took none.
     for n in range(30):
-        alpha.ctl("send", "trainer", f"m{n}", agent="athena")
+        alpha.ctl.setup("send", agent="athena", to=["trainer"], body=f"m{n}")
     wait_for("all 30 on beta", lambda: len(beta.inbox("trainer")) == 30)
     assert twin.inbox("trainer") == []
     assert not (Path(twin.env["RELAY_DIR"]) / "bridge" / "undeliverable.jsonl").exists()
@@ -653,7 +652,7 @@ def test_forged_events_do_not_reach_team_subscribers(hosts, nats):
 
     gamma = run(forge())
     assert gamma.refused("relay.events.beta")
-    beta.ctl("send", "trainer", "genuine", agent="trainer")
+    beta.ctl.setup("send", agent="trainer", to=["trainer"], body="genuine")
     event = team.line()
     assert event["host"] == "beta" and event["subject"] == "genuine"
     team.sock.settimeout(1.0)
@@ -736,7 +735,7 @@ def test_tls_with_a_private_ca_given_by_ssl_cert_file(short_tmp, relay_env):
     wary = Host(short_tmp, "beta", server, relay_env)
     try:
         for host in (trusting, wary):
-            host.ctl("init")
+            host.ctl.setup("init")
             host.start(url)
         state = wait_for("alpha connected over TLS", lambda: connected(trusting) and trusting.bridge())
         assert state["url"] == url

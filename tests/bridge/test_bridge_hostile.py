@@ -94,7 +94,7 @@ def test_hostile_messages_go_to_undeliverable_and_mail_keeps_flowing(hosts, nats
                 await js.publish("relay.mail.beta.ghost", data, headers={"Nats-Msg-Id": f"hostile-{n}"})
 
     run(flood())
-    alpha.ctl("send", "trainer", "genuine after the flood", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="genuine after the flood")
     got = wait_for("the genuine message behind the hostile ones", lambda: beta.inbox("trainer"), timeout=10)
     assert [(m.from_, m.body) for m in got] == [("athena", "genuine after the flood")]
     refused = wait_for("every hostile message in undeliverable.jsonl", lambda: len(undeliverable(beta)) == len(shapes) and undeliverable(beta))
@@ -104,7 +104,7 @@ def test_hostile_messages_go_to_undeliverable_and_mail_keeps_flowing(hosts, nats
     assert session_errors(beta) == 0 and connected(beta)
     # Once more, now that the receiver has met them all: the next good one is not held up.
     run(flood())
-    alpha.ctl("send", "trainer", "and again", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="and again")
     wait_for("the second genuine message", lambda: len(beta.inbox("trainer")) == 2)
     assert session_errors(beta) == 0
 
@@ -165,7 +165,7 @@ def test_a_roll_up_cannot_erase_the_directory_and_steal_a_name(hosts, nats):
     beta.start()
     wait_for("beta back", lambda: connected(beta))
     assert alpha.sees("trainer", "beta") and not alpha.sees("trainer", ATTACKER)
-    alpha.ctl("send", "trainer", "for the real trainer", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="for the real trainer")
     wait_for("trainer's mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["for the real trainer"])
     assert beta.sees("athena", "alpha")
     assert alpha.bridge()["agents"][0]["program"] is None  # the impostor entry was not taken
@@ -251,7 +251,7 @@ def test_a_stream_that_could_lose_mail_is_refused_at_start_and_on_reconnect(host
     alpha.start()
     beta.start()
     wait_for("both back", lambda: connected(alpha) and connected(beta))
-    alpha.ctl("send", "trainer", "after provision", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="after provision")
     wait_for("the mail on beta", lambda: [m.body for m in beta.inbox("trainer")] == ["after provision"])
 
 
@@ -293,7 +293,7 @@ def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
     made = [Host(short_tmp, "alpha", server, relay_env), Host(short_tmp, "beta", server, relay_env)]
     try:
         for host in made:
-            host.ctl("init")
+            host.ctl.setup("init")
             host.start()
         alpha, beta = registered_pair(made)
         big = json.dumps({**GOOD, "from": "nobody", "body": "x" * 100_000}).encode()
@@ -311,7 +311,7 @@ def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
         stored, nowhere = run(flood("nowhere"))
         queued, full = run(flood("gamma"))
         for n in range(20):
-            alpha.ctl("send", "trainer", f"real {n}", agent="athena")
+            alpha.ctl.setup("send", agent="athena", to=["trainer"], body=f"real {n}")
         wait_for("all 20 real messages on beta", lambda: [m.body for m in beta.inbox("trainer")] == [f"real {n}" for n in range(20)], timeout=30)
         assert stored == 0, f"{stored} messages for a host that does not exist were stored ({nowhere})"
         assert queued == 20 and "maximum messages per subject exceeded" in full, (queued, full)
@@ -320,7 +320,7 @@ def test_one_host_cannot_fill_the_server(short_tmp, relay_env):
         # waits in its outbox, its session goes on, and nothing is lost.
         beta.daemon.kill()
         for n in range(20, 50):
-            alpha.ctl("send", "trainer", f"real {n}", agent="athena")
+            alpha.ctl.setup("send", agent="athena", to=["trainer"], body=f"real {n}")
         wait_for("alpha to meet the cap", lambda: log_lines(alpha, "the most mail waiting"))
         assert alpha.bridge()["backlog"] > 0 and session_errors(alpha) == 0
         beta.start()
@@ -395,7 +395,7 @@ def test_a_directory_flood_keeps_status_small(hosts, nats):
     assert log_lines(alpha, "skipped a directory entry") == 2
     # The genuine agents are still there and mail flows.
     assert alpha.sees("trainer", "beta")
-    alpha.ctl("send", "trainer", "still here", agent="athena")
+    alpha.ctl.setup("send", agent="athena", to=["trainer"], body="still here")
     wait_for("trainer's mail", lambda: [m.body for m in beta.inbox("trainer")] == ["still here"])
 
 
@@ -456,8 +456,8 @@ def test_an_older_team_migrates_by_running_setup_and_provision_again(short_tmp, 
     server.start()
     beta = Host(short_tmp, "beta", server, relay_env)
     try:
-        beta.ctl("init")
-        beta.ctl("register", "trainer")
+        beta.ctl.setup("init")
+        beta.ctl.setup("register", name="trainer")
         shown = json.loads(RelayCtl(relay_env)("--json", "bridge", "provision", "--server", server.url, "--dir", str(auth)).stdout)
         assert shown["streams"] == {"RELAY_MAIL": "updated", "KV_relay-agents": "updated", "KV_relay-reservations": "updated", "KV_relay-locks": "updated", "KV_relay-hosts": "updated"}
 
