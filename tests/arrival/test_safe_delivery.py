@@ -144,10 +144,10 @@ def _relay_for(program: str, relayctl, store_dir: Path, root: Path) -> tuple[Pat
     home, project = root / "home", root / "project"
     home.mkdir()
     project.mkdir()
-    relayctl("init")
+    relayctl.setup("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
-    relayctl("register", SENDER)
-    relayctl("register", AGENT)
+    relayctl.setup("register", name=SENDER)
+    relayctl.setup("register", name=AGENT)
     relayctl("hooks", "install", "--for", program, "--agent", AGENT, "--project", str(project))
     return home, project
 
@@ -177,7 +177,7 @@ def test_mail_never_answers_a_permission_question_and_reaches_the_model_once_ans
         try:
             spec.start(tmux)
             tmux.wait_for(spec.ready, timeout=90, settle=1)
-            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            relayctl.setup("register", name=AGENT, notify=f"tmux:{tmux.target()}")
             tmux.type_line("Create approved.txt", "Create approved.txt")
             tmux.wait_for(spec.question, timeout=90, settle=1)
             asked = tmux.screen()
@@ -218,10 +218,10 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
         try:
             tmux.wait_for("project-level hooks have been detected")
             tmux.wait_for("Type your message", timeout=90, settle=1)
-            relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+            relayctl.setup("register", name=AGENT, notify=f"tmux:{tmux.target()}")
             for n in range(TRIGGERS):
                 subject = f"mail number {n:03d}"
-                relayctl("send", AGENT, subject, agent=SENDER)
+                relayctl.setup("send", agent=SENDER, to=[AGENT], body=subject)
                 carrying = model.wait_for(lambda r, s=subject: HOOKED["gemini"].is_turn(r) and s in r.text, timeout=30)
                 assert TRIGGER in carrying.text
                 wait_for("Gemini back at its prompt", lambda: _state(store_dir) == "idle", timeout=30)
@@ -280,10 +280,10 @@ while True:
 
 
 def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_and_track(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
-    relayctl("init")
+    relayctl.setup("init")
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
-    relayctl("register", SENDER)
-    relayctl("register", AGENT)
+    relayctl.setup("register", name=SENDER)
+    relayctl.setup("register", name=AGENT)
     program, submit, received = short_tmp / "swallow.py", short_tmp / "submit", short_tmp / "received.txt"
     program.write_text(SWALLOWING_PROGRAM)
     received.touch()
@@ -292,7 +292,7 @@ def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_a
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     try:
         wait_for("the program at its prompt", lambda: _state(store_dir) == "idle" and tmux.cursor_line() == ">", timeout=30)
-        relayctl("register", AGENT, "--notify", f"tmux:{tmux.target()}")
+        relayctl.setup("register", name=AGENT, notify=f"tmux:{tmux.target()}")
         sent = relayctl("--json", "send", AGENT, SUBJECT, agent=SENDER)
         message_id = json.loads(sent.stdout)["id"]
         wait_for("three triggers that did not submit", lambda: (store_dir / "agents" / AGENT / "trigger-misses").exists()
@@ -385,7 +385,7 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
         try:
             spec.start(tmux)
             tmux.wait_for(spec.ready, timeout=90, settle=1)
-            relayctl("register", AGENT, "--notify", _notify(name, tmux))
+            relayctl.setup("register", name=AGENT, notify=_notify(name, tmux))
             tmux.type_line("Wait for the build", "Wait for the build")
             wait_for("the tool to run", lambda: _state(store_dir) == "working" and calls["n"] >= 1, timeout=60)
             time.sleep(1)  # well inside the tool's run
