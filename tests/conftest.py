@@ -60,6 +60,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     missing = missing_programs()
     if missing:
         raise pytest.UsageError(f"the tests need programs that are not installed; on Debian or Ubuntu: sudo apt-get install {' '.join(missing)}")
+    if not hasattr(session.config, "workerinput"):  # once, before xdist starts its workers
+        _write_bytecode()
+
+
+def _write_bytecode() -> None:
+    """Compile relay's packages (and the tests' helpers) into __pycache__ before a test starts
+    a relay process. An editable install ships no bytecode, and where PYTHONDONTWRITEBYTECODE
+    is set (as on the machines CI runs on) no process writes it either: every relayctl,
+    relayd, relay-mcp and hook process the suite starts compiled relay's modules from source
+    again, half the CPU of a direct-mode `relayctl send` (82 ms against 40). A user's first
+    run writes the same files; reading them is allowed whatever that variable says."""
+    import compileall
+
+    from support.paths import ROOT, SUPPORT
+
+    for folder in ("relayd", "relayctl", "mcp_shim", "relayweb"):
+        compileall.compile_dir(ROOT / folder, quiet=1)
+    compileall.compile_dir(SUPPORT, quiet=1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
