@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pytest
 
 from support import agent_programs, model_anthropic, model_gemini, model_openai
-from support.hook_sessions import PROGRAMS as HOOKED
+from support.hook_sessions import PROGRAMS as HOOKED, program_state
 from support.relayd_proc import Daemon
 from support.scripted_model import Recorded, ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
@@ -225,7 +225,12 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
                 carrying = model.wait_for(lambda r, s=subject: HOOKED["gemini"].is_turn(r) and s in r.text, timeout=30)
                 assert TRIGGER in carrying.text
                 wait_for("Gemini back at its prompt", lambda: _state(store_dir) == "idle", timeout=30)
-            assert "Type your message" in tmux.cursor_line(), f"something was left in the input box:\n{tmux.screen()}"
+            # Gemini redraws its status line after each turn (once the cursor row read blank
+            # while the hooks' toast was drawn), so the empty box is awaited, not sampled.
+            try:
+                wait_for("the input box empty at the prompt", lambda: "Type your message" in tmux.cursor_line(), timeout=10)
+            except AssertionError:
+                raise AssertionError(f"something was left in the input box:\n{tmux.screen()}") from None
             turns = [r for r in model.requests if HOOKED["gemini"].is_turn(r)]
             assert len(turns) == TRIGGERS  # one turn per trigger: none stranded, none doubled
             assert not (store_dir / "agents" / AGENT / "trigger-misses").exists()
@@ -238,8 +243,7 @@ def test_a_hundred_triggers_into_an_idle_gemini_cli_all_submit(relayctl, relay_e
 
 
 def _state(store_dir: Path) -> str | None:
-    path = store_dir / "agents" / AGENT / "program-state"
-    return json.loads(path.read_text())["state"] if path.exists() else None
+    return program_state(store_dir / "agents" / AGENT)
 
 
 # A stand-in for a program whose Enter sometimes becomes a newline (as Gemini CLI's does
