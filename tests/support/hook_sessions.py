@@ -29,7 +29,6 @@ from typing import Any, Callable
 from . import agent_programs, model_anthropic, model_gemini, model_openai
 from .scripted_model import Recorded, ScriptedModel
 from .tmux_pane import Tmux, kill_group, kill_strays
-from .waiting import wait_for
 
 AGENT = "inferno"
 SENDER = "strategist"
@@ -223,17 +222,11 @@ def run_interactive(program: Program, relayctl: Any, root: Path, *, answer_dialo
             # Mail after the answer: the end-of-turn hook may still catch it (and continue
             # once), or the next prompt's hook does; either way the model gets it once.
             relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
-            # A person types the next prompt once the program is free. The end-of-turn hook
-            # may have caught this mail and continued the turn once (relay then records the
-            # session working, idle when that turn ends); an Enter pressed while Gemini CLI
-            # still ran it stayed in the input box (twice under -n 3).
-            agent = Path(relayctl.env["RELAY_DIR"]) / "agents" / AGENT
-            wait_for("the program at its prompt again", lambda: program_state(agent) == "idle", timeout=60)
-            tmux.wait_for(ready, settle=max(settle_after_answer, 0.5))
             tmux.type_line("Any news", "Any news")
             try:
                 second = model.wait_for(lambda r: program.is_turn(r) and "Any news" in r.text, timeout=60)
             except AssertionError as missed:
+                agent = Path(relayctl.env["RELAY_DIR"]) / "agents" / AGENT
                 raise AssertionError(f"{missed}\nrelay's hooks: {_hooks_seen(agent)}\nthe screen:\n{tmux.screen()}") from None
             assert second.text.count(SUBJECTS[1]) == 1 and second.text.count(SUBJECTS[0]) == first.text.count(SUBJECTS[0])
         finally:

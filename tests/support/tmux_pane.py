@@ -73,10 +73,12 @@ class Tmux:
         self.run("send-keys", "-t", self.session, "-l", text)
 
     def type_line(self, text: str, then_shows: str) -> None:
-        """Type `text`, wait until the input box shows it, then press Enter on its own (a
-        TUI takes text and Enter arriving together as a paste, and does not submit)."""
+        """Type `text`, wait until the input box shows it and stands still, then press Enter
+        on its own, as a person does: a TUI takes text and Enter arriving together as a
+        paste, and Gemini CLI takes an Enter within 30 ms of the last key as a newline (an
+        Enter sent the moment the text showed stayed in its box, three times under -n 3)."""
         self.literal(text)
-        self.wait_for(then_shows, timeout=20)
+        self.wait_for(then_shows, timeout=20, settle=0.2)
         self.keys("Enter")
 
     def kill(self) -> None:
