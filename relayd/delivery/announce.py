@@ -11,7 +11,9 @@ It reads only what is new. `announced.json` holds marks: how far the event log a
 inbox were checked (inode and offset). The log's mark is taken before any inbox is looked
 at, and an inbox is checked holding its lock, when no writer is between its two appends;
 a line past an inbox's mark therefore has its event in the log past the log's mark, or
-never will have one. Without marks (a store from before, a new agent, a file rotated twice
+never will have one. A line appended after the log was read and before the inbox's lock
+was taken (relayd sends while its first check runs) has its event past the log's new
+mark: the log is read on under the lock before such a line counts as unannounced. Without marks (a store from before, a new agent, a file rotated twice
 since) the lines are checked back to the oldest event the log still holds.
 """
 
@@ -75,6 +77,10 @@ def _announce_missing(store: Store, root: Dir) -> list[Message]:
         with store.agent_dir(name) as agent, agent.locked(layout.INBOX_LOCK):
             missing, inboxes[name] = _unannounced(agent, marks.inboxes.get(name), horizon, announced.get(name) or Counter())
             if missing:
+                # A send that committed after the log was read has its line here and its
+                # event past the log's mark: read on to where the log ends now (rare).
+                missing = _without_later_events(root, events_mark, name, missing)
+            if missing:
                 store.emit(*(arrival(store, m) for m in missing))
                 found.extend(missing)
     new = Marks(checked_at=checked_at, events=events_mark, inboxes=inboxes)
@@ -93,12 +99,7 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
     rotated, rotated_ino = root.open_reading(layout.EVENTS_ROTATED)
     try:
         continued = mark is not None and mark.ino in (current_ino, rotated_ino)
-        if mark is not None and mark.ino == current_ino:
-            ranges = [(current, mark.offset)]
-        elif mark is not None and mark.ino == rotated_ino:
-            ranges = [(rotated, mark.offset), (current, 0)]
-        else:
-            ranges = [(rotated, 0), (current, 0)]
+        ranges = _past(mark, (current, current_ino), (rotated, rotated_ino))
         oldest = None
         end = 0
         for fd, start in ranges:
@@ -122,6 +123,46 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
         for fd in (current, rotated):
             if fd >= 0:
                 os.close(fd)
+
+
+def _past(mark: Mark | None, current: tuple[int, int], rotated: tuple[int, int]) -> list[tuple[int, int]]:
+    """Where the log continues past `mark`: (descriptor, offset) in the order written. A
+    mark on neither file (none yet, or rotated twice since) means both files whole."""
+    if mark is not None and mark.ino == current[1]:
+        return [(current[0], mark.offset)]
+    if mark is not None and mark.ino == rotated[1]:
+        return [(rotated[0], mark.offset), (current[0], 0)]
+    return [(rotated[0], 0), (current[0], 0)]
+
+
+def _without_later_events(root: Dir, mark: Mark | None, agent: str, missing: list[Message]) -> list[Message]:
+    """Of `missing`, the messages whose event is not in the log past `mark` either. Called
+    holding the agent's inbox lock: every line then in its inbox has its event written."""
+    later: Counter[str] = Counter()
+    current, current_ino = root.open_reading(layout.EVENTS)
+    rotated, rotated_ino = root.open_reading(layout.EVENTS_ROTATED)
+    try:
+        for fd, start in _past(mark, (current, current_ino), (rotated, rotated_ino)):
+            if fd < 0:
+                continue
+            for _, line in complete_lines(fd, start):
+                try:
+                    event = _line_decoder.decode(line)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                if event.action == "message" and event.agent == agent and event.message_id:
+                    later[event.message_id] += 1
+    finally:
+        for fd in (current, rotated):
+            if fd >= 0:
+                os.close(fd)
+    still = []
+    for message in missing:
+        if later[message.id] > 0:
+            later[message.id] -= 1
+        else:
+            still.append(message)
+    return still
 
 
 def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter[str]) -> tuple[list[Message], Mark]:

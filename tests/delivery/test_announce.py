@@ -71,6 +71,30 @@ def test_later_sweeps_read_only_what_is_new_and_still_find_a_lost_line(store: St
     assert ops.call(store, "redeliver", {})["announced"] == []
 
 
+def test_a_send_that_commits_while_the_sweep_runs_is_not_announced_again(store: Store, store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep reads the log, then each inbox under its lock; a send committed between
+    the two (relayd sending while its first sweep runs) has its line in the inbox and its
+    event past what the sweep read. It was announced a second time, so subscribers got it
+    twice (tests/torture, the stalled-subscriber round)."""
+    from relayd.delivery import announce
+
+    ops.call(store, "redeliver", {})
+    lost = killed_mid_send(store, "lost")
+    during: list[str] = []
+    read_log = announce._announced_since
+
+    def then_a_send(*args):
+        seen = read_log(*args)
+        during.append(send(store, "sent meanwhile"))
+        return seen
+
+    monkeypatch.setattr(announce, "_announced_since", then_a_send)
+    assert ops.call(store, "redeliver", {})["announced"] == [{"id": lost, "to": "bob"}]
+    assert announced(store_dir).count(during[0]) == 1
+    monkeypatch.undo()
+    assert ops.call(store, "redeliver", {})["announced"] == []
+
+
 def test_a_damaged_marks_file_checks_back_as_far_as_the_log_goes(store: Store, store_dir: Path) -> None:
     ops.call(store, "redeliver", {})
     lost = killed_mid_send(store, "lost")
