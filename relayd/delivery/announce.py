@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Iterator
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 from datetime import timedelta
 
 import msgspec
@@ -95,34 +96,52 @@ def _announced_since(root: Dir, marks: Marks) -> tuple[dict[str, Counter[str]], 
     back an inbox without a valid mark is checked; the log's new mark."""
     mark = marks.events
     announced: dict[str, Counter[str]] = {}
-    current, current_ino = root.open_reading(layout.EVENTS)
-    rotated, rotated_ino = root.open_reading(layout.EVENTS_ROTATED)
-    try:
-        continued = mark is not None and mark.ino in (current_ino, rotated_ino)
-        ranges = _past(mark, (current, current_ino), (rotated, rotated_ino))
+    with _log_files(root) as (current, rotated):
+        continued = mark is not None and mark.ino in (current[1], rotated[1])
+        ranges = _past(mark, current, rotated)
         oldest = None
-        end = 0
-        for fd, start in ranges:
-            end = start
-            if fd < 0:
+        end = ranges[-1][1]  # (the current file's: with nothing new in it, the mark stays)
+        for fd, end_of_line, event in _log_lines(ranges):
+            if fd == current[0]:
+                end = end_of_line
+            if event is None:
                 continue
-            for end, line in complete_lines(fd, start):
-                try:
-                    event = _line_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                oldest = oldest or event.ts
-                if event.action == "message" and event.agent and event.message_id:
-                    announced.setdefault(event.agent, Counter())[event.message_id] += 1
+            oldest = oldest or event.ts
+            if event.action == "message" and event.agent and event.message_id:
+                announced.setdefault(event.agent, Counter())[event.message_id] += 1
         if continued and marks.checked_at:
             horizon = to_iso(parse_iso(marks.checked_at) - timedelta(seconds=SLACK))  # an inbox new since the last check
         else:
             horizon = oldest or _NOTHING  # older lines' events may have been rotated away: not judged
-        return announced, horizon, Mark(current_ino, end) if current >= 0 else None
+        return announced, horizon, Mark(current[1], end) if current[0] >= 0 else None
+
+
+@contextmanager
+def _log_files(root: Dir) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """The event log's current and rotated files, open for reading: (descriptor, inode)
+    each, -1 for a missing one."""
+    current = root.open_reading(layout.EVENTS)
+    rotated = root.open_reading(layout.EVENTS_ROTATED)
+    try:
+        yield current, rotated
     finally:
-        for fd in (current, rotated):
+        for fd, _ in (current, rotated):
             if fd >= 0:
                 os.close(fd)
+
+
+def _log_lines(ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int, _LogLine | None]]:
+    """Each complete line of the log from the (descriptor, offset) ranges on: its file, the
+    offset after it, and the line (None when it cannot be read)."""
+    for fd, start in ranges:
+        if fd < 0:
+            continue
+        for end, line in complete_lines(fd, start):
+            try:
+                event = _line_decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                event = None
+            yield fd, end, event
 
 
 def _past(mark: Mark | None, current: tuple[int, int], rotated: tuple[int, int]) -> list[tuple[int, int]]:
@@ -139,30 +158,23 @@ def _without_later_events(root: Dir, mark: Mark | None, agent: str, missing: lis
     """Of `missing`, the messages whose event is not in the log past `mark` either. Called
     holding the agent's inbox lock: every line then in its inbox has its event written."""
     later: Counter[str] = Counter()
-    current, current_ino = root.open_reading(layout.EVENTS)
-    rotated, rotated_ino = root.open_reading(layout.EVENTS_ROTATED)
-    try:
-        for fd, start in _past(mark, (current, current_ino), (rotated, rotated_ino)):
-            if fd < 0:
-                continue
-            for _, line in complete_lines(fd, start):
-                try:
-                    event = _line_decoder.decode(line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                if event.action == "message" and event.agent == agent and event.message_id:
-                    later[event.message_id] += 1
-    finally:
-        for fd in (current, rotated):
-            if fd >= 0:
-                os.close(fd)
-    still = []
-    for message in missing:
-        if later[message.id] > 0:
-            later[message.id] -= 1
+    with _log_files(root) as (current, rotated):
+        for _, _, event in _log_lines(_past(mark, current, rotated)):
+            if event is not None and event.action == "message" and event.agent == agent and event.message_id:
+                later[event.message_id] += 1
+    return _without_events(missing, later)
+
+
+def _without_events(messages: Iterable[Message], events: Counter[str]) -> list[Message]:
+    """The messages that no event in `events` (message id -> count) announces; each event
+    accounts for one line, and is used up by it."""
+    left = []
+    for message in messages:
+        if events[message.id] > 0:
+            events[message.id] -= 1
         else:
-            still.append(message)
-    return still
+            left.append(message)
+    return left
 
 
 def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter[str]) -> tuple[list[Message], Mark]:
@@ -187,12 +199,7 @@ def _unannounced(agent: Dir, mark: Mark | None, horizon: str, announced: Counter
             lines = _chain(forward(rotated, mark.offset), forward(current, 0))
         else:
             lines = _until(_chain(newest_first(current), newest_first(rotated)), horizon)
-        missing = []
-        for message in lines:
-            if announced[message.id] > 0:
-                announced[message.id] -= 1
-            else:
-                missing.append(message)
+        missing = _without_events(lines, announced)
         missing.sort(key=lambda m: m.ts)
         return missing, Mark(current_ino, complete_end(current) if current >= 0 else 0)
     finally:
