@@ -73,10 +73,10 @@ def _write_bytecode() -> None:
     run writes the same files; reading them is allowed whatever that variable says."""
     import compileall
 
-    from support.paths import ROOT, SUPPORT
+    from support.paths import PACKAGES, ROOT, SUPPORT
 
-    for folder in ("relayd", "relayctl", "mcp_shim", "relayweb"):
-        compileall.compile_dir(ROOT / folder, quiet=1)
+    for package in PACKAGES:
+        compileall.compile_dir(ROOT / package, quiet=1)
     compileall.compile_dir(SUPPORT, quiet=1)
 
 

@@ -13,8 +13,9 @@ at, and an inbox is checked holding its lock, when no writer is between its two 
 a line past an inbox's mark therefore has its event in the log past the log's mark, or
 never will have one. A line appended after the log was read and before the inbox's lock
 was taken (relayd sends while its first check runs) has its event past the log's new
-mark: the log is read on under the lock before such a line counts as unannounced. Without marks (a store from before, a new agent, a file rotated twice
-since) the lines are checked back to the oldest event the log still holds.
+mark: the log is read on under the lock before such a line counts as unannounced.
+Without marks (a store from before, a new agent, a file rotated twice since) the lines
+are checked back to the oldest event the log still holds.
 """
 
 from __future__ import annotations

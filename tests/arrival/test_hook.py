@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support.hook_sessions import program_state
+
 _COMMON = {
     "session_id": "9d5c1b2e-4f1a-4c55-9a57-0c8f1d1f3a10",
     "transcript_path": "/home/dev/.claude/projects/-home-dev-oathkeeper/9d5c1b2e-4f1a-4c55-9a57-0c8f1d1f3a10.jsonl",
@@ -177,8 +179,7 @@ def test_another_programs_event_is_a_one_line_error_naming_the_right_hook(relayc
 
 
 def _state(store_dir: Path) -> str | None:
-    path = store_dir / "agents" / "inferno" / "program-state"
-    return json.loads(path.read_text())["state"] if path.exists() else None
+    return program_state(store_dir / "agents" / "inferno")
 
 
 @pytest.mark.slow

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import msgspec
 import pytest
 
 from relayd import ops
-from support.paths import ROOT
+from support.paths import PACKAGES, ROOT
 
 PROTOCOL_MD = (ROOT / "docs" / "protocol.md").read_text()
 
@@ -71,7 +70,7 @@ def test_the_architecture_names_every_module() -> None:
     nothing there that is gone (the check above)."""
     root = ROOT
     text = (root / "docs" / "architecture.md").read_text()
-    modules = [f.relative_to(root).as_posix() for package in ("relayd", "relayctl", "mcp_shim", "relayweb") for f in (root / package).rglob("*.py")]
+    modules = [f.relative_to(root).as_posix() for package in PACKAGES for f in (root / package).rglob("*.py")]
     assert len(modules) > 100
     assert [m for m in sorted(modules) if f"`{m}`" not in text] == []
 

@@ -13,14 +13,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from support.paths import ROOT
+from support.paths import PACKAGES, ROOT
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NAME = PROJECT["name"]
 EXTRAS = set(PROJECT["optional-dependencies"])
 BIN = Path(sys.executable).parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SOURCES = [p for d in ("relayd", "relayctl", "mcp_shim", "relayweb", "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
+SOURCES = [p for d in (*PACKAGES, "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
 
 # A requirement with an extra as prose and code write it: pip install 'relay-bus[web]',
 # `relay-bus[bridge]`, the extra relay-bus[bridge], pip install -e '.[test]'

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from support.paths import ROOT, SUPPORT, TESTS
+from support.paths import PACKAGES, ROOT, SUPPORT, TESTS
 
 RELAYD = ROOT / "relayd"
 AT_THE_TOP = 20
@@ -96,9 +96,6 @@ def test_a_wings_package_file_imports_nothing() -> None:
 # says why, once: the words "deferred import" in its docstring or in a comment just above its
 # first such import (nearly always start-up: what relayctl's fast path, `relayctl hook` or
 # relay-mcp's start must not load). A cycle is never the reason: move the shared piece down.
-PRODUCT = ("relayd", "relayctl", "mcp_shim", "relayweb")
-
-
 def first_import_in_a_function(tree: ast.Module) -> ast.stmt | None:
     found = [
         node
@@ -112,7 +109,7 @@ def first_import_in_a_function(tree: ast.Module) -> ast.stmt | None:
 
 def test_every_module_that_imports_inside_a_function_says_why() -> None:
     silent = []
-    for package in PRODUCT:
+    for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             name = path.relative_to(ROOT).as_posix()
             text = path.read_text()

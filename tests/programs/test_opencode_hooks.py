@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import agent_programs, model_openai
-from support.hook_sessions import AGENT, PROGRAMS, SENDER, SUBJECTS, run_scenario
+from support.hook_sessions import AGENT, PROGRAMS, SENDER, SUBJECTS, program_state, run_scenario
 from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
 from support.waiting import wait_for
@@ -44,7 +44,7 @@ def test_mail_to_an_idle_interactive_session_starts_a_turn_that_carries_it(relay
     relayctl("register", AGENT, "--notify", "hook")
     relayctl("hooks", "install", "--for", "opencode", "--agent", AGENT, "--project", str(project))
     relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
-    state = store_dir / "agents" / AGENT / "program-state"
+    agent = store_dir / "agents" / AGENT
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
         agent_programs.opencode_config(project, model.url)
@@ -55,7 +55,7 @@ def test_mail_to_an_idle_interactive_session_starts_a_turn_that_carries_it(relay
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
             first = model.wait_for(lambda r: PROGRAMS["opencode"].is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
             assert SUBJECTS[0] in first.text
-            wait_for("the session at rest", lambda: state.exists() and json.loads(state.read_text())["state"] == "idle", timeout=60)
+            wait_for("the session at rest", lambda: program_state(agent) == "idle", timeout=60)
             screen = tmux.screen()
             relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
             second = model.wait_for(lambda r: PROGRAMS["opencode"].is_turn(r) and SUBJECTS[1] in r.text, timeout=10)
@@ -76,7 +76,7 @@ def test_mail_while_a_permission_question_is_open_starts_no_turn_and_comes_with_
     project.mkdir()
     relayctl("register", AGENT, "--notify", "hook")
     relayctl("hooks", "install", "--for", "opencode", "--agent", AGENT, "--project", str(project))
-    state = store_dir / "agents" / AGENT / "program-state"
+    agent = store_dir / "agents" / AGENT
     is_turn = PROGRAMS["opencode"].is_turn
 
     def turn(body: dict) -> dict:
@@ -93,7 +93,7 @@ def test_mail_while_a_permission_question_is_open_starts_no_turn_and_comes_with_
             tmux.wait_for("Ask anything", settle=1)
             tmux.type_line("Check the release.", "Check the release.")
             tmux.wait_for("Allow once")
-            wait_for("the question recorded", lambda: state.exists() and json.loads(state.read_text())["state"] == "asking", timeout=20)
+            wait_for("the question recorded", lambda: program_state(agent) == "asking", timeout=20)
             turns = len([r for r in model.requests if is_turn(r)])
             relayctl("send", AGENT, SUBJECTS[1], agent=SENDER)
             with pytest.raises(AssertionError, match="no request to the scripted model matched"):

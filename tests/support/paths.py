@@ -9,3 +9,4 @@ TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
 SUPPORT = TESTS / "support"
 DOCS = ROOT / "docs"
+PACKAGES = ("relayd", "relayctl", "mcp_shim", "relayweb")  # relay's own code, as pyproject installs it
