@@ -253,11 +253,12 @@ def _state(store_dir: Path) -> str | None:
 SWALLOWING_PROGRAM = r"""
 import json, os, subprocess, sys, tty
 submit, received = sys.argv[1], sys.argv[2]
+relayctl = os.path.join(os.path.dirname(sys.executable), "relayctl")  # this environment's, whatever PATH says
 tty.setraw(0)
 box = ""
 
 def hook(event):
-    subprocess.run(["relayctl", "hook", "claude"], input=json.dumps({"hook_event_name": event, "session_id": "s", "prompt": "p"}),
+    subprocess.run([relayctl, "hook", "claude"], input=json.dumps({"hook_event_name": event, "session_id": "s", "prompt": "p"}),
                    text=True, capture_output=True)
 
 def draw():
@@ -295,7 +296,10 @@ def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_a
     tmux.start([sys.executable, str(program), str(submit), str(received)], short_tmp, {**relay_env, "RELAY_AGENT": AGENT, "TERM": "xterm-256color"})
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     try:
-        wait_for("the program at its prompt", lambda: _state(store_dir) == "idle" and tmux.cursor_line() == ">", timeout=30)
+        try:
+            wait_for("the program at its prompt", lambda: _state(store_dir) == "idle" and tmux.cursor_line() == ">", timeout=30)
+        except AssertionError:
+            raise AssertionError(f"state {_state(store_dir)!r}, cursor line {tmux.cursor_line()!r}:\n{tmux.screen()}\n{daemon.log()}") from None
         relayctl.setup("register", name=AGENT, notify=f"tmux:{tmux.target()}")
         sent = relayctl("--json", "send", AGENT, SUBJECT, agent=SENDER)
         message_id = json.loads(sent.stdout)["id"]
