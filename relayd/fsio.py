@@ -348,7 +348,10 @@ class Flock:
         self._dir, self._name, self._shared, self._fd = folder, lock_name, shared, -1
 
     def __enter__(self) -> None:
-        fd = self._dir.open(self._name, os.O_RDWR | os.O_CREAT)
+        # Read-only: flock needs no more, and a descriptor opened to write would tell every
+        # inotify watcher of the folder "written" (IN_CLOSE_WRITE) each time a lock is let
+        # go. A watcher that wakes on that and reads under the lock never sleeps again.
+        fd = self._dir.open(self._name, os.O_RDONLY | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
         except BaseException:

@@ -7,6 +7,7 @@ mechanism that always fails, `cmd:true` one that always works.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -124,9 +125,18 @@ def test_track_of_an_unknown_id_is_one_line(team) -> None:
 def test_send_wait_read_returns_when_every_recipient_read_it(team, relay_env: dict[str, str], with_relayd: bool) -> None:
     daemon = Daemon(relay_env).start() if with_relayd else None
     try:
-        late = team("send", "carol,bob", "nobody reads this", "--wait", "read", "--timeout", "1s", agent="alice", check=False)
+        late = subprocess.Popen(
+            [sys.executable, "-m", "relayctl", "--agent", "alice", "send", "carol,bob", "nobody reads this", "--wait", "read", "--timeout", "2s"],
+            env=relay_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        with late.stdout, late.stderr:
+            stderr = late.stderr.read()
+        _, status, usage = os.wait4(late.pid, 0)  # (its own CPU time, as Popen does not keep it)
+        late.returncode = os.waitstatus_to_exitcode(status)
         assert late.returncode == 1
-        assert "not read after 1s by 2 of 2" in late.stderr and "carol" in late.stderr and "bob" in late.stderr
+        assert "not read after 2s by 2 of 2" in stderr and "carol" in stderr and "bob" in stderr
+        # Waiting is sleeping: a start-up's worth of CPU (~0.1 s), not a wake-up loop's (~1 s a second).
+        assert usage.ru_utime + usage.ru_stime < 0.5, f"the waiting relayctl used {usage.ru_utime + usage.ru_stime:.2f} CPU-seconds in 2 s"
 
         waiting = subprocess.Popen(
             [sys.executable, "-m", "relayctl", "--agent", "alice", "send", "carol", "read me", "--wait", "read", "--timeout", "60s"],
