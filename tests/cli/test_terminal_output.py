@@ -130,9 +130,9 @@ def test_read_tail_and_subscribe_show_new_messages_inert(hostile, relay_env, rel
 def test_dead_letters_show_inert(hostile, relay_env, relayctl) -> None:
     relayctl("send", "carol", f"do it{OSC52}", "--subject", f"dl{TITLE}", "--ack", "--ack-wait", "1ms", "--max-deliver", "1", agent="alice")
     deadline = time.monotonic() + 10
-    while not json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"]:
+    while not relayctl.setup("dlq_list")["dead_letters"]:
         assert time.monotonic() < deadline, "the message never became a dead letter"
-        relayctl("redeliver")
+        relayctl.setup("redeliver")
         time.sleep(0.01)
     [letter] = json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"]
     for args in (("dlq", "list"), ("dlq", "show", letter["id"])):

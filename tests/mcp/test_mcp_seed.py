@@ -154,7 +154,7 @@ async def test_send_message_says_how_each_recipient_is_announced_with_relayd_up(
             [way] = json.loads(relayctl("--json", "track", message_id).stdout)["recipients"]
             assert way["mechanism"] == "cmd"
             deadline = __import__("time").monotonic() + 30
-            while not [m for m in json.loads(relayctl("--json", "read", "--last", "0", agent="strategist").stdout) if "bounce" in m["tags"]]:
+            while not [m for m in relayctl.setup("read", agent="strategist", last=0)["messages"] if "bounce" in m["tags"]]:
                 assert __import__("time").monotonic() < deadline, "no bounce came back"
                 await __import__("anyio").sleep(0.05)
             inbox = structured(await strategist.call_tool("check_inbox", {}))

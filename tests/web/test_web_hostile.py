@@ -253,7 +253,7 @@ def _rss_kib(pid: int) -> int:
 
 def test_event_stream_readers_that_never_read_are_dropped(team, relay_env, relayctl, many_descriptors) -> None:
     for n in range(100):  # a state of ~400 KB: the newest 100 messages, 4,000 characters each
-        relayctl("send", "athena", f"{n} " + "x" * 3990, agent="agent-bd-42")
+        relayctl.setup("send", agent="agent-bd-42", to=["athena"], body=f"{n} " + "x" * 3990)
     view = WebView(relay_env)
     readers: list[socket.socket] = []
     try:
@@ -270,7 +270,7 @@ def test_event_stream_readers_that_never_read_are_dropped(team, relay_env, relay
         # connections after the fifth state, so it gets up to 15 more (looking reads what is
         # waiting, which does not matter to the cap).
         for n in range(20):
-            relayctl("heartbeat", "--task", f"round {n}", agent="athena")
+            relayctl.setup("heartbeat", agent="athena", task=f"round {n}")
             time.sleep(0.3)
             if n >= 4 and (open_streams := sum(1 for s in readers if _still_open(s))) <= 16:
                 break
