@@ -201,7 +201,7 @@ SCRIPTS = {
 # Blocks other tests run as written.
 RUN_ELSEWHERE = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install . && relayd"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
-    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -n 3"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -n 4"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
     ("docs/mcp.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_the_claude_code_team_walkthrough",
     ("docs/protocol.md", "S=$(relayctl --json status --commands"): "test_doc_sessions.py::test_the_protocol_docs_socat_example_reaches_relayd",
 
