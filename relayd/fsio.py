@@ -151,7 +151,8 @@ class Dir:
         never one with a second hard link (writing to it would change a file outside the store)."""
         return self._open_checked(name, flags, mode)[0]
 
-    def _open_checked(self, name: str, flags: int, mode: int = FILE_MODE) -> tuple[int, os.stat_result]:
+    def _open_checked(self, name: str, flags: int, mode: int = FILE_MODE, writing: bool | None = None) -> tuple[int, os.stat_result]:
+        """`writing` (default: whether `flags` open it to write) refuses a second hard link."""
         try:
             fd = os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
         except FileNotFoundError:
@@ -161,7 +162,9 @@ class Dir:
         try:
             # The link count matters only for writing (a reader may also meet a name that
             # create_exclusive has just linked and not yet unlinked its temp name from).
-            info = check_regular(fd, os.path.join(self.path, name), writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
+            if writing is None:
+                writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
+            info = check_regular(fd, os.path.join(self.path, name), writing=writing)
         except BaseException:
             os.close(fd)
             raise
@@ -351,13 +354,24 @@ class Flock:
         # Read-only: flock needs no more, and a descriptor opened to write would tell every
         # inotify watcher of the folder "written" (IN_CLOSE_WRITE) each time a lock is let
         # go. A watcher that wakes on that and reads under the lock never sleeps again.
-        fd = self._dir.open(self._name, os.O_RDONLY | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        # NFS emulates flock with fcntl locks, whose exclusive kind needs a descriptor open
+        # to write (EBADF otherwise): there the lock file is opened to write after all.
+        for access in (os.O_RDONLY, os.O_RDWR):
+            # Checked as a file written to: one linked to a file outside the store would
+            # lock that file for whoever else uses it.
+            fd = self._dir._open_checked(self._name, access | os.O_CREAT, writing=True)[0]
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno == errno.EBADF and access == os.O_RDONLY:
+                    continue
+                raise _os_error(exc, os.path.join(self._dir.path, self._name)) from exc
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+            return
 
     def __exit__(self, *exc: object) -> None:
         fd, self._fd = self._fd, -1

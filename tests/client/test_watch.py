@@ -96,6 +96,7 @@ def test_watch_follows_a_directory_made_again_while_a_file_in_it_is_still_open(s
         os.close(held)
 
 
+@pytest.mark.slow
 def test_a_lock_taken_and_let_go_wakes_no_watcher_of_its_folder(short_tmp):
     """`send --wait` watches the recipients' folders and asks `track` at each wake-up, which
     takes the inbox lock there: were letting go of a lock a change, it would wake itself
