@@ -101,21 +101,21 @@ def test_a_lock_taken_and_let_go_wakes_no_watcher_of_its_folder(short_tmp):
     """`send --wait` watches the recipients' folders and asks `track` at each wake-up, which
     takes the inbox lock there: were letting go of a lock a change, it would wake itself
     (and relayd) for ever."""
-    store = Store(str(short_tmp / "store"))
-    ops.call(store, "init", {})
-    ops.call(store, "register", {"name": "carol"})
-    folder = store.agent_dir("carol")
-    with folder.locked(layout.INBOX_LOCK):
-        pass  # the lock file exists from here on
-    with watch.Watch(store.root, watch.directories([folder.path]), str(short_tmp / "none.sock")) as wakeups:
-        assert wakeups.wait(2) and wakeups.mode == "inotify"
-        _quiet(wakeups)
-        for shared in (False, True):
-            with folder.locked(layout.INBOX_LOCK, shared=shared):
-                pass
-        assert not wakeups.wait(0.3), "letting go of a lock woke the watcher"
-        ops.call(store, "send", {"agent": "carol", "to": ["carol"], "body": "a real change"})
-        assert wakeups.wait(2)
+    with Store(str(short_tmp / "store")) as store:
+        ops.call(store, "init", {})
+        ops.call(store, "register", {"name": "carol"})
+        with store.agent_dir("carol") as folder:
+            with folder.locked(layout.INBOX_LOCK):
+                pass  # the lock file exists from here on
+            with watch.Watch(store.root, watch.directories([folder.path]), str(short_tmp / "none.sock")) as wakeups:
+                assert wakeups.wait(2) and wakeups.mode == "inotify"
+                _quiet(wakeups)
+                for shared in (False, True):
+                    with folder.locked(layout.INBOX_LOCK, shared=shared):
+                        pass
+                assert not wakeups.wait(0.3), "letting go of a lock woke the watcher"
+                ops.call(store, "send", {"agent": "carol", "to": ["carol"], "body": "a real change"})
+                assert wakeups.wait(2)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from typing import Iterator
 
 import pytest
 
@@ -16,12 +17,12 @@ from relayd.store import Store
 
 
 @pytest.fixture
-def store(store_dir) -> Store:
-    store = Store(str(store_dir))
-    ops.call(store, "init", {})
-    for name in ("alice", "bob"):
-        ops.call(store, "register", {"name": name})
-    return store
+def store(store_dir) -> Iterator[Store]:
+    with Store(str(store_dir)) as store:
+        ops.call(store, "init", {})
+        for name in ("alice", "bob"):
+            ops.call(store, "register", {"name": name})
+        yield store
 
 
 def test_where_an_exclusive_lock_needs_a_descriptor_open_to_write_sends_still_work(store, monkeypatch) -> None:
