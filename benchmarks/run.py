@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(RESULTS, "latest.json"), help="where to write the JSON")
     args = parser.parse_args(argv)
     rows: list[Row] = []
+    failed: list[str] = []
     for area in args.areas or AREAS:
         try:
             module = importlib.import_module(f"benchmarks.bench_{area}")
@@ -53,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             raise
         print(f"running {area} ...", file=sys.stderr, flush=True)
-        rows.extend(module.run(args.quick))
+        try:
+            rows.extend(module.run(args.quick))
+        except Exception as exc:  # one broken area must not cost the others' rows and the JSON
+            failed.append(area)
+            print(f"{area} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            rows.append(Row(area, "(the area failed: no rows)", float("nan"), "", ok=False, note=f"{type(exc).__name__}: {exc}"[:200]))
     print(table(rows))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
@@ -68,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             indent=2,
         )
     print(f"\nwrote {args.out}", file=sys.stderr)
+    if failed:
+        print(f"benchmarks.run: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
