@@ -39,6 +39,18 @@ def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **opti
     """Send and report; with `wait_for` (read or ack), then wait for every recipient to get
     there. `options`: send's other options, as relayctl.fast.COMMANDS declares them (the
     click command and the fast path pass them on by those names)."""
+    if options.pop("stdin", False):
+        _refuse_with_stdin(options, wait_for)
+        # deferred imports: relayctl's fast path loads this module (stdlib only, no msgspec or
+        # click): what only a rarer option uses (--stdin, --wait, files, --ack, follow, MIME,
+        # panes) loads when it is used
+        from .send_stream import send_lines
+
+        defaults = {"subject": options["subject"], "thread": options["thread"], "priority": options["priority"], "tags": list(options["tags"]),
+                    "type": options["type_"], "ack": options["ack"], "ack_wait": options["ack_wait"], "max_deliver": options["max_deliver"], "broadcast": options["broadcast"]}
+        if send_lines(s, args, {key: value for key, value in defaults.items() if value not in (None, False, [])}):
+            raise SystemExit(1)  # each failed line said why on stdout, and the count went to stderr
+        return
     wait = None
     if wait_for is not None:
         if wait_for == "ack" and not options["ack"]:
@@ -48,12 +60,15 @@ def send(s: Settings, args: tuple[str, ...], wait_for=None, timeout="5m", **opti
         wait = parse_duration(timeout).total_seconds()
     sent = _send(s, args, **options)
     if wait is not None and sent:
-        # deferred imports: relayctl's fast path loads this module (stdlib only, no msgspec or
-        # click): what only a rarer option uses (--wait, files, --ack, follow, MIME, panes) loads
-        # when it is used
         from .cmd_track import wait_for as wait_until
 
         wait_until(s, sent, wait_for, wait)
+
+
+def _refuse_with_stdin(options: dict, wait_for) -> None:
+    clash = [flag for flag, given in (("--wait", wait_for is not None), ("--mime", bool(options["mime_files"])), ("--wake", options["wake"]), ("--id", options["message_id"] is not None)) if given]
+    if clash:
+        raise UsageError(f"--stdin does not go with {clash[0]}: each line is its own message (a line may carry its own \"id\")")
 
 
 def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, broadcast, type_, ack, ack_wait, max_deliver, wake, mime_files, message_id=None) -> str | None:

@@ -27,6 +27,7 @@ from .options import declared
 @declared("send", "--wake", help="Also wake the orchestrator after sending (see relayctl wake).")
 @declared("send", "--mime", metavar="FILE", help="Send an IGNITE message file instead (repeatable); its headers give sender, recipients and fields (see relayctl mime send).")
 @declared("send", "--id", metavar="ULID", help="The message id (a ULID). Repeating a send with the same id within the dedup window (config.json dedup.window, default 10m) delivers it once. [default: a new one]")
+@declared("send", "--stdin", help="Send one message per line of stdin, each a JSON object such as {\"to\": \"bob\", \"body\": \"hi\"} (fields as in --json; this command's options are the defaults), many in flight at once; prints one JSON result per line (--quiet: only failures), exit 1 if any failed (docs/cli.md).")
 @declared("send", "--wait", help="Then wait until every recipient has read it (ack: acknowledged it, with --ack); exit 1 with who has not at the --timeout.")
 @declared("send", "--timeout", show_default=True, metavar="DURATION", help="With --wait: how long to wait, e.g. 30s, 10m.")
 def send(args: tuple[str, ...], **options) -> None:

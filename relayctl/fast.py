@@ -86,6 +86,7 @@ COMMANDS: dict[str, Spec] = {
             "--ack-wait": ("ack_wait", TEXT, None),
             "--max-deliver": ("max_deliver", INT, None),
             "--id": ("message_id", TEXT, None),
+            "--stdin": ("stdin", FLAG, False),
         },
         {
             "--wake": ("wake", FLAG, False),

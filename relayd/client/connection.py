@@ -30,11 +30,16 @@ from ..errors import NO_ANSWER, LineTooLong, PeerError, ProtocolError, RelayErro
 
 TYPE_CHECKING = False  # typing itself costs relayctl ~2 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Iterable, Iterator
 
 MAX_LINE = 1 << 20  # bytes per line, newline included (relayd.protocol re-exports it, and LineFramer)
 RECEIVE_BYTES = 256 * 1024
 RETRIES = 3  # reconnects for one request whose daemon vanished (a restart may be under way)
+# Requests a pipelining client keeps in flight on one connection. relayd stops reading a
+# connection with 256 unanswered replies (docs/protocol.md), so a client that sends only
+# while fewer than that are in flight can never wait on relayd while relayd waits on it.
+WINDOW = 128
+MAX_IN_FLIGHT = 255
 
 
 class LineFramer:
@@ -408,6 +413,94 @@ class Caller:
                 raise wire_error(reply.get("error"))
             return {"result": result, "unread": reply.get("unread"), "announced": reply.get("announced")}
 
+    # -- pipelining -------------------------------------------------------------------
+    def pipeline(self, requests: Iterable[tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], dict[str, Any]]], window: int = WINDOW) -> Iterator[tuple[dict[str, Any], Any]]:
+        """Run many requests with up to `window` of them in flight on one connection, and
+        yield `(params, outcome)` for each, in the order given: `outcome` is the result, or
+        the RelayError that request alone failed with (the others go on). `requests` are
+        `(op, params)` or `(op, params, session)`, taken lazily, so a long stream is never
+        held whole. A send gets its id here, before it is first sent (`params` yielded
+        carry it).
+
+        Nothing is sent twice behind the caller's back: when the connection is lost, each
+        request still in flight is yielded as `went_away` (a send among them may or may not
+        have been stored: sending it again with the same id stores it at most once), and
+        the requests not sent yet go on through a new connection, or on the store here
+        when no relayd is left. With no relayd at all every request runs here, in order."""
+        window = max(1, min(window, MAX_IN_FLIGHT))
+        source = iter(requests)
+        pending: list[tuple[int, str, dict[str, Any]]] = []  # sent, not yet answered, oldest first: (id, op, params); a list, as collections costs the fast path's start-up
+        answers: dict[int, Any] = {}
+        parts: dict[int, list[str]] = {}
+        exhausted = False
+        try:
+            while True:
+                line = self._daemon() if not pending else self._line
+                if line is None:  # no relayd: the rest runs here, one after the other
+                    for request in source:
+                        op, params, session = _unpack(request)
+                        params = with_send_id(op, params)
+                        try:
+                            outcome: Any = self.direct(op, params, session)["result"]
+                        except RelayError as exc:
+                            outcome = exc
+                        yield params, outcome
+                    return
+                batch = []
+                while not exhausted and len(pending) < window:
+                    try:
+                        op, params, session = _unpack(next(source))
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    params = with_send_id(op, params)
+                    self._last_id = request_id = self._last_id + 1
+                    batch.append(line.dumps({"type": "request", "id": request_id, "op": op, "params": params, "parts": True, **session}) + b"\n")
+                    pending.append((request_id, op, params))
+                if batch:
+                    line.sock.settimeout(self.timeout)
+                    try:
+                        line.sock.sendall(b"".join(batch))
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # what relayd answered before it went is read below; the rest are lost
+                if not pending:
+                    return
+                try:
+                    frame = line.receive()
+                except (Lost, TimedOut, RelayError) as exc:
+                    self._drop()
+                    failure = exc if isinstance(exc, RelayError) and not isinstance(exc, TimedOut) else None
+                    while pending:
+                        request_id, op, params = pending.pop(0)
+                        answer = answers.pop(request_id, None)
+                        if answer is None:
+                            answer = failure or (no_answer(op) if isinstance(exc, TimedOut) else _lost_in_flight(op, params))
+                        yield params, answer
+                    if isinstance(exc, TimedOut):
+                        self._try_daemon = False  # a hung relayd: what was never sent runs here
+                        self.silent = True
+                    continue
+                kind, frame_id = frame.get("type"), frame.get("id")
+                if kind == "part" and isinstance(frame_id, int) and isinstance(frame.get("data"), str):
+                    parts.setdefault(frame_id, []).append(frame["data"])
+                elif kind == "response" and isinstance(frame_id, int):
+                    answers[frame_id] = _outcome(line, frame, parts.pop(frame_id, []))
+                elif kind == "error":
+                    raise wire_error(frame.get("error"))
+                while pending and pending[0][0] in answers:
+                    request_id, _, params = pending.pop(0)
+                    self.mode = "daemon"
+                    yield params, answers.pop(request_id)
+        finally:
+            if pending:
+                self._drop()  # abandoned mid-stream (the caller stopped iterating): answers would be misread
+
+    def send_many(self, messages: Iterable[dict[str, Any]], window: int = WINDOW) -> list[Any]:
+        """Send each message (the `send` operation's parameters: `agent`, `to`, `body`, ...)
+        with many in flight; one outcome each, in order: the send's result, or the
+        RelayError that message failed with. Every result is durable, as for `call`."""
+        return [outcome for _, outcome in self.pipeline((("send", message) for message in messages), window)]
+
     def _request(self, line: Line, op: str, params: dict[str, Any], session: dict[str, Any]) -> int:
         self._last_id = request_id = self._last_id + 1
         line.send({"type": "request", "id": request_id, "op": op, "params": params, "parts": True, **session})
@@ -423,6 +516,33 @@ class Caller:
 
     def close(self) -> None:
         self._drop()
+
+
+def _lost_in_flight(op: str, params: dict[str, Any]) -> Unavailable:
+    if op == "send":
+        return Unavailable(f"relayd went away with send {params['id']} in flight: it may or may not be stored; sent again with the same id, it is stored once", id=params["id"])
+    return went_away(op)
+
+
+def _unpack(request: tuple) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    if len(request) == 2:
+        return request[0], request[1] or {}, {}
+    op, params, session = request
+    return op, params or {}, session or {}
+
+
+def _outcome(line: Line, frame: dict, pieces: list[str]) -> Any:
+    """What a pipelined response says: its result (joined from its parts), or its error."""
+    if not frame.get("ok"):
+        return wire_error(frame.get("error"))
+    if not frame.get("parts"):
+        return frame.get("result")
+    if frame["parts"] != len(pieces):
+        return ProtocolError(f"relayd announced {frame['parts']} parts of a result and sent {len(pieces)}")
+    try:
+        return line.loads("".join(pieces))
+    except ValueError as exc:
+        return ProtocolError(f"the parts of a result do not join into JSON: {exc}")
 
 
 def _give_up() -> None:

@@ -29,6 +29,7 @@ from support.paths import ROOT
 SESSIONS = [
     ("README.md", "A first team in two minutes"),
     ("docs/cli.md", "Messages that must arrive"),
+    ("docs/cli.md", "Many messages at once: `send --stdin` and the Python bulk API"),
     ("docs/coordination.md", "The path a team follows"),
     ("docs/coordination.md", "Reserving files"),
     ("docs/coordination.md", "Slash commands"),
@@ -242,6 +243,7 @@ NOT_RUNNABLE = {
     ("docs/daemon.md", "$ relayctl subscribe inbox --for inferno"): "follows until Ctrl-C while a sender in another terminal writes; test_stopping.py and test_daemon.py run subscribe",
     ("docs/mcp.md", 'claude mcp add-json relay "$(relayctl mcp-config --role inferno --server-only)"'): "changes the user's Claude Code configuration; test_mcp_config_programs.py feeds mcp-config to the real programs",
     ("docs/mcp.md", "relayctl init --preset overlord"): "npx fetches the MCP inspector from npm; test_mcp_shim.py drives relay-mcp with the official MCP client",
+    ("docs/cli.md", "from relayd.client.full import Client"): "Python against the reader's own store; tests/client/test_pipeline.py makes the same send_many and pipeline calls against a real relayd and with none",
     ("docs/web.md", "pip install 'relay-bus[web]'      # Starlette and uvicorn (from a checkout: pip install '.[web]')"): "installs from PyPI and serves until stopped; test_install.py checks the hint, test_web.py runs relayctl web",
 }
 
