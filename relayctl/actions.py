@@ -1,5 +1,6 @@
-"""What send, read, heartbeat and status do once their arguments are parsed: build the
-request, call relayd (or the store), print the answer.
+"""What the commands of relayctl's fast path (send, read, heartbeat, status, set-status,
+reserve, release, reservations) do once their arguments are parsed: build the request,
+call relayd (or the store), print the answer.
 
 The click commands (cmd_messages, cmd_agents) and the fast path (relayctl.fast) both run
 these functions with the same parameters, so the two can only differ in how argv is
@@ -9,8 +10,10 @@ the store: with relayd up, a command needs only a socket and these lines.
 
 from __future__ import annotations
 
+import os
+
 from relayd import timefmt
-from relayd.errors import UsageError
+from relayd.errors import Conflict, NotOwner, UsageError
 from relayd.timefmt import ago, now, parse_duration, parse_iso, short_span, shown
 
 from .context import Settings, clip, echo, read_body, visible
@@ -201,6 +204,112 @@ def read(s: Settings, from_, thread, since, unread, last, mark_read, tail, forma
 def heartbeat(s: Settings, task: str | None) -> None:
     result = s.call("heartbeat", {"agent": s.require_agent("heartbeat"), "task": task})
     s.out(result, lambda r: f"heartbeat {r['agent']} at {r['heartbeat']}")
+
+
+def set_status(s: Settings, status: str, task: str | None) -> None:
+    result = s.call("set_status", {"agent": s.require_agent("set-status"), "status": status, "task": task})
+    s.out(result, lambda r: f"{r['name']}: {r['status']}" + (f" (task: {r['task']})" if r.get("task") else ""))
+
+
+# -- reservations ------------------------------------------------------------------------
+
+
+def repo_path(repo: str | None) -> str:
+    """--repo, or the current directory, as a canonical absolute path."""
+    return os.path.realpath(os.path.expanduser(repo) if repo else os.getcwd())
+
+
+def reserve(s: Settings, pattern: str, repo, shared, ttl, reason, force, check) -> None:
+    if repo is not None and not os.path.isdir(repo_path(repo)):
+        # Most likely a typo: a reservation there would protect nobody's files.
+        raise UsageError(f"--repo {repo}: no such directory (give the repository's path on this machine)")
+    params = {
+        "agent": s.require_agent("reserve"),
+        "pattern": pattern,
+        "repo": repo_path(repo),
+        "shared": shared,
+        "ttl": ttl,
+        "reason": reason,
+        "force": force,
+        "check": check,
+    }
+    try:
+        result = s.call("reserve", params)
+    except Conflict as exc:
+        exc.message += " (wait, ask the holder, or use --force)"
+        raise
+    if check:
+        s.out(result, lambda r: _render_check(r, pattern, params["repo"]))
+        if result["conflicts"]:
+            raise SystemExit(1)  # (a conflict found is the answer, not an error: no error line)
+        return
+    s.warn_if_unregistered(result, "reserved")
+    if result.get("overridden"):
+        for holder in result["conflicts"]:
+            s.warn(f"overriding: {render_holder(holder).strip()}")
+    from relayd.reservations.globs import covers_everything  # (the pattern code: only a reserve that took one)
+
+    held = result.get("reservation") or {}
+    if held and covers_everything(held["pattern"]):
+        s.warn(f"{held['pattern']} holds every file in {held['repo']} until {held['expires_at']}: release it when done (relayctl release {held['pattern']!r})")
+    s.out(result, _render_reserved)
+
+
+def release(s: Settings, pattern: str | None, repo, all_: bool) -> None:
+    if all_ == (pattern is not None):
+        raise UsageError("give a PATTERN to release, or --all (not both)")
+    params = {"agent": s.require_agent("release"), "pattern": pattern, "all": all_, "repo": repo_path(repo) if (repo or not all_) else None}
+    try:
+        result = s.call("release", params)
+    except NotOwner as exc:
+        exc.message += " (or take it over with reserve --force)"
+        raise
+
+    def human(r: dict) -> str:
+        if not r["released"]:
+            return "nothing to release"
+        return "\n".join(f"released {x['pattern']} in {x['repo']}" for x in r["released"])
+
+    s.out(result, human)
+
+
+def reservations(s: Settings, repo, holder, expired) -> None:
+    result = s.call("reservations", {"repo": repo_path(repo) if repo else None, "agent": holder, "expired": expired})
+
+    def human(rows: list[dict]) -> str:
+        if not rows:
+            return "no reservations" if expired else "no active reservations"
+        return "\n".join(
+            f"{clip(r['pattern'], 28):<28} {r['agent']:<16} {_kind(r):<10} {_expiry(r):<18} {visible(r['repo'])}" + (f"  ({clip(r['reason'], 40)})" if r.get("reason") else "")
+            for r in rows
+        )
+
+    s.out(result, human)
+
+
+def _expiry(r: dict) -> str:
+    left = (parse_iso(r["expires_at"]) - now()).total_seconds()
+    return f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"
+
+
+def _kind(r: dict) -> str:
+    return "exclusive" if r.get("exclusive", True) else "shared"
+
+
+def render_holder(r: dict) -> str:
+    return visible(f"  {r['agent']} holds {r['pattern']} ({_kind(r)}, {_expiry(r)}, until {r['expires_at']})" + (f" — {r['reason']}" if r.get("reason") else ""))
+
+
+def _render_check(r: dict, pattern: str, repo: str) -> str:
+    if not r["conflicts"]:
+        return f"free: nobody else holds anything overlapping {pattern} in {repo}"
+    return f"{pattern} in {repo} conflicts with:\n" + "\n".join(render_holder(c) for c in r["conflicts"])
+
+
+def _render_reserved(r: dict) -> str:
+    res = r["reservation"]
+    verb = "renewed" if r.get("renewed") else "reserved"
+    return f"{verb} {res['pattern']} in {res['repo']} ({_kind(res)}, {_expiry(res)}, until {res['expires_at']})"
 
 
 def _pane_states(agents: list[dict]) -> None:

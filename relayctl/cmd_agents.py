@@ -57,7 +57,7 @@ def heartbeat(task: str | None) -> None:
 
 @click.command("set-status")
 @click.argument("status")
-@click.option("--task", metavar="TEXT", help="Also set the current task.")
+@declared("set-status", "--task", metavar="TEXT", help="Also set the current task.")
 def set_status(status: str, task: str | None) -> None:
     """Tell the team what you are doing: a short STATUS (and task); refreshes your heartbeat.
 
@@ -66,9 +66,7 @@ def set_status(status: str, task: str | None) -> None:
       relayctl --agent inferno set-status working --task "implementing login"
       relayctl set-status blocked --task "waiting for review of #42"
     """
-    s = settings()
-    result = s.call("set_status", {"agent": s.require_agent("set-status"), "status": status, "task": task})
-    s.out(result, lambda r: f"{r['name']}: {r['status']}" + (f" (task: {r['task']})" if r.get("task") else ""))
+    actions.set_status(settings(), status, task)
 
 
 @click.command()

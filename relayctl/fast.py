@@ -1,6 +1,7 @@
 """relayctl's entry point, with a fast path for the commands scripts run all day.
 
-Agents run `relayctl send`, `read`, `heartbeat` and `status` hundreds of times an hour,
+Agents and their scripts run `relayctl send`, `read`, `heartbeat`, `status`, `set-status`,
+`reserve` (and `reserve --check`), `release` and `reservations` hundreds of times an hour,
 nearly always with relayd up, and then the work is one JSON line each way. Importing
 click, msgspec and the store code for that costs several times the interpreter's own
 start-up. So this module reads argv itself, talks to the socket with the standard
@@ -11,7 +12,7 @@ An agent program runs `relayctl hook PROGRAM` at every event of every session, a
 mail it hands over (and the trigger waiting for the program's next prompt) waits for it:
 that takes the fast path too (relayctl.hook_answer), with relayd up.
 
-It takes only what it is sure of: those four commands with the options in `COMMANDS`,
+It takes only what it is sure of: those commands with the options in `COMMANDS`,
 spelled as click accepts them. Anything else -- help, another command or option,
 anything click would refuse, a socket that answers oddly -- goes untouched to the full
 click CLI (`relayctl.cli`). tests/client/test_fast_path.py holds this parser to click's own for
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 FLAG, TEXT, MANY, INT, COUNT = "flag", "text", "many", "int", "count"  # COUNT: an int >= 0
+ONE, OPTIONAL = "one", "optional"  # how many positional arguments a command takes (MANY: any)
 
 # Before the command: option -> (Settings field, kind), and the environment click reads.
 GLOBAL: dict[str, tuple[str, Any]] = {
@@ -62,13 +64,14 @@ class Spec:
     name, kind or default cannot differ between the two. Also: whether the command takes
     positional arguments, and whether its operation changes the store."""
 
-    __slots__ = ("options", "defaults", "declared", "positional", "mutates", "module")
+    __slots__ = ("options", "defaults", "declared", "positional", "arity", "mutates", "module")
 
-    def __init__(self, options: dict[str, tuple[str, Any, Any]], full_only: dict[str, tuple[str, Any, Any]], positional: str | None, mutates: bool, module: str) -> None:
+    def __init__(self, options: dict[str, tuple[str, Any, Any]], full_only: dict[str, tuple[str, Any, Any]], positional: str | None, mutates: bool, module: str, arity: str = MANY) -> None:
         self.declared = {**options, **full_only}
         self.options = {spelling: (param, kind) for spelling, (param, kind, _) in options.items()}
         self.defaults = {param: default for param, _, default in self.declared.values()}
         self.positional = positional
+        self.arity = arity  # of the positional: MANY (a tuple), ONE (required) or OPTIONAL
         self.mutates = mutates
         self.module = module  # registers the operation, for direct mode (ops.table() would load them all)
 
@@ -116,6 +119,24 @@ COMMANDS: dict[str, Spec] = {
         "relayd.inbox.read",
     ),
     "heartbeat": Spec({"--task": ("task", TEXT, None)}, {}, None, True, "relayd.agents.roster"),
+    "set-status": Spec({"--task": ("task", TEXT, None)}, {}, "status", True, "relayd.agents.roster", ONE),
+    "reserve": Spec(
+        {
+            "--repo": ("repo", TEXT, None),
+            "--shared": ("shared", FLAG, False),
+            "--ttl": ("ttl", TEXT, "1h"),
+            "--reason": ("reason", TEXT, None),
+            "--force": ("force", FLAG, False),
+            "--check": ("check", FLAG, False),
+        },
+        {},
+        "pattern",
+        True,
+        "relayd.reservations.reserve",
+        ONE,
+    ),
+    "release": Spec({"--repo": ("repo", TEXT, None), "--all": ("all_", FLAG, False)}, {}, "pattern", True, "relayd.reservations.reserve", OPTIONAL),
+    "reservations": Spec({"--repo": ("repo", TEXT, None), "--agent": ("holder", TEXT, None), "--expired": ("expired", FLAG, False)}, {}, None, False, "relayd.reservations.reserve"),
     "status": Spec(
         {
             "--agents": ("only_agents", FLAG, False),
@@ -209,10 +230,15 @@ def parse(argv: list[str], environ: Any) -> tuple[str, dict[str, Any], dict[str,
         else:
             name, kind, value, i = _option(spec.options, argv, i)
             params[name] = params[name] + (value,) if kind is MANY else value
-    if spec.positional is not None:
+    if spec.positional is None:
+        if positional:
+            raise _Declined
+    elif spec.arity is MANY:
         params[spec.positional] = tuple(positional)
-    elif positional:
-        raise _Declined
+    elif len(positional) == 1 or (spec.arity is OPTIONAL and not positional):
+        params[spec.positional] = positional[0] if positional else None
+    else:
+        raise _Declined  # missing or extra: click's usage error says which
     _environment(settings, environ)
     return command, settings, params
 
@@ -272,8 +298,9 @@ class QuickClient(Caller):
     def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
         self.close()
         if self._full is None:
-            if op in COMMANDS:
-                __import__(COMMANDS[op].module)
+            command = COMMANDS.get(op) or COMMANDS.get(op.replace("_", "-"))
+            if command is not None:
+                __import__(command.module)
             else:
                 from relayd import ops
 
@@ -292,7 +319,12 @@ class QuickClient(Caller):
             self._full.close()
 
 
-MUTATES = {name: spec.mutates for name, spec in COMMANDS.items()}  # each command runs the operation of its name
+def operation(command: str) -> str:
+    """The operation a fast command runs, and the name of its function in relayctl.actions."""
+    return command.replace("-", "_")
+
+
+MUTATES = {operation(name): spec.mutates for name, spec in COMMANDS.items()}  # each command runs the operation of its name
 
 
 def _fast(argv: list[str]) -> int | None:
@@ -326,7 +358,7 @@ def _fast(argv: list[str]) -> int | None:
             return hook(settings, **params)  # (its errors are its own: one line, status 1)
         from . import actions
 
-        getattr(actions, command)(settings, **params)
+        getattr(actions, operation(command))(settings, **params)
     except RelayError as exc:
         if isinstance(exc, Internal) and exc.__cause__ is not None and os.environ.get("RELAY_DEBUG"):
             raise  # a bug in an operation run here (direct mode): its traceback on request

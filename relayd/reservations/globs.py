@@ -553,3 +553,8 @@ def _live_at_segment_start(text: str) -> frozenset[int]:
                         break
     return frozenset(q for q, at_start in good if at_start)
 
+
+def covers_everything(pattern: str) -> bool:
+    """`**`, `*`, `**/*`, ...: a pattern of nothing but wildcard segments, which holds every
+    file of its repository (or every top-level one)."""
+    return all(segment and set(segment) <= {"*"} for segment in pattern.rstrip("/").split("/"))

@@ -25,7 +25,7 @@ from ..registry import operation
 from ..store import Store
 from ..timefmt import now, parse_duration, parse_iso, passed_test, short_span, to_iso
 from ..ulid import new_ulid
-from .globs import PatternError, normalize, normalized_overlap
+from .globs import PatternError, covers_everything, normalize, normalized_overlap
 from .guard_index import directory_stamp, settled, written_through
 
 SUFFIX = ".json"
@@ -155,12 +155,6 @@ def describe(r: Reservation) -> str:
 
 
 UNFORCED_TTL = timedelta(days=1)  # longer needs force
-
-
-def covers_everything(pattern: str) -> bool:
-    """`**`, `*`, `**/*`, ...: a pattern of nothing but wildcard segments, which holds every
-    file of its repository (or every top-level one)."""
-    return all(segment and set(segment) <= {"*"} for segment in pattern.rstrip("/").split("/"))
 
 
 def _refuse_sweeping(pattern: str, repo: str, ttl: timedelta, spelled: str) -> None:

@@ -41,7 +41,7 @@ def click_parse(argv: list[str]) -> tuple[str, dict, dict] | None:
     """(command, settings fields, parameters) as the click CLI hands them to relayctl.actions;
     None when click refuses argv or does not reach one of those functions."""
     seen: list[tuple[str, dict, dict]] = []
-    patched = {name: getattr(actions, name) for name in fast.COMMANDS}
+    patched = {name: getattr(actions, fast.operation(name)) for name in fast.COMMANDS}
 
     def recorder(name: str):
         names = list(inspect.signature(patched[name]).parameters)[1:]
@@ -54,14 +54,14 @@ def click_parse(argv: list[str]) -> tuple[str, dict, dict] | None:
 
     try:
         for name in fast.COMMANDS:
-            setattr(actions, name, recorder(name))
+            setattr(actions, fast.operation(name), recorder(name))
         try:
             cli.cli.main(args=list(argv), prog_name="relayctl", standalone_mode=False)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             return None
     finally:
         for name, func in patched.items():
-            setattr(actions, name, func)
+            setattr(actions, fast.operation(name), func)
     return seen[0] if seen else None
 
 
@@ -154,11 +154,19 @@ def test_the_fast_path_takes_the_usual_invocations() -> None:
         ["status"],
         ["--json", "status"],
         ["status", "--agents", "--stale", "2m"],
+        ["set-status", "reviewing", "--task", "review the API"],
+        ["reserve", "src/auth/**", "--reason", "bd-42 auth refactor"],
+        ["reserve", "/README.md", "--check"],
+        ["release", "src/auth/**"],
+        ["release", "--all", "--repo", "/tmp/repo"],
+        ["reservations", "--agent", "inferno", "--expired"],
+        ["--json", "reservations", "--repo", "."],
     ]
     for argv in taken:
         assert fast_parse(argv, {}) is not None, argv
         assert click_parse(argv) == fast_parse(argv, {}), argv
-    for argv in (["send", "--help"], ["--help"], ["send", "bob", "hi", "--wake"], ["read", "--tail"], ["register", "dave"], ["--version"], ["send", "bob", "hi", "--priority", "asap"]):
+    for argv in (["send", "--help"], ["--help"], ["send", "bob", "hi", "--wake"], ["read", "--tail"], ["register", "dave"], ["--version"], ["send", "bob", "hi", "--priority", "asap"],
+                 ["reserve"], ["reserve", "a", "b"], ["set-status"], ["release", "a", "b"]):
         assert fast_parse(argv, {}) is None, argv
 
 
@@ -168,7 +176,7 @@ def test_the_fast_table_matches_the_click_commands() -> None:
     for name, spec in fast.COMMANDS.items():
         command = cli.cli.get_command(click.Context(cli.cli), name)
         by_name = {param.name: param for param in command.params if param.name and param.expose_value}
-        passed = command.make_context(name, []).params  # what click hands the command when nothing is given
+        passed = command.make_context(name, [], resilient_parsing=True).params  # what click hands the command when nothing is given
         assert spec.defaults == {key: value for key, value in passed.items() if key != spec.positional}, name
         for spelled, (param_name, kind) in spec.options.items():
             param = by_name[param_name]
@@ -187,8 +195,8 @@ def test_the_fast_table_matches_the_click_commands() -> None:
                 assert kind is fast.TEXT and param.type is click.STRING and not param.is_flag and not param.multiple
         # Which of its operations change the store decides what happens when relayd
         # vanishes mid-call; the module registers the operation for direct mode.
-        assert ops.table()[name].mutates == spec.mutates
-        assert REGISTERED[name].run.__module__ == spec.module
+        assert ops.table()[fast.operation(name)].mutates == spec.mutates
+        assert REGISTERED[fast.operation(name)].run.__module__ == spec.module
 
 
 UNSHOWN = {*map(chr, range(0x20)), "\x7f", *map(chr, range(0x80, 0xA0)), *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))} - {"\n", "\t"}
@@ -270,6 +278,22 @@ SENDS = [
     ("send",),
     ("send", "bob", "too", "many"),
     ("--quiet", "heartbeat", "--task", "tests"),
+    ("set-status", "reviewing", "--task", "the API"),
+    ("set-status",),
+]
+# As bob, while alice holds src/auth/** (in this checkout, the runs' working directory).
+RESERVATIONS = [
+    ("reserve", "docs/**", "--check"),
+    ("reserve", "src/auth/login.py", "--check"),  # a conflict: exit 1, the holder named
+    ("--json", "reserve", "src/**", "--check"),
+    ("reserve", "src/auth/**"),  # refused: alice holds it
+    ("reserve",),
+    ("reserve", "x", "--repo", "/no/such/repo"),
+    ("reservations",),
+    ("--json", "reservations", "--agent", "alice", "--expired"),
+    ("release", "src/auth/**"),  # not bob's
+    ("release",),
+    ("release", "--all"),
 ]
 
 
@@ -293,6 +317,9 @@ def test_fast_and_full_cli_print_the_same(relayctl, relay_env: dict[str, str], u
         for argv in SENDS:
             same(*both(relay_env, *argv, agent="alice", input=b""), mask_ids=True)
         same(*both(relay_env, "send", "bob", "-", agent="alice", input=b"piped\nbody\n"), mask_ids=True)
+        relayctl("reserve", "src/auth/**", "--reason", "bd-7", agent="alice")
+        for argv in RESERVATIONS:
+            same(*both(relay_env, *argv, agent="bob"), mask_ids=True)
         relayctl("read", "--unread", "--mark-read", "--last", "0", agent="carol")
         same(*both(relay_env, "read", "--unread", "--mark-read", agent="carol"))  # nothing left unread: both say so
         # No identity: the same refusal and exit status.
@@ -323,8 +350,13 @@ print("LOADED:" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in (
         ["--agent", "alice", "heartbeat"],
         ["status"],
         ["--json", "status"],
+        ["--agent", "alice", "set-status", "reviewing"],
+        ["--agent", "alice", "reserve", "src/auth/**"],
+        ["--agent", "bob", "reserve", "src/auth/**", "--check"],
+        ["--agent", "alice", "release", "--all"],
+        ["reservations"],
     ],
-    ids=["send", "read", "heartbeat", "status", "status-json"],
+    ids=["send", "read", "heartbeat", "status", "status-json", "set-status", "reserve", "reserve-check", "release", "reservations"],
 )
 def test_with_relayd_up_the_usual_commands_load_no_click_msgspec_or_store(relayctl, relay_env: dict[str, str], argv: list[str]) -> None:
     _team(relayctl, colour="red")  # (printing an ANSI sequence into a pipe is left to click.echo)
