@@ -1,4 +1,5 @@
-"""relayctl start-up: send, read --unread, heartbeat and status as whole processes (and,
+"""relayctl start-up: send, read --unread, heartbeat and status as whole processes (with
+relayd up also set-status and the reservation commands a script runs around an edit, and,
 with relayd up, the hook an agent program runs at every prompt), with relayd up (the fast path: one JSON line each way) and down (direct mode on the store), on
 a regular install (`pip install .` into a scratch venv), next to that interpreter's
 `python -c pass` with both absolute times (benchmarks/common.py cli_start)."""
@@ -24,12 +25,21 @@ def relayd_up(quick: bool) -> list[Row]:
             "read --unread": ["--agent", "inferno", "read", "--unread"],
             "heartbeat": ["--agent", "storm", "heartbeat"],
             "status": ["status"],
+            "set-status": ["--agent", "storm", "set-status", "working"],
+            # What a script runs around an edit: check, take, list, give back.
+            "reserve --check": ["--agent", "storm", "reserve", "src/auth/**", "--check", "--repo", "/tmp"],
+            "reserve": ["--agent", "storm", "reserve", "src/auth/**", "--repo", "/tmp"],
+            "reservations": ["reservations"],
+            "release": ["--agent", "storm", "release", "src/auth/**", "--repo", "/tmp"],
             # What Claude Code runs at every prompt (the mail it hands over, and a trigger
             # typed into the pane, wait for it): here with nothing unread, the usual case.
             "hook claude (UserPromptSubmit)": ["--agent", "storm", "hook", "claude"],
         }
         event = {"hook claude (UserPromptSubmit)": b'{"hook_event_name": "UserPromptSubmit", "prompt": "go on", "session_id": "s"}'}
-        return cli_start(AREA, daemon.env, commands, 2.0, "relayd up", 10 if quick else 30, event)
+        # DESIGN §6: a send within 2x the interpreter's start; what a script calls in a loop around
+        # its edits (heartbeat, set-status, the reservation commands) within 1.5x.
+        targets = {name: 1.5 if name in ("heartbeat", "set-status", "reserve --check", "reserve", "reservations", "release") else 2.0 for name in commands}
+        return cli_start(AREA, daemon.env, commands, targets, "relayd up", 10 if quick else 30, event)
     finally:
         daemon.close()
 
