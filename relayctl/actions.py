@@ -287,6 +287,22 @@ def reservations(s: Settings, repo, holder, expired) -> None:
     s.out(result, human)
 
 
+def handoff(s: Settings, to: str, patterns: list[str], message: str, all_: bool, repo, thread, ttl) -> None:
+    """Move the reservations (one operation, atomic), then send the brief listing them."""
+    sender = s.require_agent("handoff")
+    body = read_body(message)
+    result = s.call("handoff", {"agent": sender, "to": to, "patterns": patterns, "all": all_, "repo": repo_path(repo), "thread": thread, "ttl": ttl})
+    held = "\n".join(f"  {r['pattern']} ({_kind(r)}, until {r['expires_at']})" for r in result["handed"])
+    brief = f"{body.rstrip()}\n\nHanded over to you by {sender}, with these reservations in {result['repo']} (yours now; the guard refuses {sender}'s commits there):\n{held}"
+    sent = s.call("send", {"agent": sender, "to": [to], "body": brief, "subject": "handoff: " + clip(body, 70), "thread": thread, "tags": ["handoff"]})
+    message_id = sent["messages"][0]["id"]
+    if s.json:
+        s.out({"handed": result["handed"], "to": to, "repo": result["repo"], "brief": message_id})
+        return
+    s.note(f"handed {len(result['handed'])} reservation{'s' if len(result['handed']) != 1 else ''} in {result['repo']} to {to}: " + ", ".join(r["pattern"] for r in result["handed"]))
+    s.note(f"brief sent as {message_id} (relayctl track {message_id} says when {to} has read it)")
+
+
 def _expiry(r: dict) -> str:
     left = (parse_iso(r["expires_at"]) - now()).total_seconds()
     return f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "reserve": "relayctl.cmd_reservations:reserve",
     "release": "relayctl.cmd_reservations:release",
     "reservations": "relayctl.cmd_reservations:reservations",
+    "handoff": "relayctl.cmd_reservations:handoff",
     "cmd": "relayctl.cmd_commands:cmd",
     "wake": "relayctl.cmd_wake:wake",
     "gc": "relayctl.cmd_wake:gc",

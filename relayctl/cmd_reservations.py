@@ -1,8 +1,10 @@
-"""reserve, release, reservations."""
+"""reserve, release, reservations, handoff."""
 
 from __future__ import annotations
 
 import click
+
+from relayd.errors import UsageError
 
 from . import actions
 from .context import settings
@@ -74,3 +76,34 @@ def reservations(repo, holder, expired) -> None:
       relayctl --json reservations --repo ~/oathkeeper
     """
     actions.reservations(settings(), repo, holder, expired)
+
+
+@click.command()
+@click.argument("to", metavar="AGENT")
+@click.argument("words", nargs=-1, required=True, metavar="[PATTERN]... MESSAGE")
+@click.option("--all", "all_", is_flag=True, help="Hand over every reservation you hold in the repository.")
+@click.option("--repo", metavar="PATH", help="Repository the patterns are in. [default: the current directory]")
+@click.option("--thread", metavar="ID", help="Thread of the brief, e.g. the ticket.")
+@click.option("--ttl", metavar="DURATION", help="A new expiry from now for each reservation. [default: each keeps its own]")
+def handoff(to: str, words: tuple[str, ...], all_: bool, repo, thread, ttl) -> None:
+    """Hand your work to AGENT: your reservations of PATTERN (or --all) move to AGENT in
+    one step, and AGENT gets MESSAGE as the brief, with the list of what it now holds.
+
+    The reservations keep their patterns, kinds and expiry (or --ttl from now); nobody
+    else can take them in between. After it, the pre-commit guard refuses your own
+    commits on those paths, naming the handoff, and accepts AGENT's. MESSAGE is the last
+    argument ('-' reads it from stdin); track the brief with `relayctl track ID`, or wait
+    until AGENT has read it with --wait on a send. Refused, with nothing moved: an unknown
+    or archived AGENT, a pattern you do not hold.
+
+    \b
+    Examples:
+      relayctl handoff coder "src/auth/**" "Auth is yours: login works, logout is half done" --thread auth
+      relayctl handoff reviewer --all "Everything in this repo is yours now"
+    """
+    patterns, message = list(words[:-1]), words[-1]
+    if all_ and patterns:
+        raise UsageError("give the patterns to hand over, or --all (not both)")
+    if not all_ and not patterns:
+        raise UsageError("name the patterns to hand over before the message, or --all: relayctl handoff AGENT PATTERN... MESSAGE")
+    actions.handoff(settings(), to, patterns, message, all_, repo, thread, ttl)

@@ -29,7 +29,7 @@ def table() -> dict[str, Operation]:
     from .arrival import program_state  # noqa: F401
     from .delivery import ack, dlq, receipts, sweep  # noqa: F401
     from .inbox import read, send  # noqa: F401
-    from .reservations import reserve  # noqa: F401
+    from .reservations import handoff, reserve  # noqa: F401
     from .team import commands, wake  # noqa: F401
     from .upkeep import admin, gc  # noqa: F401
 

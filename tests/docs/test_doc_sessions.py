@@ -192,6 +192,10 @@ SCRIPTS = {
     ("docs/mcp.md", 'relayctl --agent overlord send inferno --subject "deploy" "ship the hotfix"'): "relayctl init --preset overlord",
     ("docs/coordination.md", "relayctl register inferno --notify hook"): "relayctl init --preset overlord && mkdir project && cd project",
     ("docs/mcp.md", "printf '%s\\n' \\"): "relayctl init --preset overlord",
+    ("docs/coordination.md", 'relayctl handoff coder "src/auth/**" "Auth is yours: login works, logout is half done" --thread auth'): (
+        "relayctl init && relayctl register inferno && relayctl register coder && relayctl register reviewer && export RELAY_AGENT=inferno && "
+        "relayctl reserve 'src/auth/**' && relayctl reserve 'docs/**'"
+    ),
     ("docs/cli.md", "# In runner script, before agent starts:"): (
         "relayctl init && relayctl register athena && mkdir repo && "
         'SESSION_NAME=agent-bd-42 AGENT_TYPE=claude MODEL=opus PROMPT_TRUNCATED="fix auth" BEAD_ID=bd-42 '
