@@ -459,7 +459,10 @@ def _agents_run(team: Team, programs: dict[str, str]) -> None:
     team.file.write_text(text)
 
 
-def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(team: Team, relayctl, store_dir: Path) -> None:
+def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(team: Team, relayctl, store_dir: Path, short_tmp: Path) -> None:
+    from support.needed_programs import path_without
+
+    team.env["PATH"] = path_without(("claude", "gemini"), team.env["PATH"], short_tmp / "bin")  # whatever this machine has installed
     assert shutil.which("claude", path=team.env["PATH"]) is None and shutil.which("gemini", path=team.env["PATH"]) is None
     _agents_run(team, {"alpha": "claude", "gamma": "gemini"})
     done = relayctl("up", str(team.file), check=False)
