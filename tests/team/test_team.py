@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,7 +63,7 @@ class Team:
 
     def panes(self) -> dict[str, tuple[str, str, str]]:
         """agent -> (pane id, dead flag, pane pid)"""
-        out = self.tmux("list-panes", "-s", "-t", "crew", "-F", "#{@relay_agent} #{pane_id} #{pane_dead} #{pane_pid}")
+        out = self.tmux("list-panes", "-s", "-t", "=crew:", "-F", "#{@relay_agent} #{pane_id} #{pane_dead} #{pane_pid}")
         return {agent: (pane, dead, pid) for agent, pane, dead, pid in (line.split() for line in out.splitlines())}
 
     def received(self, agent: str) -> list[str]:
@@ -143,6 +144,45 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     stopped = team.agents()
     assert not any(stopped[name]["alive"] for name in panes), stopped  # away at once, not in 5 minutes
     assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
+
+
+def test_up_and_down_run_in_a_tmux_window_named_like_the_team_act_on_the_team_session(team: Team, store_dir: Path) -> None:
+    """relayctl run in a pane, as people run it, in a window named after the project (and so
+    like the team): tmux took `=crew` for that window, a second `up` started every agent
+    again and `down` stopped none of them."""
+    team.tmux("new-session", "-d", "-s", "work", "-n", "crew", "-x", "200", "-y", "50", "-c", str(team.root), "sh")
+    [(shell_pane, shell_pid, server_pid)] = [line.split() for line in team.tmux("list-panes", "-s", "-t", "=work:", "-F", "#{pane_id} #{pane_pid} #{pid}").splitlines()]
+    runs = iter(range(100))
+
+    def in_pane(*args: str) -> tuple[int, str]:
+        step = team.root / f"step-{next(runs)}"
+        team.tmux("send-keys", "-t", shell_pane, "-l", f"{shlex.join([sys.executable, '-m', 'relayctl', *args])} >{step}.out 2>&1; echo $? >{step}.rc\n")
+        code = wait_for(f"relayctl {' '.join(args)} in the pane", lambda: (step.with_suffix(".rc").exists() and step.with_suffix(".rc").read_text().strip()), timeout=120)
+        return int(code), step.with_suffix(".out").read_text()
+
+    code, said = in_pane("up", str(team.file))
+    assert code == 0, said
+    panes = team.panes()
+    assert sorted(panes) == ["alpha", "beta", "gamma"], panes
+    for name in panes:
+        wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)
+    code, said = in_pane("up", str(team.file))
+    assert code == 0, said
+    assert [line.split()[:2] for line in said.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
+        ["alpha", "running"], ["beta", "running"], ["gamma", "running"]], said
+    assert team.panes() == panes  # nothing doubled, nothing restarted
+    assert all(team.received(name).count(f"started as {name} in {team.repo}") == 1 for name in panes)
+    socket = team.tmux("display-message", "-p", "-t", "=crew:", "#{socket_path}").strip()
+    assert {name: a["notify"] for name, a in team.agents().items()} == {name: f"tmux:{socket}:{pane}" for name, (pane, _, _) in panes.items()}
+    code, said = in_pane("status")
+    assert code == 0 and all(f"pane {panes[name][0]} live" in said for name in panes), said
+
+    code, said = in_pane("down", str(team.file))
+    assert code == 0 and "stopped crew: alpha, beta, gamma;" in said, said
+    assert team.tmux("has-session", "-t", "=crew:", check=False) == "" and team.tmux("list-sessions", "-F", "#{session_name}").split() == ["work"]
+    assert team.tmux("list-panes", "-s", "-t", "=work:", "-F", "#{pane_id} #{window_name}").split() == [shell_pane, "crew"]  # the person's own window stays
+    ours = (f"{shell_pid}:", f"{server_pid}:")  # the person's shell and the tmux server, both started with this test's store in their environment
+    wait_for("every process of the team to end", lambda: [p for p in _processes_of(store_dir) if not p.startswith(ours)] == [], timeout=15)
 
 
 def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relayctl) -> None:
