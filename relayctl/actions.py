@@ -69,7 +69,7 @@ def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, b
         from relayd.names import MESSAGE_TYPES
 
         if type_ not in MESSAGE_TYPES:
-            s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
+            s.warn(f"--type {type_!r} is not one of IGNITE's message types (docs/cli.md lists them); sending it anyway")
     if broadcast:
         if len(args) > 1:
             raise UsageError("with --broadcast give only the message (no recipient)")

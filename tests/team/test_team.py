@@ -506,7 +506,7 @@ def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(te
     assert shutil.which("claude", path=team.env["PATH"]) is None and shutil.which("gemini", path=team.env["PATH"]) is None
     _agents_run(team, {"alpha": "claude", "gamma": "gemini"})
     done = relayctl("up", str(team.file), check=False)
-    assert done.returncode != 0
+    assert done.returncode == 2 and "exit 2, nothing started" in " ".join(relayctl("up", "--help").stdout.split())  # as --help says
     assert done.stderr.splitlines() == [
         "error: alpha: claude is not installed (not on PATH): npm install -g @anthropic-ai/claude-code",
         "error: gamma: gemini is not installed (not on PATH): npm install -g @google/gemini-cli",
