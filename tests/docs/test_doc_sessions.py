@@ -242,6 +242,7 @@ NOT_RUNNABLE = {
     ("docs/daemon.md", "$ relayctl subscribe inbox --for inferno"): "follows until Ctrl-C while a sender in another terminal writes; test_stopping.py and test_daemon.py run subscribe",
     ("docs/mcp.md", 'claude mcp add-json relay "$(relayctl mcp-config --role inferno --server-only)"'): "changes the user's Claude Code configuration; test_mcp_config_programs.py feeds mcp-config to the real programs",
     ("docs/mcp.md", "relayctl init --preset overlord"): "npx fetches the MCP inspector from npm; test_mcp_shim.py drives relay-mcp with the official MCP client",
+    ("README.md", "npm install -g @anthropic-ai/claude-code@"): "installs the agent programs globally; the suite installs the same versions into tests/agents (test_install.py checks that they are the same)",
     ("docs/web.md", "pip install 'relay-bus[web]'      # Starlette and uvicorn (from a checkout: pip install '.[web]')"): "installs from PyPI and serves until stopped; test_install.py checks the hint, test_web.py runs relayctl web",
 }
 

@@ -516,6 +516,60 @@ def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(te
     assert team.tmux("has-session", "-t", "crew", check=False) == "" and not (team.repo / ".git" / "hooks" / "pre-commit").exists()
 
 
+# A stand-in for Claude Code's command, in a package.json of the name npm gives it, of an older
+# version: it records the sign-in it finds and draws what Claude Code draws without one.
+STAND_IN = """#!{python}
+import os
+out = open(os.path.join({out!r}, os.environ["RELAY_AGENT"]), "a", buffering=1)
+out.write("key " + os.environ.get("ANTHROPIC_API_KEY", "-") + " proxy " + os.environ.get("HTTPS_PROXY", "-") + "\\n")
+print("Welcome back" if os.environ.get("ANTHROPIC_API_KEY") else "Not logged in \u00b7 Run /login")
+print("? for shortcuts")
+while True:
+    try:
+        input()
+    except EOFError:
+        break
+"""
+
+
+def test_up_passes_the_shells_keys_into_panes_of_a_running_tmux_server_and_names_a_pane_not_signed_in(team: Team, relayctl) -> None:
+    """tmux gives a new pane its server's environment: a key exported in the shell after the
+    server started never reached the program, which then said "Not logged in"."""
+    package = team.root / "lib" / "node_modules" / "@anthropic-ai" / "claude-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@anthropic-ai/claude-code", "version": "2.1.197"}))
+    (package / "cli.py").write_text(STAND_IN.format(python=sys.executable, out=str(team.out)))
+    (package / "cli.py").chmod(0o755)
+    bin_dir = team.root / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").symlink_to(package / "cli.py")
+    from relayctl.team.clients import NETWORK_ENV, PROGRAM_DATA
+
+    for name in (*PROGRAM_DATA["claude"]["env"], *NETWORK_ENV):  # only what the test sets
+        team.env.pop(name, None)
+    team.tmux("new-session", "-d", "-s", "work", "sh")  # the server runs, started without the key
+    team.env.update(PATH=f"{bin_dir}:{team.env['PATH']}", HOME=str(team.root), ANTHROPIC_API_KEY="sk-ant-test-0123456789", HTTPS_PROXY="http://127.0.0.1:9")
+    _agents_run(team, {"alpha": "claude", "beta": "claude"})
+
+    started = relayctl("up", str(team.file))
+    lines = started.stdout.splitlines()
+    assert lines.count("warning: claude is 2.1.197, older than the 2.1.332 relay is tested with: npm install -g @anthropic-ai/claude-code@2.1.332") == 1
+    assert sum(line.split() == ["from", "your", "shell:", "ANTHROPIC_API_KEY,", "HTTPS_PROXY"] for line in lines) == 2, started.stdout  # alpha, beta
+    assert "sk-ant-test" not in started.stdout + started.stderr  # names, never values
+    for name in ("alpha", "beta"):
+        assert wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)[0] == "key sk-ant-test-0123456789 proxy http://127.0.0.1:9"
+    assert "not signed in" not in started.stderr
+    relayctl("down", str(team.file))
+
+    del team.env["ANTHROPIC_API_KEY"]
+    again = relayctl("up", str(team.file))
+    panes = team.panes()
+    for name in ("alpha", "beta"):
+        assert (f"warning: {name} (pane {panes[name][0]}): claude says 'Not logged in': it is not signed in; sign in there, or export its key "
+                "(ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN) in the shell and start the team again from it (relayctl down, then relayctl up)") in again.stderr.splitlines(), again.stderr
+    assert "gamma" not in again.stderr
+
+
 def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Team, relayctl) -> None:
     _agents_run(team, {"beta": "sh -c 'echo \"beta: cannot read its config file\"; exit 3'"})
     done = relayctl("up", str(team.file), check=False)
