@@ -87,7 +87,7 @@ def _send(s: Settings, args: tuple[str, ...], subject, thread, priority, tags, b
         from relayd.names import MESSAGE_TYPES
 
         if type_ not in MESSAGE_TYPES:
-            s.warn(f"--type {type_!r} is not one of IGNITE's message types (see relayctl send --help); sending it anyway")
+            s.warn(f"--type {type_!r} is not one of IGNITE's message types (docs/cli.md lists them); sending it anyway")
     if broadcast:
         if len(args) > 1:
             raise UsageError("with --broadcast give only the message (no recipient)")
@@ -329,18 +329,11 @@ def _render_reserved(r: dict) -> str:
 
 
 def _pane_states(agents: list[dict]) -> None:
-    """`pane: {"id", "state"}` for agents whose notify target is a tmux pane: is their
-    program running there (live), exited (dead), or the pane gone?"""
-    targets = {a["name"]: a["notify"][len("tmux:"):] for a in agents if str(a.get("notify") or "").startswith("tmux:")}
-    if not targets:
-        return
-    from relayd.arrival.notify import tmux_pane_states, tmux_target
+    """`pane: {"id", "state"}` for agents whose notify target is a tmux pane."""
+    if any(str(a.get("notify") or "").startswith("tmux:") for a in agents):
+        from relayd.arrival.notify import add_pane_states
 
-    states = tmux_pane_states(list(targets.values()))
-    for a in agents:
-        if a["name"] in targets:
-            target = targets[a["name"]]
-            a["pane"] = {"id": tmux_target(target)[1], "state": states[target]}
+        add_pane_states(agents)
 
 
 def _agent_line(a: dict) -> str:

@@ -148,7 +148,7 @@ Examples:
 
 
 @click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--agent", envvar=list(layout.AGENT_VARIABLES), metavar="NAME", help=f"Your agent name. [env: {', then '.join(layout.AGENT_VARIABLES)}; no default: agents on one machine share a hostname]")
+@click.option("--agent", envvar=list(layout.AGENT_VARIABLES), metavar="NAME", help="Your agent name. [env: RELAY_AGENT; aliases: OVLD_ROLE, read before it (a pane's own), and BBS_AGENT_ROLE, read after it; no default: agents on one machine share a hostname]")
 @click.option("--dir", "store_dir", envvar=list(layout.STORE_VARIABLES), metavar="PATH", help=f"Store directory. [env: {', then '.join(layout.STORE_VARIABLES)}; default: ~/.relay]")
 @click.option("--socket", envvar="RELAY_SOCKET", metavar="PATH", help="relayd socket. [env: RELAY_SOCKET; default: $XDG_RUNTIME_DIR/relay/relayd.sock (relayd-<hash>.sock for a store other than ~/.relay), else <store>/relayd.sock]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (field names as stored) for scripts.")

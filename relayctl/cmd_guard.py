@@ -22,7 +22,8 @@ A pre-commit hook that is already there keeps running first (it is moved to
 pre-commit.relay-chained, and run as if still in its place, as husky 9 needs); `guard
 uninstall` puts it back. A hook committed to the repository (husky 5-8's .husky/pre-commit),
 a hooks directory git would not ignore, or a core.hooksPath outside the repository is
-refused: relay never writes where git tracks files or other repositories read hooks.
+refused: relay never writes where git tracks files or other repositories read hooks. For a
+committed hook the refusal gives the line to add to it instead (`relayctl guard check`).
 
 The hook outlives relay: once the Python that installed it is gone, commits go through with
 one line saying the guard is not active and how to remove it. To commit past the guard

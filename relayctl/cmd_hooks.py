@@ -62,7 +62,8 @@ def install(program: str, agent: str | None, project: str) -> None:
     """Merge relay's hook entries into the project's settings for PROGRAM.
 
     \b
-      claude  .claude/settings.json: SessionStart, UserPromptSubmit, PostToolUse, Stop
+      claude  .claude/settings.json: SessionStart, UserPromptSubmit, PostToolUse, Stop,
+              and the permissions.allow rule mcp__relay (relay's MCP tools run unasked)
       codex   .codex/hooks.json:     SessionStart, UserPromptSubmit, PostToolUse, Stop
       gemini  .gemini/settings.json: SessionStart, BeforeAgent, AfterTool, AfterAgent
       copilot .github/hooks/relay.json: sessionStart, userPromptSubmitted, postToolUse,
@@ -97,6 +98,9 @@ def install(program: str, agent: str | None, project: str) -> None:
         s.note(f"installed relay's hooks in {change.path} ({', '.join(change.events)})")
     else:
         s.note(f"relay's hooks were already in {change.path}; nothing changed")
+    if program == "claude":  # a permission granted is said out loud, never slipped in with the hooks
+        s.note(f"and the permissions.allow rule {hook_settings.CLAUDE_ALLOW!r} there: Claude Code runs relay's MCP tools without asking"
+               " (`relayctl hooks uninstall --for claude` takes it out again)")
     s.note(f"they deliver the mail of the session's RELAY_AGENT: start it as RELAY_AGENT={name or 'NAME'} {program}"
            " (a session without one runs them as a no-op)")
     s.note(NEXT_STEP[program].format(project=os.path.abspath(project)))

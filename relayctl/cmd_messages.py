@@ -20,7 +20,7 @@ from .options import declared
 @declared("send", "--priority", show_default=True, help="critical is accepted as urgent.")
 @declared("send", "--tag", metavar="TAG", help="Add a tag (repeatable).")
 @declared("send", "--broadcast", help="Send to every registered agent except yourself.")
-@declared("send", "--type", metavar="TYPE", help="Message type: one of the IGNITE types listed above (another word is stored too, with a warning).")
+@declared("send", "--type", metavar="TYPE", help="Message type, one of IGNITE's 19 (task_assignment, progress_update, escalation, ...: docs/cli.md lists them); another word is stored too, with a warning.")
 @declared("send", "--ack", help="Delivery must be acknowledged: redelivered (with backoff) until the recipient runs 'relayctl ack ID', then a dead letter and you are told.")
 @declared("send", "--ack-wait", metavar="DURATION", help="With --ack: backoff base; the wait after delivery n is random(0, min(cap, ACK_WAIT*2^(n-1))). [config.json delivery.ack_wait, 5s]")
 @declared("send", "--max-deliver", metavar="N", help="With --ack: redeliveries before it becomes a dead letter. [config.json delivery.max_deliver, 3]")
@@ -33,15 +33,9 @@ from .options import declared
 def send(args: tuple[str, ...], **options) -> None:
     """Send MESSAGE to agent TO (comma-separate several), or to everyone with --broadcast.
 
-    MESSAGE '-' (or none, with a pipe) reads the text from stdin. Your name comes from
-    --agent, OVLD_ROLE or RELAY_AGENT.
-
-    \b
-    Message types (IGNITE): user_goal, strategy_request, strategy_response, task_list,
-      architecture_request, architecture_response, task_assignment, task_completed,
-      evaluation_request, evaluation_result, improvement_request, improvement_suggestion,
-      improvement_completed, progress_update, system_init, github_event, github_task,
-      escalation, dead_letter
+    MESSAGE '-' (or none, with a pipe) reads the text from stdin; it may be up to 256 KiB
+    (UTF-8), a longer one is refused (exit 2) and nothing is sent. Your name comes from
+    --agent or RELAY_AGENT.
 
     Every send carries an id chosen before it is written: when relayd vanishes mid-send,
     relayctl repeats it with that id, and a recipient that already has the id is not

@@ -28,7 +28,7 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
     """Start the team of FILE (default: ./relay-team.toml): one pane per agent.
 
     In order: checks that every agent's program is installed (if one is not: one line per
-    agent naming its npm package, exit 1, nothing started); with --trust records the
+    agent naming its npm package, exit 2, nothing started); with --trust records the
     repository as trusted in each program's own settings; creates the store if needed;
     registers each agent (program, model, task;
     the lead gets dead-letter escalations); starts relayd unless one serves the store;

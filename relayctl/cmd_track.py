@@ -20,7 +20,7 @@ STEPS = ("read", "ack")
 @click.command()
 @click.argument("message_id", metavar="ID")
 def track(message_id: str) -> None:
-    """Show each recipient's way of message ID: when it was stored, how the recipient was
+    """Show what became of message ID at each recipient: when it was stored, how it was
     announced (tmux, zellij, cmd, channel, hook; ok or the error), whether and when it was
     read (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
 

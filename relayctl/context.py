@@ -48,7 +48,7 @@ class Settings:
     def require_agent(self, what: str = "this command") -> str:
         if not self.agent:
             raise NoIdentity(
-                f"{what} needs your agent name: pass --agent NAME before the command, or set OVLD_ROLE or RELAY_AGENT; "
+                f"{what} needs your agent name: pass --agent NAME before the command, or set RELAY_AGENT (or its alias OVLD_ROLE); "
                 "relay never assumes one, such as the hostname, that several agents would share"
             )
         return self.agent

@@ -242,6 +242,9 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+COMMITTED_HOOK_LINE = "if command -v relayctl >/dev/null; then relayctl guard check; fi"
+
+
 def _check_hooks_dir(top: str, hooks: str) -> None:
     """Refuse a hooks directory relay must not write into: one shared with other repositories
     (a global core.hooksPath), or one in the work tree where a hook relay writes would be
@@ -255,14 +258,17 @@ def _check_hooks_dir(top: str, hooks: str) -> None:
                          "relay installs its guard only into a repository's own hooks: no guard installed")
     hook = os.path.join(real, HOOK)
     rel = os.path.relpath(hook, top)
+    # What to do instead: the team's committed hook runs the same check (a no-op for whoever
+    # has no relayctl).
+    instead = f"to guard commits here, add this line to {rel} and commit it: {COMMITTED_HOOK_LINE}"
     if _git(["ls-files", "-z", "--", rel], cwd=top):
         raise UsageError(f"{hook} is committed to this repository (core.hooksPath); relay never rewrites a file git tracks: "
-                         "no guard installed (the committed hook keeps running as it is)")
+                         f"no guard installed (the committed hook keeps running as it is); {instead}")
     try:
         _git(["check-ignore", "-q", "--no-index", "--", rel], cwd=top)
     except UsageError:
         raise UsageError(f"a hook relay wrote at {hook} (core.hooksPath) would not be ignored by git and could be committed "
-                         "for everyone: no guard installed") from None
+                         f"for everyone: no guard installed; {instead}") from None
 
 
 def _chain_runner(chained: str) -> str:

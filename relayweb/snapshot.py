@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from relayd import timefmt
+from relayd.arrival.notify import add_pane_states
 from relayd.delivery.owed import read_owed
 from relayd.client.full import Client
 from relayd.errors import RelayError
@@ -71,6 +72,7 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
         agent["unread"] = unread["unread"]
         agent["notified"] = unread["pending"]
         agent["owed"] = delivery.get("owed_by_agent", {}).get(agent["name"], 0)
+    add_pane_states(agents)  # each team pane, live, dead or gone, as relayctl status shows it
     reservations = status["reservations"]
     conflicts_checked = _mark_conflicts(reservations)
     recent = search(store, SearchQuery(limit=RECENT))

@@ -62,6 +62,82 @@ NPM_PACKAGE = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", 
                "opencode": "opencode-ai", "copilot": "@github/copilot"}
 
 
+# -- each program's plain data, beside its npm package (kept together to move as one) --------
+# tested: the version relay's tests run it at (tests/agents/package.json); `up` says so in one
+#   line when the one installed is older.
+# env: the calling shell's settings the program reads (sign-in, endpoints, cloud provider),
+#   found in each program's own documentation and code; `up` copies the ones set into the
+#   program's pane, since tmux gives a new pane its server's environment, not the caller's.
+# signed_out: on its screen when it started without a sign-in.
+PROGRAM_DATA: dict[str, dict] = {
+    "claude": {"tested": "2.1.332",
+               "env": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "CLAUDE_CODE_OAUTH_TOKEN",
+                       "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "AWS_REGION", "AWS_PROFILE", "ANTHROPIC_VERTEX_PROJECT_ID",
+                       "CLOUD_ML_REGION"),
+               "signed_out": ("Not logged in",)},
+    "codex": {"tested": "0.169.0", "env": ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY", "CODEX_HOME"), "signed_out": ()},
+    "gemini": {"tested": "0.61.0",
+               "env": ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION",
+                       "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI", "GEMINI_MODEL"),
+               "signed_out": ("Enter Gemini API Key", "How would you like to authenticate")},
+    "opencode": {"tested": "1.18.33",
+                 "env": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+                         "OPENCODE_CONFIG"),
+                 "signed_out": ()},
+    "copilot": {"tested": "1.0.102", "env": ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_MODEL"),
+                "signed_out": ()},
+}
+# Read by every program (Node's and Rust's HTTP clients): proxies and the certificates they need.
+NETWORK_ENV = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "no_proxy", "all_proxy",
+               "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE")
+
+
+def passed_settings(agent: Agent, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The calling shell's settings `agent`'s program reads (PROGRAM_DATA env, NETWORK_ENV)
+    that are set there; the team file's `env` for the agent wins over them."""
+    environ = os.environ if environ is None else environ
+    names = (*PROGRAM_DATA.get(agent.kind, {}).get("env", ()), *NETWORK_ENV)
+    return {name: environ[name] for name in names if environ.get(name) and name not in agent.env}
+
+
+def installed_version(agent: Agent) -> str | None:
+    """The version of the npm package behind `agent`'s program on PATH (its package.json,
+    found from the command's real path); None for a command or a program not from npm."""
+    package = NPM_PACKAGE.get(agent.kind)
+    found = shutil.which(agent.program) if package else None
+    if found is None:
+        return None
+    folder = os.path.dirname(os.path.realpath(found))
+    while folder != os.path.dirname(folder):
+        try:
+            with open(os.path.join(folder, "package.json"), "rb") as fh:
+                manifest = json.loads(fh.read())
+            if isinstance(manifest, dict) and manifest.get("name") == package:
+                return str(manifest.get("version") or "") or None
+        except (OSError, ValueError):
+            pass
+        folder = os.path.dirname(folder)
+    return None
+
+
+def version_warning(agent: Agent) -> str | None:
+    """One line when `agent`'s program is older than the version relay is tested with."""
+    tested, found = PROGRAM_DATA.get(agent.kind, {}).get("tested"), installed_version(agent)
+    if not tested or not found or _version_key(found) >= _version_key(tested):
+        return None
+    return (f"{agent.program} is {found}, older than the {tested} relay is tested with: "
+            f"npm install -g {NPM_PACKAGE[agent.kind]}@{tested}")
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("-")[0].split("."))
+
+
+def signed_out(agent: Agent, screen: str) -> str | None:
+    """What the program's screen shows when it started without a sign-in, if it does."""
+    return next((mark for mark in PROGRAM_DATA.get(agent.kind, {}).get("signed_out", ()) if mark in screen), None)
+
+
 class Screen(NamedTuple):
     title: str
     ready: tuple[str, ...]  # any of these on the screen: the program takes a prompt
@@ -204,12 +280,14 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
 
 
 def pane_env(agent: Agent, team: Team, store_dir: str, socket: str | None) -> dict[str, str]:
-    """The identity a pane's program and everything it starts inherit."""
+    """The identity a pane's program and everything it starts inherit, with the calling
+    shell's settings that program reads (passed_settings)."""
     env = {"RELAY_AGENT": agent.name, "OVLD_ROLE": agent.name, "RELAY_DIR": store_dir, "OVLD_SESSION": team.name}
     if socket:
         env["RELAY_SOCKET"] = socket
     if agent.kind == "opencode":
         env["PWD"] = os.path.abspath(team.repo)  # OpenCode finds its project from $PWD, not its working directory
+    env.update(passed_settings(agent))
     env.update(agent.env)
     return env
 

@@ -48,15 +48,20 @@ def tmux(*args: str, check: bool = True) -> str:
 class TmuxTeam:
     def __init__(self, session: str) -> None:
         self.session = session
+        # The session itself, whoever asks: tmux resolves a bare `=NAME` to a window of that
+        # name in the caller's own session first, and people name a window after their
+        # project, so `up` run in a window named like the team saw no team there and `down`
+        # listed the caller's panes. Panes are named by their ids, unique on the server.
+        self.target = f"={session}:"
 
     def exists(self) -> bool:
-        return _run(("has-session", "-t", f"={self.session}")).returncode == 0
+        return _run(("has-session", "-t", self.target)).returncode == 0
 
     def panes(self) -> dict[str, Pane]:
         """The session's agent panes, by agent."""
         if not self.exists():
             return {}
-        out = tmux("list-panes", "-s", "-t", f"={self.session}", "-F", f"#{{{AGENT_OPTION}}}\t#{{pane_id}}\t#{{pane_dead}}\t#{{pane_pid}}")
+        out = tmux("list-panes", "-s", "-t", self.target, "-F", f"#{{{AGENT_OPTION}}}\t#{{pane_id}}\t#{{pane_dead}}\t#{{pane_pid}}")
         found = {}
         for line in out.splitlines():
             agent, pane_id, dead, pid = (line.split("\t") + ["", "", "", ""])[:4]
@@ -65,7 +70,7 @@ class TmuxTeam:
         return found
 
     def socket_path(self) -> str:
-        return tmux("display-message", "-p", "-t", f"={self.session}", "#{socket_path}").strip()
+        return tmux("display-message", "-p", "-t", self.target, "#{socket_path}").strip()
 
     def start(self, agent: str, argv: list[str], env: dict[str, str], cwd: str) -> str:
         """A new pane (the session's first, or split off) running argv; its pane id."""
@@ -76,7 +81,7 @@ class TmuxTeam:
                         "-c", cwd, *environment, "-P", "-F", "#{pane_id}", command).strip()
             tmux("set-option", "-w", "-t", pane, "remain-on-exit", "on")
         else:
-            pane = tmux("split-window", "-d", "-t", f"={self.session}:", "-c", cwd, *environment, "-P", "-F", "#{pane_id}", command).strip()
+            pane = tmux("split-window", "-d", "-t", self.target, "-c", cwd, *environment, "-P", "-F", "#{pane_id}", command).strip()
             tmux("select-layout", "-t", pane, "tiled")
         tmux("set-option", "-p", "-t", pane, AGENT_OPTION, agent)
         tmux("select-pane", "-t", pane, "-T", agent)
@@ -101,7 +106,7 @@ class TmuxTeam:
         tmux("send-keys", "-t", pane_id, *keys)
 
     def kill(self) -> None:
-        tmux("kill-session", "-t", f"={self.session}", check=False)
+        tmux("kill-session", "-t", self.target, check=False)
 
 
 def _literal(path: str) -> str:

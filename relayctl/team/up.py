@@ -72,6 +72,8 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
     missing = clients.missing_programs(team)
     if missing:
         raise ProgramsMissing(missing)
+    for warning in dict.fromkeys(filter(None, map(clients.version_warning, team.agents))):  # once a program
+        say(f"warning: {warning}")
     if trust:
         for line in record(team):
             say(line)
@@ -130,6 +132,9 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
         target = arrival if arrival in ("channel", "hook") else f"tmux:{session.socket_path()}:{pane_id}"
         s.call("register", {"name": agent.name, "notify": target})
         say(f"{agent.name:<16} {outcome[agent.name]:<10} pane {pane_id}  ({agent.program})")
+        passed = clients.passed_settings(agent)
+        if passed and outcome[agent.name] != "running":
+            say(f"{'':<16} from your shell: {', '.join(passed)}")  # names only, never values
     problems, failed = _watch_panes(session, team, fresh, say, prompt_wait, person_wait) if fresh else ([], False)
     say(f"attach with: tmux attach -t {team.name}    stop with: relayctl down")
     return {"team": team.name, "session": team.name, "agents": outcome, "relayd": daemon, "problems": problems, "failed": failed}
@@ -325,6 +330,11 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
         elif p.state == "starting":
             problems.append(f"{p.agent.name} (pane {p.pane_id}) showed no prompt within {int(start_wait)} s; it shows: "
                             + " | ".join(line.strip() for line in p.last_screen.splitlines() if line.strip())[-300:])
+        said = clients.signed_out(p.agent, p.last_screen) if p.state != "dead" else None
+        if said:
+            problems.append(f"{p.agent.name} (pane {p.pane_id}): {clients.executable(p.agent)} says {said!r}: it is not signed in; "
+                            f"sign in there, or export its key ({', '.join(clients.PROGRAM_DATA[p.agent.kind]['env'][:2])}) in the shell "
+                            "and start the team again from it (relayctl down, then relayctl up)")
     for (pane_id, text), question in waiting.items():
         if question.expected and (pane_id, text) in seen:
             problems.append(f"pane {pane_id} still shows {text!r}: answer it there")

@@ -233,6 +233,20 @@ def tmux_pane_states(targets: list[str], timeout: float = 5.0) -> dict[str, str]
     return states
 
 
+def add_pane_states(agents: list[dict]) -> None:
+    """`pane: {"id", "state"}` for each agent (a status entry) whose notify target is a tmux
+    pane: is its program running there (live), exited (dead), or the pane gone? What
+    `relayctl status` and the web view show."""
+    targets = {a["name"]: a["notify"][len("tmux:"):] for a in agents if str(a.get("notify") or "").startswith("tmux:")}
+    if not targets:
+        return
+    states = tmux_pane_states(list(targets.values()))
+    for a in agents:
+        if a["name"] in targets:
+            target = targets[a["name"]]
+            a["pane"] = {"id": tmux_target(target)[1], "state": states[target]}
+
+
 def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callable[[], ProgramState | None]) -> None:
     """Type the trigger into an idle program's input box, submit it once, and confirm it.
 

@@ -46,7 +46,29 @@ function shown(iso) {
   return iso ? iso.slice(0, 16).replace("T", " ") + " UTC" : "";
 }
 
+// Its team pane (a tmux notify target), as relayctl status shows it: live, dead (its program exited) or gone.
+function pane(a) {
+  if (!a.pane) return null;
+  return el("span", { class: "badge pane " + a.pane.state, title: `${a.name}'s pane: ${a.pane.state === "live" ? "its program runs there" : a.pane.state === "dead" ? "its program exited; relayctl up restarts it" : "no such pane any more"}`, text: `pane ${a.pane.id} ${a.pane.state}` });
+}
+
+// Mail that waits, and why (status's `held`: {why, since}; a `count` when given).
+function held(a) {
+  const h = a.held;
+  if (!h) return null;
+  const why = h.why || h.reason || "";
+  const count = h.count ? `${h.count} waiting, ` : "";
+  return el("div", {}, el("span", { class: "badge held", title: `mail for ${a.name} is not in front of its model: ${why}`, text: `held: ${count}since ${shown(h.since)}: ${why}` }));
+}
+
 function arrival(a) {
+  const cell = arrivalCell(a);
+  const extra = [pane(a), held(a)].filter(Boolean);
+  if (extra.length) cell.append(" ", ...extra);
+  return cell;
+}
+
+function arrivalCell(a) {
   const told = a.announced;
   // A long notify target (a tmux socket path, a command line) is cut short: the full one shows on hover.
   const how = el("span", { class: "muted clip", title: `${a.arrives_by}: how new mail is announced to ${a.name} (relayctl register --notify)`, text: a.arrives_by });
@@ -68,16 +90,27 @@ function fill(tbody, rows, empty, columns) {
   tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "muted", colspan: columns, text: empty }))]));
 }
 
+// What an agent's program is doing, from its hooks (relayd.arrival.program_state), in relayctl status's words.
+const SESSION = { idle: "at its prompt", working: "working", asking: "asking the person", ended: "ended", stopped: "stopped" };
+const SESSION_TITLE = { asking: "its program asks its person a question: no trigger is typed into it until that is answered", stopped: "stopped by relayctl down" };
+
+function presence(a) {
+  return a.alive ? "alive" : a.archived ? "archived" : a.last_heartbeat ? "stale" : "never seen";
+}
+
 function renderAgents(agents) {
-  const alive = agents.filter((a) => a.alive).length;
-  $("agent-count").textContent = `${alive} alive, ${agents.length - alive} stale`;
+  // The heading counts what the rows say, one word for each kind of row.
+  const kinds = ["alive", "stale", "archived", "never seen"];
+  const counts = Object.fromEntries(kinds.map((k) => [k, agents.filter((a) => presence(a) === k).length]));
+  $("agent-count").textContent = kinds.filter((k) => k === "alive" || counts[k]).map((k) => `${counts[k]} ${k}`).join(", ");
   fill($("agents").tBodies[0], agents.map((a) => {
-    const kind = a.alive ? "alive" : a.archived ? "archived" : "stale";
+    const kind = presence(a);
+    const session = a.session ? el("div", {}, el("span", { class: "badge session " + a.session, title: SESSION_TITLE[a.session] || "what its program is doing, from its hooks", text: SESSION[a.session] || a.session })) : null;
     const work = el("td", { class: "work" }, el("div", { class: "clamp", title: [a.status, a.task].filter(Boolean).join(": ") },
       a.status ? el("span", { class: "badge", text: a.status }) : null, a.status && a.task ? " " : null, a.task ? el("span", { text: a.task }) : null));
     return el("tr", { class: "clickable", "data-agent": a.name, title: "show messages to and from " + a.name, onclick: () => showAgent(a.name) },
       el("td", { class: "who", title: a.name, text: a.name }),
-      el("td", {}, el("span", { class: "badge " + kind, text: kind })),
+      el("td", {}, el("span", { class: "badge " + kind.replace(" ", "-"), text: kind }), session),
       work,
       el("td", { class: "muted" }, el("span", { class: "clip", title: a.program || "", text: a.program || "" })),
       arrival(a),
@@ -148,7 +181,7 @@ async function deadLetter(action, d) {
 function messageItem(m) {
   const badges = [];
   if (m.priority && m.priority !== "normal") badges.push(el("span", { class: "badge p-" + m.priority, text: m.priority }));
-  if (m.ack) badges.push(el("span", { class: "badge", title: "sent with --ack: redelivered until acknowledged", text: m.attempt > 1 ? `ack · attempt ${m.attempt}` : "ack" }));
+  if (m.ack) badges.push(el("span", { class: "badge ack", title: `sent with --ack: redelivered until acknowledged; delivered ${m.deliveries || 1} time(s)`, text: (m.deliveries || 1) > 1 ? `ack · ${m.deliveries} deliveries` : "ack" }));
   if (m.type) badges.push(el("span", { class: "badge type", text: m.type }));
   if (m.thread) badges.push(el("span", { class: "badge thread", title: "show this thread", text: "thread " + m.thread, onclick: () => showThread(m.thread) }));
   for (const tag of m.tags || []) badges.push(el("span", { class: "badge", text: "#" + tag }));
@@ -195,9 +228,24 @@ async function showWay(item, id) {
   shown.append(wayList(shownWays.get(id)));
 }
 
+// One row for each copy of a message: an --ack redelivery is another line of the same id in
+// the recipient's inbox, counted as a delivery of the row (newest first in, the newest line kept).
+function oneRowEach(list) {
+  const rows = new Map();
+  for (const m of list) {
+    const key = m.id + "\u0000" + m.to;
+    const row = rows.get(key);
+    if (row) {
+      row.lines += 1;
+      row.deliveries = Math.max(row.deliveries, m.attempt || 1, row.lines);
+    } else rows.set(key, { ...m, lines: 1, deliveries: m.attempt || 1 });
+  }
+  return [...rows.values()];
+}
+
 function renderMessages(list, title, chronological) {
   $("view-title").textContent = title;
-  const shown = chronological ? [...list].reverse() : list;
+  const shown = oneRowEach(chronological ? [...list].reverse() : list);
   const items = shown.map(messageItem);
   $("messages").replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: filter ? "no messages match" : "no messages yet" })]));
 }
@@ -206,11 +254,11 @@ function renderCompose(s) {
   $("human").textContent = s.human;
   const select = $("c-to");
   const chosen = select.value;
-  const options = [el("option", { value: "*", text: "everyone (broadcast)" })];
+  // No recipient is chosen for the person: the empty first option keeps the form from sending until one is.
+  const options = [el("option", { value: "", text: "choose…" }), el("option", { value: "*", text: "everyone (broadcast)" })];
   for (const a of s.agents) if (a.name !== s.human) options.push(el("option", { value: a.name, text: a.name }));
   select.replaceChildren(...options);
-  if ([...select.options].some((o) => o.value === chosen)) select.value = chosen;
-  else if (select.options.length > 1) select.selectedIndex = 1;
+  select.value = [...select.options].some((o) => o.value === chosen) ? chosen : "";
 }
 
 function render() {

@@ -144,3 +144,43 @@ def test_a_store_you_cannot_read_is_said_to_be_one(relay_env: dict[str, str], re
                 assert re.fullmatch(rf"error: the store at {re.escape(str(store_dir))} is not readable by you \(\S+\): permission denied; use a store of your own \(--dir or RELAY_DIR\) or ask its owner\n", proc.stderr), proc.stderr
     finally:
         store_dir.chmod(0o700)
+
+
+def test_help_names_relay_agent_first_and_the_other_names_as_its_aliases() -> None:
+    """The README and the docs speak of RELAY_AGENT; the older names are still read, in the
+    order relay-mcp reads them (relayd.layout.AGENT_VARIABLES), but only as aliases."""
+    from click.testing import CliRunner
+
+    from relayctl.cli import cli
+    from relayd import layout
+
+    [agent_help] = re.findall(r"--agent NAME\s+(.*?)\n  --dir", CliRunner().invoke(cli, ["--help"]).output, re.S)
+    agent_help = " ".join(agent_help.split())
+    assert agent_help.startswith("Your agent name. [env: RELAY_AGENT; aliases: ")
+    assert all(name in agent_help for name in layout.AGENT_VARIABLES)
+    [row] = [line for line in CLI_MD.splitlines() if line.startswith("| `--agent NAME` |")]
+    assert row.split("|")[2].strip().startswith("`$RELAY_AGENT`; its aliases")
+
+
+def test_the_body_limit_send_keeps_is_in_its_help_and_in_cli_md() -> None:
+    from click.testing import CliRunner
+
+    from relayctl.cli import cli
+    from relayd.inbox.send import MAX_BODY, MAX_SUBJECT, MAX_TAGS
+
+    help_text = " ".join(CliRunner().invoke(cli, ["send", "--help"]).output.split())
+    assert MAX_BODY == 256 * 1024 and "up to 256 KiB (UTF-8), a longer one is refused (exit 2)" in help_text
+    send_section = " ".join(CLI_MD[CLI_MD.index("### send"):].split())
+    assert f"at most 256 KiB of UTF-8 (the subject {MAX_SUBJECT:,} characters, {MAX_TAGS} tags)" in send_section
+
+
+@pytest.mark.slow
+def test_a_body_over_the_limit_is_refused_as_the_help_says(relayctl: RelayCtl, store_dir: Path) -> None:
+    from relayd.inbox.send import MAX_BODY
+
+    relayctl.setup("init")
+    relayctl.setup("register", name="bob")
+    refused = relayctl("send", "bob", "-", agent="alice", input="a" * (MAX_BODY + 1), check=False)
+    assert refused.returncode == 2 and refused.stderr == f"error: message body is too large ({MAX_BODY + 1} bytes, at most {MAX_BODY})\n"
+    relayctl("send", "bob", "-", agent="alice", input="a" * MAX_BODY)  # exactly the limit is fine
+    assert [len(m["body"]) for m in json.loads(relayctl("--json", "read", agent="bob").stdout)] == [MAX_BODY]

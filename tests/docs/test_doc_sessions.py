@@ -248,6 +248,7 @@ NOT_RUNNABLE = {
     ("docs/mcp.md", 'claude mcp add-json relay "$(relayctl mcp-config --role inferno --server-only)"'): "changes the user's Claude Code configuration; test_mcp_config_programs.py feeds mcp-config to the real programs",
     ("docs/mcp.md", "relayctl init --preset overlord"): "npx fetches the MCP inspector from npm; test_mcp_shim.py drives relay-mcp with the official MCP client",
     ("docs/cli.md", "from relayd.client.full import Client"): "Python against the reader's own store; tests/client/test_pipeline.py makes the same send_many and pipeline calls against a real relayd and with none",
+    ("README.md", "npm install -g @anthropic-ai/claude-code@"): "installs the agent programs globally; the suite installs the same versions into tests/agents (test_install.py checks that they are the same)",
     ("docs/web.md", "pip install 'relay-bus[web]'      # Starlette and uvicorn (from a checkout: pip install '.[web]')"): "installs from PyPI and serves until stopped; test_install.py checks the hint, test_web.py runs relayctl web",
 }
 

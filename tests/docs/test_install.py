@@ -4,6 +4,7 @@ project), and the README's install and test commands are the ones .ci/run execut
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import PACKAGES, ROOT
+from support.waiting import wait_for
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NAME = PROJECT["name"]
@@ -128,3 +130,84 @@ def test_ci_installs_every_package_the_suite_checks_for() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     installed = {word for line in re.findall(r"apt_install ([^|]+)", ci) for word in line.split()}
     assert set(PROGRAMS.values()) <= installed, set(PROGRAMS.values()) - installed
+
+
+# -- the test command's first run: the agent programs install once, for every worker ----------
+
+_GATE_PREINSTALL = ("const fs = require('fs'), gate = process.env.RELAY_TEST_GATE;"
+                    " fs.writeFileSync(gate + '/waiting', '');"
+                    " while (!fs.existsSync(gate + '/open')) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);")
+_INSTALLER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from support.npm_kit import NpmKit
+print(NpmKit(Path(sys.argv[2]), ["semver"], ["semver", "gate"]).command("gate"))
+"""
+
+
+def _waiting_on_a_lock(pid: int) -> bool:
+    return any(line.split()[1] == "->" and line.split()[5] == str(pid) for line in Path("/proc/locks").read_text().splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_second_worker_waits_for_the_first_workers_whole_npm_install(tmp_path: Path) -> None:
+    """A fresh clone's `pytest -n 4`: the first worker that needs an agent program installs
+    them all; another one that needs one meanwhile must not take the pinned package.json
+    that npm already wrote for a finished install while `.bin/` is still being linked.
+    A stand-in folder like tests/agents: a small registry package and a local one whose
+    preinstall script holds npm at that moment until the test lets it go."""
+    import tarfile
+
+    from support.paths import TESTS
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "package.json").write_text(json.dumps({"name": "gate", "version": "1.0.0", "bin": {"gate": "gate.js"},
+                                                   "scripts": {"preinstall": f"node -e {json.dumps(_GATE_PREINSTALL)}"}}))
+    (gate / "gate.js").write_text("#!/usr/bin/env node\n")
+    with tarfile.open(tmp_path / "gate-1.0.0.tgz", "w:gz") as tar:
+        tar.add(gate, arcname="package")
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    (kit / "package.json").write_text(json.dumps({"private": True, "dependencies": {"semver": "7.6.3", "gate": f"file:{tmp_path / 'gate-1.0.0.tgz'}"}}))
+    env = dict(os.environ, RELAY_TEST_GATE=str(tmp_path))
+
+    def installer() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", _INSTALLER, str(TESTS), str(kit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = installer()
+    second = None
+    try:
+        wait_for("npm to reach the gate's preinstall", lambda: (tmp_path / "waiting").exists() or first.poll() is not None, timeout=120)
+        assert first.poll() is None, first.communicate()
+        assert json.loads((kit / "node_modules" / "semver" / "package.json").read_text())["version"] == "7.6.3"
+        assert not (kit / "node_modules" / ".bin" / "gate").exists()  # the moment a worker used to take for done
+        second = installer()
+        wait_for("the second installer to wait or end", lambda: second.poll() is not None or _waiting_on_a_lock(second.pid))
+        assert second.poll() is None, second.communicate()
+        (tmp_path / "open").touch()
+        for proc in (first, second):
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            assert out.splitlines()[-1] == str(kit / "node_modules" / ".bin" / "gate")
+    finally:
+        (tmp_path / "open").touch()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_the_npm_line_in_the_readme_and_team_md_installs_the_versions_the_suite_runs() -> None:
+    """The README's and docs/team.md's `npm install -g` line name each program at the version
+    tests/agents/package.json pins, the one `up` compares what it finds with."""
+    from relayctl.team.clients import NPM_PACKAGE, PROGRAM_DATA
+
+    pinned = json.loads((ROOT / "tests" / "agents" / "package.json").read_text())["dependencies"]
+    expected = "npm install -g " + " ".join(f"{NPM_PACKAGE[p]}@{PROGRAM_DATA[p]['tested']}" for p in NPM_PACKAGE)
+    assert {NPM_PACKAGE[p]: PROGRAM_DATA[p]["tested"] for p in NPM_PACKAGE} == pinned
+    for doc in (ROOT / "README.md", ROOT / "docs" / "team.md"):
+        lines = [line.strip() for line in doc.read_text().splitlines() if line.strip().startswith("npm install -g @anthropic-ai/claude-code@")]
+        assert lines == [expected], doc

@@ -46,6 +46,8 @@ def test_install_merges_beside_other_hooks_and_keys_and_runs_twice_unchanged(rel
     proc = relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
     assert "installed relay's hooks" in proc.stdout and f"RELAY_AGENT=inferno {program}" in proc.stdout
     settings = _settings(project, program)
+    granted = settings.get("permissions", {}).get("allow", [])
+    assert ("the permissions.allow rule 'mcp__relay' there" in proc.stdout) == (granted == ["mcp__relay"]) == (program == "claude")  # said when written
     assert settings["model"] == "keep-me"
     assert settings["hooks"]["PreToolUse"] == [{"matcher": "Bash", "hooks": [THEIRS]}]
     assert settings["hooks"][stop][0] == {"hooks": [THEIRS]}  # theirs first, as it was

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -268,12 +269,25 @@ def test_a_committed_hook_in_core_hooks_path_is_never_rewritten(relayctl, repo: 
     assert "relay never rewrites a file git tracks" in refused.stderr and "no guard installed" in refused.stderr
     assert (repo.path / ".husky" / "pre-commit").read_text() == ours
     assert repo.git("status", "--porcelain").stdout == ""
+    [line] = refused.stderr.split("; to guard commits here, add this line to .husky/pre-commit and commit it: ")[1:]
 
     (repo.path / ".husky" / "pre-commit").unlink()  # no hook there yet: one relay wrote could be committed
     repo.git("commit", "-qam", "no hook", "--no-verify")
     untracked = relayctl("guard", "install", "--repo", str(repo.path), check=False)
-    assert untracked.returncode != 0 and "could be committed" in untracked.stderr
+    assert untracked.returncode != 0 and "could be committed" in untracked.stderr and untracked.stderr.endswith(f"commit it: {line}")
     assert not (repo.path / ".husky" / "pre-commit").exists()
+
+    # What the refusal says to do instead works: the team's committed hook with that line.
+    _executable(repo.path / ".husky" / "pre-commit", f"#!/bin/sh\n{line.strip()}\n")
+    repo.git("add", ".husky")
+    repo.git("commit", "-qm", "the guard in the team's hook", "--no-verify")
+    relayctl("reserve", "src/auth/**", "--repo", str(repo.path), agent="glacier")
+    repo.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{repo.env['PATH']}"  # relayctl on PATH, as where it is installed
+    refused_commit = repo.commit("src/auth/login.py", agent="inferno")
+    assert refused_commit.returncode != 0 and "glacier holds" in refused_commit.stderr
+    assert repo.commit("src/auth/login.py", agent="glacier").returncode == 0
+    repo.env["PATH"] = os.pathsep.join(p for p in repo.env["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(p, "relayctl")))
+    assert repo.commit("README.md", agent="inferno").returncode == 0  # without relayctl the line does nothing
 
 
 @pytest.mark.slow

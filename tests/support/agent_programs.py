@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .npm_kit import NpmKit
 from .paths import TESTS
 
 AGENTS_DIR = TESTS / "agents"
@@ -29,42 +30,26 @@ PACKAGES = {
 COPILOT_CACHE = AGENTS_DIR / "node_modules" / ".copilot-cache"
 
 
+KIT = NpmKit(AGENTS_DIR, PACKAGES.values(), PACKAGES, needed_by="the agent-program tests")
+
+
 def pinned_version(program: str) -> str:
-    return json.loads((AGENTS_DIR / "package.json").read_text())["dependencies"][PACKAGES[program]]
+    return KIT.pinned_version(PACKAGES[program])
 
 
 def installed_version(program: str) -> str | None:
-    manifest = AGENTS_DIR / "node_modules" / PACKAGES[program] / "package.json"
-    try:
-        return json.loads(manifest.read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
+    return KIT.installed_version(PACKAGES[program])
 
 
 def install() -> None:
-    """npm install into tests/agents unless every pinned version is already there."""
-    if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError("the agent-program tests need node and npm (Debian: apt-get install nodejs npm)")
-    with open(AGENTS_DIR / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers or two checkouts' runs
-        if all(installed_version(p) == pinned_version(p) for p in PACKAGES):
-            return
-        subprocess.run(
-            [npm, "install", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=AGENTS_DIR, check=True, timeout=900,
-        )
+    """npm install into tests/agents unless every pinned version is already there, under
+    the lock that makes a second worker wait for the first's whole install (npm_kit)."""
+    KIT.install()
 
 
 def program(name: str) -> Path:
     """The path of an agent program's executable (installing the pinned set if needed)."""
-    install()
-    path = AGENTS_DIR / "node_modules" / ".bin" / name
-    if not path.exists():
-        raise RuntimeError(f"npm installed the agent programs but {path} is missing")
-    return path
+    return KIT.command(name)
 
 
 def claude_signed_in(home: Path, api_key: str, trusted: Path | None = None, channels: bool = False) -> None:
@@ -153,11 +138,12 @@ def _opencode_plugin_install() -> Path:
         except (OSError, ValueError):
             return False
 
-    if ready():
-        return kit
     kit.mkdir(parents=True, exist_ok=True)
-    with open(kit.parent / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers
+    with open(kit.parent / ".install.lock", "a") as lock:  # held as npm_kit holds its own
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        if ready():
+            return kit
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not ready():
             (kit / "package-lock.json").unlink(missing_ok=True)
             (kit / "package.json").write_text(json.dumps(wanted, indent=2) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,7 +63,7 @@ class Team:
 
     def panes(self) -> dict[str, tuple[str, str, str]]:
         """agent -> (pane id, dead flag, pane pid)"""
-        out = self.tmux("list-panes", "-s", "-t", "crew", "-F", "#{@relay_agent} #{pane_id} #{pane_dead} #{pane_pid}")
+        out = self.tmux("list-panes", "-s", "-t", "=crew:", "-F", "#{@relay_agent} #{pane_id} #{pane_dead} #{pane_pid}")
         return {agent: (pane, dead, pid) for agent, pane, dead, pid in (line.split() for line in out.splitlines())}
 
     def received(self, agent: str) -> list[str]:
@@ -143,6 +144,45 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     stopped = team.agents()
     assert not any(stopped[name]["alive"] for name in panes), stopped  # away at once, not in 5 minutes
     assert json.loads(relayctl("--json", "read", agent="beta").stdout)[0]["body"] == "SECRET-BODY"  # the store keeps it
+
+
+def test_up_and_down_run_in_a_tmux_window_named_like_the_team_act_on_the_team_session(team: Team, store_dir: Path) -> None:
+    """relayctl run in a pane, as people run it, in a window named after the project (and so
+    like the team): tmux took `=crew` for that window, a second `up` started every agent
+    again and `down` stopped none of them."""
+    team.tmux("new-session", "-d", "-s", "work", "-n", "crew", "-x", "200", "-y", "50", "-c", str(team.root), "sh")
+    [(shell_pane, shell_pid, server_pid)] = [line.split() for line in team.tmux("list-panes", "-s", "-t", "=work:", "-F", "#{pane_id} #{pane_pid} #{pid}").splitlines()]
+    runs = iter(range(100))
+
+    def in_pane(*args: str) -> tuple[int, str]:
+        step = team.root / f"step-{next(runs)}"
+        team.tmux("send-keys", "-t", shell_pane, "-l", f"{shlex.join([sys.executable, '-m', 'relayctl', *args])} >{step}.out 2>&1; echo $? >{step}.rc\n")
+        code = wait_for(f"relayctl {' '.join(args)} in the pane", lambda: (step.with_suffix(".rc").exists() and step.with_suffix(".rc").read_text().strip()), timeout=120)
+        return int(code), step.with_suffix(".out").read_text()
+
+    code, said = in_pane("up", str(team.file))
+    assert code == 0, said
+    panes = team.panes()
+    assert sorted(panes) == ["alpha", "beta", "gamma"], panes
+    for name in panes:
+        wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)
+    code, said = in_pane("up", str(team.file))
+    assert code == 0, said
+    assert [line.split()[:2] for line in said.splitlines() if line.split()[:1] in (["alpha"], ["beta"], ["gamma"])] == [
+        ["alpha", "running"], ["beta", "running"], ["gamma", "running"]], said
+    assert team.panes() == panes  # nothing doubled, nothing restarted
+    assert all(team.received(name).count(f"started as {name} in {team.repo}") == 1 for name in panes)
+    socket = team.tmux("display-message", "-p", "-t", "=crew:", "#{socket_path}").strip()
+    assert {name: a["notify"] for name, a in team.agents().items()} == {name: f"tmux:{socket}:{pane}" for name, (pane, _, _) in panes.items()}
+    code, said = in_pane("status")
+    assert code == 0 and all(f"pane {panes[name][0]} live" in said for name in panes), said
+
+    code, said = in_pane("down", str(team.file))
+    assert code == 0 and "stopped crew: alpha, beta, gamma;" in said, said
+    assert team.tmux("has-session", "-t", "=crew:", check=False) == "" and team.tmux("list-sessions", "-F", "#{session_name}").split() == ["work"]
+    assert team.tmux("list-panes", "-s", "-t", "=work:", "-F", "#{pane_id} #{window_name}").split() == [shell_pane, "crew"]  # the person's own window stays
+    ours = (f"{shell_pid}:", f"{server_pid}:")  # the person's shell and the tmux server, both started with this test's store in their environment
+    wait_for("every process of the team to end", lambda: [p for p in _processes_of(store_dir) if not p.startswith(ours)] == [], timeout=15)
 
 
 def test_up_again_restarts_only_the_panes_whose_program_exited(team: Team, relayctl) -> None:
@@ -459,11 +499,14 @@ def _agents_run(team: Team, programs: dict[str, str]) -> None:
     team.file.write_text(text)
 
 
-def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(team: Team, relayctl, store_dir: Path) -> None:
+def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(team: Team, relayctl, store_dir: Path, short_tmp: Path) -> None:
+    from support.needed_programs import path_without
+
+    team.env["PATH"] = path_without(("claude", "gemini"), team.env["PATH"], short_tmp / "bin")  # whatever this machine has installed
     assert shutil.which("claude", path=team.env["PATH"]) is None and shutil.which("gemini", path=team.env["PATH"]) is None
     _agents_run(team, {"alpha": "claude", "gamma": "gemini"})
     done = relayctl("up", str(team.file), check=False)
-    assert done.returncode != 0
+    assert done.returncode == 2 and "exit 2, nothing started" in " ".join(relayctl("up", "--help").stdout.split())  # as --help says
     assert done.stderr.splitlines() == [
         "error: alpha: claude is not installed (not on PATH): npm install -g @anthropic-ai/claude-code",
         "error: gamma: gemini is not installed (not on PATH): npm install -g @google/gemini-cli",
@@ -471,6 +514,60 @@ def test_a_program_not_installed_is_named_with_its_package_and_nothing_starts(te
     ]
     assert not store_dir.exists() and _processes_of(store_dir) == []  # no store, no relayd
     assert team.tmux("has-session", "-t", "crew", check=False) == "" and not (team.repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+# A stand-in for Claude Code's command, in a package.json of the name npm gives it, of an older
+# version: it records the sign-in it finds and draws what Claude Code draws without one.
+STAND_IN = """#!{python}
+import os
+out = open(os.path.join({out!r}, os.environ["RELAY_AGENT"]), "a", buffering=1)
+out.write("key " + os.environ.get("ANTHROPIC_API_KEY", "-") + " proxy " + os.environ.get("HTTPS_PROXY", "-") + "\\n")
+print("Welcome back" if os.environ.get("ANTHROPIC_API_KEY") else "Not logged in \u00b7 Run /login")
+print("? for shortcuts")
+while True:
+    try:
+        input()
+    except EOFError:
+        break
+"""
+
+
+def test_up_passes_the_shells_keys_into_panes_of_a_running_tmux_server_and_names_a_pane_not_signed_in(team: Team, relayctl) -> None:
+    """tmux gives a new pane its server's environment: a key exported in the shell after the
+    server started never reached the program, which then said "Not logged in"."""
+    package = team.root / "lib" / "node_modules" / "@anthropic-ai" / "claude-code"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@anthropic-ai/claude-code", "version": "2.1.197"}))
+    (package / "cli.py").write_text(STAND_IN.format(python=sys.executable, out=str(team.out)))
+    (package / "cli.py").chmod(0o755)
+    bin_dir = team.root / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").symlink_to(package / "cli.py")
+    from relayctl.team.clients import NETWORK_ENV, PROGRAM_DATA
+
+    for name in (*PROGRAM_DATA["claude"]["env"], *NETWORK_ENV):  # only what the test sets
+        team.env.pop(name, None)
+    team.tmux("new-session", "-d", "-s", "work", "sh")  # the server runs, started without the key
+    team.env.update(PATH=f"{bin_dir}:{team.env['PATH']}", HOME=str(team.root), ANTHROPIC_API_KEY="sk-ant-test-0123456789", HTTPS_PROXY="http://127.0.0.1:9")
+    _agents_run(team, {"alpha": "claude", "beta": "claude"})
+
+    started = relayctl("up", str(team.file))
+    lines = started.stdout.splitlines()
+    assert lines.count("warning: claude is 2.1.197, older than the 2.1.332 relay is tested with: npm install -g @anthropic-ai/claude-code@2.1.332") == 1
+    assert sum(line.split() == ["from", "your", "shell:", "ANTHROPIC_API_KEY,", "HTTPS_PROXY"] for line in lines) == 2, started.stdout  # alpha, beta
+    assert "sk-ant-test" not in started.stdout + started.stderr  # names, never values
+    for name in ("alpha", "beta"):
+        assert wait_for(f"{name}'s program", lambda: team.received(name), timeout=30)[0] == "key sk-ant-test-0123456789 proxy http://127.0.0.1:9"
+    assert "not signed in" not in started.stderr
+    relayctl("down", str(team.file))
+
+    del team.env["ANTHROPIC_API_KEY"]
+    again = relayctl("up", str(team.file))
+    panes = team.panes()
+    for name in ("alpha", "beta"):
+        assert (f"warning: {name} (pane {panes[name][0]}): claude says 'Not logged in': it is not signed in; sign in there, or export its key "
+                "(ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN) in the shell and start the team again from it (relayctl down, then relayctl up)") in again.stderr.splitlines(), again.stderr
+    assert "gamma" not in again.stderr
 
 
 def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Team, relayctl) -> None:

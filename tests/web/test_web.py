@@ -422,3 +422,76 @@ def test_the_agents_table_fits_a_laptop_window_with_long_names_and_targets(web: 
         assert target.evaluate("(s) => s.scrollWidth > s.clientWidth")  # cut short on the page, whole on hover
     finally:
         context.close()
+
+
+def _no_overflow(page) -> dict:
+    """What runs past the window or past a card (a panel, a message) horizontally."""
+    return page.evaluate("""() => ({
+        page: document.documentElement.scrollWidth, window: window.innerWidth,
+        cards: [...document.querySelectorAll('section, #messages li')].filter((c) => c.scrollWidth > c.clientWidth)
+                 .map((c) => (c.id || c.dataset.id || c.tagName) + ' ' + c.scrollWidth + '>' + c.clientWidth)})""")
+
+
+def test_the_page_says_why_an_agent_is_silent_and_fits_laptop_and_desktop_windows(web: WebView, browser, relayctl, relay_env, short_tmp: Path) -> None:
+    """An agent whose program asks its person a question, in its team pane: the page shows its
+    session state as relayctl status does, its pane, and its held mail with why and since
+    when (whenever status has them); the heading counts what the rows say; an --ack copy
+    delivered twice is one row; nothing is chosen for the person to write to; a long word wraps."""
+    from relayd.config import DeliveryConfig
+    from support.tmux_pane import Tmux
+
+    if "held_after" in DeliveryConfig.__struct_fields__:  # mail is held at once, not after 30 s
+        config = Path(relay_env["RELAY_DIR"]) / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "delivery": {"held_after": "0s"}}))
+    pane = Tmux(short_tmp, "crew")
+    pane.start(["sh"], short_tmp, {"PATH": os.environ["PATH"], "HOME": str(short_tmp), "TERM": "xterm-256color"})
+    try:
+        relayctl("register", "agent-bd-42", "--notify", f"tmux:{pane.target()}")
+        asked = subprocess.run([sys.executable, "-m", "relayctl", "hook", "claude"], input=json.dumps({"hook_event_name": "PermissionRequest", "tool_name": "Bash"}),
+                               env=dict(relay_env, RELAY_AGENT="agent-bd-42"), capture_output=True, text=True, timeout=60)
+        assert asked.returncode == 0, asked.stderr
+        relayctl("send", "agent-bd-42", "Please rebase onto main", agent="athena", check=False)
+        relayctl.setup("program_state", agent="agent-bd-43", state="stopped", event="relayctl down")  # archived, as down leaves it
+        acked = json.loads(relayctl("--json", "send", "athena", "Confirm the schema", "--ack", "--ack-wait", "1ms", "--max-deliver", "3", agent="agent-bd-43").stdout)["id"]
+        wait_for("a redelivery", lambda: relayctl("redeliver") and len(json.loads(relayctl("--json", "read", "--last", "10", agent="athena").stdout)) >= 2, timeout=10)
+        word = "unbroken" * 40
+        relayctl("send", "athena", f"{word} at the end of the line", "--subject", word, agent="agent-bd-42")
+        status = {a["name"]: a for a in json.loads(relayctl("--json", "status", "--agents").stdout)["agents"]}
+        assert status["agent-bd-42"]["session"] == "asking" and status["agent-bd-43"]["archived"]
+
+        for width in (1280, 1920):
+            context = browser.new_context(viewport={"width": width, "height": 900})
+            try:
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.goto(web.url)
+                row = page.locator("#agents tr[data-agent='agent-bd-42']")
+                expect(row).to_contain_text("asking the person", timeout=10_000)
+                pane_id = pane.target().rpartition(":")[2]
+                expect(row).to_contain_text(f"pane {pane_id} live")
+                held = status["agent-bd-42"].get("held")
+                if held:  # the page says what status says
+                    expect(row.locator(".badge.held")).to_contain_text(f"held: since {held['since'][:16].replace('T', ' ')} UTC: {held['why']}")
+                else:
+                    assert row.locator(".badge.held").count() == 0
+                expect(page.locator("#messages li", has_text=word)).to_have_count(1)
+                kinds = [b.text_content() for b in page.query_selector_all("#agents tbody tr td:nth-child(2) > .badge")]
+                assert "archived" in kinds and page.text_content("#agent-count") == ", ".join(
+                    f"{kinds.count(k)} {k}" for k in ("alive", "stale", "archived", "never seen") if k == "alive" or kinds.count(k)), kinds
+                ack_rows = page.locator(f"#messages li[data-id='{acked}']")
+                expect(ack_rows).to_have_count(1)
+                expect(ack_rows.locator(".badge.ack")).to_have_text(re.compile(r"^ack · [2-9] deliveries$"))
+                assert page.eval_on_selector("#c-to", "s => s.value") == ""  # nobody preselected
+                page.fill("#c-body", "to whom?")
+                page.click("#c-send")
+                assert page.eval_on_selector("#c-to", "s => s.validity.valueMissing") is True and page.text_content("#c-result") == ""
+                fit = _no_overflow(page)
+                os.makedirs(ARTIFACTS, exist_ok=True)
+                page.screenshot(path=os.path.join(ARTIFACTS, f"web-view-{width}.png"), full_page=True)
+                assert fit["page"] <= fit["window"] and fit["cards"] == [], fit
+                assert errors == []
+            finally:
+                context.close()
+    finally:
+        pane.kill()
