@@ -70,10 +70,13 @@ class Session:
         self.relayctl("hooks", "install", "--for", "claude", "--agent", AGENT, "--project", str(self.project))
         return self
 
-    def start(self) -> None:
+    def start(self, notify: str | None = "pane") -> None:
         self.tmux.start([str(program("claude"))], self.project, self.env, size=(120, 40))
-        self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}")
-        wait_for("Claude Code's empty prompt", lambda: self.tmux.cursor_line() == "❯", timeout=90)
+        self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}" if notify == "pane" else notify)
+        try:
+            wait_for("Claude Code's empty prompt", lambda: self.tmux.cursor_line() == "❯", timeout=90)
+        except AssertionError as missed:
+            raise AssertionError(f"{missed}; the screen:\n{self.tmux.screen()}") from None
 
     def door(self) -> dict | None:
         path = self.agent_dir / "claude-inbox"
@@ -124,10 +127,16 @@ def test_mail_waiting_before_the_session_starts_arrives_at_its_prompt(team, rela
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     with Session(team, relay_env, short_tmp) as s:
         try:
-            team("register", AGENT)
+            team("register", AGENT, "--notify", "hook")
             team("send", AGENT, "waiting since before", agent=SENDER)
-            s.start()
-            wait_for("the waiting mail at the model", lambda: _peer_turn(s.model, "waiting since before"), timeout=60)
+            # The hooks as the fallback: a pane trigger registered while mail waits is typed
+            # at once, before Claude Code has drawn its input box (its hooks have not run yet).
+            s.start(notify="hook")
+            try:
+                wait_for("the waiting mail at the model", lambda: _peer_turn(s.model, "waiting since before"), timeout=60)
+            except AssertionError as missed:
+                files = {p.name: p.read_text()[:300] for p in s.agent_dir.iterdir() if p.is_file() and p.name != "inbox.jsonl"}
+                raise AssertionError(f"{missed}\n{files}\n{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
             time.sleep(2)  # a second round must not write it again
             assert sum(1 for r in s.model.requests if any(_is_peer(t, "waiting since before") for t in _user_texts(r)[-1:])) == 1
         finally:
