@@ -225,18 +225,13 @@ def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
 
     sent = _sent(agent, door)
     unread = read(store, ReadParams(agent=name, unread=True, last=BATCH * 5)).messages
-    return [msgspec.to_builtins(m) for m in unread if m.id not in sent and not _from_claude_code(m)][:BATCH]
+    return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
 
 
 def _sent(agent: Dir, door: Door) -> list[str]:
     """The ids already written to this session (none for another process)."""
     lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").split()
     return lines[1:] if lines and lines[0] == door.proc_start else []
-
-
-def _from_claude_code(message) -> bool:
-    """Mail that came out of a Claude Code inbox is never written back into one (no loops)."""
-    return (getattr(message, "type", None) or "") == "claude-inbox"
 
 
 def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
