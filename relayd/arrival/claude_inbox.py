@@ -221,6 +221,7 @@ def waiting(store: Store, name: str, agent: Dir) -> bool:
 
 
 def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
+    # deferred import: the inbox's read path is loaded only for an agent with a door
     from ..inbox.read import ReadParams, read
 
     sent = _sent(agent, door)
