@@ -257,12 +257,15 @@ def _report_inbox(s: Settings, agent: str) -> None:
     """[claude-inbox] Tell relay the session's own inbox (relayd.arrival.claude_inbox): the
     socket Claude Code names to its children, and where its session records are. A report
     only: never fails the hook."""
-    sock = os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET")
-    if not sock:
-        return
+    sock = os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET") or ""
     config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    params = {"agent": agent, "socket": sock, "sessions_dir": os.path.join(config, "sessions")}
+    if not sock:
+        off = os.environ.get("CLAUDE_CODE_HARBOR_KITE") == "0"
+        params["missing"] = ("CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" if off else
+                             "its session names no inbox (a Claude Code before 2.1.224, or cross-session messaging off)")
     try:
-        s.call("claude_inbox", {"agent": agent, "socket": sock, "sessions_dir": os.path.join(config, "sessions")})
+        s.call("claude_inbox", params)
     except RelayError:
         pass
 

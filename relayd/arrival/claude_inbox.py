@@ -177,9 +177,9 @@ def current(agent: Dir) -> Door | None:
     """The agent's door checked now: None when it has none; `unusable` set when its
     process is gone or it cannot be used any more."""
     door = read_door(agent)
-    if door is None or door.unusable:
+    if door is None or not door.socket:
         return door
-    if _proc_start(door.pid) != door.proc_start:
+    if door.proc_start and _proc_start(door.pid) != door.proc_start:
         door.unusable = "the Claude Code session that had it has ended"
         return door
     door.unusable = _check(door)
@@ -194,8 +194,9 @@ def why_not(agent: Dir) -> str | None:
 
 class ClaudeInboxParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str
-    socket: str
+    socket: str  # "": the session named no inbox to its children (`missing` says why)
     sessions_dir: str
+    missing: str | None = None
 
 
 @operation("claude_inbox", ClaudeInboxParams)
@@ -204,7 +205,11 @@ def learn(store: Store, p: ClaudeInboxParams) -> Door:
     check_agent_name(p.agent)
     if not store.is_agent(p.agent):
         raise store.unknown_agent(p.agent)
-    door = inspect(p.socket, p.sessions_dir)
+    if p.socket:
+        door = inspect(p.socket, p.sessions_dir)
+    else:
+        door = Door(socket="", pid=0, proc_start="", sessions_dir=p.sessions_dir, at=now_iso(),
+                    unusable=p.missing or f"its session names no inbox ({fmt.SOCKET_ENV} unset)")
     with store.agent_dir(p.agent) as agent:
         before = read_door(agent)
         agent.replace(DOOR, _encode.encode(door) + b"\n", None)

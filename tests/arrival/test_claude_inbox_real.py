@@ -175,7 +175,7 @@ def _user_texts_of(body: dict) -> list[str]:
     return [t for m in conversation(body) if m.get("role") == "user" for t in texts(m.get("content"))]
 
 
-def test_with_the_inbox_turned_off_relay_falls_back_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
+def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     with Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "refuse"}) as s:
@@ -187,5 +187,22 @@ def test_with_the_inbox_turned_off_relay_falls_back_and_status_says_why(team, re
             wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
             status = _status_of(team, AGENT)
             assert status["arrives_by"].startswith("tmux:") and "crossSessionInbound is refuse" in (status.get("inbox_unusable") or ""), status
+        finally:
+            daemon.kill()
+
+
+def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
+    (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:
+        try:
+            s.start()
+            door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=30)
+            assert door["socket"] == "" and "CLAUDE_CODE_HARBOR_KITE=0" in door["unusable"]
+            assert not (s.run / "cc-socks").exists()  # Claude Code made no inbox at all
+            team("send", AGENT, "mail by the pane", agent=SENDER)
+            wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
+            shown = team("status").stdout
+            assert "not its Claude Code inbox: CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" in shown, shown
         finally:
             daemon.kill()
