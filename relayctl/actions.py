@@ -357,7 +357,15 @@ _SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the
 
 
 def _arrival_line(a: dict) -> str:
-    """How the agent's mail reaches it (register --notify) and how that last went."""
+    """How the agent's mail reaches it (register --notify, or its Claude Code session's own
+    inbox) and how that last went; why its session's inbox is not used, when it is not."""
+    line = _arrival_told(a)
+    if a.get("inbox_unusable"):  # [claude-inbox] relayd.arrival.claude_inbox
+        line += f"\n  {'':<16} not its Claude Code inbox: {clip(a['inbox_unusable'], 100)}"
+    return line
+
+
+def _arrival_told(a: dict) -> str:
     told = a.get("announced")
     line = f"  {a['name']:<16} {clip(a['arrives_by'], 20):<20} "
     if told is None:

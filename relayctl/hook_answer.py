@@ -211,6 +211,8 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     if name not in spec.context and name != spec.stop and name not in spec.state:
         raise ValueError(_unknown_event(program, name))
     agent = s.require_agent(f"hook {program}")
+    if program == "claude" and name in INBOX_EVENTS and not copilot_caller(event):
+        _report_inbox(s, agent)  # [claude-inbox]
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
@@ -244,6 +246,26 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, continued:
         return
     try:
         s.call("program_state", {"agent": agent, "state": state, "event": event.get("hook_event_name")})
+    except RelayError:
+        pass
+
+
+INBOX_EVENTS = ("SessionStart", "UserPromptSubmit")  # [claude-inbox] when a session reports its inbox
+
+
+def _report_inbox(s: Settings, agent: str) -> None:
+    """[claude-inbox] Tell relay the session's own inbox (relayd.arrival.claude_inbox): the
+    socket Claude Code names to its children, and where its session records are. A report
+    only: never fails the hook."""
+    sock = os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET") or ""
+    config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    params = {"agent": agent, "socket": sock, "sessions_dir": os.path.join(config, "sessions")}
+    if not sock:
+        off = os.environ.get("CLAUDE_CODE_HARBOR_KITE") == "0"
+        params["missing"] = ("CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" if off else
+                             "its session names no inbox (a Claude Code before 2.1.224, or cross-session messaging off)")
+    try:
+        s.call("claude_inbox", params)
     except RelayError:
         pass
 

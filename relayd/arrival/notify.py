@@ -41,6 +41,7 @@ from .program_state import ProgramState
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
 from .paneinput import bare, holds_draft, question_on_screen
+from . import claude_inbox  # [claude-inbox]
 from ..config import load_config
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
@@ -64,7 +65,7 @@ class _Unsubmitted(_Skip):
 
 
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
-TRIGGERED = frozenset({*TRIGGERS, "unknown"})  # outcomes recorded here; channel and hook announce elsewhere
+TRIGGERED = frozenset({*TRIGGERS, "unknown", "claude-inbox"})  # outcomes recorded here; channel and hook announce elsewhere
 
 
 class _Settings:
@@ -120,6 +121,10 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
+                if agent.exists(claude_inbox.DOOR):  # [claude-inbox] mail not yet written to its session's inbox
+                    if claude_inbox.waiting(store, name, agent):
+                        waiting.append(name)
+                        continue
                 if kind not in TRIGGERS or agent.exists(layout.PENDING):
                     continue
             if has_unread(store, name):
@@ -131,6 +136,14 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
     with store.agent_dir(name) as agent:
+        # [claude-inbox] A door before keystrokes: the session's own inbox when it has a
+        # usable one (relayd.arrival.claude_inbox); the agent's mechanism below otherwise.
+        if agent.exists(claude_inbox.DOOR):
+            door = claude_inbox.current(agent)
+            if door is not None and not door.unusable:
+                told = claude_inbox.announce(store, name, agent, door)
+                if told["ok"]:
+                    return told
         meta = read_meta(agent)
         how = (meta.notify if meta else None) or "none"
         kind, _, target = how.partition(":")

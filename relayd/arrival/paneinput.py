@@ -113,6 +113,9 @@ _QUESTIONS = (
     "Do you trust the files in this folder?", "Allow execution of", "Waiting for user confirmation",
     "Would you like to run the following command?", "Press enter to confirm or esc to cancel",
     "Trust this folder", "hooks are new or changed", "Hooks need review",
+    # [claude-inbox] Claude Code's dialog for a peer message it holds for the person, with
+    # Deny preselected: an Enter typed into it denies the message.
+    "Held message from another session",
 )
 
 

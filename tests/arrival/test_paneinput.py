@@ -48,3 +48,12 @@ def test_a_prompt_of_ones_own_is_recognised_with_notify_prompt() -> None:
     assert holds_draft(row, len(row))
     assert not holds_draft(row, len(row), DEFAULT_PROMPT + r"|➜ .*\)")
     assert holds_draft(row + "make", len(row) + 4, DEFAULT_PROMPT + r"|➜ .*\)")
+
+
+def test_claude_codes_held_message_dialog_is_a_question() -> None:
+    """Claude Code 2.1.332 asks the person about a peer message it holds, Deny preselected
+    (its title, as the dialog draws it): a trigger's Enter there would deny the message."""
+    from relayd.arrival.paneinput import question_on_screen
+
+    screen = "╭─ Held message from another session ──────╮\n│ Deliver it to Claude?                    │\n╰──────────────────────────────────────────╯\n"
+    assert question_on_screen(screen) == repr("Held message from another session")

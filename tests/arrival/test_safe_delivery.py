@@ -58,7 +58,10 @@ def _claude_configure(home: Path, project: Path, url: str) -> dict[str, str]:
     # The person approves each command (Claude Code's manual mode, its default before 2.1.332).
     (home / ".claude").mkdir(exist_ok=True)
     (home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
-    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": API_KEY, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    # The pane trigger is what these tests hold back: Claude Code's own inbox, which relay
+    # uses first where a session has one (test_claude_inbox_real.py), is off.
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": API_KEY, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_HARBOR_KITE": "0"}
 
 
 def _gemini_configure(home: Path, project: Path, url: str) -> dict[str, str]:

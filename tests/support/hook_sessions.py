@@ -47,7 +47,9 @@ class Program:
 
 
 def _claude_env(home: Path, project: Path, url: str) -> dict[str, str]:
-    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-scripted"}
+    # The hooks are what these scenarios test: Claude Code's own inbox, which relay uses
+    # first where a session has one (tests/arrival/test_claude_inbox_real.py), is off.
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-scripted", "CLAUDE_CODE_HARBOR_KITE": "0"}
 
 
 def _codex_env(home: Path, project: Path, url: str) -> dict[str, str]:

@@ -1,0 +1,266 @@
+"""The Claude Code inbox as a way mail reaches an agent: learning a session's socket, and writing to it.
+
+A door before keystrokes (DESIGN §4): where the agent's Claude Code session has its
+cross-session inbox (relayd.arrival.claude_inbox_format says what it is), relay writes
+each new message there as a peer message instead of typing a trigger into the pane.
+
+How relay learns the door: relay's hooks run as the session's children and see
+`CLAUDE_CODE_MESSAGING_SOCKET`; at the session's start and at each prompt `relayctl hook
+claude` reports it (the `claude_inbox` operation below). The operation checks it the way
+Claude Code checks its own (`inspect`): the socket's directory and file owned by this user,
+0700 and 0600, the session record `<pid>.json` beside the key file naming that socket, the
+pid's start time in /proc equal to the record's, a peer protocol relay speaks, and the
+session's `crossSessionInbound` setting not `hold` or `refuse`. What it found is kept in
+`agents/<name>/claude-inbox` with the process it belongs to (pid and start time), so a
+later session in the same pane never gets an earlier one's socket: the door is checked
+again before every use, and a process that is gone (or a pid used again) voids it.
+
+How mail goes through it (`announce`, called by relayd.arrival.notify for an agent with a
+door): every unread message not yet written to this session (the ids written are kept in
+`agents/<name>/claude-inbox-sent`, with the session's start time) goes as one peer
+message over one connection. A door that cannot be used leaves the agent's own mechanism
+(pane trigger, channel, hooks) to do the work, and `status` says why (`why_not`).
+
+A message written there is "announced" (seen to land in the session's queue); "read" is
+still recorded when relay's hooks or tools put the full mail in front of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+
+import msgspec
+
+from .. import layout
+from ..fsio import Dir
+from ..records import check_agent_name
+from ..registry import operation
+from ..store import Store
+from ..timefmt import now_iso
+from . import claude_inbox_format as fmt
+
+DOOR = "claude-inbox"  # agents/<name>/claude-inbox: the session's inbox, as relay found it
+SENT = "claude-inbox-sent"  # agents/<name>/claude-inbox-sent: the session's start time, then the ids written to it
+KEEP_SENT = 200  # ids remembered: more than the unread mail one round looks at
+METHOD = "claude-inbox"  # the arrival mechanism's name in outcomes, receipts and status
+CONNECT_TIMEOUT = 2.0
+BATCH = 20  # messages written in one round at most; the rest go in the next
+
+
+class Door(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A Claude Code session's inbox, tied to the process it belongs to."""
+
+    socket: str
+    pid: int
+    proc_start: str
+    sessions_dir: str  # where its session record and key file are
+    session_id: str | None = None
+    version: str | None = None
+    cwd: str | None = None
+    at: str | None = None  # when relay last saw it
+    unusable: str | None = None  # why relay cannot use it (then the agent's own mechanism works)
+
+
+_door = msgspec.json.Decoder(Door)
+_encode = msgspec.json.Encoder()
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fmt.proc_start(fh.read())
+    except OSError:
+        return None
+
+
+def _private(path: str, kind: int, mode: int) -> str | None:
+    """Why `path` is not this user's own (`kind`, at most `mode`); None when it is."""
+    try:
+        found = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if stat.S_IFMT(found.st_mode) != kind:
+        return f"{path} is not a {'socket' if kind == stat.S_IFSOCK else 'directory' if kind == stat.S_IFDIR else 'regular file'}"
+    if found.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {found.st_uid})"
+    if stat.S_IMODE(found.st_mode) & ~mode:
+        return f"{path} is open to others (mode {stat.S_IMODE(found.st_mode):o}; Claude Code makes it {mode:o})"
+    return None
+
+
+def _inbound_setting(cwd: str | None, config_dir: str) -> tuple[str, str] | None:
+    """(value, file) of a `crossSessionInbound` that keeps relay's mail from the model
+    (`hold`: parked for the person; `refuse`), from the user's and the project's settings."""
+    files = [os.path.join(config_dir, "settings.json")]
+    if cwd:
+        files += [os.path.join(cwd, ".claude", "settings.json"), os.path.join(cwd, ".claude", "settings.local.json")]
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                value = json.load(fh).get("crossSessionInbound")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if value in ("hold", "refuse"):
+            return value, path
+    return None
+
+
+def inspect(socket_path: str, sessions_dir: str) -> Door:
+    """The door at `socket_path`, checked as Claude Code checks its own; `unusable` says
+    why relay may not use it."""
+    socket_path = os.path.abspath(socket_path)
+    pid = fmt.pid_of_socket(socket_path) or 0
+    door = Door(socket=socket_path, pid=pid, proc_start="", sessions_dir=os.path.abspath(sessions_dir), at=now_iso())
+    door.unusable = _check(door)
+    return door
+
+
+def _check(door: Door) -> str | None:
+    if not door.pid:
+        return f"{door.socket} is not named <pid>.sock, as Claude Code names its sockets"
+    if os.environ.get(fmt.SWITCH_ENV) == "0":
+        return f"{fmt.SWITCH_ENV}=0 turns Claude Code's inbox off here"
+    why = _private(os.path.dirname(door.socket), stat.S_IFDIR, 0o700) or _private(door.socket, stat.S_IFSOCK, 0o600)
+    if why:
+        return why
+    record_path = os.path.join(door.sessions_dir, fmt.record_name(door.pid))
+    try:
+        with open(record_path, "rb") as fh:
+            raw, owner = fh.read(), os.fstat(fh.fileno()).st_uid
+    except OSError:
+        return f"Claude Code has no session record {record_path} (a version without the inbox?)"
+    if owner != os.getuid():
+        return f"{record_path} belongs to another user"
+    record = fmt.decode_record(raw)
+    if record is None or record.pid != door.pid:
+        return f"{record_path} is not a session record relay can read"
+    why = fmt.unusable(record, door.socket)
+    if why:
+        return why
+    running = _proc_start(door.pid)
+    if running is None or running != record.procStart:
+        return f"the session of {record_path} is no longer running"
+    door.proc_start, door.session_id, door.version, door.cwd = running, record.sessionId, record.version, record.cwd
+    if door.proc_start and _token(door) is None:
+        return f"no key file of this user's for {door.socket} in {door.sessions_dir}"
+    setting = _inbound_setting(record.cwd, os.path.dirname(door.sessions_dir))
+    if setting:
+        return f"crossSessionInbound is {setting[0]} ({setting[1]}): Claude Code would not put relay's mail in front of the model"
+    return None
+
+
+def _token(door: Door) -> str | None:
+    path = os.path.join(door.sessions_dir, fmt.key_name(door.pid, door.socket))
+    if _private(path, stat.S_IFREG, 0o600):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fmt.decode_key(fh.read())
+    except OSError:
+        return None
+
+
+def read_door(agent: Dir) -> Door | None:
+    raw = agent.read_bytes(DOOR)
+    if not raw:
+        return None
+    try:
+        return _door.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def current(agent: Dir) -> Door | None:
+    """The agent's door checked now: None when it has none; `unusable` set when its
+    process is gone or it cannot be used any more."""
+    door = read_door(agent)
+    if door is None or not door.socket:
+        return door
+    if door.proc_start and _proc_start(door.pid) != door.proc_start:
+        door.unusable = "the Claude Code session that had it has ended"
+        return door
+    door.unusable = _check(door)
+    return door
+
+
+def why_not(agent: Dir) -> str | None:
+    """For status: why an agent whose session reported an inbox is not reached through it."""
+    door = current(agent)
+    return door.unusable if door is not None else None
+
+
+class ClaudeInboxParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    socket: str  # "": the session named no inbox to its children (`missing` says why)
+    sessions_dir: str
+    missing: str | None = None
+
+
+@operation("claude_inbox", ClaudeInboxParams)
+def learn(store: Store, p: ClaudeInboxParams) -> Door:
+    """Record the Claude Code inbox an agent's session reported (relay's hooks call it)."""
+    check_agent_name(p.agent)
+    if not store.is_agent(p.agent):
+        raise store.unknown_agent(p.agent)
+    if p.socket:
+        door = inspect(p.socket, p.sessions_dir)
+    else:
+        door = Door(socket="", pid=0, proc_start="", sessions_dir=p.sessions_dir, at=now_iso(),
+                    unusable=p.missing or f"its session names no inbox ({fmt.SOCKET_ENV} unset)")
+    with store.agent_dir(p.agent) as agent:
+        before = read_door(agent)
+        agent.replace(DOOR, _encode.encode(door) + b"\n", None)
+    if door.unusable is None and (before is None or (before.pid, before.proc_start) != (door.pid, door.proc_start) or before.unusable):
+        # a new door: mail that waited for the session goes now (relayd.daemon.notifications)
+        store.emit(store.event("agent", action="idle", agent=p.agent), durable=False)
+    return door
+
+
+def waiting(store: Store, name: str, agent: Dir) -> bool:
+    """Unread mail not yet written to the agent's usable door."""
+    door = current(agent)
+    return door is not None and not door.unusable and bool(_unsent(store, name, agent, door))
+
+
+def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
+    # deferred import: the inbox's read path is loaded only for an agent with a door
+    from ..inbox.read import ReadParams, read
+
+    sent = _sent(agent, door)
+    unread = read(store, ReadParams(agent=name, unread=True, last=BATCH * 5)).messages
+    return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
+
+
+def _sent(agent: Dir, door: Door) -> list[str]:
+    """The ids already written to this session (none for another process)."""
+    lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").split()
+    return lines[1:] if lines and lines[0] == door.proc_start else []
+
+
+def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
+    """Write the agent's new mail into its session's inbox: the outcome for the notifier
+    (`{"agent", "method", "ok", "skipped"?, "error"?}`)."""
+    outcome: dict = {"agent": name, "method": METHOD}
+    messages = _unsent(store, name, agent, door)
+    if not messages:
+        outcome.update(ok=True, skipped="claude-inbox: nothing new since the last write")
+        return outcome
+    token = _token(door)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_TIMEOUT)
+            sock.connect(door.socket)
+            lines = [fmt.auth_line(token)] if token else []
+            lines += [fmt.message_line(fmt.mail_text(name, m))[1] for m in messages]
+            sock.sendall(b"".join(lines))
+    except (OSError, ValueError) as exc:
+        outcome.update(ok=False, error=f"Claude Code inbox {door.socket}: {getattr(exc, 'strerror', None) or exc}")
+        return outcome
+    kept = (_sent(agent, door) + [m["id"] for m in messages])[-KEEP_SENT:]
+    agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
+    agent.unlink(layout.PENDING, missing_ok=True)
+    outcome.update(ok=True)
+    return outcome

@@ -1,0 +1,208 @@
+"""relay's mail through Claude Code's own inbox, in the real Claude Code, in real tmux.
+
+Claude Code 2.1.332 (tests/agents) runs interactively against the scripted model server,
+with relay's hooks installed as `relayctl hooks install` writes them and RELAY_AGENT set as
+`relayctl up` sets it. The agent's notify target is its pane, but the session reports its
+cross-session inbox through the hooks, and relayd writes the mail there: no keystroke.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from support.agent_programs import claude_signed_in, program
+from support.model_anthropic import conversation, messages_responder, text, texts, tool_use
+from support.relayd_proc import Daemon
+from support.scripted_model import ScriptedModel
+from support.tmux_pane import Tmux, kill_strays
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+API_KEY = "sk-ant-relay-test-00000000000000000000"
+TRIGGER = "relay-test: new mail, call check_inbox"
+AGENT, SENDER = "inferno", "strategist"
+PEER_NOTICE = "Another Claude session sent a message"  # how Claude Code 2.1.332 opens a peer message
+
+
+def _user_texts(request) -> list[str]:
+    return [t for m in conversation(request.json() or {}) if m.get("role") == "user" for t in texts(m.get("content"))]
+
+
+def _peer_turn(model: ScriptedModel, subject: str):
+    """The first model request with relay's mail for `subject` as a peer message."""
+    return next((r for r in model.requests if any(_is_peer(t, subject) for t in _user_texts(r))), None)
+
+
+def _is_peer(text: str, subject: str) -> bool:
+    return text.startswith(PEER_NOTICE) and f"subject: {subject}" in text
+
+
+class Session:
+    """A Claude Code session for AGENT in tmux, with relay's hooks, against a scripted model."""
+
+    def __init__(self, relayctl, relay_env: dict[str, str], root: Path, turn=lambda body: [text("Noted.")], settings: dict | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.root, self.relayctl = root, relayctl
+        self.project, self.home, self.run = root / "project", root / "home", root / "run"
+        self.project.mkdir()
+        self.run.mkdir(mode=0o700)
+        claude_signed_in(self.home, API_KEY, trusted=self.project)
+        if settings is not None:
+            (self.home / ".claude").mkdir(parents=True, exist_ok=True)
+            (self.home / ".claude" / "settings.json").write_text(json.dumps(settings))
+        self.tmux = Tmux(root, "c")
+        self.model = ScriptedModel(messages_responder(turn))
+        self.env = {k: v for k, v in relay_env.items() if not k.startswith("TMUX")}
+        self.env.update({"HOME": str(self.home), "ANTHROPIC_API_KEY": API_KEY, "DISABLE_AUTOUPDATER": "1",
+                         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "XDG_RUNTIME_DIR": str(self.run),
+                         "RELAY_AGENT": AGENT, "TERM": "xterm-256color", "LANG": "C.UTF-8", **(extra_env or {})})
+        self.agent_dir = Path(relay_env["RELAY_DIR"]) / "agents" / AGENT
+
+    def __enter__(self) -> "Session":
+        self.model.__enter__()
+        self.env["ANTHROPIC_BASE_URL"] = self.model.url
+        self.relayctl("hooks", "install", "--for", "claude", "--agent", AGENT, "--project", str(self.project))
+        return self
+
+    def start(self, notify: str | None = "pane") -> None:
+        self.tmux.start([str(program("claude"))], self.project, self.env, size=(120, 40))
+        self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}" if notify == "pane" else notify)
+        try:
+            wait_for("Claude Code's empty prompt", lambda: self.tmux.cursor_line() == "❯", timeout=90)
+        except AssertionError as missed:
+            raise AssertionError(f"{missed}; the screen:\n{self.tmux.screen()}") from None
+
+    def door(self) -> dict | None:
+        path = self.agent_dir / "claude-inbox"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def __exit__(self, *exc) -> None:
+        self.tmux.kill()
+        kill_strays(self.home)
+        self.model.__exit__(*exc)
+
+
+@pytest.fixture
+def team(relayctl):
+    relayctl("init")
+    relayctl("register", SENDER)
+    return relayctl
+
+
+def _status_of(relayctl, name: str) -> dict:
+    return next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == name)
+
+
+def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp) as s:
+        try:
+            s.start()
+            door = wait_for("the session's inbox reported by relay's hook", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=30)
+            assert door.get("unusable") is None, door
+            assert Path(door["socket"]).parent == s.run / "cc-socks"
+            lines_seen: list[str] = []
+            for n in range(3):
+                team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
+                turn = wait_for(f"mail {n} at the model as a peer message", lambda: (lines_seen.append(s.tmux.cursor_line()), _peer_turn(s.model, f"idle mail {n}"))[1], timeout=30)
+                peer = next(t for t in _user_texts(turn) if _is_peer(t, f"idle mail {n}"))
+                assert f"relay mail for {AGENT} from {SENDER}" in peer and f"body of mail {n}" in peer
+                wait_for("Claude Code back at its prompt", lambda: s.tmux.cursor_line() == "❯", timeout=30)
+            assert not any("relay mail" in line or TRIGGER in line for line in lines_seen)  # never in the input line
+            assert not any(TRIGGER in t for r in s.model.requests for t in _user_texts(r))  # no pane trigger at all
+            status = _status_of(team, AGENT)
+            assert status["arrives_by"] == "claude-inbox", status
+        finally:
+            daemon.kill()
+
+
+def test_mail_waiting_before_the_session_starts_arrives_at_its_prompt(team, relay_env, short_tmp: Path) -> None:
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp) as s:
+        try:
+            team("register", AGENT, "--notify", "hook")
+            team("send", AGENT, "waiting since before", agent=SENDER)
+            # The hooks as the fallback: a pane trigger registered while mail waits is typed
+            # at once, before Claude Code has drawn its input box (its hooks have not run yet).
+            s.start(notify="hook")
+            try:
+                wait_for("the waiting mail at the model", lambda: _peer_turn(s.model, "waiting since before"), timeout=60)
+            except AssertionError as missed:
+                files = {p.name: p.read_text()[:300] for p in s.agent_dir.iterdir() if p.is_file() and p.name != "inbox.jsonl"}
+                raise AssertionError(f"{missed}\n{files}\n{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
+            time.sleep(2)  # a second round must not write it again
+            assert sum(1 for r in s.model.requests if any(_is_peer(t, "waiting since before") for t in _user_texts(r)[-1:])) == 1
+        finally:
+            daemon.kill()
+
+
+def test_during_a_permission_question_the_mail_waits_and_the_question_stays(team, relay_env, short_tmp: Path) -> None:
+    def turn(body):
+        asked = any("run the probe" in t for t in _user_texts_of(body))
+        done = any(m.get("role") == "user" and isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]) for m in conversation(body))
+        if asked and not done and not any(PEER_NOTICE in t for t in _user_texts_of(body)):
+            return [tool_use("Bash", {"command": "touch probe-ran", "description": "make the probe file"})]
+        return [text("Noted.")]
+
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp, turn=turn, settings={"permissions": {"defaultMode": "default"}}) as s:
+        try:
+            s.start()
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=30)
+            s.tmux.type_line("run the probe", "run the probe")
+            s.tmux.wait_for("Do you want to proceed?", timeout=60, settle=1)
+            team("send", AGENT, "mail during the question", agent=SENDER)
+            time.sleep(10)
+            screen = s.tmux.screen()
+            assert "Do you want to proceed?" in screen, screen
+            assert not (s.project / "probe-ran").exists()
+            assert _peer_turn(s.model, "mail during the question") is None
+            s.tmux.keys("Escape")  # the person declines
+            wait_for("the mail at the model after the question", lambda: _peer_turn(s.model, "mail during the question"), timeout=5)
+            assert not (s.project / "probe-ran").exists()
+        finally:
+            daemon.kill()
+
+
+def _user_texts_of(body: dict) -> list[str]:
+    return [t for m in conversation(body) if m.get("role") == "user" for t in texts(m.get("content"))]
+
+
+def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
+    (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "refuse"}) as s:
+        try:
+            s.start()
+            door = wait_for("the session's inbox reported", lambda: s.door(), timeout=30)
+            assert "crossSessionInbound is refuse" in (door.get("unusable") or ""), door
+            team("send", AGENT, "mail by the pane", agent=SENDER)
+            wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
+            status = _status_of(team, AGENT)
+            assert status["arrives_by"].startswith("tmux:") and "crossSessionInbound is refuse" in (status.get("inbox_unusable") or ""), status
+        finally:
+            daemon.kill()
+
+
+def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
+    (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:
+        try:
+            s.start()
+            door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=30)
+            assert door["socket"] == "" and "CLAUDE_CODE_HARBOR_KITE=0" in door["unusable"]
+            assert not (s.run / "cc-socks").exists()  # Claude Code made no inbox at all
+            team("send", AGENT, "mail by the pane", agent=SENDER)
+            wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
+            shown = team("status").stdout
+            assert "not its Claude Code inbox: CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" in shown, shown
+        finally:
+            daemon.kill()
