@@ -41,6 +41,7 @@ class HostCounts:
     refused: int = 0
     refused_unrecorded: int = 0  # refused beyond refusals_per_hour: counted, not written
     told: set[str] = field(default_factory=set)  # what was logged of this host in this hour ("held", "refused")
+    over: set[str] = field(default_factory=set)  # "held": the host met its budget in this hour
 
 
 class Budget:
@@ -55,13 +56,17 @@ class Budget:
         if counts.window != window:
             counts.window, counts.hour_messages, counts.hour_bytes, counts.hour_refusals = window, 0, 0, 0
             counts.told.clear()
+            counts.over.clear()
         return counts
 
     def take(self, host: str, size: int) -> bool:
         """Charge one message of `size` bytes to `host`; False (nothing charged, `held`
         counted) when it would pass the host's budget for this hour."""
         counts = self._counts(host)
-        if counts.hour_messages + 1 > self.limits.messages_per_hour or counts.hour_bytes + size > self.limits.bytes_per_hour:
+        # Once one message waits, so does every later one of this hour, even one small
+        # enough to fit: a host's mail is stored in the order it came.
+        if "held" in counts.over or counts.hour_messages + 1 > self.limits.messages_per_hour or counts.hour_bytes + size > self.limits.bytes_per_hour:
+            counts.over.add("held")
             counts.held += 1
             return False
         counts.hour_messages += 1
