@@ -131,7 +131,9 @@ def test_a_flooding_host_gets_its_budget_of_disk_and_no_more(short_tmp, relay_en
         # What beta's disk took: the budget, the refusal records, and the few KiB of ids and events.
         assert grown <= budget + REFUSALS_RECORDED * 5000 + MIB, f"{grown / MIB:.1f} MiB"
         assert "local, after the flood" in bodies and connected(beta)
-        # Visible in the log once per host and hour, not once per message.
+        # Visible in relayctl status, and in the log once per host and hour, not once per message.
+        said = [line for line in beta.ctl("status").stdout.splitlines() if "from host ghost:" in line]
+        assert len(said) == 1 and f"{shown['held']} held in JetStream over its budget" in said[0] and f"{junk_taken} refused" in said[0], said
         assert len(log_lines(beta, "bridge mail refused")) == len(hours)
         assert len(held := log_lines(beta, "over its hourly budget")) == len(hours) and held[0].get("host") == "ghost"
     finally:
