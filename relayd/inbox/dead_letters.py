@@ -28,7 +28,7 @@ from ..timefmt import parse_duration
 from ..ulid import is_ulid, ulid_time_ms
 
 
-class Trimmed(msgspec.Struct, kw_only=True):
+class DeletedDeadLetter(msgspec.Struct, kw_only=True):
     file: str  # relative to the store: dead_letter/<agent>.<ulid>.jsonl
     agent: str
     bytes: int
@@ -68,14 +68,14 @@ def limits(store: Store) -> GcConfig:
         return GcConfig()
 
 
-def trim(store: Store, now_s: float, keep: str | None, max_mib: int, dry_run: bool = False) -> list[Trimmed]:
+def trim(store: Store, now_s: float, keep: str | None, max_mib: int, dry_run: bool = False) -> list[DeletedDeadLetter]:
     """Delete (or, `dry_run`, name) the rotated files older than `keep` and, oldest first,
     those past `max_mib` MiB in all."""
     keep_ms = parse_duration(keep).total_seconds() * 1000 if keep else None
     files = rotated(store)
     total = sum(f.size for f in files)
     limit = max_mib << 20
-    gone: list[Trimmed] = []
+    gone: list[DeletedDeadLetter] = []
     for f in files:
         if keep_ms is not None and now_s * 1000 - f.moved_ms > keep_ms:
             why = f"older than {keep}"
@@ -84,7 +84,7 @@ def trim(store: Store, now_s: float, keep: str | None, max_mib: int, dry_run: bo
         else:
             continue
         total -= f.size
-        gone.append(Trimmed(file=f"{layout.DEAD_LETTER}/{f.name}", agent=f.agent, bytes=f.size, why=why))
+        gone.append(DeletedDeadLetter(file=f"{layout.DEAD_LETTER}/{f.name}", agent=f.agent, bytes=f.size, why=why))
     if gone and not dry_run:
         folder = store.top(layout.DEAD_LETTER)
         for t in gone:
@@ -94,6 +94,6 @@ def trim(store: Store, now_s: float, keep: str | None, max_mib: int, dry_run: bo
     return gone
 
 
-def trim_to_size(store: Store) -> list[Trimmed]:
+def trim_to_size(store: Store) -> list[DeletedDeadLetter]:
     """After a rotation added a file: the size limit only (age is `gc`'s)."""
     return trim(store, store.clock(), None, limits(store).dead_letter_mib)

@@ -31,7 +31,7 @@ from ..delivery.ack import forget_old_acks
 from ..delivery.retention import Trimmed, trim_all
 from ..delivery.sweep import RedeliverParams, redeliver
 from ..errors import UnknownAgent, UsageError
-from ..inbox.dead_letters import Trimmed as DeadLetterTrimmed
+from ..inbox.dead_letters import DeletedDeadLetter
 from ..inbox.dead_letters import limits as dead_letter_limits
 from ..inbox.dead_letters import trim as trim_dead_letters
 from ..records import Message, Reservation, reservation_decoder
@@ -66,7 +66,7 @@ class GcResult(msgspec.Struct, kw_only=True):
     messages: list[Message] = msgspec.field(default_factory=list)  # lines the sweep appended
     acks_forgotten: int = 0  # acknowledgements older than delivery.keep_acked
     trimmed: list[Trimmed] = msgspec.field(default_factory=list)  # rotated inboxes cut by the retention limit
-    dead_letters: list[DeadLetterTrimmed] = msgspec.field(default_factory=list)  # rotated-out unread mail deleted from dead_letter/
+    dead_letters: list[DeletedDeadLetter] = msgspec.field(default_factory=list)  # rotated-out unread mail deleted from dead_letter/
 
 
 @operation("gc", GcParams)

@@ -59,7 +59,7 @@ def test_gc_deletes_dead_letters_older_than_their_age(store: Store, store_dir: P
     newest = files[-1].moved_ms / 1000
     # A month and a day later, by the injected time, all are past the default 30 days.
     assert dead_letters.trim(store, newest + 31 * 86400, "30d", 256, dry_run=True) == [
-        dead_letters.Trimmed(file=f"dead_letter/{f.name}", agent="bob", bytes=f.size, why="older than 30d") for f in files
+        dead_letters.DeletedDeadLetter(file=f"dead_letter/{f.name}", agent="bob", bytes=f.size, why="older than 30d") for f in files
     ]
     assert len(dead_letters.rotated(store)) == len(files)  # a dry run removes nothing
     # Only the one moved last is younger than a second before it was moved.
