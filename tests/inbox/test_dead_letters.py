@@ -37,7 +37,7 @@ def unread_flood(store: Store, count: int) -> None:
 
 def test_a_flood_of_unread_mail_keeps_dead_letters_within_their_size(store: Store, store_dir: Path) -> None:
     (store_dir / "config.json").write_text(json.dumps({"gc": {"dead_letter_mib": 1}}))
-    unread_flood(store, 200)  # ~6 MiB, rotated ~100 times; without the limit ~98 files of 64 KiB
+    unread_flood(store, 80)  # ~2.4 MiB, rotated ~40 times; without the limit ~39 files of 62 KB
     assert 1 << 20 >= dead_letter_bytes(store) > (1 << 20) - 2 * ROTATE
     # Each deletion is announced (the event log rotates at the same small size here).
     events = [json.loads(line) for line in (store_dir / layout.EVENTS).read_text().splitlines()]
@@ -81,3 +81,17 @@ def test_gc_dead_letter_settings_are_checked_before_anything_goes(store: Store) 
     with pytest.raises(UsageError):
         ops.call(store, "gc", {"dead_letter_mib": 0})
     assert dead_letters.rotated(store) == before
+
+
+@pytest.mark.slow
+def test_relayctl_gc_names_each_dead_letter_it_would_delete(store: Store, relayctl) -> None:
+    unread_flood(store, 120)  # ~3.5 MiB of dead letters, within the default 256 MiB
+    files = dead_letters.rotated(store)
+    shown = relayctl("gc", "--dead-letter-mib", "1", "--dry-run").stdout.splitlines()
+    said = [line for line in shown if line.startswith("would delete dead_letter/")]
+    assert said and said[0] == f"would delete dead_letter/{files[0].name} ({files[0].size} bytes of unread mail of bob: past 1 MiB of dead letters)"
+    assert len(dead_letters.rotated(store)) == len(files)
+    relayctl("gc", "--dead-letter-mib", "1")
+    assert 1 << 20 >= dead_letter_bytes(store) and dead_letters.rotated(store)[-1] == files[-1]
+    refused = relayctl("gc", "--dead-letter-keep", "soon", check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
