@@ -387,6 +387,10 @@ def _bridge_line(b: dict) -> str:
         line += f"; last error: {clip(b['last_error'], 80)}"
     for name, owner in sorted((b.get("name_conflicts") or {}).items()):
         line += f"\n  warning: agent name {name} is owned by host {owner}; mail for it goes there"
+    for host, c in sorted((b.get("from_hosts") or {}).items()):
+        if c.get("held") or c.get("refused"):  # a host that met its budget or sent what fails the checks
+            hour, budget = c["this_hour"], b.get("budget") or {}
+            line += f"\n  from host {clip(host, 40)}: {hour['messages']} messages ({hour['bytes'] / 1048576:.1f} of {budget.get('mib_per_hour', '?')} MiB) stored this hour, {c['held']} held in JetStream over its budget, {c['refused']} refused ({c['refused_unrecorded']} not recorded)"
     return line
 
 

@@ -58,11 +58,14 @@ def wake(text: str | None, method: str | None, forward: bool) -> None:
 @click.option("--expired-only", is_flag=True, help="Only expired reservations; leave agents and commands alone.")
 @click.option("--stale", default="30m", show_default=True, metavar="DURATION", help="Archive agents whose heartbeat is older than this.")
 @click.option("--keep", metavar="DURATION", help='Drop read messages older than this (e.g. 30d) from rotated inboxes; never unread or owed ones. [default: config.json "gc": {"keep": ...}, else keep all]')
-def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None) -> None:
+@click.option("--dead-letter-keep", metavar="DURATION", help='Delete rotated-out unread mail in dead_letter/ older than this ("never": keep it by age). [default: config.json "gc": {"dead_letter_keep": ...}, else 30d]')
+@click.option("--dead-letter-mib", type=click.IntRange(min=1), metavar="MIB", help='Keep at most this many MiB of it, deleting the oldest first. [default: config.json "gc": {"dead_letter_mib": ...}, else 256]')
+def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None, dead_letter_keep: str | None, dead_letter_mib: int | None) -> None:
     """Clean up: expired reservations, stale agents (heartbeat -> heartbeat.stale), and
     consumed/done commands older than an hour; with --keep (or config.json gc.keep), read
-    messages older than that from rotated inboxes (inbox.jsonl.1). relayd runs this on a
-    timer, with config.json's gc.keep.
+    messages older than that from rotated inboxes (inbox.jsonl.1); rotated-out unread mail
+    in dead_letter/ past its age or size limit. relayd runs this on a timer, with
+    config.json's settings.
 
     \b
     Examples:
@@ -70,11 +73,16 @@ def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None) -> None:
       relayctl gc --dry-run
       relayctl gc --expired-only
       relayctl gc --keep 30d --dry-run
+      relayctl gc --dead-letter-keep 7d --dead-letter-mib 64 --dry-run
     """
     s = settings()
     params = {"dry_run": dry_run, "expired_only": expired_only, "stale": stale}
     if keep is not None:
         params["keep"] = keep
+    if dead_letter_keep is not None:
+        params["dead_letter_keep"] = dead_letter_keep
+    if dead_letter_mib is not None:
+        params["dead_letter_mib"] = dead_letter_mib
     result = s.call("gc", params)
 
     def human(r: dict) -> str:
@@ -83,6 +91,7 @@ def gc(dry_run: bool, expired_only: bool, stale: str, keep: str | None) -> None:
         lines += [f"{'would archive' if r['dry_run'] else 'archived'} stale agent {name}" for name in r["agents"]]
         lines += [f"{verb} finished command {cid}" for cid in r["commands"]]
         lines += [f"{'would drop' if r['dry_run'] else 'dropped'} {t['dropped']} read message{'s' if t['dropped'] != 1 else ''} of {t['agent']} from {t['file']} ({t['kept']} kept)" for t in r.get("trimmed", [])]
+        lines += [f"{'would delete' if r['dry_run'] else 'deleted'} {d['file']} ({d['bytes']} bytes of unread mail of {d['agent']}: {d['why']})" for d in r.get("dead_letters", [])]
         return "\n".join(lines) or "nothing to clean"
 
     s.out(result, human)

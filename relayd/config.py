@@ -9,8 +9,9 @@ how long read mail is kept.
                  "prompt": "(?:[>❯›»]+|\\S*[$#%])"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
                    "escalate_to": "leader", "keep_acked": "7d"},
-      "gc":     {"keep": "30d"},
-      "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"},
+      "gc":     {"keep": "30d", "dead_letter_keep": "30d", "dead_letter_mib": 256},
+      "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box",
+                 "budget": {"messages_per_hour": 5000, "mib_per_hour": 64, "refusals_per_hour": 200}},
       "dedup":  {"window": "10m"},
       "team":   {"preset": "overlord", "allow_new": false}
     }
@@ -18,6 +19,11 @@ how long read mail is kept.
 `team`: written by `relayctl init --preset`. With `allow_new` false the preset's team is
 fixed: an agent program that names itself (relay-mcp's role) is refused unless the name
 is registered; `relayctl register NAME` still adds an agent on purpose.
+
+`bridge.budget`: what each other bridged host may make this one store per clock hour
+(docs/bridge.md, "A host's share of this host's disk"); relayd reads it when it starts.
+`gc.dead_letter_*`: how long, and up to how many MiB, rotated-out unread mail is kept in
+dead_letter/ (docs/coordination.md#gc).
 
 `dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
 an id seen within it (a retry after a crash) returns the original message instead of
@@ -32,6 +38,7 @@ limit (gc drops no messages).
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import msgspec
 
@@ -73,12 +80,29 @@ class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     keep: str | None = None  # drop read messages older than this from rotated inboxes (gc --keep)
+    # Rotated-out unread mail in dead_letter/ (relayd.inbox.dead_letters): deleted past this
+    # age (null: never by age), and the oldest first while the files pass this many MiB.
+    dead_letter_keep: str | None = "30d"
+    dead_letter_mib: Annotated[int, msgspec.Meta(ge=1)] = 256
+
+
+class BudgetConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What each other bridged host may make this one store per clock hour (relayd.bridge.budget)."""
+
+    messages_per_hour: Annotated[int, msgspec.Meta(ge=1)] = 5000
+    mib_per_hour: Annotated[int, msgspec.Meta(ge=1)] = 64
+    refusals_per_hour: Annotated[int, msgspec.Meta(ge=0)] = 200  # records of its refused mail; more are counted only
+
+    @property
+    def bytes_per_hour(self) -> int:
+        return self.mib_per_hour << 20
 
 
 class BridgeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    url: str  # nats://HOST:PORT of the team's NATS server (relayd --bridge)
+    url: str | None = None  # nats://HOST:PORT of the team's NATS server (relayd --bridge)
     host: str | None = None  # this host's name in the team (relayd --host-name)
     creds: str | None = None  # this host's credentials file (relayd --bridge-creds)
+    budget: BudgetConfig = msgspec.field(default_factory=BudgetConfig)
 
 
 class DedupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -66,6 +66,7 @@ BRIDGE_STATE = "state.json"  # this store is bridged: host name, NATS URL, last 
 RECEIVED = "received.jsonl"  # ids of messages that came in over the bridge (no duplicates)
 RECEIVED_ROTATED = "received.jsonl.1"
 UNDELIVERABLE = "undeliverable.jsonl"  # bridge mail refused here, each line with its reason
+UNDELIVERABLE_ROTATED = "undeliverable.jsonl.1"  # the one older file of it that is kept
 STORE_ID = "store-id"  # a random id of this store: whose lease on the host name (relayd.bridge.lease)
 
 WAKE_TRIGGER = "trigger"

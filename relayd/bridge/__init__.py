@@ -30,7 +30,9 @@ carry its name (`subjects.py`), and holds a lease on that name (`lease.py`).
   without roll-up or purge, with a cap on the mail waiting per pair of hosts; every relayd
   checks their settings at each connection and stops over one that could lose mail. What
   one host can make the others keep of it (agents, reservations, entry sizes) is capped,
-  and what is skipped is counted and logged once.
+  and what is skipped is counted and logged once. Its mail, too (`budget.py`): what a
+  host's mail makes another store is charged to it per clock hour, and beyond that it
+  waits in JetStream; its refused mail is recorded a bounded number of times.
 
 `service.py` ties these together, keeps the connection (retrying while NATS is down:
 local work never waits for it) and is what relayd's main loop starts.

@@ -116,7 +116,10 @@ async def mail_consumer(js, host: str):
         filter_subject=mail_filter(host),
         deliver_policy=api.DeliverPolicy.ALL,
         ack_wait=5.0,  # a host killed mid-batch gets its mail again this soon
-        max_ack_pending=4096,
+        # No cap on messages handed out and not yet acknowledged: mail over its host's
+        # budget stays unacknowledged (`budget`) and must not stop the others' behind it.
+        # What can wait is bounded by the stream itself: --max-queued per pair of hosts.
+        max_ack_pending=-1,
     )
     await js.add_consumer(MAIL_STREAM, config)
     return await js.pull_subscribe_bind(consumer_name(host), MAIL_STREAM)

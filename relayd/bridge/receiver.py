@@ -18,6 +18,12 @@ host does not have -- goes to `bridge/undeliverable.jsonl`, one line each with t
 reason, the sending host and the first 4 KiB of what came, and is acknowledged rather
 than redelivered forever. So is a message that makes the checks themselves fail: one
 message never stops the stream for the ones behind it.
+
+Nothing another host sends is kept without bound (`budget`). That file is rotated at
+UNDELIVERABLE_ROTATE_BYTES (one older `.1` kept), and each host gets at most
+`refusals_per_hour` records in it; what it sends beyond is counted only. Valid mail is
+charged to its sending host, and mail over that host's hourly budget is left
+unacknowledged in JetStream until the next hour; the others' mail goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from relayd.records import Message, json_encoder, message_decoder
 from relayd.store import Store
 
 from . import link
+from .budget import Budget
 from .subjects import sender_of
 
 log = structlog.get_logger()
@@ -46,6 +53,7 @@ FETCH_BATCH = 256
 RECEIVED_ROTATE_BYTES = 1 << 20  # two files of ids: ~70,000 of the latest messages
 INBOX_TAIL_BYTES = 256 * 1024  # read from each inbox at start (see _load)
 KEPT_BYTES = 4096  # of a refused message, in undeliverable.jsonl
+UNDELIVERABLE_ROTATE_BYTES = 1 << 20  # two files of refusals at most: ~2 MiB
 # Failures of NATS, not of a message: the session ends and JetStream delivers it again.
 TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
 
@@ -74,11 +82,12 @@ _line_decoder = msgspec.json.Decoder(_Line)
 
 
 class Receiver:
-    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]], sender_host: Callable[[str], Awaitable[str | None]]) -> None:
+    def __init__(self, store: Store, host: str, durable: Callable[[], Awaitable[None]], sender_host: Callable[[str], Awaitable[str | None]], budget: Budget | None = None) -> None:
         self.store = store
         self.host = host
         self.durable = durable  # returns once the writes made so far are fsynced (raises if not)
         self.sender_host = sender_host  # the host owning an agent name (the directory)
+        self.budget = budget or Budget()
         self.refused = 0
         self.older: set[str] = set()
         self.recent: set[str] = set()
@@ -127,8 +136,11 @@ class Receiver:
 
     async def deliver(self, batch: list) -> None:
         fresh: list[Message] = []
+        charged: list[tuple[str, int]] = []  # (sending host, bytes) of each message in `fresh`
+        held: list = []  # over their host's budget: left in JetStream until the next hour
         in_batch: set[str] = set()
         undeliverable: list[bytes] = []
+        refused_by: dict[str, int] = {}
         for msg in batch:
             sender = sender_of(msg.subject)
             try:
@@ -143,23 +155,27 @@ class Receiver:
                 # failure: kept with its reason, never a stop of the stream for the others.
                 reason = f"could not be checked ({type(exc).__name__}: {exc})"
             if reason is not None:
-                undeliverable.append(_refused(reason, sender, msg.data))
+                refused_by[sender] = refused_by.get(sender, 0) + 1
+                if self.budget.refusal(sender):
+                    undeliverable.append(_refused(reason, sender, msg.data))
                 continue
             key = _key(message)  # ids are unique per inbox: a broadcast's copies share one
             if self.holds(key) or key in in_batch:
                 self.duplicates += 1
                 continue
+            if not self.budget.take(sender, len(msg.data)):
+                held.append(msg)
+                continue
             in_batch.add(key)
             fresh.append(message)
+            charged.append((sender, len(msg.data)))
         by_inbox: dict[str, list[Message]] = {}
         for message in fresh:
             by_inbox.setdefault(message.to, []).append(message)
         try:
             deliver(self.store, by_inbox)  # each arrival emitted under its inbox's lock
             if undeliverable:
-                self._append(layout.UNDELIVERABLE, undeliverable)
-                self.refused += len(undeliverable)
-                log.warning("bridge mail refused", count=len(undeliverable), file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
+                self._append(layout.UNDELIVERABLE, undeliverable, rotate_bytes=UNDELIVERABLE_ROTATE_BYTES, rotate=self._rotate_undeliverable)
             delivered = [m for messages in by_inbox.values() for m in messages]
             if fresh:
                 self._remember([_key(m) for m in fresh])
@@ -170,16 +186,45 @@ class Receiver:
         except RelayError as exc:
             # Not durable here: JetStream keeps the batch and delivers it again.
             self.recent.difference_update(_key(m) for m in fresh)
+            for sender, size in charged:
+                self.budget.refund(sender, size)
             log.error("could not store bridge mail; JetStream will redeliver", error=exc.message)
             for msg in batch:
                 await msg.nak(delay=1.0)
             return
+        self._tell(refused_by, held)
+        kept = {id(msg) for msg in held}
+        wait = self.budget.wait()
         for msg in batch:
-            await msg.ack()
+            if id(msg) in kept:
+                await msg.nak(delay=wait)
+            else:
+                await msg.ack()
+        self.refused += sum(refused_by.values())
         self.delivered += len(delivered)
+
+    def _tell(self, refused_by: dict[str, int], held: list) -> None:
+        """Log what a host's mail was refused or held for: once per host and hour each, so
+        a flood cannot fill this host's log either (the counts are in status)."""
+        for host, count in refused_by.items():
+            if self.budget.first(host, "refused"):
+                log.warning("bridge mail refused; more from this host this hour are only counted (relayctl status --json: bridge.from_hosts)", host=host, count=count, file=f"{layout.BRIDGE}/{layout.UNDELIVERABLE}")
+        for host in {sender_of(msg.subject) for msg in held}:
+            if self.budget.first(host, "held"):
+                limits = self.budget.limits
+                log.warning(
+                    "a host is over its hourly budget; its mail waits in JetStream until the next hour",
+                    host=host,
+                    messages_per_hour=limits.messages_per_hour,
+                    mib_per_hour=limits.mib_per_hour,
+                    retry_in_s=round(self.budget.wait()),
+                )
 
     def _remember(self, ids: list[str]) -> None:
         self._append(layout.RECEIVED, [json_encoder.encode(_Id(id=i)) for i in ids], rotate_bytes=RECEIVED_ROTATE_BYTES, rotate=self._rotate_received)
+
+    def _rotate_undeliverable(self, _size: int) -> None:
+        self.store.top(layout.BRIDGE).rename(layout.UNDELIVERABLE, layout.UNDELIVERABLE_ROTATED)
 
     def _rotate_received(self, _size: int) -> None:
         self.store.top(layout.BRIDGE).rename(layout.RECEIVED, layout.RECEIVED_ROTATED)

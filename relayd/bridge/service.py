@@ -21,6 +21,7 @@ import nats
 import structlog
 
 from relayd import protocol, remote
+from relayd.config import BudgetConfig, load_config
 from relayd.errors import RelayError, Unavailable
 from relayd.ops import decode_params, lookup
 from relayd.protocol import Request, Response
@@ -28,6 +29,7 @@ from relayd.records import Event, Message, check_agent_name
 from relayd.store import Store
 
 from . import link, subjects
+from .budget import Budget
 from .directory import Directory, shown, taken
 from .events import TeamEvents
 from .forwarder import Forwarder
@@ -62,7 +64,7 @@ class Bridge:
         self.directory.on_change = self._directory_changed
         self.lease = Lease(store, self.host)
         self.forwarder = Forwarder(store, self.host, self._all_durable)
-        self.receiver = Receiver(store, self.host, self._durable, self._sender_host)
+        self.receiver = Receiver(store, self.host, self._durable, self._sender_host, Budget(_budget(store)))
         self.events = TeamEvents(self.host, hub)
         self.reservations = TeamReservations(store, self.host, lambda: self._buckets)
         self.state = "connecting"
@@ -98,6 +100,10 @@ class Bridge:
             "forwarded": self.forwarder.forwarded,
             "received": self.receiver.delivered,
             "duplicates_refused": self.receiver.duplicates,
+            "refused": self.receiver.refused,
+            # What each other host's mail made this host store, hold back or refuse (bridge/budget.py).
+            "budget": msgspec.to_builtins(self.receiver.budget.limits),
+            "from_hosts": self.receiver.budget.status(),
             "agents": self.directory.remote_states(stale_seconds),
             "reservations": sorted(({**msgspec.to_builtins(r), "reason": shown(r.reason)} for r in self.reservations.remote.values()), key=lambda r: (r["repo"], r["pattern"], r["agent"])),
             "name_conflicts": dict(self.directory.conflicts),
@@ -286,6 +292,16 @@ class Bridge:
         if loud or text != self.last_error:
             log.warning("bridge not connected; retrying", url=shown_url(self.url), state=state, error=text)
         self.last_error = text
+
+
+def _budget(store: Store) -> BudgetConfig:
+    """config.json's `bridge.budget`; the defaults when the file cannot be read (said once)."""
+    try:
+        configured = load_config(store).bridge
+    except RelayError as exc:
+        log.warning("config.json could not be read; the bridge's budget per host is the default", error=exc.message)
+        return BudgetConfig()
+    return configured.budget if configured is not None else BudgetConfig()
 
 
 def _fatal(exc: BaseException) -> RelayError | None:

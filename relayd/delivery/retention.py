@@ -9,7 +9,8 @@ dropped only when all of these hold:
   owed message may still be presented again and acknowledged by its id;
 * it decodes (a damaged line is kept for a person to look at).
 Rotated files moved to `dead_letter/` held unread mail when they went there; they are
-never trimmed. The rewrite is temp file + fsync + rename under the inbox lock, then the
+never trimmed line by line, only deleted whole past their age and size
+(`relayd.inbox.dead_letters`). The rewrite is temp file + fsync + rename under the inbox lock, then the
 cursor moves to the same message in the new file; a crash between the two leaves the
 cursor at the start of the kept file, which shows kept mail again rather than losing any.
 """

@@ -12,7 +12,7 @@ leaves a line that `relayd.delivery.announce` finds and announces.
 When an inbox passes the rotation size it becomes `inbox.jsonl.1` and the cursor is moved
 along with it, under the same lock, so unread mail stays unread. Only one rotated file is
 kept: the previous `.1` is deleted when it was read to the end, and moved to `dead_letter/`
-when it still held unread mail. Before it goes, the delivery wing takes the owed records its
+when it still held unread mail (kept there within an age and a size, `dead_letters`). Before it goes, the delivery wing takes the owed records its
 lines carry (`relayd.inbox.hooks.hand_over`).
 """
 
@@ -27,7 +27,7 @@ from ..fsio import Dir, append_lines, open_appending
 from ..records import Cursor, Event, Message, json_encoder
 from ..store import Store
 from ..ulid import new_ulid
-from . import hooks
+from . import dead_letters, hooks
 from .cursor import read_cursor, write_cursor
 
 
@@ -158,6 +158,7 @@ def _dead_letter_rotated(store: Store, agent: Dir) -> None:
         raise StoreError(f"moving unread mail of {name} to {folder.path}: {exc.strerror or exc}") from exc
     store.sync.dir(folder.fd)
     store.emit(store.event("inbox", action="dead_letter", agent=name))
+    dead_letters.trim_to_size(store)  # a flood of mail must not fill the disk between two gc runs
 
 
 def is_remote(store: Store, recipient: str) -> bool:

@@ -10,7 +10,9 @@
 * the redelivery sweep runs (relayd.delivery.sweep), and acknowledgements older than
   `delivery.keep_acked` are forgotten;
 * with `keep` (or config.json's `gc.keep`), read messages older than that are dropped from
-  rotated inboxes (`relayd.delivery.retention`).
+  rotated inboxes (`relayd.delivery.retention`);
+* rotated-out unread mail in dead_letter/ older than `gc.dead_letter_keep` (30 days) goes,
+  and the oldest of it while it passes `gc.dead_letter_mib` (256 MiB) (`relayd.inbox.dead_letters`).
 The daemon runs it on a timer; `dry_run` only reports.
 """
 
@@ -29,6 +31,9 @@ from ..delivery.ack import forget_old_acks
 from ..delivery.retention import Trimmed, trim_all
 from ..delivery.sweep import RedeliverParams, redeliver
 from ..errors import UnknownAgent, UsageError
+from ..inbox.dead_letters import DeletedDeadLetter
+from ..inbox.dead_letters import limits as dead_letter_limits
+from ..inbox.dead_letters import trim as trim_dead_letters
 from ..records import Message, Reservation, reservation_decoder
 from ..registry import operation
 from ..reservations.guard_index import directory_stamp, written_through
@@ -47,6 +52,8 @@ class GcParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     expired_only: bool = False  # only reservations; leave agents, commands and messages alone
     stale: str = "30m"
     keep: str | None = None  # retention for read mail in rotated inboxes; None: config.json gc.keep
+    dead_letter_keep: str | None = None  # age of rotated-out unread mail kept; None: config.json (30d); "never"
+    dead_letter_mib: int | None = None  # MiB of it kept; None: config.json (256)
 
 
 class GcResult(msgspec.Struct, kw_only=True):
@@ -59,6 +66,7 @@ class GcResult(msgspec.Struct, kw_only=True):
     messages: list[Message] = msgspec.field(default_factory=list)  # lines the sweep appended
     acks_forgotten: int = 0  # acknowledgements older than delivery.keep_acked
     trimmed: list[Trimmed] = msgspec.field(default_factory=list)  # rotated inboxes cut by the retention limit
+    dead_letters: list[DeletedDeadLetter] = msgspec.field(default_factory=list)  # rotated-out unread mail deleted from dead_letter/
 
 
 @operation("gc", GcParams)
@@ -71,11 +79,20 @@ def gc(store: Store, p: GcParams) -> GcResult:
     reference = now()
     keep = p.keep if p.keep is not None else load_config(store).gc.keep
     cutoff = reference - parse_duration(keep) if keep else None  # checked before anything is removed
+    configured = dead_letter_limits(store)
+    dead_keep = p.dead_letter_keep if p.dead_letter_keep is not None else configured.dead_letter_keep
+    dead_keep = None if dead_keep == "never" else dead_keep
+    if dead_keep:
+        parse_duration(dead_keep)  # a bad duration is refused before anything is removed
+    dead_mib = p.dead_letter_mib if p.dead_letter_mib is not None else configured.dead_letter_mib
+    if dead_mib < 1:
+        raise UsageError("dead_letter_mib: give at least 1 (MiB)")
     removed = _expired_reservations(store, p.dry_run)
     archived = [] if p.expired_only else _stale_agents(store, stale, p.dry_run)
     finished = [] if p.expired_only else _finished_commands(store, reference, p.dry_run)
     trimmed = trim_all(store, cutoff, p.dry_run) if cutoff is not None and not p.expired_only else []
-    result = GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished, trimmed=trimmed)
+    dead = [] if p.expired_only else trim_dead_letters(store, reference.timestamp(), dead_keep, dead_mib, p.dry_run)
+    result = GcResult(dry_run=p.dry_run, reservations=removed, agents=archived, commands=finished, trimmed=trimmed, dead_letters=dead)
     if not p.dry_run:
         store.emit(
             *(store.event("reservation", action="expired", pattern=r.pattern, repo=r.repo, agent=r.agent) for r in removed),
