@@ -109,6 +109,8 @@ def uninstall(program: str, project: str) -> None:
     """Remove relay's hook entries from the project's settings for PROGRAM.
 
     Only commands that run `relayctl ... hook PROGRAM` go; every other hook and key stays.
+    A file relay wrote whole (OpenCode's relay.js) that you changed since stays, and a line
+    says so.
 
     \b
     Examples:
@@ -117,9 +119,11 @@ def uninstall(program: str, project: str) -> None:
     """
     s = settings()
     change = hook_settings.uninstall(program, project)
-    s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events), **({"kept": change.note} if change.note else {})})
     if change.changed:
         s.note(f"removed relay's hooks from {change.path} ({', '.join(change.events)})")
+    elif change.note:
+        s.note(change.note)
     else:
         s.note(f"no relay hooks in {change.path}; nothing changed")
 
