@@ -9,7 +9,7 @@ Three rules, the same for every such file:
   line, before anything is written, made or removed. (A program's own file in the home
   directory is followed wherever its link goes: that link is the person's, often into
   their dotfiles.)
-* A file with more than one hard link is never replaced (`replace`): the rename that makes
+* A file with more than one hard link is never replaced or removed: the rename that makes
   a write crash-safe would give the name a new file and cut it off from its other names
   (a dotfiles copy) without a word, and writing in place would not be crash-safe. It is
   refused with one line, and the file stays as it is.
@@ -49,8 +49,8 @@ def refuse_shared(target: str, shown: str) -> None:
     except OSError as exc:
         raise RelayError(f"cannot read {shown}: {exc.strerror or exc}") from None
     if links > 1:
-        raise RelayError(f"{shown} has {links} hard links: replacing it would cut it off from the others (your dotfiles copy), "
-                         f"so relay leaves it; make it a symlink instead, or add relay's entries by hand {UNCHANGED}")
+        raise RelayError(f"{shown} has {links} hard links (other names for the same file, a dotfiles copy): relay would cut it off "
+                         f"from them, so it leaves the file; make it a symlink instead, or edit it by hand {UNCHANGED}")
 
 
 def replace(target: str, data: bytes, shown: str | None = None) -> None:
@@ -67,7 +67,9 @@ def replace(target: str, data: bytes, shown: str | None = None) -> None:
 
 
 def remove(target: str, shown: str | None = None) -> None:
-    """Remove `target` (a path `landing` returned); gone already is fine."""
+    """Remove `target` (a path `landing` returned); gone already is fine. A file with other
+    names is refused too: they would keep what relay wrote, with no name of relay's left."""
+    refuse_shared(target, shown or target)
     try:
         os.unlink(target)
     except FileNotFoundError:
