@@ -658,6 +658,36 @@ def test_up_trust_leaves_the_persons_own_no_and_down_clean_leaves_their_keys_in_
     assert json.loads((home / ".claude.json").read_text())["projects"][repo]["hasTrustDialogAccepted"] is False
 
 
+def test_up_trust_refuses_a_hard_linked_trust_file_with_a_line_and_keeps_the_link(team: Team, relayctl) -> None:
+    """~/.gemini/trustedFolders.json as a hard link to the person's dotfiles: replacing it would
+    leave the dotfiles copy behind without a word. `up --trust` says so in a line, writes
+    nothing, and Gemini CLI asks its own question, as without relay."""
+    from support.agent_programs import program
+    from support.model_gemini import gemini_responder
+    from support.scripted_model import ScriptedModel
+
+    _agents_run(team, {"gamma": "gemini"})
+    team.file.write_text(team.file.read_text().replace('name = "gamma"\nprogram = "gemini"', 'name = "gamma"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"', 1))
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    dotfiles = team.root / "dotfiles" / "trustedFolders.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(json.dumps({"/srv/elsewhere": "TRUST_FOLDER"}))
+    trusted = home / ".gemini" / "trustedFolders.json"
+    os.link(dotfiles, trusted)
+    repo = str(team.repo.resolve())
+    with ScriptedModel(gemini_responder()) as google:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=google.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('gemini').parent}:{team.env['PATH']}", TERM="xterm-256color")
+        team.env.pop("CI", None)
+        started = relayctl("up", str(team.file), "--trust", "--wait", "2")
+        assert f"not trusted: {repo} for gemini in {trusted}: {trusted} has 2 hard links" in started.stdout
+        assert os.path.samefile(trusted, dotfiles) and json.loads(dotfiles.read_text()) == {"/srv/elsewhere": "TRUST_FOLDER"}
+        relayctl("down", "--clean", str(team.file))
+    assert os.path.samefile(trusted, dotfiles) and json.loads(dotfiles.read_text()) == {"/srv/elsewhere": "TRUST_FOLDER"}
+
+
 def _chat_answering_alpha_with(tool: str):
     """A Chat Completions model that answers mail for alpha through relay's send_message
     (named `tool` in the program) and says "Done." to everything else."""
