@@ -73,7 +73,8 @@ def install(program: str, agent: str | None, project: str) -> None:
     Other hooks and keys in the file stay as they are; a relay entry already there is
     replaced in place, so running it twice changes nothing. The command names this
     relayctl by its path, and the store (and socket) when they are not the default.
-    A file that is not valid JSON is refused and left untouched.
+    A file that is not valid JSON is refused and left untouched, and so is one that
+    leads through a symlink out of the project or has several hard links.
 
     The entries name no agent (the file is shared by every session in the project, and by
     every pane `relayctl up` starts there): start the program with RELAY_AGENT=NAME in its

@@ -18,10 +18,12 @@ claude | tee log`) is theirs. Relay's other entries: `mcpServers.relay` running 
 `mcp__relay__*`; Claude Code).
 
 Files are strict JSON both ways: NaN, Infinity or a number too large for a double is
-refused rather than written back as something the programs cannot parse. A settings file
-that is a symlink is written where it points only when that is inside the project. Before
-relay's first write to a file, relayctl.originals keeps its bytes, which `uninstall(...,
-everything=True)` (`relayctl uninstall`) puts back once relay's entries are out.
+refused rather than written back as something the programs cannot parse. Every write and
+removal goes through relayctl.settings_io: a settings file, or a folder on its way, that is
+a symlink is followed only while it stays inside the project, and a file with several hard
+links is refused. Before relay's first write to a file, relayctl.originals keeps its bytes,
+which `uninstall(..., everything=True)` (`relayctl uninstall`) puts back once relay's
+entries are out; otherwise what is left keeps every key of the person's where it was.
 
 GitHub Copilot CLI (1.0.102) reads every `.github/hooks/*.json` of the repository, in its
 own shape: `{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}`, with no
@@ -31,7 +33,9 @@ the same merge rules; uninstalling removes the file once nothing else is left in
 OpenCode (1.18.33) has no command hooks but loads every `.opencode/plugin/*.js`: relay
 installs its plugin (relayctl/opencode_plugin.js) there as `relay.js`, with this
 installation's `relayctl ... hook opencode` command written into it; uninstalling removes
-that file (only when it is relay's plugin).
+that file when it is relay's plugin as relay wrote it (relayctl.originals notes a digest of
+what relay wrote): one the person changed since stays, with a note in the Change, and
+`install` does not overwrite it.
 
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """

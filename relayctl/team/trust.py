@@ -140,25 +140,25 @@ def _claude_forget(path: str, repo: str, entry: dict) -> None:
     _put_back_or_save(path, data)
 
 
-def gemini_decision(rules: dict[str, Any], repo: str) -> str | None:
-    """The trust level Gemini CLI applies to `repo` (0.61.0, LoadedTrustedFolders.isPathTrusted):
-    the rule with the longest path among those whose folder holds `repo` (TRUST_PARENT's folder
-    is the one above its path); None when no rule does."""
-    best, level = -1, None
+def gemini_decision(rules: dict[str, Any], repo: str) -> tuple[str, Any] | None:
+    """The rule Gemini CLI applies to `repo` (0.61.0, LoadedTrustedFolders.isPathTrusted), as
+    (its path, its level): the longest path among the rules whose folder holds `repo`
+    (TRUST_PARENT's folder is the one above its path); None when no rule does."""
+    found: tuple[str, Any] | None = None
     for rule, value in rules.items():
         folder = os.path.realpath(os.path.dirname(rule) if value == "TRUST_PARENT" else rule)
-        if (repo == folder or repo.startswith(folder.rstrip("/") + "/")) and len(rule) > best:
-            best, level = len(rule), value
-    return level
+        if (repo == folder or repo.startswith(folder.rstrip("/") + "/")) and (found is None or len(rule) > len(found[0])):
+            found = (rule, value)
+    return found
 
 
 def _gemini(path: str, repo: str) -> dict | None:
     data = hook_settings.load_json(path)
-    level = gemini_decision(data, repo)
-    if level in ("TRUST_FOLDER", "TRUST_PARENT"):
+    rule = gemini_decision(data, repo)
+    if rule is not None and rule[1] in ("TRUST_FOLDER", "TRUST_PARENT"):
         return None
-    if level is not None:
-        raise _theirs(path, f"{level} for {repo if repo in data else 'the folder above ' + repo}")
+    if rule is not None:
+        raise _theirs(path, f"{rule[1]} for {rule[0]}" + ("" if rule[0] == repo else f", which holds {repo}"))
     new = not os.path.exists(path)
     data[repo] = "TRUST_FOLDER"
     hook_settings.save_json(path, data, _root(path))
