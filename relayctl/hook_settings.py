@@ -337,6 +337,7 @@ def _uninstall_opencode_server(project: str) -> Change:
     del servers[SERVER_NAME]
     if not servers:
         del data["mcp"]
+    keep_their_empty(path, data)
     if originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
         return Change(path, True, ("mcp",))
     return Change(path, save_json(path, data, project), ("mcp",))
@@ -416,6 +417,7 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     for key in ("hooks", "mcpServers", "permissions"):
         if data.get(key) == {}:
             del data[key]
+    keep_their_empty(path, data)
     if everything and originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
         return Change(path, True, tuple(dict.fromkeys(touched)))
     return Change(path, save_json(path, data, project), tuple(dict.fromkeys(touched)))
@@ -471,6 +473,33 @@ def _strip_allow(data: dict[str, Any]) -> list[str]:
             del permissions["allow"]
         touched.append("permissions.allow")
     return touched
+
+
+def keep_their_empty(path: str, data: dict[str, Any]) -> None:
+    """Put back into `data` the objects and lists that were in the file before relay and
+    that taking relay's entries out left empty (and so removed): only a table relay made
+    goes once nothing but relay's keys was in it. Without a record of the file (relayctl.originals)
+    every emptied one is taken for relay's."""
+    before = originals.recorded(os.path.realpath(path))
+    try:
+        old = _strict_loads(before.decode("utf-8")) if before and before.strip() else {}
+    except (ValueError, UnicodeDecodeError):
+        return
+    if isinstance(old, dict):
+        _restore_empty(old, data)
+
+
+def _restore_empty(old: dict[str, Any], now: dict[str, Any]) -> None:
+    for key, value in old.items():
+        if key not in now and _empty(value):
+            now[key] = json.loads(json.dumps(value))
+        elif isinstance(value, dict) and isinstance(now.get(key), dict):
+            _restore_empty(value, now[key])
+
+
+def _empty(value: Any) -> bool:
+    """An empty object or list, or an object holding only such."""
+    return value in ({}, []) or (isinstance(value, dict) and all(_empty(v) for v in value.values()))
 
 
 def same_json(recorded: bytes, data: dict[str, Any]) -> bool:

@@ -88,6 +88,15 @@ def put_back(path: str, equal: Callable[[bytes], bool]) -> bool:
     return restored
 
 
+def recorded(path: str) -> bytes | None:
+    """The bytes `path` had before relay's first write (b"" when it did not exist); None
+    when no record is kept."""
+    entry = _read(path)
+    if entry is None:
+        return None
+    return base64.b64decode(entry["bytes"]) if entry.get("existed") else b""
+
+
 def wrote(path: str, data: bytes) -> None:
     """Note that relay just wrote `data` to `path` whole (after `remember`)."""
     entry = _read(path)

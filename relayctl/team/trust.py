@@ -226,6 +226,7 @@ def _copilot_forget(path: str, repo: str, entry: dict) -> None:
 
 
 def _put_back_or_save(path: str, data: dict[str, Any]) -> None:
+    hook_settings.keep_their_empty(path, data)
     if not originals.put_back(path, lambda before: hook_settings.same_json(before, data)):
         hook_settings.save_json(path, data, _root(path))
 

@@ -143,3 +143,18 @@ def test_keys_the_person_added_beside_relays_stay_in_their_table(relayctl, proje
     assert json.loads(claude.read_text()) == {"permissions": {"deny": ["Read(.env)"]},
                                               "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]}}
     assert json.loads(gemini.read_text()) == {"mcpServers": {"github": {"command": "github-mcp"}}}
+
+
+def test_an_empty_table_the_person_had_before_relay_stays_once_relays_entries_go(relayctl, project: Path) -> None:
+    """Only a table relay made goes when relay's entries leave it empty: the person's own
+    `"permissions": {"allow": []}` stays, even when the file changed since (no byte-for-byte
+    put-back then)."""
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"permissions": {"allow": []}, "theme": "dark"}))
+    relayctl("hooks", "install", "--for", "claude", "--project", str(project))
+    assert json.loads(settings.read_text())["permissions"]["allow"] == ["mcp__relay"]
+    changed = json.loads(settings.read_text()) | {"theme": "light"}
+    settings.write_text(json.dumps(changed))
+    relayctl("uninstall", "--project", str(project))
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": []}, "theme": "light"}
