@@ -98,6 +98,6 @@ def uninstall(project: str) -> None:
     """
     s = settings()
     result = clean(project, s.note)
-    if not result["guard"] and not result["settings"] and not result["trust"]:
+    if not result["guard"] and not result["settings"] and not result["trust"] and not result.get("kept"):
         s.note(f"nothing of relay's in {project}")
     s.out(result, None)

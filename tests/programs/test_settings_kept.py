@@ -79,7 +79,7 @@ def test_relays_plugin_the_person_changed_is_kept_by_uninstall_with_a_line(relay
     assert f"kept {plugin}: it has changed since relay installed it" in kept.stdout
     assert plugin.read_text() == mine
     done = relayctl("uninstall", "--project", str(project))
-    assert f"kept {plugin}" in done.stdout and plugin.read_text() == mine
+    assert f"kept {plugin}" in done.stdout and plugin.read_text() == mine and "nothing of relay's" not in done.stdout
 
 
 def test_relays_plugin_left_as_relay_wrote_it_goes_even_with_no_note_of_what_relay_wrote(relayctl, project: Path) -> None:
