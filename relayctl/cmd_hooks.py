@@ -74,7 +74,8 @@ def install(program: str, agent: str | None, project: str) -> None:
     Other hooks and keys in the file stay as they are; a relay entry already there is
     replaced in place, so running it twice changes nothing. The command names this
     relayctl by its path, and the store (and socket) when they are not the default.
-    A file that is not valid JSON is refused and left untouched.
+    A file that is not valid JSON is refused and left untouched, and so is one that
+    leads through a symlink out of the project or has several hard links.
 
     The entries name no agent (the file is shared by every session in the project, and by
     every pane `relayctl up` starts there): start the program with RELAY_AGENT=NAME in its
@@ -113,6 +114,8 @@ def uninstall(program: str, project: str) -> None:
     """Remove relay's hook entries from the project's settings for PROGRAM.
 
     Only commands that run `relayctl ... hook PROGRAM` go; every other hook and key stays.
+    A file relay wrote whole (OpenCode's relay.js) that you changed since stays, and a line
+    says so.
 
     \b
     Examples:
@@ -121,9 +124,11 @@ def uninstall(program: str, project: str) -> None:
     """
     s = settings()
     change = hook_settings.uninstall(program, project)
-    s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events), **({"kept": change.note} if change.note else {})})
     if change.changed:
         s.note(f"removed relay's hooks from {change.path} ({', '.join(change.events)})")
+    elif change.note:
+        s.note(change.note)
     else:
         s.note(f"no relay hooks in {change.path}; nothing changed")
 

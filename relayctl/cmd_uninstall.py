@@ -6,7 +6,7 @@ from typing import Callable
 
 import click
 
-from relayd.errors import NotFound, UsageError
+from relayd.errors import NotFound, RelayError, UsageError
 
 from .context import settings
 
@@ -31,13 +31,23 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     except UsageError as exc:  # not a git work tree, or a pre-commit hook that is not relay's
         done["guard"] = None
         say(f"guard: nothing to remove ({exc.message})")
-    files = []
+    files, kept = [], []
     for program in hook_settings.SETTINGS_FILE:
-        change = hook_settings.uninstall(program, project, everything=True)
+        try:
+            change = hook_settings.uninstall(program, project, everything=True)
+        except RelayError as exc:  # one file relay may not write (a link out of the project, a hard link): the others still go
+            kept.append(exc.message)
+            say(f"left as it is: {exc.message}")
+            continue
         if change.changed:
             files.append(change.path)
             say(f"relay's entries removed from {change.path} ({', '.join(change.events)})")
+        if change.note:
+            kept.append(change.note)
+            say(change.note)
     done["settings"] = files
+    if kept:
+        done["kept"] = kept
     from .team.trust import forget, forget_codex_hook_trust
 
     done["trust"] = forget(project)
@@ -71,7 +81,12 @@ def uninstall(project: str) -> None:
 
     Only relay's own entries go; a file relay wrote into gets back the exact bytes it had
     before relay's first write when nothing else in it changed since (kept under
-    $XDG_STATE_HOME/relay/originals, default ~/.local/state/relay/originals), and a file or folder relay made is removed. The store
+    $XDG_STATE_HOME/relay/originals, default ~/.local/state/relay/originals), and a file or folder relay made is removed.
+    Every key you added stays in the table you put it in; a trust decision of your own
+    (Gemini CLI's DO_NOT_TRUST, Claude Code's hasTrustDialogAccepted = false, a Codex
+    trust_level of yours) stays as it is; relay.js changed since relay wrote it stays,
+    with a line saying so; a file relay may not write (a symlink out of the project, a
+    file with several hard links) is left as it is, with a line. The store
     (~/.relay or --dir), the team file and relay itself stay: stop a team with
     `relayctl down` first (`relayctl down --clean` does both), remove the store by hand, and
     relay with `pip uninstall relay-bus`. Running it twice changes nothing.
@@ -83,6 +98,6 @@ def uninstall(project: str) -> None:
     """
     s = settings()
     result = clean(project, s.note)
-    if not result["guard"] and not result["settings"] and not result["trust"]:
+    if not result["guard"] and not result["settings"] and not result["trust"] and not result.get("kept"):
         s.note(f"nothing of relay's in {project}")
     s.out(result, None)

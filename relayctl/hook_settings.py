@@ -18,10 +18,12 @@ claude | tee log`) is theirs. Relay's other entries: `mcpServers.relay` running 
 `mcp__relay__*`; Claude Code).
 
 Files are strict JSON both ways: NaN, Infinity or a number too large for a double is
-refused rather than written back as something the programs cannot parse. A settings file
-that is a symlink is written where it points only when that is inside the project. Before
-relay's first write to a file, relayctl.originals keeps its bytes, which `uninstall(...,
-everything=True)` (`relayctl uninstall`) puts back once relay's entries are out.
+refused rather than written back as something the programs cannot parse. Every write and
+removal goes through relayctl.settings_io: a settings file, or a folder on its way, that is
+a symlink is followed only while it stays inside the project, and a file with several hard
+links is refused. Before relay's first write to a file, relayctl.originals keeps its bytes,
+which `uninstall(..., everything=True)` (`relayctl uninstall`) puts back once relay's
+entries are out; otherwise what is left keeps every key of the person's where it was.
 
 GitHub Copilot CLI (1.0.102) reads every `.github/hooks/*.json` of the repository, in its
 own shape: `{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}`, with no
@@ -31,7 +33,9 @@ the same merge rules; uninstalling removes the file once nothing else is left in
 OpenCode (1.18.33) has no command hooks but loads every `.opencode/plugin/*.js`: relay
 installs its plugin (relayctl/opencode_plugin.js) there as `relay.js`, with this
 installation's `relayctl ... hook opencode` command written into it; uninstalling removes
-that file (only when it is relay's plugin).
+that file when it is relay's plugin as relay wrote it (relayctl.originals notes a digest of
+what relay wrote): one the person changed since stays, with a note in the Change, and
+`install` does not overwrite it.
 
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
@@ -46,9 +50,8 @@ import shlex
 from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
-from relayd.fsio import replace_file
 
-from . import originals
+from . import originals, settings_io
 from .hook_answer import COPILOT_HOOKS_FILE, PROGRAMS
 from .context import installed_command
 
@@ -80,6 +83,7 @@ class Change(NamedTuple):
     path: str  # the settings file
     changed: bool  # False: it already said exactly this (nothing written)
     events: tuple[str, ...]  # the events relay's entries were put under / taken from
+    note: str = ""  # what the person should know about a file relay left as it is
 
 
 def hook_argv(program: str, store_dir: str | None = None, socket: str | None = None, event: str | None = None) -> list[str]:
@@ -235,7 +239,7 @@ def _uninstall_copilot(project: str) -> Change:
     if not touched:
         return Change(path, False, ())
     if not hooks and set(data) <= {"version", "hooks"}:
-        _remove_own_file(path)  # relay's own file, with nothing of anyone else's left in it
+        _remove_own_file(path, project)  # relay's own file, with nothing of anyone else's left in it
         return Change(path, True, tuple(touched))
     return Change(path, save_json(path, data, project), tuple(touched))
 
@@ -255,54 +259,67 @@ def opencode_plugin(store_dir: str | None = None, socket: str | None = None) -> 
 
 def _install_opencode(project: str, store_dir: str | None, socket: str | None) -> Change:
     path = settings_path("opencode", project)
+    target = _checked_target(path, project)
     text = opencode_plugin(store_dir, socket)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            old = fh.read()
-    except FileNotFoundError:
-        old = None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    old = _read_plugin(path, target)
     if old is not None and not old.startswith(_PLUGIN_MARK):
         raise RelayError(f"{path} is not relay's plugin; move it away or rename it (relay did not change the file)")
     events = PROGRAMS["opencode"].installed
     if old == text:
         return Change(path, False, events)
-    try:
-        originals.remember(path)  # the folders made for it, for uninstall
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        replace_file(path, text.encode("utf-8"))
-    except OSError as exc:
-        raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if old is not None and originals.changed_since(target, old.encode("utf-8")):
+        raise RelayError(f"{path} has changed since relay installed it; relay keeps your version: move it away to get "
+                         "relay's (relay did not change the file)")
+    data = text.encode("utf-8")
+    settings_io.refuse_shared(target, path)
+    originals.remember(target)  # the folders made for it, for uninstall
+    settings_io.replace(target, data, path)
+    originals.wrote(target, data)
     return Change(path, True, events)
 
 
-def _uninstall_opencode(project: str) -> Change:
-    path = settings_path("opencode", project)
+def _read_plugin(path: str, target: str) -> str | None:
     try:
-        with open(path, encoding="utf-8") as fh:
-            ours = fh.read().startswith(_PLUGIN_MARK)
+        with open(target, encoding="utf-8") as fh:
+            return fh.read()
     except FileNotFoundError:
-        return Change(path, False, ())
+        return None
     except (OSError, UnicodeDecodeError) as exc:
         raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not ours:
+
+
+def _uninstall_opencode(project: str) -> Change:
+    """relay's plugin goes unless the person changed it since relay wrote it (then it stays,
+    and the Change says so); a plugin relay wrote before it noted what it wrote is taken
+    for relay's when it is this relay's plugin with some hook command in it."""
+    path = settings_path("opencode", project)
+    target = _checked_target(path, project)
+    old = _read_plugin(path, target)
+    if old is None or not old.startswith(_PLUGIN_MARK):
         return Change(path, False, ())
-    _remove_own_file(path)
+    changed = originals.changed_since(target, old.encode("utf-8"))
+    if changed or (changed is None and not _plugin_pattern().fullmatch(old)):
+        originals.forget(target)
+        return Change(path, False, (), f"kept {path}: it has changed since relay installed it (remove it yourself if you no longer want it)")
+    _remove_own_file(path, project)
     return Change(path, True, PROGRAMS["opencode"].installed)
 
 
-def _remove_own_file(path: str) -> None:
+def _plugin_pattern() -> re.Pattern[str]:
+    """relay's OpenCode plugin as opencode_plugin writes it, for any hook command."""
+    with open(OPENCODE_PLUGIN, encoding="utf-8") as fh:
+        text = fh.read()
+    parts = re.split(r"/\* relay: (?:relayctl argv|agent) \*/.*?/\* end \*/", text)
+    return re.compile("[^\n]*?".join(re.escape(part) for part in parts))
+
+
+def _remove_own_file(path: str, project: str) -> None:
     """Remove a file relay wrote whole, and the folders it made for it (relayctl.originals
     knows which: a folder that was there before stays)."""
-    if originals.put_back(path, lambda before: not before):
+    target = _checked_target(path, project)
+    if originals.put_back(target, lambda before: not before):
         return  # relay made it: gone, with the folders made for it
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise RelayError(f"cannot remove {path}: {exc.strerror or exc}") from None
+    settings_io.remove(target, path)
 
 
 def _uninstall_opencode_server(project: str) -> Change:
@@ -320,6 +337,7 @@ def _uninstall_opencode_server(project: str) -> Change:
     del servers[SERVER_NAME]
     if not servers:
         del data["mcp"]
+    keep_their_empty(path, data)
     if originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
         return Change(path, True, ("mcp",))
     return Change(path, save_json(path, data, project), ("mcp",))
@@ -380,7 +398,7 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
         if not everything:
             return plugin
         config = _uninstall_opencode_server(project)
-        return plugin if not config.changed else Change(config.path, True, (*plugin.events, *config.events))
+        return plugin if not config.changed else Change(config.path, True, (*plugin.events, *config.events), plugin.note)
     path = settings_path(program, project)
     if not os.path.lexists(path):
         if everything:
@@ -399,6 +417,7 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     for key in ("hooks", "mcpServers", "permissions"):
         if data.get(key) == {}:
             del data[key]
+    keep_their_empty(path, data)
     if everything and originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
         return Change(path, True, tuple(dict.fromkeys(touched)))
     return Change(path, save_json(path, data, project), tuple(dict.fromkeys(touched)))
@@ -454,6 +473,33 @@ def _strip_allow(data: dict[str, Any]) -> list[str]:
             del permissions["allow"]
         touched.append("permissions.allow")
     return touched
+
+
+def keep_their_empty(path: str, data: dict[str, Any]) -> None:
+    """Put back into `data` the objects and lists that were in the file before relay and
+    that taking relay's entries out left empty (and so removed): only a table relay made
+    goes once nothing but relay's keys was in it. Without a record of the file (relayctl.originals)
+    every emptied one is taken for relay's."""
+    before = originals.recorded(os.path.realpath(path))
+    try:
+        old = _strict_loads(before.decode("utf-8")) if before and before.strip() else {}
+    except (ValueError, UnicodeDecodeError):
+        return
+    if isinstance(old, dict):
+        _restore_empty(old, data)
+
+
+def _restore_empty(old: dict[str, Any], now: dict[str, Any]) -> None:
+    for key, value in old.items():
+        if key not in now and _empty(value):
+            now[key] = json.loads(json.dumps(value))
+        elif isinstance(value, dict) and isinstance(now.get(key), dict):
+            _restore_empty(value, now[key])
+
+
+def _empty(value: Any) -> bool:
+    """An empty object or list, or an object holding only such."""
+    return value in ({}, []) or (isinstance(value, dict) and all(_empty(v) for v in value.values()))
 
 
 def same_json(recorded: bytes, data: dict[str, Any]) -> bool:
@@ -527,14 +573,10 @@ def load_json(path: str) -> dict[str, Any]:
 
 
 def _checked_target(path: str, project: str) -> str:
-    """Where writing `path` lands: a symlinked settings file is followed only while it stays
-    inside the project (a link into someone's dotfiles is not relay's to write)."""
-    target = os.path.realpath(path)
-    root = os.path.realpath(project)
-    if target != root and not target.startswith(root.rstrip("/") + "/"):
-        raise RelayError(f"{path} is a symlink to {target}, outside the project {root}; relay writes only inside it "
-                         "(relay did not change the file)")
-    return target
+    """Where writing `path` lands: a symlinked settings file (or a symlinked folder on its
+    way) is followed only while it stays inside the project (a link into someone's dotfiles,
+    or a repository's `.opencode -> /elsewhere`, is not relay's to write)."""
+    return settings_io.landing(path, project)
 
 
 def save_json(path: str, data: dict[str, Any], project: str) -> bool:
@@ -552,12 +594,7 @@ def save_json(path: str, data: dict[str, Any], project: str) -> bool:
                 return False
     except (OSError, ValueError):
         pass
-    try:
-        originals.remember(target)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        replace_file(target, text.encode("utf-8"))
-    except OSError as exc:
-        raise RelayError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except RelayError as exc:
-        raise RelayError(f"cannot write {path}: {exc.message}") from None
+    settings_io.refuse_shared(target, path)
+    originals.remember(target)
+    settings_io.replace(target, text.encode("utf-8"), path)
     return True

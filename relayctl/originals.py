@@ -10,6 +10,10 @@ of its directories relay made) under `$XDG_STATE_HOME/relay/originals/` (default
 relay's entries are out is what the record held (`equal`), the file gets the recorded bytes
 back, or is removed with the directories relay made; otherwise (the person changed the file
 since) the file keeps what is left. Either way the record goes.
+
+For a file relay writes whole (OpenCode's plugin), `wrote(path, data)` also notes a digest
+of what relay wrote, so `changed_since(path)` tells a file the person edited afterwards
+(kept at uninstall, and not overwritten) from relay's own.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any, Callable
 
 from relayd.errors import RelayError
 from relayd.fsio import replace_file
+
+from . import settings_io
 
 
 def records_dir() -> str:
@@ -48,9 +54,13 @@ def remember(path: str) -> None:
             entry: dict[str, Any] = {"path": target, "existed": True, "bytes": base64.b64encode(fh.read()).decode()}
     except FileNotFoundError:
         entry = {"path": target, "existed": False, "made_dirs": made}
+    _write(path, entry)
+
+
+def _write(path: str, entry: dict[str, Any]) -> None:
     try:
         os.makedirs(records_dir(), mode=0o700, exist_ok=True)
-        replace_file(record, (json.dumps(entry) + "\n").encode())
+        replace_file(_record_path(path), (json.dumps(entry) + "\n").encode())
     except OSError as exc:
         raise RelayError(f"cannot keep the original of {path} in {records_dir()}: {exc.strerror or exc}") from None
 
@@ -66,12 +76,9 @@ def put_back(path: str, equal: Callable[[bytes], bool]) -> bool:
     restored = equal(recorded)
     if restored:
         if entry.get("existed"):
-            replace_file(target, recorded)
+            settings_io.replace(target, recorded, path)
         else:
-            try:
-                os.unlink(target)
-            except FileNotFoundError:
-                pass
+            settings_io.remove(target, path)
             for folder in entry.get("made_dirs", []):
                 try:
                     os.rmdir(folder)
@@ -79,6 +86,31 @@ def put_back(path: str, equal: Callable[[bytes], bool]) -> bool:
                     break  # something of the person's is in it now
     forget(path)
     return restored
+
+
+def recorded(path: str) -> bytes | None:
+    """The bytes `path` had before relay's first write (b"" when it did not exist); None
+    when no record is kept."""
+    entry = _read(path)
+    if entry is None:
+        return None
+    return base64.b64decode(entry["bytes"]) if entry.get("existed") else b""
+
+
+def wrote(path: str, data: bytes) -> None:
+    """Note that relay just wrote `data` to `path` whole (after `remember`)."""
+    entry = _read(path)
+    if entry is not None:
+        entry["wrote"] = hashlib.sha256(data).hexdigest()
+        _write(path, entry)
+
+
+def changed_since(path: str, data: bytes) -> bool | None:
+    """Whether `data` (what `path` holds now) differs from what relay last wrote there;
+    None when relay kept no note of that (a file written before relay kept them)."""
+    entry = _read(path)
+    digest = entry.get("wrote") if entry is not None else None
+    return None if not isinstance(digest, str) else hashlib.sha256(data).hexdigest() != digest
 
 
 def forget(path: str) -> None:

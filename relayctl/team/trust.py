@@ -13,9 +13,17 @@ settings, as the program records it when the person accepts its folder trust que
 OpenCode asks no folder trust question.
 
 (Read from Claude Code 2.1.330, Codex CLI 0.169.0 and Gemini CLI 0.61.0.) Only with the flag:
-trusting a folder is the person's decision. Each record relay adds is noted in a ledger,
-`$XDG_STATE_HOME/relay/trusted.json`, and each file's bytes from before relay's first write
-are kept (relayctl.originals), so `relayctl uninstall` takes out exactly what relay added.
+trusting a folder is the person's decision, and a decision the person already made is never
+overridden: Codex's `trust_level` of any other value, Claude Code's
+`hasTrustDialogAccepted = false`, Gemini CLI's `DO_NOT_TRUST` (on the repository or on the
+folder above it whose rule Gemini applies: its longest matching path) stay as they are, and
+`up` says so in a line (the program then asks, or runs untrusted, as it would without relay).
+Each record relay adds is noted in a ledger, `$XDG_STATE_HOME/relay/trusted.json`, and each
+file's bytes from before relay's first write are kept (relayctl.originals), so `relayctl
+uninstall` takes out exactly what relay added: only relay's own value (one the person changed
+since stays), and in Codex's TOML only relay's line, every key the person added in that table
+staying in it (relayctl.toml_tables). Writes go through relayctl.settings_io (a file with
+several hard links is refused, not cut off from its other names).
 """
 
 from __future__ import annotations
@@ -26,9 +34,9 @@ import re
 import tomllib
 from typing import Any
 
-from relayctl import hook_settings, originals
+from relayctl import hook_settings, originals, settings_io
+from relayctl.toml_tables import TomlEditError, add_key, remove_key
 from relayd.errors import RelayError
-from relayd.fsio import replace_file
 
 from .teamfile import Team
 
@@ -59,10 +67,14 @@ def record(team: Team) -> list[str]:
         if (agent.kind, path) in done:
             continue
         done.add((agent.kind, path))
-        added = _TRUST[agent.kind](path, team.repo)
-        if added:
-            _ledger_add(agent.kind, path, team.repo)
-        said.append(f"{'trusted' if added else 'already trusted'}: {team.repo} for {agent.kind} in {path}")
+        try:
+            added = _TRUST[agent.kind](path, team.repo)
+        except RelayError as exc:  # the person's own decision, or a file relay may not write: the program asks, as without relay
+            said.append(f"not trusted: {team.repo} for {agent.kind} in {path}: {exc.message}")
+            continue
+        if added is not None:
+            _ledger_add(agent.kind, path, team.repo, added)
+        said.append(f"{'trusted' if added is not None else 'already trusted'}: {team.repo} for {agent.kind} in {path}")
     return said
 
 
@@ -74,7 +86,7 @@ def forget(project: str) -> list[str]:
     for entry in [e for e in entries if e["project"] == project]:
         program, path = entry["program"], entry["path"]
         try:
-            _UNTRUST[program](path, project)
+            _UNTRUST[program](path, project, entry)
             said.append(f"trust record for {project} removed from {path}")
         except RelayError as exc:
             said.append(f"trust record for {project} left in {path}: {exc.message}")
@@ -93,44 +105,72 @@ def _root(path: str) -> str:
     return os.path.dirname(os.path.realpath(path))
 
 
-def _claude(path: str, repo: str) -> bool:
+# Each _TRUST function: None when the program already trusts the repository, else what the
+# ledger keeps beside the record (what uninstall needs to take exactly that out again); a
+# RelayError when it must not be written (the person's own decision, a file relay may not write).
+
+def _theirs(path: str, said: str) -> RelayError:
+    return RelayError(f"{path} says {said}: that is your choice, and relay leaves it; change it there yourself")
+
+
+def _claude(path: str, repo: str) -> dict | None:
     data = hook_settings.load_json(path)
     projects = data.setdefault("projects", {})
     if not isinstance(projects, dict) or not isinstance(projects.get(repo, {}), dict):
         raise RelayError(f"{path}: \"projects\" is not what Claude Code writes; fix it by hand (relay did not change the file)")
-    if projects.get(repo, {}).get("hasTrustDialogAccepted") is True:
-        return False
+    accepted = projects.get(repo, {}).get("hasTrustDialogAccepted")
+    if accepted is True:
+        return None
+    if accepted is not None:
+        raise _theirs(path, f"hasTrustDialogAccepted = {json.dumps(accepted)} for {repo}")
     projects[repo] = {**projects.get(repo, {}), "hasTrustDialogAccepted": True}
     hook_settings.save_json(path, data, _root(path))
-    return True
+    return {}
 
 
-def _claude_forget(path: str, repo: str) -> None:
+def _claude_forget(path: str, repo: str, entry: dict) -> None:
     data = hook_settings.load_json(path)
-    entry = data.get("projects", {}).get(repo)
-    if isinstance(entry, dict) and entry.pop("hasTrustDialogAccepted", None) is not None:
-        if not entry:
+    project = data.get("projects", {}).get(repo)
+    if isinstance(project, dict) and project.get("hasTrustDialogAccepted") is True:  # relay's value: one changed since is the person's
+        del project["hasTrustDialogAccepted"]
+        if not project:
             del data["projects"][repo]
             if not data["projects"]:
                 del data["projects"]
     _put_back_or_save(path, data)
 
 
-def _gemini(path: str, repo: str) -> bool:
+def gemini_decision(rules: dict[str, Any], repo: str) -> tuple[str, Any] | None:
+    """The rule Gemini CLI applies to `repo` (0.61.0, LoadedTrustedFolders.isPathTrusted), as
+    (its path, its level): the longest path among the rules whose folder holds `repo`
+    (TRUST_PARENT's folder is the one above its path); None when no rule does."""
+    found: tuple[str, Any] | None = None
+    for rule, value in rules.items():
+        folder = os.path.realpath(os.path.dirname(rule) if value == "TRUST_PARENT" else rule)
+        if (repo == folder or repo.startswith(folder.rstrip("/") + "/")) and (found is None or len(rule) > len(found[0])):
+            found = (rule, value)
+    return found
+
+
+def _gemini(path: str, repo: str) -> dict | None:
     data = hook_settings.load_json(path)
-    if data.get(repo) == "TRUST_FOLDER":
-        return False
+    rule = gemini_decision(data, repo)
+    if rule is not None and rule[1] in ("TRUST_FOLDER", "TRUST_PARENT"):
+        return None
+    if rule is not None:
+        raise _theirs(path, f"{rule[1]} for {rule[0]}" + ("" if rule[0] == repo else f", which holds {repo}"))
     new = not os.path.exists(path)
     data[repo] = "TRUST_FOLDER"
     hook_settings.save_json(path, data, _root(path))
     if new:
         os.chmod(path, 0o600)  # as Gemini CLI creates it
-    return True
+    return {}
 
 
-def _gemini_forget(path: str, repo: str) -> None:
+def _gemini_forget(path: str, repo: str, entry: dict) -> None:
     data = hook_settings.load_json(path)
-    data.pop(repo, None)
+    if data.get(repo) == "TRUST_FOLDER":  # relay's value: DO_NOT_TRUST written since is the person's
+        del data[repo]
     _put_back_or_save(path, data)
 
 
@@ -152,23 +192,28 @@ def _copilot_parse(text: str, path: str) -> tuple[str, dict[str, Any]]:
 
 
 def _copilot_write(path: str, header: str, data: dict[str, Any]) -> None:
-    target = os.path.realpath(path)
+    _write(path, (header + json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def _write(path: str, data: bytes) -> None:
+    """A program's own settings file, the original kept first (relayctl.originals)."""
+    target = settings_io.landing(path, None)
+    settings_io.refuse_shared(target, path)
     originals.remember(target)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    replace_file(target, (header + json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+    settings_io.replace(target, data, path)
 
 
-def _copilot(path: str, repo: str) -> bool:
+def _copilot(path: str, repo: str) -> dict | None:
     header, data = _copilot_parse(_read_text(path), path)
     folders = data.setdefault("trustedFolders", [])
     if repo in folders:
-        return False
+        return None
     folders.append(repo)
     _copilot_write(path, header, data)
-    return True
+    return {}
 
 
-def _copilot_forget(path: str, repo: str) -> None:
+def _copilot_forget(path: str, repo: str, entry: dict) -> None:
     header, data = _copilot_parse(_read_text(path), path)
     folders = data.get("trustedFolders", [])
     if repo not in folders:
@@ -181,15 +226,16 @@ def _copilot_forget(path: str, repo: str) -> None:
 
 
 def _put_back_or_save(path: str, data: dict[str, Any]) -> None:
+    hook_settings.keep_their_empty(path, data)
     if not originals.put_back(path, lambda before: hook_settings.same_json(before, data)):
         hook_settings.save_json(path, data, _root(path))
 
 
-def _codex_block(repo: str) -> str:
-    return f'\n[projects.{json.dumps(repo, ensure_ascii=False)}]\ntrust_level = "trusted"\n'
+def _codex_table(repo: str) -> tuple[str, str]:
+    return ("projects", repo)
 
 
-def _codex(path: str, repo: str) -> bool:
+def _codex(path: str, repo: str) -> dict | None:
     text = _read_text(path)
     try:
         projects = tomllib.loads(text).get("projects", {})
@@ -197,21 +243,29 @@ def _codex(path: str, repo: str) -> bool:
         raise RelayError(f"{path} is not valid TOML ({exc}); fix it by hand (relay did not change the file)") from None
     level = projects.get(repo, {}).get("trust_level") if isinstance(projects.get(repo), dict) else None
     if level == "trusted":
-        return False
+        return None
     if level is not None:
-        raise RelayError(f"{path} says trust_level = {level!r} for {repo}: that is your choice; change it there yourself")
-    originals.remember(path)
-    os.makedirs(os.path.dirname(os.path.realpath(path)), exist_ok=True)
-    replace_file(os.path.realpath(path), (text + ("\n" if text and not text.endswith("\n") else "") + _codex_block(repo)).encode())
-    return True
+        raise _theirs(path, f"trust_level = {json.dumps(level)} for {repo}")
+    try:
+        new, made = add_key(text, _codex_table(repo), "trust_level", "trusted")
+    except TomlEditError as exc:
+        raise RelayError(f"{path}: {exc}; add trust_level = \"trusted\" under [projects.\"{repo}\"] yourself (relay did not change the file)") from None
+    _write(path, new.encode())
+    return {"made_table": True} if made else {}
 
 
-def _codex_forget(path: str, repo: str) -> None:
+def _codex_forget(path: str, repo: str, entry: dict) -> None:
+    """relay's `trust_level` line out of the repository's table; the table goes with it only
+    when relay made it and nothing else is in it now (what the person added stays under it)."""
     text = _read_text(path)
-    header = re.escape(f"[projects.{json.dumps(repo, ensure_ascii=False)}]")
-    kept = re.sub(r"\n?" + header + r"\n(?:trust_level\s*=\s*\"trusted\"\s*\n?)", "", text, count=1)
+    try:
+        kept = remove_key(text, _codex_table(repo), "trust_level", "trusted", drop_table=bool(entry.get("made_table")))
+    except TomlEditError as exc:
+        raise RelayError(f"{exc}; take trust_level out of [projects.\"{repo}\"] yourself (relay did not change the file)") from None
+    if kept is None:
+        return  # gone already, or changed since: the person's
     if not originals.put_back(path, lambda before: before.decode(errors="replace") == kept):
-        replace_file(os.path.realpath(path), kept.encode())
+        _write(path, kept.encode())
 
 
 def _read_text(path: str) -> str:
@@ -250,7 +304,7 @@ def forget_codex_hook_trust(project: str) -> str | None:
     stripped = re.sub(r"\n{3,}", "\n\n", stripped).rstrip("\n") + "\n" if stripped.strip() else ""
     if stripped == text or "".join(kept) == text:
         return None
-    replace_file(os.path.realpath(path), stripped.encode())
+    _write(path, stripped.encode())
     return path
 
 
@@ -270,11 +324,11 @@ def _ledger() -> list[dict[str, str]]:
     return [e for e in entries if isinstance(e, dict) and {"program", "path", "project"} <= e.keys()] if isinstance(entries, list) else []
 
 
-def _ledger_add(program: str, path: str, project: str) -> None:
+def _ledger_add(program: str, path: str, project: str, facts: dict) -> None:
     entries = _ledger()
     entry = {"program": program, "path": path, "project": project}
-    if entry not in entries:
-        _ledger_write([*entries, entry])
+    if not any(all(e.get(k) == v for k, v in entry.items()) for e in entries):
+        _ledger_write([*entries, {**entry, **facts}])
 
 
 def _ledger_write(entries: list[dict[str, str]]) -> None:
@@ -287,4 +341,4 @@ def _ledger_write(entries: list[dict[str, str]]) -> None:
             pass
         return
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    replace_file(path, (json.dumps(entries, indent=2) + "\n").encode())
+    settings_io.replace(path, (json.dumps(entries, indent=2) + "\n").encode())

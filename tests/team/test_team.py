@@ -699,6 +699,92 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
     assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was
 
 
+def test_up_trust_leaves_the_persons_own_no_and_down_clean_leaves_their_keys_in_their_table(team: Team, relayctl) -> None:
+    """The person said no for this repository (Claude Code's hasTrustDialogAccepted = false,
+    Gemini CLI's DO_NOT_TRUST): `up --trust` says so and writes nothing there, and
+    `down --clean` deletes nothing there. Under the table relay wrote in Codex's config.toml
+    the person then sets a sandbox for this repository alone: `down --clean` takes out
+    relay's line and the sandbox stays this repository's, not Codex's global setting (nor
+    the model provider's, the table above)."""
+    import tomllib
+
+    from support.agent_programs import program
+    from support.model_anthropic import messages_responder, text as claude_text
+    from support.model_gemini import gemini_responder
+    from support.model_openai import codex_config, message, responses_responder
+    from support.scripted_model import ScriptedModel
+
+    _agents_run(team, {"alpha": "claude", "beta": "codex", "gamma": "gemini"})
+    team.file.write_text(team.file.read_text().replace('name = "gamma"\nprogram = "gemini"', 'name = "gamma"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"', 1))
+    repo = str(team.repo.resolve())
+    with ScriptedModel(messages_responder(lambda request: [claude_text("Noted.")])) as anthropic, \
+            ScriptedModel(responses_responder(lambda request: [message("Done.")])) as openai, ScriptedModel(gemini_responder()) as google:
+        home = _claude_home(team, anthropic.url)
+        claude_state = json.loads((home / ".claude.json").read_text())
+        claude_state["projects"] = {repo: {"hasTrustDialogAccepted": False, "allowedTools": []}}
+        (home / ".claude.json").write_text(json.dumps(claude_state))
+        codex_home = home / ".codex"
+        codex_home.mkdir()
+        (codex_home / "config.toml").write_text(codex_config(openai.url))
+        (home / ".gemini").mkdir()
+        (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({repo: "DO_NOT_TRUST"}, indent=2))
+        gemini_before = (home / ".gemini" / "trustedFolders.json").read_bytes()
+        team.env.update(CODEX_HOME=str(codex_home), SCRIPTED_API_KEY="sk-scripted", GOOGLE_GEMINI_BASE_URL=google.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('codex').parent}:{program('gemini').parent}:{team.env['PATH']}")
+        team.env.pop("CI", None)
+
+        started = relayctl("up", str(team.file), "--trust", "--wait", "2")
+        assert f"not trusted: {repo} for claude in {home / '.claude.json'}: {home / '.claude.json'} says hasTrustDialogAccepted = false" in started.stdout
+        assert f"not trusted: {repo} for gemini in {home / '.gemini' / 'trustedFolders.json'}: " in started.stdout
+        assert "says DO_NOT_TRUST for " + repo in started.stdout and "that is your choice" in started.stdout
+        assert f"trusted: {repo} for codex in {codex_home / 'config.toml'}" in started.stdout
+        assert (home / ".gemini" / "trustedFolders.json").read_bytes() == gemini_before
+        assert json.loads((home / ".claude.json").read_text())["projects"][repo]["hasTrustDialogAccepted"] is False
+
+        config = (codex_home / "config.toml").read_text()
+        relays = f'[projects."{repo}"]\ntrust_level = "trusted"\n'
+        assert config.count(relays) == 1, config
+        (codex_home / "config.toml").write_text(config.replace(relays, relays + 'sandbox_mode = "danger-full-access"\n'))
+        relayctl("down", "--clean", str(team.file))
+
+    parsed = tomllib.loads((codex_home / "config.toml").read_text())
+    assert parsed["projects"][repo] == {"sandbox_mode": "danger-full-access"}  # still this repository's alone
+    assert "sandbox_mode" not in parsed and "sandbox_mode" not in parsed["model_providers"]["scripted"]
+    assert (home / ".gemini" / "trustedFolders.json").read_bytes() == gemini_before  # the person's DO_NOT_TRUST, as it was
+    assert json.loads((home / ".claude.json").read_text())["projects"][repo]["hasTrustDialogAccepted"] is False
+
+
+def test_up_trust_refuses_a_hard_linked_trust_file_with_a_line_and_keeps_the_link(team: Team, relayctl) -> None:
+    """~/.gemini/trustedFolders.json as a hard link to the person's dotfiles: replacing it would
+    leave the dotfiles copy behind without a word. `up --trust` says so in a line, writes
+    nothing, and Gemini CLI asks its own question, as without relay."""
+    from support.agent_programs import program
+    from support.model_gemini import gemini_responder
+    from support.scripted_model import ScriptedModel
+
+    _agents_run(team, {"gamma": "gemini"})
+    team.file.write_text(team.file.read_text().replace('name = "gamma"\nprogram = "gemini"', 'name = "gamma"\nprogram = "gemini"\nmodel = "gemini-2.5-flash"', 1))
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    dotfiles = team.root / "dotfiles" / "trustedFolders.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(json.dumps({"/srv/elsewhere": "TRUST_FOLDER"}))
+    trusted = home / ".gemini" / "trustedFolders.json"
+    os.link(dotfiles, trusted)
+    repo = str(team.repo.resolve())
+    with ScriptedModel(gemini_responder()) as google:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=google.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('gemini').parent}:{team.env['PATH']}", TERM="xterm-256color")
+        team.env.pop("CI", None)
+        started = relayctl("up", str(team.file), "--trust", "--wait", "2")
+        assert f"not trusted: {repo} for gemini in {trusted}: {trusted} has 2 hard links" in started.stdout
+        assert os.path.samefile(trusted, dotfiles) and json.loads(dotfiles.read_text()) == {"/srv/elsewhere": "TRUST_FOLDER"}
+        relayctl("down", "--clean", str(team.file))
+    assert os.path.samefile(trusted, dotfiles) and json.loads(dotfiles.read_text()) == {"/srv/elsewhere": "TRUST_FOLDER"}
+
+
 def _chat_answering_alpha_with(tool: str):
     """A Chat Completions model that answers mail for alpha through relay's send_message
     (named `tool` in the program) and says "Done." to everything else."""
