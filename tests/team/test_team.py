@@ -439,7 +439,7 @@ def test_claude_code_gets_its_channel_by_default_where_it_works_and_the_pane_els
     assert claude.notify == "auto" and clients.arrival(claude) == "pane"  # never signed in: no switch known
     (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": True}}))
     assert clients.arrival(claude) == "channel"
-    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.CHANNEL_QUESTION[0]
+    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.program_of(claude).launch.channel.question.text
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})) == "channel"  # a proxy of the same API
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "CLAUDE_CODE_USE_BEDROCK": "1"})) == "pane"
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home)}, notify="pane")) == "pane"
