@@ -64,7 +64,9 @@ def install(program: str, agent: str | None, project: str) -> None:
     The entries name no agent (the file is shared by every session in the project, and by
     every pane `relayctl up` starts there): start the program with RELAY_AGENT=NAME in its
     environment, and its hooks deliver NAME's mail. A session without RELAY_AGENT (or
-    OVLD_ROLE) runs them as a silent no-op. --agent only fills in that name in the note.
+    OVLD_ROLE) runs them as a no-op; the programs that show a hook's line to the person
+    (Claude Code, Codex CLI, Gemini CLI) say once, at the session's start, how to start it
+    as an agent. --agent only fills in that name in the note.
 
     Register the agent with `--notify hook` so that no other mechanism announces the
     same mail.
