@@ -16,7 +16,8 @@ development (no setting skips it; Enter takes the preselected answer). It refuse
 under a cloud provider's API (CLAUDE_CODE_USE_BEDROCK, _VERTEX, ...) and where the account's
 channels switch is off (`cachedGrowthBookFeatures.tengu_harbor` in ~/.claude.json).
 
-First start in a folder: the folder trust question ("Quick safety check"), the person's;
+First start in a folder: the folder trust question ("Quick safety check"), the person's,
+which is also its review of the project's hooks (it lists them; there is no second one);
 2.1.332 may also ask "Make auto mode your default permission mode?" with Yes preselected,
 which is the person's too (relay works in either mode).
 

@@ -13,7 +13,10 @@ role is `$RELAY_AGENT`, which Gemini CLI expands from each pane's own environmen
 Folder trust is on unless `security.folderTrust.enabled` is false; project settings, and
 so relay's hooks and server, load only in a trusted folder. At the first start in a
 folder it draws its prompt ("Type your message") and then the trust dialog over it: the
-prompt alone is not yet ready.
+prompt alone is not yet ready (`Screen.late`). Its review of project hooks it has not seen
+is no question: a warning ("WARNING: The following project-level hooks have been detected
+in this workspace: - relay ...") after which it trusts them itself
+(~/.gemini/trusted_hooks.json); nothing to answer.
 """
 
 from __future__ import annotations
