@@ -258,6 +258,7 @@ class _Pane:
         self.said: set[str] = set()  # the person's questions named so far
         self.asking = None  # the person's question on the screen (a relayd.programs Question)
         self.window = started  # the start window runs from here: the start, or the person's last answer
+        self.asked_at: float | None = None  # when it began to wait at the person's question on the screen
         self.prompt_since: float | None = None  # when its prompt showed, with no question, since
         self.last_screen = ""
 
@@ -277,14 +278,13 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
     waiting = {(pane, q.text): q for agent, pane in fresh for q in clients.startup_prompts(agent, team)}
     seen: dict[tuple[str, str], float] = {}
     sent: dict[tuple[str, str], list[float]] = {}
-    person_deadline = clock() + person_wait
     while True:
         now = clock()
         open_panes = [p for p in panes if p.state in ("starting", "asking")]
         if not open_panes:
             break
-        if now > person_deadline or all(p.state != "asking" and now > p.window + start_wait for p in open_panes):
-            break
+        if all(now > p.asked_at + person_wait if p.state == "asking" else now > p.window + start_wait for p in open_panes):
+            break  # each pane past its start window, or waiting at the person's question for `person_wait`
         for p in open_panes:
             dead, status = session.exit_status(p.pane_id)
             screen = session.capture(p.pane_id)
@@ -308,11 +308,13 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
                 if asking.text not in p.said:
                     say(_named(p, spec, asking, team, person_wait))
                     p.said.add(asking.text)
+                if p.state != "asking":
+                    p.asked_at = now
                 p.state, p.asking, p.prompt_since = "asking", asking, None
                 continue
             if p.state == "asking":
                 p.window = now  # answered: the program starts now, and relay's own questions may follow
-            p.asking = None
+            p.asking, p.asked_at = None, None
             # A question relay expects may come after the prompt is drawn (Codex shows its hook
             # review over its prompt): ready only once none is still to come or on the screen;
             # and a program that draws its own first-start question after its prompt (Gemini's

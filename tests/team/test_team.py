@@ -531,6 +531,30 @@ def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team
         assert not projects.get(str(team.repo.resolve()), {}).get("hasTrustDialogAccepted")  # nor recorded behind the person's back
 
 
+def test_geminis_folder_trust_question_drawn_after_its_prompt_is_named_and_left_to_the_person(team: Team, relayctl) -> None:
+    """Gemini CLI draws its prompt first and its folder trust dialog over it: `up` does not
+    take the prompt for ready, names the question, and leaves it unanswered."""
+    from support.agent_programs import program
+    from support.model_gemini import gemini_responder
+    from support.scripted_model import ScriptedModel
+
+    _agents_run(team, {"alpha": "gemini"})
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    with ScriptedModel(gemini_responder()) as model:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('gemini').parent}:{team.env['PATH']}", TERM="xterm-256color")
+        team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
+        done = relayctl("up", str(team.file), "--wait", "2", timeout=240)
+        pane = team.panes()["alpha"][0]
+        assert f"alpha (pane {pane}) waits at Gemini CLI's folder trust question" in done.stdout, done.stdout + done.stderr
+        assert "still waits at its folder trust question" in done.stderr and done.returncode == 0
+        assert "Do you trust the files in this folder?" in team.tmux("capture-pane", "-p", "-J", "-t", pane)  # not answered
+        assert not (home / ".gemini" / "trustedFolders.json").exists()  # nor recorded behind the person's back
+        relayctl("down", str(team.file), check=False)
+
+
 def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_question(team: Team, relayctl) -> None:
     from support.agent_programs import program
     from support.model_openai import codex_config, message, responses_responder
