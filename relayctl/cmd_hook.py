@@ -11,8 +11,9 @@ import sys
 
 import click
 
+from relayd.programs.registry import PROGRAMS
+
 from .context import settings
-from .hook_answer import NAMED_BY_ENTRY, PROGRAMS
 from .hook_answer import hook as answer
 
 
@@ -33,8 +34,8 @@ def hook(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-def _command(program: str, events: str) -> click.Command:
-    title = PROGRAMS[program].title
+def _command(program: str) -> click.Command:
+    title, events = PROGRAMS[program].title, PROGRAMS[program].hooks.help
 
     def run(event: str | None = None) -> None:
         status = answer(settings(), program, event)
@@ -49,30 +50,23 @@ def _command(program: str, events: str) -> click.Command:
 
     \b
     Examples:
-      echo '{{"hook_event_name":"{PROGRAMS[program].context[0]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
+      echo '{{"hook_event_name":"{PROGRAMS[program].hooks.context[0]}","prompt":"hi"}}' | relayctl --agent inferno hook {program}
     """
-    if program in NAMED_BY_ENTRY:
+    if PROGRAMS[program].hooks.named_by_entry:
         run.__doc__ = f"""{title} hook: unread messages become additional context, then count as read.
 
     Reads the hook event JSON on stdin; EVENT is the hook it runs for ({events}), since
     {title} does not name the event in the JSON. Your agent name comes from --agent,
     OVLD_ROLE or RELAY_AGENT. `relayctl hooks install --for {program}` writes the entries
-    into the repository's .github/hooks/relay.json.
+    into the repository's {PROGRAMS[program].settings.hooks_file}.
 
     \b
     Examples:
-      echo '{{"prompt":"hi"}}' | relayctl --agent inferno hook {program} {PROGRAMS[program].context[0]}
+      echo '{{"prompt":"hi"}}' | relayctl --agent inferno hook {program} {PROGRAMS[program].hooks.context[0]}
     """
         run = click.argument("event", metavar="EVENT")(run)
     return click.command(program)(run)
 
 
-for _name, _events in (
-    ("claude", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and SessionEnd report the session's state"),
-    ("codex", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest and Interrupt report the session's state"),
-    ("gemini", "BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the session's state"),
-    ("copilot", "userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd report the session's state"),
-    ("opencode", "chat.message, tool.execute.after and session.idle hand mail over; session.created, permission.asked, "
-                 "question.asked, their replies and session.deleted report the session's state; relay's plugin sends them"),
-):
-    hook.add_command(_command(_name, _events))
+for _name in PROGRAMS:
+    hook.add_command(_command(_name))

@@ -12,26 +12,12 @@ import click
 
 from relayd import layout
 from relayd.names import check_agent_name
+from relayd.programs.registry import PROGRAMS as REGISTRY
 
 from . import hook_settings
 from .context import settings
 
-PROGRAMS = tuple(hook_settings.SETTINGS_FILE)
-
-# What each program still asks of a person before project hooks run (measured with
-# Claude Code 2.1.332, Codex CLI 0.169.0, Gemini CLI 0.61.0, GitHub Copilot CLI 1.0.102).
-NEXT_STEP = {
-    "claude": "Claude Code runs them from the next session in {project}; an interactive `claude` first asks whether you trust "
-              "the folder: answer \"Yes, I trust this folder\"",
-    "codex": "Codex CLI runs them once {project} is a trusted project and you trust the hooks: start `codex` there and accept both "
-             "prompts (or review them with /hooks); `codex exec` needs both done before, or --trust --dangerously-bypass-hook-trust",
-    "gemini": "Gemini CLI runs project hooks only in a trusted folder: trust {project} when Gemini asks (or with /permissions; "
-              "~/.gemini/trustedFolders.json keeps the choice); headless runs in an untrusted folder stop with an error",
-    "copilot": "GitHub Copilot CLI runs repository hooks only in a trusted folder: trust {project} when `copilot` asks "
-               "(~/.copilot/config.json trustedFolders keeps the choice); `copilot -p` in an untrusted folder runs without them",
-    "opencode": "OpenCode loads the plugin when it next starts in {project} (no trust question); relay's tools come from "
-                "`relayctl mcp-config --for opencode` in opencode.json",
-}
+PROGRAMS = tuple(REGISTRY)  # the --for choices; what each asks of a person before its hooks run is its Settings.note
 
 
 @click.group()
@@ -80,7 +66,9 @@ def install(program: str, agent: str | None, project: str) -> None:
     The entries name no agent (the file is shared by every session in the project, and by
     every pane `relayctl up` starts there): start the program with RELAY_AGENT=NAME in its
     environment, and its hooks deliver NAME's mail. A session without RELAY_AGENT (or
-    OVLD_ROLE) runs them as a silent no-op. --agent only fills in that name in the note.
+    OVLD_ROLE) runs them as a no-op; the programs that show a hook's line to the person
+    (Claude Code, Codex CLI, Gemini CLI) say once, at the session's start, how to start it
+    as an agent. --agent only fills in that name in the note.
 
     Register the agent with `--notify hook` so that no other mechanism announces the
     same mail.
@@ -104,7 +92,7 @@ def install(program: str, agent: str | None, project: str) -> None:
                " (`relayctl hooks uninstall --for claude` takes it out again)")
     s.note(f"they deliver the mail of the session's RELAY_AGENT: start it as RELAY_AGENT={name or 'NAME'} {program}"
            " (a session without one runs them as a no-op)")
-    s.note(NEXT_STEP[program].format(project=os.path.abspath(project)))
+    s.note(REGISTRY[program].settings.note.format(project=os.path.abspath(project)))
 
 
 @hooks.command()

@@ -23,7 +23,7 @@ _FILE = click.argument("file", required=False, metavar="[FILE]")
 @click.option("--force", is_flag=True, help="With --preset: overwrite an existing team file.")
 @click.option("--trust", is_flag=True, help="Record the repository as trusted in each program's own settings first (~/.claude.json, ~/.codex/config.toml, ~/.gemini/trustedFolders.json, ~/.copilot/config.json), as the program does when you accept its folder trust question; `relayctl uninstall` takes it out again.")
 @click.option("--wait", "wait", type=click.IntRange(0, 3600), default=300, show_default=True, metavar="SECONDS",
-              help="How long to keep watching while a pane waits at a question that is yours (folder trust), to answer relay's own questions after it.")
+              help="How long to keep watching while a pane waits at a question that is yours (folder trust, a first-start question), to answer relay's own questions after it.")
 def up(file: str | None, preset: str | None, team_name: str | None, workers: int | None, force: bool, trust: bool, wait: int) -> None:
     """Start the team of FILE (default: ./relay-team.toml): one pane per agent.
 
@@ -41,10 +41,13 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
     the programs ask (Claude Code's development channel, Codex's review of relay's hooks).
 
     A pane whose program exited makes `up` exit 1 with the exit status and its last
-    lines. A program asking whether to trust the folder is waiting for you: `up` names
-    the question and keeps watching (--wait) while you answer it in the pane; it never
-    answers it. --trust answers it ahead, in the programs' own settings, for this
-    repository only.
+    lines. A program asking you something at its first start (whether to trust the
+    folder; Claude Code's "Make auto mode your default permission mode?") is waiting for
+    you: `up` names the question with what to do and keeps watching (--wait) while you
+    answer it in the pane, then gives the pane its whole start time again, so relay's own
+    questions after your answer are answered too; it never answers yours. --trust
+    answers the folder trust ahead, in the programs' own settings, for this repository
+    only.
 
     Running it again starts what is missing and restarts only panes whose program
     exited. The schema of the team file is in docs/team.md.

@@ -19,6 +19,8 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     # trust records load only when clean runs
     from relayd import guard
 
+    from relayd.programs.registry import PROGRAMS
+
     from . import hook_settings
 
     done: dict[str, object] = {}
@@ -32,7 +34,7 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
         done["guard"] = None
         say(f"guard: nothing to remove ({exc.message})")
     files, kept = [], []
-    for program in hook_settings.SETTINGS_FILE:
+    for program in PROGRAMS:
         try:
             change = hook_settings.uninstall(program, project, everything=True)
         except RelayError as exc:  # one file relay may not write (a link out of the project, a hard link): the others still go
@@ -48,12 +50,11 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     done["settings"] = files
     if kept:
         done["kept"] = kept
-    from .team.trust import forget, forget_codex_hook_trust
+    from .team.trust import forget, forget_hook_trust
 
     done["trust"] = forget(project)
-    codex = forget_codex_hook_trust(project)
-    if codex:
-        done["trust"].append(f"Codex's trust in relay's hooks removed from {codex}")
+    for title, path in forget_hook_trust(project):
+        done["trust"].append(f"{title}'s trust in relay's hooks removed from {path}")
     for line in done["trust"]:
         say(line)
     return done

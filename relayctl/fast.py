@@ -253,12 +253,12 @@ def _hook(argv: list[str]) -> dict[str, Any]:
     """`hook PROGRAM`, or `hook PROGRAM EVENT` for a program whose events do not name
     themselves: the parameters of hook_answer.hook. Anything else (--help, an unknown
     program, an option) is the full CLI's to explain."""
-    from .hook_answer import NAMED_BY_ENTRY, PROGRAMS
+    from relayd.programs.registry import PROGRAMS
 
     if not argv or argv[0] not in PROGRAMS or any(token.startswith("-") for token in argv):
         raise _Declined
     program, rest = argv[0], argv[1:]
-    if len(rest) != (1 if program in NAMED_BY_ENTRY else 0):
+    if len(rest) != (1 if PROGRAMS[program].hooks.named_by_entry else 0):
         raise _Declined
     return {"program": program, "event": rest[0] if rest else None}
 

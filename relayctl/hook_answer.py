@@ -1,24 +1,14 @@
 """What `relayctl hook PROGRAM` answers: unread mail handed to an agent program through its own hooks.
 
-The program runs the hook with one JSON event on stdin (`hook_event_name` names it).
-For a context event (before the prompt, after a tool) the answer is
-`hookSpecificOutput.additionalContext`; for the stop event it is
+The program runs the hook with one JSON event on stdin (`hook_event_name` names it, or the
+hook entry passes it where the program does not: `hook copilot EVENT`). For a context event
+(before the prompt, after a tool) the answer is `additionalContext`, nested under
+`hookSpecificOutput` or at the top level as the program reads it; for the stop event it is
 `{"decision": "block", "reason": ...}`, which keeps the agent going with the mail as its
-next instruction. All three programs take these same shapes (Claude Code 2.1.332; Codex
-CLI 0.169.0, whose JSON Schemas in the binary accept exactly them; Gemini CLI 0.61.0,
-which appends the context to the prompt or tool result and sends a blocked AfterAgent's
-reason as the next prompt). Only the event names differ: `PROGRAMS` below.
-
-GitHub Copilot CLI (1.0.102) differs in two ways. Its own hooks (.github/hooks/*.json)
-get an event with no name in it, so the entry names the event: `hook copilot EVENT`; and
-it reads the context from a top-level `additionalContext` (its agentStop takes the same
-block decision, and sends the reason as the next prompt). It also runs the hooks of a
-repository's .claude/settings.json, with Claude Code's event names but still reading only
-its own shape: `hook claude` recognises such a call (`copilot_caller`) and answers it in
-Copilot's shape, so mail marked read there is mail its model was shown.
-
-OpenCode (1.18.33) runs no commands as hooks; relay's plugin for it passes its events on
-to `hook opencode` and reads the same top-level `additionalContext` / block decision.
+next instruction. Which events are which, the answer shape and each program's quirks are
+its own module's in the programs wing (relayd.programs; `Hooks`). A program that runs
+another's project hooks (GitHub Copilot CLI running .claude/settings.json: its `Guest`) is
+answered in its own shape, so mail marked read there is mail its model was shown.
 
 Every event relay installs also reports the session's state (at its prompt, working,
 asking the person: relayd.arrival.program_state), which decides whether a trigger may be typed
@@ -45,6 +35,8 @@ import sys
 from relayd import jsonline as json  # json itself loads re: a hook runs at every event
 from relayd.errors import RelayError
 from relayd.arrival.program_events import state_after
+from relayd.programs.program import Program
+from relayd.programs.registry import PROGRAMS, guests_of, owner_of
 
 from .context import Settings, echo
 
@@ -53,83 +45,10 @@ BODY_MAX = 3000
 PREVIEW = 50
 
 
-class Program:
-    """One program's hook events, by what relay does with them."""
-
-    __slots__ = ("title", "context", "stop", "state", "other", "matcher")
-
-    def __init__(self, title: str, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...], matcher: dict[str, str]) -> None:
-        self.title = title
-        self.context = context  # events whose answer is additionalContext, in the order installed
-        self.stop = stop  # the turn's end: a block decision keeps the session going
-        self.state = state  # events installed only to report the program's state (relayd.arrival.program_state)
-        self.other = other  # the program's events that cannot carry mail (a no-op)
-        self.matcher = matcher  # events whose hook entries take a tool matcher
-
-    @property
-    def installed(self) -> tuple[str, ...]:
-        """The events `hooks install` puts relay's entry under."""
-        return (*self.state[:1], *self.context, self.stop, *self.state[1:])
-
-
-PROGRAMS: dict[str, Program] = {
-    "claude": Program(
-        "Claude Code",
-        ("UserPromptSubmit", "PostToolUse"),
-        "Stop",
-        ("SessionStart", "PermissionRequest", "Notification", "SessionEnd"),
-        ("SubagentStop", "PreToolUse", "PostToolUseFailure", "PostToolBatch", "UserPromptExpansion",
-         "StopFailure", "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
-         "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted", "Elicitation",
-         "ElicitationResult", "ConfigChange", "WorktreeCreate", "WorktreeRemove", "InstructionsLoaded", "CwdChanged",
-         "FileChanged", "DirectoryAdded", "MessageDisplay"),
-        {"PostToolUse": "*", "PermissionRequest": "*"},
-    ),
-    "codex": Program(
-        "Codex CLI",
-        ("UserPromptSubmit", "PostToolUse"),
-        "Stop",
-        ("SessionStart", "PermissionRequest", "Interrupt"),
-        ("SubagentStop", "PreToolUse", "PreCompact", "PostCompact", "SessionEnd", "SubagentStart", "PreModelRequest"),
-        {"PostToolUse": "*", "PermissionRequest": "*"},
-    ),
-    "gemini": Program(
-        "Gemini CLI",
-        ("BeforeAgent", "AfterTool"),
-        "AfterAgent",
-        ("SessionStart", "Notification", "SessionEnd"),
-        ("BeforeTool", "PreCompress", "BeforeModel", "AfterModel", "BeforeToolSelection"),
-        {"AfterTool": "*"},
-    ),
-    "copilot": Program(
-        "GitHub Copilot CLI",
-        ("userPromptSubmitted", "postToolUse"),
-        "agentStop",
-        ("sessionStart", "permissionRequest", "sessionEnd"),
-        ("preToolUse", "postToolUseFailure", "userPromptTransformed", "errorOccurred", "subagentStart", "subagentStop",
-         "preCompact", "preMcpToolCall", "notification"),
-        {},
-    ),
-    # OpenCode has no command hooks: relay's plugin (relayctl/opencode_plugin.js) passes its
-    # events on under OpenCode's own names and puts the answers where its model reads them.
-    "opencode": Program(
-        "OpenCode",
-        ("chat.message", "tool.execute.after"),
-        "session.idle",
-        ("session.created", "permission.asked", "question.asked", "permission.replied", "question.replied",
-         "question.rejected", "session.deleted"),
-        (),
-        {},
-    ),
-}
-# Events whose name the program does not put in the hook's stdin: the entry passes it.
-NAMED_BY_ENTRY = ("copilot",)
-# relay's own file of Copilot hooks in a project (hook_settings writes it).
-COPILOT_HOOKS_FILE = os.path.join(".github", "hooks", "relay.json")
-# SubagentStop (both programs) is a no-op: blocking it would hand the agent's mail to a
-# subagent, whose result the agent itself may only see summarised.
-
-
+# Each program's hook events, the state each implies and the answer shape it reads are its
+# own module's (relayd.programs; `Hooks`). SubagentStop (Claude Code, Codex) is a no-op there:
+# blocking it would hand the agent's mail to a subagent, whose result the agent itself may
+# only see summarised.
 
 
 def hook(s: Settings, program: str, event: str | None = None) -> int:
@@ -161,22 +80,20 @@ def _error(message: str) -> str:
     return f"error: relay hook: {' '.join(message.split())}"
 
 
-def copilot_caller(event: dict) -> bool:
-    """Whether a `hook claude` event came from GitHub Copilot CLI running the repository's
-    .claude/settings.json: Copilot (1.0.102) puts COPILOT_CLI=1 in every hook's environment
-    and a `timestamp` in every event, which Claude Code's events do not carry (a Claude Code
-    started from a Copilot shell inherits the variable, not the timestamp)."""
-    return os.environ.get("COPILOT_CLI") == "1" and "timestamp" in event
+def guest_calling(program: str, event: dict) -> Program | None:
+    """The program that ran `program`'s project hooks for this event, when it is not
+    `program` itself (GitHub Copilot CLI running .claude/settings.json: relayd.programs.copilot)."""
+    return next((g for g in guests_of(program) if g.guest.calling(event)), None)
 
 
-def _relays_copilot_hooks_run_too(event: dict) -> bool:
-    """Whether the project Copilot runs in (the event's cwd, up to its git root) has relay's
-    own Copilot hooks as well as relay's Claude Code hooks. Copilot (1.0.102) runs both sets
+def _own_hooks_run_too(guest: Program, event: dict) -> bool:
+    """Whether the project the guest runs in (the event's cwd, up to its git root) has
+    relay's own hooks for the guest as well as the host's. Copilot (1.0.102) runs both sets
     at once and gives its model one hook's `additionalContext`: mail the other hook took
     was marked read and never shown."""
     here = os.path.abspath(event["cwd"] if isinstance(event.get("cwd"), str) else os.getcwd())
     while True:
-        if os.path.isfile(os.path.join(here, COPILOT_HOOKS_FILE)):
+        if os.path.isfile(os.path.join(here, guest.settings.hooks_file)):
             return True
         parent = os.path.dirname(here)
         if parent == here or os.path.exists(os.path.join(here, ".git")):
@@ -188,59 +105,81 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     """What `program` should be told for the hook event `raw` (None: print nothing);
     `event_name`: the event, for a program whose events do not name themselves."""
     if not s.agent:
-        return None  # no relay identity: a session relay did not start, which the project's hooks are not for
+        return _no_agent(program, raw)  # a session relay did not start, which the project's hooks are not for
     try:
         event = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"stdin is not a hook event (bad JSON: {exc})") from None
     if not isinstance(event, dict):
         raise ValueError("stdin is not a hook event (expected a JSON object)")
-    if program == "claude" and copilot_caller(event) and _relays_copilot_hooks_run_too(event):
-        return None  # those hand the mail over: Copilot shows one hook's context of the two
+    guest = guest_calling(program, event)
+    if guest is not None and _own_hooks_run_too(guest, event):
+        return None  # those hand the mail over: the guest shows one hook's context of the two
     if event_name is not None:
         event["hook_event_name"] = event_name
-    elif program == "claude" and "hook_event_name" not in event and isinstance(event.get("hookName"), str) and copilot_caller(event):
+    elif guest is not None and "hook_event_name" not in event and isinstance(event.get(guest.guest.event_field), str):
         # Copilot (1.0.102) runs a .claude/settings.json PermissionRequest hook with its own
         # event (`hookName: "permissionRequest"`, camelCase fields), and takes a failing
-        # permission hook as "deny": answered as the Copilot event it is.
-        program, event["hook_event_name"] = "copilot", event["hookName"]
-    spec = PROGRAMS[program]
+        # permission hook as "deny": answered as the guest's event it is.
+        program, event["hook_event_name"], guest = guest.name, event[guest.guest.event_field], None
+    spec = PROGRAMS[program].hooks
     name = event.get("hook_event_name")
     if name in spec.other:
         return None  # an event we cannot add context to: leave the mail unread
     if name not in spec.context and name != spec.stop and name not in spec.state:
         raise ValueError(_unknown_event(program, name))
     agent = s.require_agent(f"hook {program}")
-    if program == "claude" and name in INBOX_EVENTS and not copilot_caller(event):
-        _report_inbox(s, agent)  # [claude-inbox]
+    door = PROGRAMS[program].door
+    if door is not None and guest is None and name in door.events:
+        _report_door(s, agent, door)
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
         # the prompt, mail comes by the agent's trigger instead (relayd.arrival.program_state).
-        _record_state(s, agent, program, event)
+        _record_state(s, agent, program, event, guest=guest)
         return None
     if name == spec.stop and event.get("stop_hook_active") is True:
-        _record_state(s, agent, program, event)
+        _record_state(s, agent, program, event, guest=guest)
         return None  # this turn is already the continuation we asked for: stop now, mail waits
     if name != spec.stop:
-        _record_state(s, agent, program, event)  # working, before the mail: its trigger waits
+        _record_state(s, agent, program, event, guest=guest)  # working, before the mail: its trigger waits
     text = take_unread(s, agent)
     if name == spec.stop:
-        _record_state(s, agent, program, event, continued=text is not None)
+        _record_state(s, agent, program, event, continued=text is not None, guest=guest)
     if text is None:
         return None
     if name == spec.stop:
         return {"decision": "block", "reason": text}
-    if program in ("copilot", "opencode") or (program == "claude" and copilot_caller(event)):
-        return {"additionalContext": text}  # Copilot ignores Claude Code's hookSpecificOutput
+    if (guest.hooks if guest is not None else spec).answer == "additionalContext":
+        return {"additionalContext": text}  # top level: Copilot and OpenCode ignore Claude Code's hookSpecificOutput
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
 
 
-def _record_state(s: Settings, agent: str, program: str, event: dict, continued: bool = False) -> None:
+NO_AGENT = ("relay: this {title} session has no agent name (RELAY_AGENT), so relay's hooks in this project do nothing here. "
+            "To run it as a relay agent, start it as `RELAY_AGENT=NAME {program}`, or start the team with `relayctl up`.")
+
+
+def _no_agent(program: str, raw: str) -> dict | None:
+    """A session started without RELAY_AGENT: its hooks hand nothing over, silently, except
+    once at its start, where the program shows the person a line (`Hooks.shown`) saying how
+    to start it as an agent. A clear or a compaction starts no new session."""
+    spec = PROGRAMS[program]
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or spec.hooks.shown is None or event.get("hook_event_name") != spec.hooks.start:
+        return None
+    if event.get("source") in ("clear", "compact") or guest_calling(program, event) is not None:
+        return None  # the guest (Copilot) reads only its own shape, which shows no such line
+    return {spec.hooks.shown: NO_AGENT.format(title=spec.title, program=program)}
+
+
+def _record_state(s: Settings, agent: str, program: str, event: dict, continued: bool = False, guest: Program | None = None) -> None:
     """Report what the session is doing now (relayd.arrival.program_state). A report only: an
     agent unknown to the store or a store out of reach never fails the program's hook."""
-    if program == "claude" and event.get("hook_event_name") == "SessionStart" and copilot_caller(event):
-        return  # Copilot's session starts with its first prompt: not "idle" (relayd.arrival.program_events)
+    if guest is not None and event.get("hook_event_name") in guest.guest.no_state:
+        return  # e.g. Copilot's session starts with its first prompt: not "idle" (relayd.programs.copilot)
     state = state_after(program, event, continued)
     if state is None:
         return
@@ -250,22 +189,12 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, continued:
         pass
 
 
-INBOX_EVENTS = ("SessionStart", "UserPromptSubmit")  # [claude-inbox] when a session reports its inbox
-
-
-def _report_inbox(s: Settings, agent: str) -> None:
-    """[claude-inbox] Tell relay the session's own inbox (relayd.arrival.claude_inbox): the
-    socket Claude Code names to its children, and where its session records are. A report
-    only: never fails the hook."""
-    sock = os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET") or ""
-    config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
-    params = {"agent": agent, "socket": sock, "sessions_dir": os.path.join(config, "sessions")}
-    if not sock:
-        off = os.environ.get("CLAUDE_CODE_HARBOR_KITE") == "0"
-        params["missing"] = ("CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" if off else
-                             "its session names no inbox (a Claude Code before 2.1.224, or cross-session messaging off)")
+def _report_door(s: Settings, agent: str, door) -> None:
+    """Tell relay the session's own door (its program's `door`: Claude Code's inbox,
+    relayd.arrival.claude_inbox), as the session names it to its children. A report only:
+    never fails the hook."""
     try:
-        s.call("claude_inbox", params)
+        s.call(door.operation, {"agent": agent, **door.report(os.environ)})
     except RelayError:
         pass
 
@@ -273,9 +202,9 @@ def _report_inbox(s: Settings, agent: str) -> None:
 def _unknown_event(program: str, name: object) -> str:
     if not isinstance(name, str):
         return "stdin is not a hook event (no hook_event_name)"
-    owners = [p for p, spec in PROGRAMS.items() if p != program and name in (*spec.installed, *spec.other)]
-    if owners:
-        return f"{name} is a {PROGRAMS[owners[0]].title} hook event, not a {PROGRAMS[program].title} one: run `relayctl hook {owners[0]}` for it"
+    owner = owner_of(name, program)
+    if owner is not None:
+        return f"{name} is a {owner.title} hook event, not a {PROGRAMS[program].title} one: run `relayctl hook {owner.name}` for it"
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 

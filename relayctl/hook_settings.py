@@ -4,7 +4,7 @@ Each program reads its hooks from a JSON file in the project, in one shape:
 `{"hooks": {EVENT: [{"matcher"?: ..., "hooks": [{"type": "command", "command": ...}]}]}}`
 (Claude Code `.claude/settings.json`, Codex CLI `.codex/hooks.json`, Gemini CLI
 `.gemini/settings.json`). `install` reads the file, puts relay's command under each event
-of `hook_answer.PROGRAMS` (replacing a relay entry already there, in place, and touching no
+of its program's `Hooks` (relayd.programs; replacing a relay entry already there, in place, and touching no
 other hook or key), and writes it back atomically only when something changed;
 `uninstall` takes out relay's commands alone. A file that is not a JSON object is
 refused with one line and left as it is.
@@ -51,30 +51,17 @@ from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
 
+from relayd.programs.program import SERVER_NAME, Program
+from relayd.programs.registry import PROGRAMS
+
 from . import originals, settings_io
-from .hook_answer import COPILOT_HOOKS_FILE, PROGRAMS
 from .context import installed_command
 
-SERVER_NAME = "relay"  # the key under mcpServers; `--channels server:relay` refers to it
-
-SETTINGS_FILE = {
-    "claude": os.path.join(".claude", "settings.json"),
-    "codex": os.path.join(".codex", "hooks.json"),
-    "gemini": os.path.join(".gemini", "settings.json"),
-    "copilot": COPILOT_HOOKS_FILE,
-    "opencode": os.path.join(".opencode", "plugin", "relay.js"),
-}
-OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")
-OPENCODE_CONFIG = "opencode.json"  # the project's OpenCode settings: relay-mcp goes under "mcp" (relayctl up)
+# Each program's files, layout, extra entry fields and allow rules are its own module's
+# (relayd.programs; `Settings`). The files of each layout:
+OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")  # the "plugin" layout's source
 _PLUGIN_MARK = "// relay's OpenCode plugin"  # the first line: a file relay may replace or remove
-COPILOT_HOOKS_VERSION = 1  # the "version" Copilot CLI's hook files carry
-GEMINI_HOOK_NAME = "relay"  # Gemini CLI lists hooks by name: `/hooks disable relay`
-# Claude Code's permission rule for every tool of the MCP server named "relay" (relayctl
-# mcp-config's key): without it, each relay tool call in Claude Code's default "auto"
-# mode (2.1.332) first waits for its safety check, an extra model request. relay's
-# tools only read and write relay's own store. Codex and Gemini get theirs in the MCP
-# entry itself (relayctl mcp-config).
-CLAUDE_ALLOW = "mcp__relay"
+COPILOT_HOOKS_VERSION = 1  # the "version" an "own-file" hooks file carries (Copilot CLI's)
 
 _HOOK_OPTIONS = ("--agent", "--dir", "--socket")
 
@@ -129,18 +116,19 @@ def _is_relay_command(command: str) -> bool:
         words = words[1:]
     else:
         return False
-    if len(words) > 2 and words[-3:-1] == ["hook", "copilot"]:
-        words = words[:-1]  # Copilot CLI's entries name their event
-    if len(words) < 2 or words[-2] != "hook" or words[-1] not in SETTINGS_FILE:
+    if len(words) > 2 and words[-3] == "hook" and words[-2] in PROGRAMS and PROGRAMS[words[-2]].hooks.named_by_entry:
+        words = words[:-1]  # the entries of a program whose events do not name themselves name their event
+    if len(words) < 2 or words[-2] != "hook" or words[-1] not in PROGRAMS:
         return False
     options = words[:-2]
     return len(options) % 2 == 0 and all(options[i] in _HOOK_OPTIONS for i in range(0, len(options), 2))
 
 
 def is_relay_permission(rule: Any) -> bool:
-    """A Claude Code `permissions.allow` rule for relay's MCP server's tools."""
-    prefix = f"mcp__{SERVER_NAME}"
-    return isinstance(rule, str) and (rule == prefix or rule.startswith(prefix + "__"))
+    """A `permissions.allow` rule relay wrote for its MCP server's tools (Claude Code's
+    `mcp__relay`), or one for a single tool of it (`mcp__relay__send_message`)."""
+    prefixes = {allow for spec in PROGRAMS.values() for allow in spec.settings.allow}
+    return isinstance(rule, str) and any(rule == prefix or rule.startswith(prefix + "__") for prefix in prefixes)
 
 
 def is_relay_server(entry: Any) -> bool:
@@ -158,27 +146,27 @@ def is_relay_server(entry: Any) -> bool:
 
 def settings_path(program: str, project: str) -> str:
     _check_program(program)
-    return os.path.join(os.path.abspath(project), SETTINGS_FILE[program])
+    return os.path.join(os.path.abspath(project), PROGRAMS[program].settings.hooks_file)
 
 
 def install(program: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
     """Merge relay's hook entries into `program`'s settings in `project`."""
-    if program == "copilot":
-        return _install_copilot(project, store_dir, socket)
-    if program == "opencode":
-        return _install_opencode(project, store_dir, socket)
+    _check_program(program)
+    layout = PROGRAMS[program].settings.layout
+    if layout == "own-file":
+        return _install_own_file(PROGRAMS[program], project, store_dir, socket)
+    if layout == "plugin":
+        return _install_plugin(PROGRAMS[program], project, store_dir, socket)
     path = settings_path(program, project)
     command = hook_command(program, store_dir, socket)
     data = load_json(path)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
-    spec = PROGRAMS[program]
+    spec = PROGRAMS[program].hooks
     events = spec.installed
     for event in events:
-        entry: dict[str, Any] = {"type": "command", "command": command}
-        if program == "gemini":
-            entry = {"name": GEMINI_HOOK_NAME, **entry}
+        entry: dict[str, Any] = {**spec.entry_fields, "type": "command", "command": command}  # Gemini CLI's `name`
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise RelayError(f"{path}: hooks.{event} is not a list; fix it by hand (relay did not change the file)")
@@ -187,21 +175,22 @@ def install(program: str, project: str = ".", store_dir: str | None = None, sock
             if event in spec.matcher:
                 group = {"matcher": spec.matcher[event], **group}
             groups.append(group)
-    if program == "claude":
-        _allow_relay_tools(path, data)
+    if PROGRAMS[program].settings.allow:
+        _allow_relay_tools(path, data, PROGRAMS[program].settings.allow)
     return Change(path, save_json(path, data, project), events)
 
 
-def _install_copilot(project: str, store_dir: str | None, socket: str | None) -> Change:
-    path = settings_path("copilot", project)
+def _install_own_file(spec: Program, project: str, store_dir: str | None, socket: str | None) -> Change:
+    """relay's own hooks file, each entry naming its event (Copilot CLI's .github/hooks/relay.json)."""
+    path = settings_path(spec.name, project)
     data = load_json(path)
     data.setdefault("version", COPILOT_HOOKS_VERSION)
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise RelayError(f"{path}: \"hooks\" is not a JSON object; fix it by hand (relay did not change the file)")
-    events = PROGRAMS["copilot"].installed
+    events = spec.hooks.installed
     for event in events:
-        entry = {"type": "command", "bash": hook_command("copilot", store_dir, socket, event)}
+        entry = {"type": "command", "bash": hook_command(spec.name, store_dir, socket, event)}
         entries = hooks.setdefault(event, [])
         if not isinstance(entries, list):
             raise RelayError(f"{path}: hooks.{event} is not a list; fix it by hand (relay did not change the file)")
@@ -223,8 +212,8 @@ def _with_hooks(path: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     return (data, hooks) if isinstance(hooks, dict) else None
 
 
-def _uninstall_copilot(project: str) -> Change:
-    path = settings_path("copilot", project)
+def _uninstall_own_file(spec: Program, project: str) -> Change:
+    path = settings_path(spec.name, project)
     found = _with_hooks(path)
     if found is None:
         return Change(path, False, ())
@@ -244,12 +233,12 @@ def _uninstall_copilot(project: str) -> Change:
     return Change(path, save_json(path, data, project), tuple(touched))
 
 
-def opencode_plugin(store_dir: str | None = None, socket: str | None = None) -> str:
-    """relay's OpenCode plugin with this installation's hook command in it (no agent: the
-    plugin speaks for the RELAY_AGENT of the OpenCode session that loads it)."""
+def plugin_text(program: str, store_dir: str | None = None, socket: str | None = None) -> str:
+    """relay's plugin (OpenCode's) with this installation's hook command in it (no agent: the
+    plugin speaks for the RELAY_AGENT of the session that loads it)."""
     with open(OPENCODE_PLUGIN, encoding="utf-8") as fh:
         text = fh.read()
-    argv = hook_argv("opencode", store_dir, socket)
+    argv = hook_argv(program, store_dir, socket)
     text, argv_done = re.subn(r"/\* relay: relayctl argv \*/.*?/\* end \*/", lambda m: json.dumps(argv), text, count=1)
     text, agent_done = re.subn(r"/\* relay: agent \*/.*?/\* end \*/", lambda m: json.dumps(None), text, count=1)
     if not (argv_done and agent_done):
@@ -257,14 +246,14 @@ def opencode_plugin(store_dir: str | None = None, socket: str | None = None) -> 
     return text
 
 
-def _install_opencode(project: str, store_dir: str | None, socket: str | None) -> Change:
-    path = settings_path("opencode", project)
+def _install_plugin(spec: Program, project: str, store_dir: str | None, socket: str | None) -> Change:
+    path = settings_path(spec.name, project)
     target = _checked_target(path, project)
-    text = opencode_plugin(store_dir, socket)
+    text = plugin_text(spec.name, store_dir, socket)
     old = _read_plugin(path, target)
     if old is not None and not old.startswith(_PLUGIN_MARK):
         raise RelayError(f"{path} is not relay's plugin; move it away or rename it (relay did not change the file)")
-    events = PROGRAMS["opencode"].installed
+    events = spec.hooks.installed
     if old == text:
         return Change(path, False, events)
     if old is not None and originals.changed_since(target, old.encode("utf-8")):
@@ -288,11 +277,11 @@ def _read_plugin(path: str, target: str) -> str | None:
         raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _uninstall_opencode(project: str) -> Change:
+def _uninstall_plugin(spec: Program, project: str) -> Change:
     """relay's plugin goes unless the person changed it since relay wrote it (then it stays,
     and the Change says so); a plugin relay wrote before it noted what it wrote is taken
     for relay's when it is this relay's plugin with some hook command in it."""
-    path = settings_path("opencode", project)
+    path = settings_path(spec.name, project)
     target = _checked_target(path, project)
     old = _read_plugin(path, target)
     if old is None or not old.startswith(_PLUGIN_MARK):
@@ -302,7 +291,7 @@ def _uninstall_opencode(project: str) -> Change:
         originals.forget(target)
         return Change(path, False, (), f"kept {path}: it has changed since relay installed it (remove it yourself if you no longer want it)")
     _remove_own_file(path, project)
-    return Change(path, True, PROGRAMS["opencode"].installed)
+    return Change(path, True, spec.hooks.installed)
 
 
 def _plugin_pattern() -> re.Pattern[str]:
@@ -322,33 +311,36 @@ def _remove_own_file(path: str, project: str) -> None:
     settings_io.remove(target, path)
 
 
-def _uninstall_opencode_server(project: str) -> Change:
-    """relay-mcp out of the project's opencode.json (`relayctl up` put it there), the file back
-    to its bytes from before relay when nothing else changed, or gone when relay made it."""
-    path = os.path.join(os.path.abspath(project), OPENCODE_CONFIG)
+def _uninstall_project_server(spec: Program, project: str) -> Change:
+    """relay-mcp out of the program's project file of its own for servers (OpenCode's
+    opencode.json: `relayctl up` put it there), the file back to its bytes from before relay
+    when nothing else changed, or gone when relay made it."""
+    path = os.path.join(os.path.abspath(project), spec.settings.server_file)
+    key = spec.settings.server_key
     if not os.path.lexists(path):
         originals.forget(path)
         return Change(path, False, ())
     data = load_json(path)
-    servers = data.get("mcp")
+    servers = data.get(key)
     if not (isinstance(servers, dict) and is_relay_server(servers.get(SERVER_NAME))):
         originals.forget(path)
         return Change(path, False, ())
     del servers[SERVER_NAME]
     if not servers:
-        del data["mcp"]
+        del data[key]
     keep_their_empty(path, data)
     if originals.put_back(_checked_target(path, project), lambda before: same_json(before, data)):
-        return Change(path, True, ("mcp",))
-    return Change(path, save_json(path, data, project), ("mcp",))
+        return Change(path, True, (key,))
+    return Change(path, save_json(path, data, project), (key,))
 
 
-def _allow_relay_tools(path: str, data: dict[str, Any]) -> None:
+def _allow_relay_tools(path: str, data: dict[str, Any], rules: tuple[str, ...]) -> None:
     permissions = data.setdefault("permissions", {})
     if not isinstance(permissions, dict) or not isinstance(permissions.setdefault("allow", []), list):
         raise RelayError(f"{path}: \"permissions.allow\" is not a list; fix it by hand (relay did not change the file)")
-    if CLAUDE_ALLOW not in permissions["allow"]:
-        permissions["allow"].append(CLAUDE_ALLOW)
+    for rule in rules:
+        if rule not in permissions["allow"]:
+            permissions["allow"].append(rule)
 
 
 def relay_alone(program: str, project: str) -> int | None:
@@ -365,15 +357,12 @@ def relay_alone(program: str, project: str) -> int | None:
     return len(entries) if entries and all(is_relay_hook(h) for h in entries) else None
 
 
-def put_gemini_server(project: str, name: str, entry: dict[str, Any]) -> Change:
-    """Put one MCP server under `mcpServers` of the project's `.gemini/settings.json`
-    (Gemini CLI keeps its MCP servers in the same file as its hooks), touching no other key."""
-    return _put_server(settings_path("gemini", project), "mcpServers", project, name, entry)
-
-
-def put_opencode_server(project: str, name: str, entry: dict[str, Any]) -> Change:
-    """Put one MCP server under `mcp` of the project's opencode.json, touching no other key."""
-    return _put_server(os.path.join(os.path.abspath(project), OPENCODE_CONFIG), "mcp", project, name, entry)
+def put_server(program: str, project: str, name: str, entry: dict[str, Any]) -> Change:
+    """Put one MCP server into the project file where `program` reads its servers
+    (`Settings.server_file`: Gemini CLI's `mcpServers` of .gemini/settings.json, beside its
+    hooks; OpenCode's `mcp` of opencode.json), touching no other key."""
+    spec = PROGRAMS[program].settings
+    return _put_server(os.path.join(os.path.abspath(project), spec.server_file), spec.server_key, project, name, entry)
 
 
 def _put_server(path: str, key: str, project: str, name: str, entry: dict[str, Any]) -> Change:
@@ -391,13 +380,15 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     relay-mcp server, Claude Code's allow rules for relay's tools), and the file gets back
     the bytes it had before relay first wrote into it when nothing else changed since
     (relayctl.originals), or goes, when relay made it."""
-    if program == "copilot":
-        return _uninstall_copilot(project)
-    if program == "opencode":
-        plugin = _uninstall_opencode(project)
-        if not everything:
+    _check_program(program)
+    spec = PROGRAMS[program]
+    if spec.settings.layout == "own-file":
+        return _uninstall_own_file(spec, project)
+    if spec.settings.layout == "plugin":
+        plugin = _uninstall_plugin(spec, project)
+        if not everything or spec.settings.server_file is None:
             return plugin
-        config = _uninstall_opencode_server(project)
+        config = _uninstall_project_server(spec, project)
         return plugin if not config.changed else Change(config.path, True, (*plugin.events, *config.events), plugin.note)
     path = settings_path(program, project)
     if not os.path.lexists(path):
@@ -408,7 +399,7 @@ def uninstall(program: str, project: str = ".", everything: bool = False) -> Cha
     touched = _strip_hooks(data)
     if everything:
         touched += _strip_others(data)
-    elif program == "claude":
+    elif spec.settings.allow:
         touched += _strip_allow(data)  # written by install with the hooks, so it goes with them
     if not touched:
         if everything:
@@ -532,8 +523,8 @@ def _replace_in_place(groups: list, entry: dict[str, Any]) -> bool:
 
 
 def _check_program(program: str) -> None:
-    if program not in SETTINGS_FILE:
-        raise UsageError(f"unknown agent program {program!r}: use one of {', '.join(SETTINGS_FILE)}")
+    if program not in PROGRAMS:
+        raise UsageError(f"unknown agent program {program!r}: use one of {', '.join(PROGRAMS)}")
 
 
 def _reject_constant(name: str) -> None:

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from relayd.upkeep.admin import ESCALATION_AGENT, preset_agents
 from relayd.errors import UsageError
 from relayd.names import check_agent_name
+from relayd.programs.registry import PROGRAMS
 
 DEFAULT_FILE = "relay-team.toml"
 MULTIPLEXERS = ("tmux", "zellij")
-KNOWN_PROGRAMS = ("claude", "codex", "gemini", "opencode", "copilot")
+KNOWN_PROGRAMS = tuple(PROGRAMS)  # relayd.programs: what relay knows of each
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
 _TOP_KEYS = {"team", "multiplexer", "repo", "agents"}
 _AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
@@ -140,8 +141,10 @@ def _agent(raw: object, where: str, n: int) -> Agent:
     notify = raw.get("notify", "auto")
     if notify not in NOTIFY:
         raise UsageError(f"{where}: agent {name}: notify must be one of {', '.join(NOTIFY)}, not {notify!r}")
-    if notify == "channel" and program.strip() != "claude":
-        raise UsageError(f"{where}: agent {name}: notify = \"channel\" needs program = \"claude\" (Claude Code's channels)")
+    if notify == "channel" and (program.strip() not in PROGRAMS or PROGRAMS[program.strip()].launch.channel is None):
+        takes = [spec for spec in PROGRAMS.values() if spec.launch.channel is not None]
+        raise UsageError(f"{where}: agent {name}: notify = \"channel\" needs program = "
+                         + " or ".join(f"\"{spec.name}\" ({spec.title}'s channels)" for spec in takes))
     return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead, notify=notify)
 
 

@@ -1,18 +1,15 @@
 """`relayctl up --trust`: the team's repository recorded as trusted in each program's own
 settings, as the program records it when the person accepts its folder trust question.
 
-  claude  `projects["<repo>"].hasTrustDialogAccepted = true` in `~/.claude.json`
-          (`$CLAUDE_CONFIG_DIR/.claude.json` when that is set)
-  codex   `[projects."<repo>"]` with `trust_level = "trusted"` in `$CODEX_HOME/config.toml`
-          (default `~/.codex/config.toml`)
-  gemini  `"<repo>": "TRUST_FOLDER"` in `~/.gemini/trustedFolders.json`
-          (`$GEMINI_CLI_TRUSTED_FOLDERS_PATH` when that is set)
-  copilot `"<repo>"` in the `trustedFolders` list of `~/.copilot/config.json`
-          (`$COPILOT_HOME/config.json` when that is set; Copilot CLI 1.0.102)
+Where each program keeps it and in which shape is its own module's (relayd.programs;
+`Trust`); the shapes, written and taken out here:
 
-OpenCode asks no folder trust question.
+  projects-flag   `projects["<repo>"].hasTrustDialogAccepted = true` (Claude Code's ~/.claude.json)
+  projects-table  `[projects."<repo>"]` with `trust_level = "trusted"` (Codex CLI's config.toml)
+  folder-map      `"<repo>": "TRUST_FOLDER"` (Gemini CLI's trustedFolders.json)
+  folder-list     `"<repo>"` in the `trustedFolders` list below `//` lines (Copilot CLI's config.json)
 
-(Read from Claude Code 2.1.330, Codex CLI 0.169.0 and Gemini CLI 0.61.0.) Only with the flag:
+A program with no `Trust` (OpenCode) asks no folder trust question. Only with the flag:
 trusting a folder is the person's decision, and a decision the person already made is never
 overridden: Codex's `trust_level` of any other value, Claude Code's
 `hasTrustDialogAccepted = false`, Gemini CLI's `DO_NOT_TRUST` (on the repository or on the
@@ -37,23 +34,16 @@ from typing import Any
 from relayctl import hook_settings, originals, settings_io
 from relayctl.toml_tables import TomlEditError, add_key, remove_key
 from relayd.errors import RelayError
+from relayd.programs.registry import PROGRAMS as REGISTRY
 
 from .teamfile import Team
 
-PROGRAMS = ("claude", "codex", "gemini", "copilot")
+PROGRAMS = tuple(name for name, spec in REGISTRY.items() if spec.trust is not None)
 
 
 def settings_file(program: str, env: dict[str, str]) -> str:
     """Where `program` keeps its folder trust, for a pane with environment `env`."""
-    home = env.get("HOME") or os.path.expanduser("~")
-    if program == "claude":
-        folder = env.get("CLAUDE_CONFIG_DIR")
-        return os.path.join(folder, ".claude.json") if folder else os.path.join(home, ".claude.json")
-    if program == "codex":
-        return os.path.join(env.get("CODEX_HOME") or os.path.join(home, ".codex"), "config.toml")
-    if program == "copilot":
-        return os.path.join(env.get("COPILOT_HOME") or os.path.join(home, ".copilot"), "config.json")
-    return env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or os.path.join(home, ".gemini", "trustedFolders.json")
+    return REGISTRY[program].trust.file(env)
 
 
 def record(team: Team) -> list[str]:
@@ -68,7 +58,7 @@ def record(team: Team) -> list[str]:
             continue
         done.add((agent.kind, path))
         try:
-            added = _TRUST[agent.kind](path, team.repo)
+            added = _TRUST[REGISTRY[agent.kind].trust.format](path, team.repo)
         except RelayError as exc:  # the person's own decision, or a file relay may not write: the program asks, as without relay
             said.append(f"not trusted: {team.repo} for {agent.kind} in {path}: {exc.message}")
             continue
@@ -86,7 +76,7 @@ def forget(project: str) -> list[str]:
     for entry in [e for e in entries if e["project"] == project]:
         program, path = entry["program"], entry["path"]
         try:
-            _UNTRUST[program](path, project, entry)
+            _UNTRUST[REGISTRY[program].trust.format](path, project, entry)
             said.append(f"trust record for {project} removed from {path}")
         except RelayError as exc:
             said.append(f"trust record for {project} left in {path}: {exc.message}")
@@ -278,21 +268,35 @@ def _read_text(path: str) -> str:
         raise RelayError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-_TRUST = {"claude": _claude, "codex": _codex, "gemini": _gemini, "copilot": _copilot}
-_UNTRUST = {"claude": _claude_forget, "codex": _codex_forget, "gemini": _gemini_forget, "copilot": _copilot_forget}
+# By the record's shape (Trust.format).
+_TRUST = {"projects-flag": _claude, "projects-table": _codex, "folder-map": _gemini, "folder-list": _copilot}
+_UNTRUST = {"projects-flag": _claude_forget, "projects-table": _codex_forget, "folder-map": _gemini_forget,
+            "folder-list": _copilot_forget}
 
 
-def forget_codex_hook_trust(project: str) -> str | None:
-    """Codex's record that relay's hooks were trusted (relay answers that review at `up`):
-    `[hooks.state."<project>/.codex/hooks.json:<event>:..."]` tables in Codex's config.toml,
-    taken out once that hooks file is gone (what they trusted no longer exists). The file,
-    when something was taken out."""
-    hooks_file = os.path.join(os.path.realpath(project), hook_settings.SETTINGS_FILE["codex"])
+def forget_hook_trust(project: str) -> list[tuple[str, str]]:
+    """Each program's record that the person (or relay, at `up`) trusted relay's hooks, taken
+    out once the project's hooks file is gone; (the program's title, the file) for each
+    file something was taken out of."""
+    said = []
+    for spec in REGISTRY.values():
+        if spec.trust is not None and spec.trust.hook_review:
+            path = _forget_hook_review(spec.name, spec.trust.hook_review, project)
+            if path:
+                said.append((spec.title, path))
+    return said
+
+
+def _forget_hook_review(program: str, table: str, project: str) -> str | None:
+    """`[<table>."<project>/<hooks file>:<event>:..."]` tables in the program's TOML settings
+    (Codex's `[hooks.state."..."]`), taken out once that hooks file is gone (what they
+    trusted no longer exists). The file, when something was taken out."""
+    hooks_file = os.path.join(os.path.realpath(project), REGISTRY[program].settings.hooks_file)
     if os.path.exists(hooks_file):
         return None
-    path = settings_file("codex", dict(os.environ))
+    path = settings_file(program, dict(os.environ))
     text = _read_text(path)
-    prefix = f"[hooks.state.{json.dumps(hooks_file, ensure_ascii=False)[:-1]}:"
+    prefix = f"[{table}.{json.dumps(hooks_file, ensure_ascii=False)[:-1]}:"
     kept: list[str] = []
     skipping = False
     for line in text.splitlines(keepends=True):
@@ -300,7 +304,7 @@ def forget_codex_hook_trust(project: str) -> str | None:
             skipping = line.startswith(prefix)
         if not skipping:
             kept.append(line)
-    stripped = re.sub(r"\[hooks\.state\]\n\n?(?=\[|$)", "", "".join(kept))  # a parent table left empty
+    stripped = re.sub(r"\[" + re.escape(table) + r"\]\n\n?(?=\[|$)", "", "".join(kept))  # a parent table left empty
     stripped = re.sub(r"\n{3,}", "\n\n", stripped).rstrip("\n") + "\n" if stripped.strip() else ""
     if stripped == text or "".join(kept) == text:
         return None

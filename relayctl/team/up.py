@@ -260,7 +260,11 @@ class _Pane:
     def __init__(self, agent, pane_id: str, started: float) -> None:
         self.agent, self.pane_id, self.started = agent, pane_id, started
         self.state = "starting"  # then "ready", "dead", or "asking" (the person's question on the screen)
-        self.said_asking = False
+        self.said: set[str] = set()  # the person's questions named so far
+        self.asking = None  # the person's question on the screen (a relayd.programs Question)
+        self.window = started  # the start window runs from here: the start, or the person's last answer
+        self.asked_at: float | None = None  # when it began to wait at the person's question on the screen
+        self.prompt_since: float | None = None  # when its prompt showed, with no question, since
         self.last_screen = ""
 
 
@@ -268,23 +272,24 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
                  person_wait: float, clock: Callable[[], float] = time.monotonic) -> tuple[list[str], bool]:
     """Watch each new pane until its program is ready for a prompt or has exited, answering
     on the way the questions relay's own configuration makes it ask (clients.startup_prompts),
-    in whatever order they come. A folder trust question is the person's: it is named, with
-    what to do, never answered; while one waits, `up` keeps watching (up to `person_wait`
-    seconds) so that relay's own question after it (Codex's hook review) is answered too.
+    in whatever order they come. The person's questions at a first start (folder trust, and
+    the others of `Screen.first_start`) are named, with what to do, never answered; while one
+    waits, `up` keeps watching (up to `person_wait` seconds), and once it is answered the
+    pane gets its whole start window again, so that relay's own question after it (Codex's
+    hook review) is answered however late the person answers.
     The problems found, one line each (a pane whose program exited, a relay question left
     unanswered, a pane not ready in time), and whether a pane's program exited (`up` fails)."""
     panes = [_Pane(agent, pane_id, clock()) for agent, pane_id in fresh]
     waiting = {(pane, q.text): q for agent, pane in fresh for q in clients.startup_prompts(agent, team)}
     seen: dict[tuple[str, str], float] = {}
     sent: dict[tuple[str, str], list[float]] = {}
-    start_deadline, person_deadline = clock() + start_wait, clock() + person_wait
     while True:
         now = clock()
         open_panes = [p for p in panes if p.state in ("starting", "asking")]
         if not open_panes:
             break
-        if now > person_deadline or (now > start_deadline and not any(p.state == "asking" for p in open_panes)):
-            break
+        if all(now > p.asked_at + person_wait if p.state == "asking" else now > p.window + start_wait for p in open_panes):
+            break  # each pane past its start window, or waiting at the person's question for `person_wait`
         for p in open_panes:
             dead, status = session.exit_status(p.pane_id)
             screen = session.capture(p.pane_id)
@@ -298,23 +303,31 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
                     p.last_screen = session.capture(p.pane_id, history=200) or p.last_screen
                 continue
             _answer(session, p.pane_id, screen, waiting, seen, sent, now)
-            looks = clients.SCREENS.get(p.agent.kind)
-            if looks is None:  # any other command: running a moment after its start is all there is to see
+            spec = clients.program_of(p.agent)
+            if spec is None or not spec.screen.ready:  # any other command: running a moment after its start is all there is to see
                 if now - p.started >= COMMAND_SETTLE:
                     p.state = "ready"
                 continue
-            if looks.trust in screen:
-                if not p.said_asking:
-                    say(f"{p.agent.name} (pane {p.pane_id}) waits at {looks.title}'s folder trust question, {looks.question!r}: "
-                        f"that answer is yours. Answer it in the pane (tmux attach -t {team.name}), or stop the team and start it "
-                        f"with `relayctl up --trust`; watching for up to {int(person_wait)} s to answer relay's own questions after it")
-                    p.said_asking = True
-                p.state = "asking"
+            asking = next((q for q in spec.screen.first_start if q.text in screen), None)
+            if asking is not None:
+                if asking.text not in p.said:
+                    say(_named(p, spec, asking, team, person_wait))
+                    p.said.add(asking.text)
+                if p.state != "asking":
+                    p.asked_at = now
+                p.state, p.asking, p.prompt_since = "asking", asking, None
                 continue
+            if p.state == "asking":
+                p.window = now  # answered: the program starts now, and relay's own questions may follow
+            p.asking, p.asked_at = None, None
             # A question relay expects may come after the prompt is drawn (Codex shows its hook
-            # review over its prompt): ready only once none is still to come or on the screen.
+            # review over its prompt): ready only once none is still to come or on the screen;
+            # and a program that draws its own first-start question after its prompt (Gemini's
+            # folder trust) is ready only once its prompt has stood `Screen.late` seconds alone.
             pending = any(key[0] == p.pane_id and (key[1] in screen or question.expected) for key, question in waiting.items())
-            if any(mark in screen for mark in looks.ready) and not pending:
+            prompt = any(mark in screen for mark in spec.screen.ready)
+            p.prompt_since = (p.prompt_since if p.prompt_since is not None else now) if prompt else None
+            if prompt and not pending and now - p.prompt_since >= spec.screen.late:
                 p.state = "ready"
             else:
                 p.state = "starting"
@@ -325,20 +338,33 @@ def _watch_panes(session, team: Team, fresh: list[tuple[object, str]], say: Call
             last = [line for line in p.last_screen.splitlines() if line.strip() and not line.startswith("Pane is dead")][-LAST_LINES:]
             problems.append(f"{p.agent.name} (pane {p.pane_id}): {clients.executable(p.agent)} exited ({p.status}); it last showed: "
                             + (" | ".join(line.strip() for line in last) or "nothing"))
-        elif p.state == "asking":
+        elif p.state == "asking" and p.asking is not None and p.asking.trust:
             problems.append(f"{p.agent.name} (pane {p.pane_id}) still waits at its folder trust question: answer it there")
+        elif p.state == "asking":
+            problems.append(f"{p.agent.name} (pane {p.pane_id}) still waits at the question {p.asking.question!r}: answer it there")
         elif p.state == "starting":
             problems.append(f"{p.agent.name} (pane {p.pane_id}) showed no prompt within {int(start_wait)} s; it shows: "
                             + " | ".join(line.strip() for line in p.last_screen.splitlines() if line.strip())[-300:])
         said = clients.signed_out(p.agent, p.last_screen) if p.state != "dead" else None
         if said:
             problems.append(f"{p.agent.name} (pane {p.pane_id}): {clients.executable(p.agent)} says {said!r}: it is not signed in; "
-                            f"sign in there, or export its key ({', '.join(clients.PROGRAM_DATA[p.agent.kind]['env'][:2])}) in the shell "
+                            f"sign in there, or export its key ({', '.join(clients.program_of(p.agent).launch.reads[:2])}) in the shell "
                             "and start the team again from it (relayctl down, then relayctl up)")
     for (pane_id, text), question in waiting.items():
         if question.expected and (pane_id, text) in seen:
             problems.append(f"pane {pane_id} still shows {text!r}: answer it there")
     return problems, any(p.state == "dead" for p in panes)
+
+
+def _named(p: _Pane, spec, question, team: Team, person_wait: float) -> str:
+    """What `up` says of a pane waiting at the person's question: which, and what to do."""
+    watching = f"watching for up to {int(person_wait)} s to answer relay's own questions after it"
+    if question.trust:
+        return (f"{p.agent.name} (pane {p.pane_id}) waits at {spec.title}'s folder trust question, {question.question!r}: "
+                f"that answer is yours. Answer it in the pane (tmux attach -t {team.name}), or stop the team and start it "
+                f"with `relayctl up --trust`; {watching}")
+    return (f"{p.agent.name} (pane {p.pane_id}) waits at {spec.title}'s question {question.question!r}: that answer is yours"
+            + (f" ({question.advice})" if question.advice else "") + f". Answer it in the pane (tmux attach -t {team.name}); {watching}")
 
 
 def _answer(session, pane_id: str, screen: str, waiting: dict, seen: dict, sent: dict, now: float) -> None:

@@ -13,6 +13,7 @@ from ..records import AgentMeta, check_agent_name, json_encoder, meta_decoder
 from ..registry import operation
 from ..store import Store
 from ..timefmt import now, now_iso, parse_duration, parse_iso
+from ..programs.registry import takes_channel
 from .presence import archived, last_heartbeat, touch_heartbeat
 
 NOTIFY_KINDS = ("tmux", "zellij", "cmd", "channel", "hook", "none")
@@ -25,7 +26,7 @@ def arrival_mechanism(notify: str | None, program: str | None) -> str:
     channel, so they see mail only when they look (or through hooks, --notify hook)."""
     if notify:
         return notify
-    return "channel" if not program or program.lower().startswith("claude") else "none"
+    return "channel" if not program or takes_channel(program) else "none"
 MAX_FIELD = 4096
 
 

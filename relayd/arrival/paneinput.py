@@ -14,6 +14,9 @@ The line is split at the cursor:
   programs draw faint or in a colour (Codex's dim "Ask Codex to do anything", Gemini's grey
   "Type your message"); typed text is drawn in the terminal's default colour.
 
+Each program's marker and the fixed lines of its questions are its own module's
+(relayd.programs; `Screen.prompt`, `Screen.questions`).
+
 No I/O here: `holds_draft(captured_row, cursor_x, prompt)` is tested with plain strings.
 """
 
@@ -22,7 +25,11 @@ from __future__ import annotations
 import re
 import unicodedata
 
-DEFAULT_PROMPT = r"(?:[>❯›»]+|\S*[$#%])"
+from relayd.programs.registry import PROGRAMS
+
+# `>` first for Python's `>>>` too, `»` for other REPLs: around the programs' own markers.
+_MARKERS = "".join(dict.fromkeys([">", *(p.screen.prompt for p in PROGRAMS.values() if p.screen.prompt), "»"]))
+DEFAULT_PROMPT = rf"(?:[{_MARKERS}]+|\S*[$#%])"
 
 _SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 _OTHER_ESCAPE = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -105,18 +112,10 @@ def holds_draft(row: str, cursor_x: int, prompt: str = DEFAULT_PROMPT) -> bool:
 
 # A question on the screen: a numbered choice with the selection marker on it, as every
 # agent program draws its permission, trust and review dialogs ("❯ 1. Yes", "● 1. Allow
-# once", "› 1. Yes, proceed"), or one of their fixed question lines. Typed keys there pick
-# an answer, so relay types nothing while one shows.
+# once", "› 1. Yes, proceed"), or one of their fixed question lines (each program's
+# `Screen.questions`). Typed keys there pick an answer, so relay types nothing while one shows.
 _CHOICE = re.compile(r"^[\s│┃|]*[❯›>●▶→*]\s*\d{1,2}[.)]\s+\S", re.MULTILINE)
-_QUESTIONS = (
-    "Do you want to proceed?", "Do you want to make this edit", "Do you want to create",
-    "Do you trust the files in this folder?", "Allow execution of", "Waiting for user confirmation",
-    "Would you like to run the following command?", "Press enter to confirm or esc to cancel",
-    "Trust this folder", "hooks are new or changed", "Hooks need review",
-    # [claude-inbox] Claude Code's dialog for a peer message it holds for the person, with
-    # Deny preselected: an Enter typed into it denies the message.
-    "Held message from another session",
-)
+_QUESTIONS = tuple(dict.fromkeys(phrase for p in PROGRAMS.values() for phrase in p.screen.questions))
 
 
 def question_on_screen(screen: str) -> str | None:

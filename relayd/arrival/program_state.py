@@ -8,7 +8,7 @@ here), not from guessing at the screen; the screen is the second check (relayd.a
 
 The state machine, one per agent (the program session in its pane):
 
-    event (Claude Code / Codex CLI / Gemini CLI; Copilot CLI's own names are in _BY_EVENT) -> state
+    event (Claude Code / Codex CLI / Gemini CLI; each program's own: relayd.programs)  -> state
     session start                                         -> idle      at its prompt
     prompt submitted (UserPromptSubmit / BeforeAgent)     -> working
     after a tool (PostToolUse / AfterTool)                -> working

@@ -121,11 +121,29 @@ def test_bad_input_is_one_line_and_non_blocking(hook) -> None:
 
 
 def test_a_session_without_a_relay_identity_runs_the_hook_as_a_silent_no_op(relayctl, hook) -> None:
-    # A session relay did not start, in a repository with relay's hooks: nothing to say, no error.
+    # A session relay did not start, in a repository with relay's hooks: nothing handed over, no error.
     relayctl("send", "inferno", "still here", agent="overlord")
-    for event in ("Stop", "UserPromptSubmit", "SessionStart"):
+    for event in ("Stop", "UserPromptSubmit"):
         proc = relayctl("hook", "claude", input=json.dumps(EVENTS[event]), check=False)
         assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert _unread(relayctl) == ["still here"]
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_a_session_without_a_relay_identity_is_told_once_at_its_start_how_to_be_an_agent(relayctl, hook, program: str) -> None:
+    """The one line the program shows the person (systemMessage) comes at the session's
+    start only: not at a clear or a compaction, not at any later event, and no mail goes."""
+    relayctl("send", "inferno", "still here", agent="overlord")
+    events = BY_PROGRAM[program]
+    start = relayctl("hook", program, input=json.dumps(events["SessionStart"]), check=False)
+    assert start.returncode == 0 and start.stderr == ""
+    told = json.loads(start.stdout)
+    assert list(told) == ["systemMessage"] and f"RELAY_AGENT=NAME {program}" in told["systemMessage"] and "relayctl up" in told["systemMessage"]
+    for event in [name for name in events if name != "SessionStart"]:
+        proc = relayctl("hook", program, input=json.dumps(events[event]), check=False)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    compacted = relayctl("hook", program, input=json.dumps({**events["SessionStart"], "source": "compact"}), check=False)
+    assert (compacted.returncode, compacted.stdout) == (0, "")
     assert _unread(relayctl) == ["still here"]
 
 

@@ -203,11 +203,11 @@ def test_a_second_worker_waits_for_the_first_workers_whole_npm_install(tmp_path:
 def test_the_npm_line_in_the_readme_and_team_md_installs_the_versions_the_suite_runs() -> None:
     """The README's and docs/team.md's `npm install -g` line name each program at the version
     tests/agents/package.json pins, the one `up` compares what it finds with."""
-    from relayctl.team.clients import NPM_PACKAGE, PROGRAM_DATA
+    from relayd.programs.registry import PROGRAMS
 
     pinned = json.loads((ROOT / "tests" / "agents" / "package.json").read_text())["dependencies"]
-    expected = "npm install -g " + " ".join(f"{NPM_PACKAGE[p]}@{PROGRAM_DATA[p]['tested']}" for p in NPM_PACKAGE)
-    assert {NPM_PACKAGE[p]: PROGRAM_DATA[p]["tested"] for p in NPM_PACKAGE} == pinned
+    assert {p.package: p.tested for p in PROGRAMS.values()} == pinned
+    expected = "npm install -g " + " ".join(f"{package}@{version}" for package, version in pinned.items())
     for doc in (ROOT / "README.md", ROOT / "docs" / "team.md"):
         lines = [line.strip() for line in doc.read_text().splitlines() if line.strip().startswith("npm install -g @anthropic-ai/claude-code@")]
         assert lines == [expected], doc

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from support.agent_programs import claude_signed_in
-from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
+from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario, run_without_an_agent
 from support.tmux_pane import Tmux
 
 pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
@@ -37,3 +37,11 @@ def test_an_interactive_session_set_up_as_the_docs_say_gets_the_mail(relayctl, s
 
     run_interactive(PROGRAMS["claude"], relayctl, short_tmp, configure=signed_in, answer_dialogs=trust_the_folder,
                     ready="shift+tab to cycle", settle_after_answer=1)
+
+
+
+def test_a_session_started_without_relay_agent_tells_the_person_once_how_to_start_it_as_one(relayctl, short_tmp: Path) -> None:
+    """The project has relay's hooks, but this `claude` was started by hand without
+    RELAY_AGENT: its SessionStart hook shows one line in the session saying how to start it
+    as an agent, and no mail is handed over."""
+    run_without_an_agent(PROGRAMS["claude"], relayctl, short_tmp, lambda home, project: claude_signed_in(home, "sk-scripted", trusted=project))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario
+from support.hook_sessions import PROGRAMS, assert_mail_reached_the_model, run_interactive, run_scenario, run_without_an_agent
 from support.tmux_pane import Tmux
 
 pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
@@ -38,3 +38,10 @@ def test_an_interactive_session_set_up_as_the_docs_say_gets_the_mail(relayctl, s
         tmux.wait_for("project-level hooks have been detected")  # relay's, named "relay"
 
     run_interactive(PROGRAMS["gemini"], relayctl, short_tmp, configure=fixed_model, answer_dialogs=see_the_hooks_warning, ready="Type your message")
+
+
+def test_a_session_started_without_relay_agent_tells_the_person_once_how_to_start_it_as_one(relayctl, short_tmp: Path) -> None:
+    """In a trusted folder with relay's hooks, a `gemini` started by hand without
+    RELAY_AGENT shows relay's one line on how to start it as an agent (its SessionStart
+    hook's systemMessage), and no mail is handed over."""
+    run_without_an_agent(PROGRAMS["gemini"], relayctl, short_tmp)

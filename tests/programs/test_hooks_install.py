@@ -193,7 +193,7 @@ def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(re
     relay-mcp server, Claude Code's allow rules for relay's tools, the pre-commit guard) goes,
     and each file gets the exact bytes it had: the person's own formatting included."""
     from relayctl import hook_settings
-    from relayctl.cmd_mcp import SERVER_NAME, gemini_config, opencode_config
+    from relayctl.cmd_mcp import SERVER_NAME, server
 
     env = dict(relayctl.env, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
@@ -214,8 +214,8 @@ def test_relayctl_uninstall_puts_back_the_project_and_its_files_byte_for_byte(re
     before = snapshot()
     for program in (*FILES, "copilot", "opencode"):
         relayctl("hooks", "install", "--for", program, "--project", str(project))
-    hook_settings.put_gemini_server(str(project), SERVER_NAME, gemini_config("$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None)["mcpServers"][SERVER_NAME])
-    hook_settings.put_opencode_server(str(project), SERVER_NAME, opencode_config("{env:RELAY_AGENT}", relayctl.env["RELAY_DIR"], None, None)["mcp"][SERVER_NAME])  # as `up` does
+    hook_settings.put_server("gemini", str(project), SERVER_NAME, server("gemini", "$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None))
+    hook_settings.put_server("opencode", str(project), SERVER_NAME, server("opencode", "{env:RELAY_AGENT}", relayctl.env["RELAY_DIR"], None, None))  # as `up` does
     claude = json.loads((project / FILES["claude"]).read_text())
     claude["permissions"]["allow"] += ["mcp__relay__send_message", "mcp__relay"]  # as `up` allows relay's tools
     (project / FILES["claude"]).write_text(json.dumps(claude, indent=2))

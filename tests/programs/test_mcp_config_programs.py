@@ -38,13 +38,13 @@ def test_each_program_gets_the_same_server_in_its_own_shape(relayctl) -> None:
 def test_relayctl_up_gives_codex_the_same_server_as_one_inline_table() -> None:
     """`relayctl up` starts codex with `-c mcp_servers.relay=TABLE`: the table `mcp-config
     --for codex` writes, quotes and all."""
-    from relayctl.cmd_mcp import codex_config, codex_table
+    from relayctl.cmd_mcp import config, inline
 
     where = ('/tmp/a "store"', "/tmp/b\\sock", "team \x7f")
-    inline = tomllib.loads(f"relay = {codex_table('inferno', *where)}")["relay"]
-    written = tomllib.loads(codex_config("inferno", *where))["mcp_servers"]["relay"]
-    assert inline == {"args": [], **written}
-    assert inline["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": where[0], "RELAY_SOCKET": where[1], "OVLD_SESSION": where[2]}
+    table = tomllib.loads(f"relay = {inline('codex', 'inferno', *where)}")["relay"]
+    written = tomllib.loads(config("codex", "inferno", *where))["mcp_servers"]["relay"]
+    assert table == {"args": [], **written}
+    assert table["env"] == {"OVLD_ROLE": "inferno", "RELAY_DIR": where[0], "RELAY_SOCKET": where[1], "OVLD_SESSION": where[2]}
 
 
 def test_a_preset_writes_one_codex_profile_per_role(relayctl, short_tmp: Path) -> None:

@@ -254,3 +254,30 @@ def assert_mail_reached_the_model(session: Session) -> None:
     # Each message was handed over once: a later request repeats the conversation, but no
     # hook added the same message a second time.
     assert continued.count(SUBJECTS[0]) == first.count(SUBJECTS[0])
+
+
+def run_without_an_agent(program: Program, relayctl: Any, root: Path, configure: Callable[[Path, Path], None] = lambda home, project: None) -> None:
+    """A person's own session of `program` (no RELAY_AGENT) in a project with relay's hooks:
+    relay's line on how to start it as an agent shows in the session once, and the mail
+    waiting for the agent stays unread. `configure(home, project)` gets the program to its
+    prompt (signed in, the folder trusted)."""
+    home, project = root / "home", root / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl.setup("init", preset="overlord")
+    relayctl("hooks", "install", "--for", program.name, "--project", str(project))
+    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
+    tmux = Tmux(root)
+    with ScriptedModel(program.responder()) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8",
+               "RELAY_DIR": relayctl.env["RELAY_DIR"], **program.prepare(home, project, model.url)}
+        configure(home, project.resolve())
+        tmux.start([str(agent_programs.program(program.name))], project, env)
+        try:
+            told = f"RELAY_AGENT=NAME {program.name}"
+            screen = " ".join(tmux.wait_for(told, timeout=90, settle=1).split())
+            assert "has no agent name" in screen and screen.count(told) == 1, screen
+        finally:
+            tmux.kill()
+            kill_strays(home)
+    assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == [SUBJECTS[0]]

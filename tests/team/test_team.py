@@ -479,7 +479,7 @@ def test_claude_code_gets_its_channel_by_default_where_it_works_and_the_pane_els
     assert claude.notify == "auto" and clients.arrival(claude) == "pane"  # never signed in: no switch known
     (home / ".claude.json").write_text(json.dumps({"cachedGrowthBookFeatures": {"tengu_harbor": True}}))
     assert clients.arrival(claude) == "channel"
-    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.CHANNEL_QUESTION[0]
+    assert clients.startup_prompts(claude, TeamFile(name="crew", multiplexer="tmux", repo=str(short_tmp), agents=[claude], path="x"))[0].text == clients.program_of(claude).launch.channel.question.text
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})) == "channel"  # a proxy of the same API
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home), "CLAUDE_CODE_USE_BEDROCK": "1"})) == "pane"
     assert clients.arrival(Agent(name="alpha", program="claude", env={"HOME": str(home)}, notify="pane")) == "pane"
@@ -543,9 +543,10 @@ def test_up_passes_the_shells_keys_into_panes_of_a_running_tmux_server_and_names
     bin_dir = team.root / "bin"
     bin_dir.mkdir()
     (bin_dir / "claude").symlink_to(package / "cli.py")
-    from relayctl.team.clients import NETWORK_ENV, PROGRAM_DATA
+    from relayctl.team.clients import NETWORK_ENV
+    from relayd.programs.registry import PROGRAMS
 
-    for name in (*PROGRAM_DATA["claude"]["env"], *NETWORK_ENV):  # only what the test sets
+    for name in (*PROGRAMS["claude"].launch.reads, *NETWORK_ENV):  # only what the test sets
         team.env.pop(name, None)
     team.tmux("new-session", "-d", "-s", "work", "sh")  # the server runs, started without the key
     team.env.update(PATH=f"{bin_dir}:{team.env['PATH']}", HOME=str(team.root), ANTHROPIC_API_KEY="sk-ant-test-0123456789", HTTPS_PROXY="http://127.0.0.1:9")
@@ -626,6 +627,30 @@ def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team
         assert "Yes, I trust this folder" in team.tmux("capture-pane", "-p", "-J", "-t", pane)  # not answered
         projects = json.loads((home / ".claude.json").read_text()).get("projects", {})
         assert not projects.get(str(team.repo.resolve()), {}).get("hasTrustDialogAccepted")  # nor recorded behind the person's back
+
+
+def test_geminis_folder_trust_question_drawn_after_its_prompt_is_named_and_left_to_the_person(team: Team, relayctl) -> None:
+    """Gemini CLI draws its prompt first and its folder trust dialog over it: `up` does not
+    take the prompt for ready, names the question, and leaves it unanswered."""
+    from support.agent_programs import program
+    from support.model_gemini import gemini_responder
+    from support.scripted_model import ScriptedModel
+
+    _agents_run(team, {"alpha": "gemini"})
+    home = team.root / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    with ScriptedModel(gemini_responder()) as model:
+        team.env.update(HOME=str(home), GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="scripted-key",
+                        PATH=f"{program('gemini').parent}:{team.env['PATH']}", TERM="xterm-256color")
+        team.env.pop("CI", None)  # a person's terminal: with CI set, Gemini CLI draws no interactive screen
+        done = relayctl("up", str(team.file), "--wait", "2", timeout=240)
+        pane = team.panes()["alpha"][0]
+        assert f"alpha (pane {pane}) waits at Gemini CLI's folder trust question" in done.stdout, done.stdout + done.stderr
+        assert "still waits at its folder trust question" in done.stderr and done.returncode == 0
+        assert "Do you trust the files in this folder?" in team.tmux("capture-pane", "-p", "-J", "-t", pane)  # not answered
+        assert not (home / ".gemini" / "trustedFolders.json").exists()  # nor recorded behind the person's back
+        relayctl("down", str(team.file), check=False)
 
 
 def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_question(team: Team, relayctl) -> None:

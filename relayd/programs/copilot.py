@@ -1,0 +1,87 @@
+"""GitHub Copilot CLI (npm @github/copilot, tested 1.0.102): what relay knows about it.
+
+Its own hooks are every `.github/hooks/*.json` of the repository, in its own shape:
+`{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": ...}]}}`, no matcher groups.
+relay writes its entries into a file of its own there, `relay.json`. The event's name is not
+in the JSON on stdin, so each entry names it: `relayctl hook copilot EVENT`. It reads the
+context from a top-level `additionalContext` (its agentStop takes the same block decision,
+and sends the reason as the next prompt).
+
+No state from sessionStart: Copilot starts its session only with the first prompt and runs
+sessionStart beside userPromptSubmitted, so "idle" from it could land after "working" and
+let a second trigger in while the first turn starts.
+
+It also runs the hooks of a repository's .claude/settings.json (its `Guest` of Claude Code),
+with Claude Code's event names but still reading only its own shape; it puts COPILOT_CLI=1
+in every hook's environment and a `timestamp` in every event, which Claude Code's events do
+not carry (a Claude Code started from a Copilot shell inherits the variable, not the
+timestamp). A .claude/settings.json PermissionRequest hook gets its own event
+(`hookName: "permissionRequest"`, camelCase fields). Where the project has relay's Copilot
+hooks too, Copilot runs both sets and gives its model one hook's context: the Claude Code
+hooks then stand back.
+
+relay-mcp: Claude Code's file as it is, with `--additional-mcp-config @FILE`, relay's tools
+allowed with `--allow-tool=relay`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .program import SERVER_NAME, Guest, Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust
+from .claude import PROGRAM as CLAUDE
+
+
+def _calling(event: dict) -> bool:
+    return os.environ.get("COPILOT_CLI") == "1" and "timestamp" in event
+
+
+def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: list[str]) -> list[str]:
+    return ["copilot", "--additional-mcp-config", f"@{mcp}", f"--allow-tool={SERVER_NAME}", *model, *args]
+
+
+def _trust_file(env: dict[str, str]) -> str:
+    return os.path.join(env.get("COPILOT_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".copilot"), "config.json")
+
+
+PROGRAM = Program(
+    name="copilot",
+    title="GitHub Copilot CLI",
+    package="@github/copilot",
+    tested="1.0.102",
+    hooks=Hooks(
+        context=("userPromptSubmitted", "postToolUse"),
+        stop="agentStop",
+        state=("sessionStart", "permissionRequest", "sessionEnd"),
+        other=("preToolUse", "postToolUseFailure", "userPromptTransformed", "errorOccurred", "subagentStart", "subagentStop",
+               "preCompact", "preMcpToolCall", "notification"),
+        states={"userPromptSubmitted": "working", "preToolUse": "working", "postToolUse": "working",
+                "postToolUseFailure": "working", "permissionRequest": "asking", "agentStop": "idle", "sessionEnd": "ended"},
+        named_by_entry=True,
+        answer="additionalContext",
+        help="userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd "
+             "report the session's state",
+    ),
+    guest=Guest(host=CLAUDE.name, calling=_calling, event_field="hookName", no_state=("SessionStart",)),
+    settings=Settings(
+        hooks_file=os.path.join(".github", "hooks", "relay.json"),
+        layout="own-file",
+        note="GitHub Copilot CLI runs repository hooks only in a trusted folder: trust {project} when `copilot` asks "
+             "(~/.copilot/config.json trustedFolders keeps the choice); `copilot -p` in an untrusted folder runs without them",
+    ),
+    mcp=Mcp(
+        build=CLAUDE.mcp.build,
+        suffix=".json",
+        given="file",
+        help="Claude Code's file, which GitHub Copilot CLI takes as it is:\n"
+             "`copilot --additional-mcp-config @FILE`, ~/.copilot/mcp-config.json,\n"
+             "or a trusted folder's .mcp.json",
+    ),
+    launch=Launch(reads=("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_MODEL"), argv=_argv),
+    trust=Trust(file=_trust_file, format="folder-list"),
+    screen=Screen(
+        ready=("/ commands",),
+        questions=("Do you trust the files in this folder?",),
+        first_start=(Question("Do you trust the files in this folder?", trust=True),),
+    ),
+)

@@ -1,0 +1,65 @@
+"""OpenCode (npm opencode-ai, tested 1.18.33): what relay knows about it.
+
+It runs no commands as hooks, but loads every `.opencode/plugin/*.js`: relay installs its
+plugin (relayctl/opencode_plugin.js) there as `relay.js`, which passes OpenCode's events on
+to `relayctl hook opencode` under OpenCode's own names and reads back a top-level
+`additionalContext` or a block decision. The plugin also starts a turn for mail to an idle
+session, so nothing is ever typed into its pane (notify "hook").
+
+relay-mcp goes under `mcp` of the project's opencode.json (a local server is one argv list),
+with the role `{env:RELAY_AGENT}`, which OpenCode fills in from each pane's environment.
+OpenCode finds its project from $PWD, not its working directory.
+
+It asks no folder trust question, and may take a while to draw at its first start (it
+npm-installs its plugin package into the folder): `up` watches it as it watches any command.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .program import Hooks, Launch, Mcp, Program, Screen, Settings, json_servers
+
+
+def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: list[str]) -> list[str]:
+    return ["opencode", *model, *args]
+
+
+PROGRAM = Program(
+    name="opencode",
+    title="OpenCode",
+    package="opencode-ai",
+    tested="1.18.33",
+    hooks=Hooks(
+        context=("chat.message", "tool.execute.after"),
+        stop="session.idle",
+        state=("session.created", "permission.asked", "question.asked", "permission.replied", "question.replied",
+               "question.rejected", "session.deleted"),
+        other=(),
+        states={"session.created": "idle", "chat.message": "working", "tool.execute.after": "working",
+                "permission.replied": "working", "question.replied": "working", "question.rejected": "working",
+                "permission.asked": "asking", "question.asked": "asking", "session.idle": "idle", "session.deleted": "ended"},
+        answer="additionalContext",
+        help="chat.message, tool.execute.after and session.idle hand mail over; session.created, permission.asked, "
+             "question.asked, their replies and session.deleted report the session's state; relay's plugin sends them",
+    ),
+    settings=Settings(
+        hooks_file=os.path.join(".opencode", "plugin", "relay.js"),
+        layout="plugin",
+        server_file="opencode.json",
+        server_key="mcp",
+        note="OpenCode loads the plugin when it next starts in {project} (no trust question); relay's tools come from "
+             "`relayctl mcp-config --for opencode` in opencode.json",
+    ),
+    mcp=Mcp(
+        build=json_servers("mcp", lambda command, args, env: {"type": "local", "command": [command, *args], "environment": env,
+                                                               "enabled": True}),
+        suffix=".json",
+        given="project",
+        pane_agent="{env:RELAY_AGENT}",
+        help="the mcp block of opencode.json (in the folder OpenCode starts in)",
+    ),
+    launch=Launch(reads=("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+                  "OPENCODE_CONFIG"), argv=_argv, env=lambda repo: {"PWD": os.path.abspath(repo)}, arrival="hook"),
+    screen=Screen(),
+)
