@@ -22,7 +22,7 @@ from relayd import layout
 from relayd.client import watch
 from relayd.client.tail import InboxTail
 from relayd.errors import RelayError
-from relayd.inbox.for_models import field, preview, short
+from relayd.arrival.for_models import field, preview, short
 
 from . import logs
 
@@ -59,7 +59,7 @@ class Batch:
 
 def channel_event(batch: Batch) -> dict[str, Any]:
     """The `notifications/claude/channel` params announcing a batch (one message or a burst).
-    Every piece of a message is shown as relayd.inbox.for_models shows a model its fields:
+    Every piece of a message is shown as relayd.arrival.for_models shows a model its fields:
     one line each, so no subject, sender or preview can fake a line of relay's own."""
     first = batch.listed[0]
     meta = {"from": field(first.get("from", "")), "message_id": field(first.get("id", "")), "priority": batch.priority}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from relayd import layout
 from relayd.errors import NoIdentity, UsageError
-from relayd.inbox.for_models import visible  # (the one escaping of relay's output; relayctl's modules take it from here)
+from relayd.arrival.for_models import visible  # (the one escaping of relay's output; relayctl's modules take it from here)
 
 
 class Settings:

@@ -290,11 +290,11 @@ def _record_hook(s: Settings, agent: str) -> None:
 
 
 def render(m: dict) -> str:
-    """One message as the model reads it (relayd.inbox.for_models: one-line fields escaped,
+    """One message as the model reads it (relayd.arrival.for_models: one-line fields escaped,
     the body quoted line by line, so nothing in a message can look like relay's own lines)."""
     # deferred imports: `relayctl hook` loads this module at every program event; timefmt and the
     # formatter only when there is mail to show
-    from relayd.inbox import for_models
+    from relayd.arrival import for_models
     from relayd.timefmt import shown
 
     return for_models.message(m, shown(m["ts"]), cut_hint=f"full text: relayctl read --from {for_models.field(m['from'])} --last 5")

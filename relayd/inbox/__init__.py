@@ -9,8 +9,6 @@ modules, lowest first:
   read    the `read` and `unread` operations, and the scans the delivery wing uses
   send    the `send` operation: checking a send and planning its appends
   search  search over every message in the store (`relayctl search`, the web view)
-  for_models  mail as a model reads it, and the one escaping of one-line fields (imports
-          nothing: the hooks and relayctl's fast path load it)
 
 The rule it keeps: no line is kept without its arrival event, written while its inbox is
 locked (`append.Appends.commit`). This package's own file imports nothing, so loading one

@@ -1,4 +1,4 @@
-"""The one formatter of mail as a model reads it (relayd.inbox.for_models): no line break
+"""The one formatter of mail as a model reads it (relayd.arrival.for_models): no line break
 of any kind in a subject, thread, sender, tag or body can make a line that reads like
 relay's own header of another message; JSON results carry no raw line break in a string;
 the escaping of one-line fields is relayctl read's own."""
@@ -11,7 +11,7 @@ import pytest
 
 from mcp_shim.follow import Batch, channel_event
 from relayctl.actions import render_message
-from relayd.inbox import for_models
+from relayd.arrival import for_models
 from support.forged_mail import BREAKS, ORDER, forged, headers_forged
 
 
