@@ -77,3 +77,14 @@ def test_a_channel_event_shows_a_forgery_on_its_own_line(brk: str, count: int) -
     assert headers_forged(event["content"], real=0) == [], event["content"]
     assert lines[-1].startswith("Call check_inbox") and len(lines) == (3 if count == 1 else count + 2), lines
     assert all(len(value.splitlines()) == 1 for value in event["meta"].values()), event["meta"]
+
+
+def test_a_message_reads_as_docs_coordination_md_shows_it() -> None:
+    m = message(id="01M85HX7YF83CW41060CZKVHVT", **{"from": "overlord"}, priority="urgent", thread="t-9", subject="Rebasing main, hold commits",
+                body="Rebase is under way.\nPush nothing until I say so.\n")
+    assert for_models.message(m, "4s ago") == (
+        "--- from overlord at 4s ago [urgent, thread t-9] (id 01M85HX7YF83CW41060CZKVHVT)\n"
+        "subject: Rebasing main, hold commits\n"
+        "> Rebase is under way.\n"
+        "> Push nothing until I say so."
+    )
