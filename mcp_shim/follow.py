@@ -22,6 +22,7 @@ from relayd import layout
 from relayd.client import watch
 from relayd.client.tail import InboxTail
 from relayd.errors import RelayError
+from relayd.arrival.for_models import field, preview, short
 
 from . import logs
 
@@ -56,28 +57,25 @@ class Batch:
         return self.total > 0
 
 
-def _clip(text: Any, width: int) -> str:
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def channel_event(batch: Batch) -> dict[str, Any]:
-    """The `notifications/claude/channel` params announcing a batch (one message or a burst)."""
+    """The `notifications/claude/channel` params announcing a batch (one message or a burst).
+    Every piece of a message is shown as relayd.arrival.for_models shows a model its fields:
+    one line each, so no subject, sender or preview can fake a line of relay's own."""
     first = batch.listed[0]
-    meta = {"from": str(first.get("from", "")), "message_id": str(first.get("id", "")), "priority": batch.priority}
+    meta = {"from": field(first.get("from", "")), "message_id": field(first.get("id", "")), "priority": batch.priority}
     if first.get("thread"):
-        meta["thread"] = str(first["thread"])
+        meta["thread"] = field(first["thread"])
     if batch.total == 1:
-        subject, preview = _clip(first.get("subject"), 120), _clip(first.get("body"), PREVIEW_CHARS)
-        lines = [f"New message from {first.get('from')} ({batch.priority}): {subject}"]
-        if preview != subject:  # a subject defaulted from the body would only repeat it
-            lines.append(preview)
+        subject, body = short(first.get("subject"), 120), preview(first.get("body"), PREVIEW_CHARS)
+        lines = [f"New message from {field(first.get('from'))} ({batch.priority}): {subject}"]
+        if body != preview(first.get("subject"), 120):  # a subject defaulted from the body would only repeat it
+            lines.append(body)
         lines.append("Call check_inbox to read it.")
         return {"content": "\n".join(lines), "meta": meta}
     meta["count"] = str(batch.total)
     lines = [f"{batch.total} new messages:"]
     for m in batch.listed:
-        lines.append(f"- {m.get('from')}: {_clip(m.get('subject'), 80)} — {_clip(m.get('body'), 60)}")
+        lines.append(f"- {field(m.get('from'))}: {short(m.get('subject'), 80)} — {preview(m.get('body'), 60)}")
     if batch.total > len(batch.listed):
         lines.append(f"(+{batch.total - len(batch.listed)} more)")
     lines.append("Call check_inbox to read them.")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from relayd.names import PRIORITIES
 from relayd.errors import Conflict, NotOwner
+from relayd.arrival.for_models import for_json
 
 _STR = {"type": "string"}
 _NULLABLE_STR = {"type": ["string", "null"]}
@@ -195,7 +196,9 @@ def _check_inbox(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     # A model's context is the limit here: hand over at most ~16k tokens at a time; the
     # rest stays unread (its count is in the answer) for the next call.
     result = ctx.call("read", {"agent": ctx.role, "unread": True, "mark_read": True, "last": 0, "max_bytes": CHECK_INBOX_BYTES})
-    answer: dict[str, Any] = {"messages": result["messages"], "unread": result["unread"]}
+    # Each message as relayd.arrival.for_models gives a model one in JSON: its one-line fields
+    # escaped as relayctl read shows them, no raw line break but JSON's own `\n` in a body.
+    answer: dict[str, Any] = {"messages": [for_json(m) for m in result["messages"]], "unread": result["unread"]}
     owed = [message_id for message_id, state in result.get("delivery", {}).items() if state == "owed"]
     if owed:
         answer["owed"] = owed  # sent with ack: redelivered until passed back in `ack`

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from relayd import layout
 from relayd.errors import NoIdentity, UsageError
+from relayd.arrival.for_models import visible  # (the one escaping of relay's output; relayctl's modules take it from here)
 
 
 class Settings:
@@ -101,31 +102,6 @@ def settings() -> Settings:
     import click
 
     return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
-
-
-# Characters a terminal acts on instead of showing: C0 controls (ESC opens the sequences
-# that write the clipboard (OSC 52), set the window title, clear the screen; CR overwrites
-# a line), DEL, C1 controls (U+009B is a one-character CSI to many terminals), and the
-# bidirectional overrides and isolates that reorder what is shown around them.
-_UNSHOWN = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-_AS_TEXT = {c: "\\t" if c == 9 else "\\n" if c == 10 else "\\r" if c == 13 else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSHOWN}
-_AS_LINES = {c: shown for c, shown in _AS_TEXT.items() if c not in (9, 10)}
-# In JSON the same characters become JSON escapes: the same string to a decoder (--json
-# stays exact), inert on a terminal. Encoders already escape C0; these they leave raw.
-_AS_JSON = {c: f"\\u{c:04x}" for c in _UNSHOWN if c >= 0x20}
-
-
-def visible(text: str, lines: bool = False, json: bool = False) -> str:
-    """`text` as it may safely reach a terminal: each character a terminal would act on
-    instead of showing it is written as a visible escape (`\\x1b`, `\\r`, `\\u202e`).
-    `lines`: newlines and tabs stay (a message body; a whole multi-line output). `json`:
-    `text` is JSON from an encoder; they become JSON escapes (`\\u009b`), so the JSON
-    means exactly what it did. The one place relayctl makes text from a message safe to
-    print: `echo` passes all its human output through it, and renderers pass single-line
-    fields through it (a newline in a subject must not fake a line of its own)."""
-    if text.isprintable():
-        return text  # most fields: nothing to do, checked at C speed
-    return text.translate(_AS_JSON if json else _AS_LINES if lines else _AS_TEXT)
 
 
 def echo(text: str, err: bool = False, nl: bool = True, exact: bool = False) -> None:

@@ -41,7 +41,6 @@ from relayd.programs.registry import PROGRAMS, guests_of, owner_of
 from .context import Settings, echo
 
 BUDGET = 8000  # characters of context per hook call; Claude Code caps hook context at about 10k
-BODY_MAX = 3000
 PREVIEW = 50
 
 
@@ -242,19 +241,11 @@ def _record_hook(s: Settings, agent: str) -> None:
 
 
 def render(m: dict) -> str:
-    # deferred imports: `relayctl hook` loads this module at every program event; timefmt only when
-    # there is mail to show
-    from relayd.timefmt import shown  # here: a hook starts often and rarely has mail to show
+    """One message as the model reads it (relayd.arrival.for_models: one-line fields escaped,
+    the body quoted line by line, so nothing in a message can look like relay's own lines)."""
+    # deferred imports: `relayctl hook` loads this module at every program event; timefmt and the
+    # formatter only when there is mail to show
+    from relayd.arrival import for_models
+    from relayd.timefmt import shown
 
-    when = shown(m["ts"])
-    extras = [m["priority"]] if m.get("priority", "normal") != "normal" else []
-    if m.get("thread"):
-        extras.append(f"thread {m['thread']}")
-    if m.get("type"):
-        extras.append(f"type {m['type']}")
-    tail = f" [{', '.join(extras)}]" if extras else ""
-    body = m["body"].rstrip("\n")
-    if len(body) > BODY_MAX:
-        body = body[:BODY_MAX] + f"\n… (cut at {BODY_MAX} characters; full text: relayctl read --from {m['from']} --last 5)"
-    head = f"--- from {m['from']} at {when}{tail} (id {m['id']})\nsubject: {m['subject']}"
-    return head if not body or body == m["subject"] else f"{head}\n{body}"
+    return for_models.message(m, shown(m["ts"]), cut_hint=f"full text: relayctl read --from {for_models.field(m['from'])} --last 5")

@@ -10,8 +10,12 @@ subscribes. Standard library only, frames as plain dicts: the quick client must 
 msgspec (tests/client/test_startup_imports.py); the full client passes msgspec's JSON functions,
 which are faster, as `loads` and `dumps`.
 
-When the daemon is absent (socket file missing, connection refused, or the daemon on that
-socket serves another store) the caller runs the operation on the store itself; any other
+Before it sends anything, a connection checks that the socket and the process answering on
+it are the user's own (`relayd.client.peer`): another user's socket -- a name taken in a
+shared sticky directory while relayd was stopped -- is refused with one line on stderr
+naming it and its owner, and counts as no daemon. When the daemon is absent (socket file
+missing, connection refused, another user's socket, or the daemon on that socket serves
+another store) the caller runs the operation on the store itself; any other
 failure is reported, never masked by a silent fallback. A relayd that is there but does
 not answer (stopped with SIGSTOP, or stuck) counts as absent for a request it has not seen
 -- no greeting within `layout.ANSWER_WAIT` -- and for one it may have seen when running
@@ -24,8 +28,10 @@ not answering).
 from __future__ import annotations
 
 import os
+import sys
 
 from .. import jsonline, layout
+from . import peer
 from ..errors import NO_ANSWER, LineTooLong, PeerError, ProtocolError, RelayError, TimedOut, Unavailable, from_wire, no_answer, went_away
 
 TYPE_CHECKING = False  # typing itself costs relayctl ~2 ms of start-up
@@ -221,33 +227,29 @@ ABSENT, HUNG = "absent", "hung"  # why `connect` found no relayd to talk to
 
 def connect(socket_path: str, store_dir: str, program: str, wait: float, **codec: Any) -> Line | str:
     """A greeted connection to the relayd serving `store_dir` at `socket_path`; ABSENT when
-    none does (no socket, refused, shutting down, serving another store), HUNG when one is
-    there and does not greet within `wait` (it saw no request). Raises Unavailable for a
-    socket that cannot be used, VersionMismatch for a relayd of another protocol version,
-    PeerError for something that is not relayd."""
+    none does (no socket, refused, shutting down, serving another store, or a socket of
+    another user: see relayd.client.peer), HUNG when one is there and does not greet within
+    `wait` (it saw no request). Raises Unavailable for a socket that cannot be used,
+    VersionMismatch for a relayd of another protocol version, PeerError for something that
+    is not relayd."""
     if not layout.socket_path_fits(socket_path):
         return ABSENT  # no daemon can listen at such a path: direct mode
-    import _socket  # (socket.py costs relayctl start-up for nothing it needs)
-
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-    sock.settimeout(wait)
     try:
-        sock.connect(socket_path)
-    except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
-        sock.close()  # no socket there (or its directory is not one): no daemon
+        sock = peer.connect(socket_path, wait)
+    except peer.ForeignSocket as refused:
+        _refuse(refused)  # nothing was sent to it: for this client, no relayd is there
         return ABSENT
+    except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
+        return ABSENT  # no socket there (or its directory is not one): no daemon
     except TimeoutError:
-        sock.close()  # its backlog is full and nobody accepts: hung, and it saw nothing
-        return HUNG
+        return HUNG  # its backlog is full and nobody accepts: hung, and it saw nothing
     except PermissionError:
-        sock.close()
         if _unreadable(store_dir):  # the socket beside the store: the store is the trouble
             from ..fsio import unreadable_store
 
             raise unreadable_store(store_dir) from None
         raise Unavailable(f"cannot connect to relayd at {socket_path}: permission denied (the socket or its directory belongs to another user)") from None
     except OSError as exc:
-        sock.close()
         raise Unavailable(f"cannot connect to relayd at {socket_path}: {exc.strerror or exc}") from None
     from . import handshake  # (here: a command that finds no relayd never greets one)
 
@@ -552,6 +554,23 @@ def _give_up() -> None:
 def wire_error(error: object) -> RelayError:
     """The error a frame's `error` object names (relayd.errors.from_wire)."""
     return from_wire(error if isinstance(error, dict) else {})
+
+
+_refused: set[tuple[str, int]] = set()  # (socket, owner) already said by this process
+
+
+def _refuse(refused: peer.ForeignSocket) -> None:
+    """Say once per process and socket that another user's socket was not used; the call
+    goes on on the store itself. (A long-running client -- relay-mcp, the web view -- tries
+    the socket again at each call, since relayd may have taken its name back meanwhile.)"""
+    if (refused.path, refused.uid) in _refused:
+        return
+    _refused.add((refused.path, refused.uid))
+    try:
+        sys.stderr.write(f"warning: {refused}; working on the store directly\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # no stderr (closed, or None): the store is still used directly
 
 
 def _unreadable(path: str) -> bool:

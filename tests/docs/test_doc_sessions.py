@@ -220,6 +220,7 @@ NOT_COMMANDS = {
     ("docs/architecture.md", "relayctl ──┐"): "a diagram (test_docs.py::test_the_architecture_map_names_only_what_exists checks its paths)",
     ("docs/bridge.md", 0): "a diagram",
     ("docs/cli.md", "AGENTS (3 alive, 0 stale)"): "output",
+    ("docs/coordination.md", "--- from overlord at 4s ago"): "output: what a model is handed (tests/arrival/test_for_models.py checks the format)",
     ("docs/cli.md", "MAIL ARRIVAL (1 failing)"): "output (test_receipts.py checks status prints it so)",
     ("docs/cli.md", "relayctl send TO MESSAGE ["): "usage",
     ("docs/cli.md", "relayctl track ID ["): "usage",

@@ -35,6 +35,7 @@ from support.mcp_session import (  # noqa: F401  (fixtures used by name)
     OVERLORD,
     ChannelInbox,
     anyio_backend,
+    channel_capable,
     check_against_schema,
     mcp_client,
     run_shim,
@@ -49,20 +50,6 @@ from support.mcp_session import (  # noqa: F401  (fixtures used by name)
 MODES = ["legacy", "auto"]
 
 TOKEN_BUDGET = 600
-
-
-@pytest.fixture
-def channel_capable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clients named CHANNEL_CLIENT declare `experimental["claude/channel"]`."""
-    build = ClientSession._build_capabilities
-
-    def with_channel(self: ClientSession, version: str) -> Any:
-        capabilities = build(self, version)
-        if self._client_info is not None and self._client_info.name == CHANNEL_CLIENT:
-            capabilities.experimental = {"claude/channel": {}}
-        return capabilities
-
-    monkeypatch.setattr(ClientSession, "_build_capabilities", with_channel)
 
 
 @pytest.fixture(params=["daemon-down", "daemon-up"])

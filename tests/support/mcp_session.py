@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.extension import ClientExtension, NotificationBinding
+from mcp.client.session import ClientSession
 from mcp.types import Implementation
 from pydantic import BaseModel
 
@@ -54,6 +55,21 @@ class ChannelInbox(ClientExtension):
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # the SDK client's stdio transport is exercised on asyncio, as Claude Code's peers run it
+
+
+@pytest.fixture
+def channel_capable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients named CHANNEL_CLIENT declare `experimental["claude/channel"]` (the SDK client
+    has no public way to declare an experimental capability)."""
+    build = ClientSession._build_capabilities
+
+    def with_channel(self: ClientSession, version: str) -> Any:
+        capabilities = build(self, version)
+        if self._client_info is not None and self._client_info.name == CHANNEL_CLIENT:
+            capabilities.experimental = {"claude/channel": {}}
+        return capabilities
+
+    monkeypatch.setattr(ClientSession, "_build_capabilities", with_channel)
 
 
 @pytest.fixture
