@@ -37,6 +37,9 @@ _BY_EVENT: dict[tuple[str, str], str] = {
     ("opencode", "session.idle"): "idle",
     ("opencode", "session.deleted"): "ended",
 }
+# Events that end a turn in failure (the model call refused: "Not logged in", a lost
+# connection): mail the hook handed into that turn is unread again (relayd.arrival.program_state).
+TURN_FAILED: frozenset[tuple[str, str]] = frozenset({("claude", "StopFailure")})
 # Notification events: what each kind of notification says.
 _BY_NOTIFICATION: dict[tuple[str, str], str] = {
     ("claude", "permission_prompt"): "asking",
