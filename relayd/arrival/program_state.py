@@ -185,7 +185,8 @@ def record(store: Store, p: ProgramStateParams) -> ProgramStateResult:
         ongoing = before is not None and before.owner == owner and owner is not None
         handed = [*(before.handed if ongoing and before is not None and not p.new_turn else []), *p.handed]
         if p.failed and handed:
-            from ..inbox.reread import unread_again  # here: a failed turn is rare
+            # deferred import: a failed turn is rare, and most state reports load no inbox code
+            from ..inbox.reread import unread_again
 
             put_back = unread_again(store, agent, handed)
         if p.failed or (p.state == "idle" and not p.handed) or p.state in ("ended", "stopped"):
