@@ -68,7 +68,7 @@ def _command(program: str, events: str) -> click.Command:
 
 
 for _name, _events in (
-    ("claude", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and SessionEnd report the session's state"),
+    ("claude", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and SessionEnd report the session's state; StopFailure (a failed turn) makes the mail it was handed unread again"),
     ("codex", "UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest and Interrupt report the session's state"),
     ("gemini", "BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the session's state"),
     ("copilot", "userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd report the session's state"),
