@@ -7,8 +7,6 @@ answer is kept while that process lives, so a hook event costs no tmux call.
 
 from __future__ import annotations
 
-import subprocess
-
 from .program_process import Process, alive, process
 
 _known: dict[str, Process] = {}  # notify target -> the process its pane ran when last asked
@@ -32,6 +30,10 @@ def pane_process(notify: str | None, timeout: float = 3.0) -> Process | None:
     if cached is not None and alive(cached):
         return cached
     tmux, pane = tmux_argv(target)
+    # deferred import: subprocess costs a send or `status` start-up time, and tmux is asked
+    # only when a pane's process is not known yet
+    import subprocess
+
     try:
         done = subprocess.run([*tmux, "display-message", "-p", "-t", pane, "#{pane_pid} #{pane_dead}"], stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=timeout)

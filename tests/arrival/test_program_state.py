@@ -3,7 +3,7 @@ mail (relayd.arrival.program_state, program_process, asking; relayd.inbox.reread
 
 In memory and on a real store, with real processes for the owners (a `sleep` stands for a
 program) and a clock the test moves; the real programs in tmux are in
-tests/arrival/test_session_lifetime.py.
+tests/arrival/test_safe_delivery.py.
 """
 
 from __future__ import annotations
