@@ -150,6 +150,7 @@ _QUESTIONS = (
     "Do you trust the files in this folder?", "Allow execution of", "Waiting for user confirmation",
     "Would you like to run the following command?", "Press enter to confirm or esc to cancel",
     "Trust this folder", "hooks are new or changed", "Hooks need review",
+    "Make auto mode your default permission mode?",  # Claude Code 2.1.332's first-start choice, its answers unnumbered
 )
 
 
