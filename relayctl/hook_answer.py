@@ -33,8 +33,9 @@ import os
 import sys
 
 from relayd import jsonline as json  # json itself loads re: a hook runs at every event
-from relayd.errors import RelayError
-from relayd.arrival.program_events import state_after
+from relayd.errors import PermissionDenied, RelayError
+from relayd.arrival.program_events import state_after, turn_failed
+from relayd.arrival.program_process import program_of
 from relayd.programs.program import Program
 from relayd.programs.registry import PROGRAMS, guests_of, owner_of
 
@@ -131,20 +132,24 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     door = PROGRAMS[program].door
     if door is not None and guest is None and name in door.events:
         _report_door(s, agent, door)
+    owner = program_of(os.getpid())
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
         # the prompt, mail comes by the agent's trigger instead (relayd.arrival.program_state).
-        _record_state(s, agent, program, event, guest=guest)
+        _record_state(s, agent, program, event, owner, guest=guest)
         return None
     if name == spec.stop and event.get("stop_hook_active") is True:
-        _record_state(s, agent, program, event, guest=guest)
+        _record_state(s, agent, program, event, owner, new_turn=True, guest=guest)
         return None  # this turn is already the continuation we asked for: stop now, mail waits
-    if name != spec.stop:
-        _record_state(s, agent, program, event, guest=guest)  # working, before the mail: its trigger waits
-    text = take_unread(s, agent)
+    # Before the mail, and refused unless this hook runs in the agent's own program: working
+    # (its trigger waits) until the turn's end says otherwise.
+    _record_state(s, agent, program, event, owner, state="working", new_turn=name == spec.stop or name == spec.context[0], guest=guest)
+    text, ids = take_unread(s, agent)
     if name == spec.stop:
-        _record_state(s, agent, program, event, continued=text is not None, guest=guest)
+        _record_state(s, agent, program, event, owner, continued=text is not None, handed=ids, guest=guest)
+    elif ids:
+        _record_state(s, agent, program, event, owner, handed=ids, guest=guest)
     if text is None:
         return None
     if name == spec.stop:
@@ -174,16 +179,31 @@ def _no_agent(program: str, raw: str) -> dict | None:
     return {spec.hooks.shown: NO_AGENT.format(title=spec.title, program=program)}
 
 
-def _record_state(s: Settings, agent: str, program: str, event: dict, continued: bool = False, guest: Program | None = None) -> None:
-    """Report what the session is doing now (relayd.arrival.program_state). A report only: an
-    agent unknown to the store or a store out of reach never fails the program's hook."""
+def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, continued: bool = False, state: str | None = None,
+                  new_turn: bool = False, handed: list[str] | None = None, guest: Program | None = None) -> None:
+    """Report what the session is doing now (relayd.arrival.program_state), as the state of
+    `owner`, the program process this hook runs for. A report: an agent unknown to the store
+    or a store out of reach never fails the program's hook; a report refused because this
+    hook is not the agent's own program's (PermissionDenied) is raised: it hands no mail over."""
     if guest is not None and event.get("hook_event_name") in guest.guest.no_state:
         return  # e.g. Copilot's session starts with its first prompt: not "idle" (relayd.programs.copilot)
-    state = state_after(program, event, continued)
+    name = event.get("hook_event_name")
+    state = state or state_after(program, event, continued)
     if state is None:
         return
+    if owner is None:
+        raise PermissionDenied(f"this hook runs in no program process, so it speaks for no session of {agent}")
+    params = {"agent": agent, "state": state, "event": name, "pid": owner.pid, "start": owner.start}
+    if handed:
+        params["handed"] = handed
+    if new_turn:
+        params["new_turn"] = True
+    if turn_failed(program, name):
+        params["failed"] = True
     try:
-        s.call("program_state", {"agent": agent, "state": state, "event": event.get("hook_event_name")})
+        s.call("program_state", params)
+    except PermissionDenied:
+        raise
     except RelayError:
         pass
 
@@ -207,11 +227,11 @@ def _unknown_event(program: str, name: object) -> str:
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
-def take_unread(s: Settings, agent: str) -> str | None:
-    """The unread messages that fit the budget, rendered, and marked read."""
+def take_unread(s: Settings, agent: str) -> tuple[str | None, list[str]]:
+    """The unread messages that fit the budget, rendered, and marked read; and their ids."""
     preview = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})["messages"]
     if not preview:
-        return None
+        return None, []
     used, fits = 0, 0
     for message in preview:
         used += len(render(message))
@@ -221,14 +241,14 @@ def take_unread(s: Settings, agent: str) -> str | None:
     taken = s.call("read", {"agent": agent, "unread": True, "last": fits, "mark_read": True})
     messages = taken["messages"]
     if not messages:
-        return None
+        return None, []
     _record_hook(s, agent)
     count = len(messages)
     head = f"relay: {count} new message{'s' if count != 1 else ''} for {agent} (now marked read; reply with send_message or `relayctl send`)."
     parts = [head, *(render(m) for m in messages)]
     if taken["unread"]:
         parts.append(f"({taken['unread']} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), [m["id"] for m in messages]
 
 
 def _record_hook(s: Settings, agent: str) -> None:

@@ -37,10 +37,12 @@ import time
 
 from .. import layout
 from ..timefmt import now_iso, parse_duration
-from .program_state import ProgramState
+from .asking import AskingEnds
+from .pane_process import tmux_argv
+from .program_state import ProgramState, read_recorded, write as write_program_state
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
-from .paneinput import bare, holds_draft, question_on_screen
+from .paneinput import bare, holds_draft, holds_trigger, prompt_drawn, question_on_screen
 from . import claude_inbox  # [claude-inbox]
 from ..config import load_config
 
@@ -53,7 +55,12 @@ _zellij_version: tuple[int, ...] | None = None
 
 
 class _Skip(Exception):
-    """The trigger was not sent now, but may be later (pane busy)."""
+    """The trigger was not sent now, but may be later (pane busy); `since`: since when the
+    reason holds, where it is known (the recorded program state's time)."""
+
+    def __init__(self, why: str, since: str | None = None) -> None:
+        super().__init__(why)
+        self.since = since
 
 
 class _Failed(Exception):
@@ -66,6 +73,9 @@ class _Unsubmitted(_Skip):
 
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
 TRIGGERED = frozenset({*TRIGGERS, "unknown", "claude-inbox"})  # outcomes recorded here; channel and hook announce elsewhere
+# A recorded "asking" the screen shows to be over (relayd.arrival.asking): one per process,
+# so the daemon's looks at a pane add up across its retry rounds.
+ASKING = AskingEnds()
 
 
 class _Settings:
@@ -160,7 +170,10 @@ def _notify_one(store, name: str, settings: _Settings) -> dict:
             return outcome
         try:
             if kind == "tmux":
-                _tmux(target, trigger, timeout, prompt, lambda: read_program_state(agent))
+                # A program (named at register, or with relay's hooks) draws a prompt first; a
+                # bare line reader (`cat`, a script) may show none.
+                needs_prompt = bool(meta and meta.program) or read_recorded(agent) is not None
+                _tmux(target, trigger, timeout, prompt, lambda: read_program_state(agent), _asking_over(agent, name), needs_prompt)
             elif kind == "zellij":
                 _require_idle(read_program_state(agent))  # zellij shows relay no screen: the state alone decides
                 _zellij(target, trigger, timeout, meta.session if meta else None)
@@ -176,6 +189,8 @@ def _notify_one(store, name: str, settings: _Settings) -> dict:
         except _Skip as why:
             agent.unlink(layout.PENDING, missing_ok=True)
             outcome.update(ok=True, skipped=str(why), retry=True)
+            if why.since:
+                outcome["since"] = why.since
         except _Failed as why:
             agent.unlink(layout.PENDING, missing_ok=True)
             outcome.update(ok=False, error=str(why))
@@ -216,12 +231,7 @@ def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> 
 # -- tmux -------------------------------------------------------------------------------------
 
 
-def tmux_target(target: str) -> tuple[list[str], str]:
-    """(`tmux` argv prefix, pane target): `/socket/path:TARGET` selects the server."""
-    if target.startswith("/") and ":" in target:
-        socket_path, _, pane = target.partition(":")
-        return ["tmux", "-S", socket_path], pane
-    return ["tmux"], target
+tmux_target = tmux_argv  # (`tmux` argv prefix, pane target): `/socket/path:TARGET` selects the server
 
 
 def tmux_pane_states(targets: list[str], timeout: float = 5.0) -> dict[str, str]:
@@ -260,12 +270,34 @@ def add_pane_states(agents: list[dict]) -> None:
             a["pane"] = {"id": tmux_target(target)[1], "state": states[target]}
 
 
-def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callable[[], ProgramState | None]) -> None:
+def _asking_over(agent, name: str) -> Callable[[ProgramState, str | None], bool]:
+    """For _tmux: given the recorded asking state and one look at the screen (empty prompt,
+    no question), whether the question is over; if so, "idle" is recorded in its place
+    (for status and the web view too), unless a hook recorded something new meanwhile."""
+
+    def over(state: ProgramState, at_rest: str | None) -> bool:
+        if not ASKING.look(name, state.at, at_rest):
+            return False
+        ASKING.forget(name)
+        now = read_recorded(agent)
+        if now is not None and now.at == state.at:
+            write_program_state(agent, "idle", "screen: its empty prompt, no question", now.owner, now.handed)
+        return True
+
+    return over
+
+
+def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callable[[], ProgramState | None],
+          asking_over: Callable[[ProgramState, str | None], bool] = lambda state, at_rest: False, needs_prompt: bool = False) -> None:
     """Type the trigger into an idle program's input box, submit it once, and confirm it.
 
-    `state()` reads the program's recorded state (None: no relay hooks report it)."""
+    `state()` reads the program's recorded state (None: no relay hooks report it, or it was
+    of an earlier process); `asking_over` judges a recorded question by the screen;
+    `needs_prompt`: type only once the program's prompt is drawn."""
     tmux, pane = tmux_target(target)
-    _require_idle(state())
+    recorded = state()
+    if recorded is None or recorded.state != "asking":
+        _require_idle(recorded)
     shown = _run(tmux + ["display-message", "-p", "-t", pane, "#{pane_in_mode} #{cursor_x} #{cursor_y}"], timeout).split()
     if len(shown) != 3 or not all(part.isdigit() for part in shown):
         raise _Failed(f"tmux pane {pane}: unexpected answer {' '.join(shown)!r}")
@@ -273,13 +305,29 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callabl
     if in_mode == "1":
         raise _Skip(f"tmux pane {pane} is in copy mode")
     # The screen, the second check: a question or menu whose answer keys would pick.
-    asked = question_on_screen(_run(tmux + ["capture-pane", "-p", "-t", pane], timeout))
-    if asked:
-        raise _Skip(f"tmux pane {pane} shows a question ({asked}); it is the person's to answer")
+    screen = _run(tmux + ["capture-pane", "-p", "-t", pane], timeout)
+    asked = question_on_screen(screen)
     # Look right before typing: a trigger typed after someone's unsent text would be sent with it.
     row = _run(tmux + ["capture-pane", "-p", "-e", "-t", pane, "-S", cursor_y, "-E", cursor_y], timeout)
+    drawn = prompt_drawn(row, int(cursor_x), prompt)
+    if recorded is not None and recorded.state == "asking":
+        at_rest = not asked and drawn and not holds_draft(row, int(cursor_x), prompt)
+        if not asking_over(recorded, f"{cursor_x} {cursor_y}\n{screen}" if at_rest else None):
+            _require_idle(recorded)
+    if asked:
+        raise _Skip(f"tmux pane {pane} shows a question ({asked}); it is the person's to answer")
+    if holds_trigger(row, int(cursor_x), trigger, prompt):
+        # relay's own line, left unsent (typed while the program was starting, or an Enter
+        # it did not take): removed, and only it, then typed again below.
+        _run(tmux + ["send-keys", "-t", pane, "-N", str(len(trigger)), "BSpace"], timeout)
+        if not _wait_until(lambda: not _shown_at_cursor(tmux, pane, trigger, timeout), min(timeout, ECHO_WAIT)):
+            raise _Skip(f"tmux pane {pane} still shows relay's earlier trigger in its input line")
+        row = _run(tmux + ["capture-pane", "-p", "-e", "-t", pane, "-S", cursor_y, "-E", cursor_y], timeout)
+        cursor_x = _run(tmux + ["display-message", "-p", "-t", pane, "#{cursor_x}"], timeout).strip() or "0"
     if holds_draft(row, int(cursor_x), prompt):
         raise _Skip(f"tmux pane {pane} has unsent text in its input line")
+    if needs_prompt and not drawn:
+        raise _Skip(f"tmux pane {pane} shows no prompt yet (its program is still drawing its screen)")
     before = state()
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
     # Enter goes separately, once the program shows the text: arriving with it (or before a
@@ -310,7 +358,7 @@ def _require_idle(state: ProgramState | None) -> None:
         "ended": "not running (its session ended)",
         "stopped": "stopped (relayctl down)",
     }.get(state.state, state.state)
-    raise _Skip(f"its program is {doing}")
+    raise _Skip(f"its program is {doing}", since=state.at)
 
 
 def _wait_until(done: Callable[[], bool], wait: float) -> bool:

@@ -17,6 +17,13 @@ The line is split at the cursor:
 Each program's marker and the fixed lines of its questions are its own module's
 (relayd.programs; `Screen.prompt`, `Screen.questions`).
 
+Before anything is typed the program's prompt must be drawn (`prompt_drawn`): left of the
+cursor stands a prompt marker or the border of an input box, not an empty row. A program
+still starting up takes keys before it draws its input box and shows them later, where
+they look like someone's draft. Relay's own trigger left in the input line that way (or
+by an Enter the program did not take) is recognised (`holds_trigger`) and only that is
+cleared.
+
 No I/O here: `holds_draft(captured_row, cursor_x, prompt)` is tested with plain strings.
 """
 
@@ -94,6 +101,36 @@ def _apply_sgr(params: str, faint: bool, coloured: bool) -> tuple[bool, bool]:
             i += 2 if codes[i + 1 : i + 2] == [5] else 4  # a background colour: skip its arguments
         i += 1
     return faint, coloured
+
+
+def _split(row: str, cursor_x: int) -> tuple[str, str]:
+    """(left of the cursor without borders, typed-looking text from the cursor on)."""
+    cells = _cells(row.rstrip("\n"))
+    left = "".join(ch for ch, _ in cells[:cursor_x])
+    right = "".join(ch for ch, typed in cells[cursor_x:] if typed and not _blank(ch))
+    return left, right
+
+
+def prompt_drawn(row: str, cursor_x: int, prompt: str = DEFAULT_PROMPT) -> bool:
+    """The cursor row shows a program's prompt: a prompt marker (`prompt`) or an input
+    box's border left of the cursor. An empty row is a screen still being drawn."""
+    left, _ = _split(row, cursor_x)
+    if any(ch in _BORDER for ch in left):
+        return True
+    before = left.strip()
+    return bool(before) and re.fullmatch(prompt, before) is not None
+
+
+def holds_trigger(row: str, cursor_x: int, trigger: str, prompt: str = DEFAULT_PROMPT) -> bool:
+    """The cursor row's input holds exactly `trigger` (relay's own line, left there), after
+    a prompt, with nothing typed after the cursor."""
+    left, right = _split(row, cursor_x)
+    wanted = bare(trigger)
+    text = bare(left)
+    if right or not wanted or not text.endswith(wanted):
+        return False
+    head = text[: len(text) - len(wanted)]
+    return head == "" or re.fullmatch(prompt, head) is not None
 
 
 def holds_draft(row: str, cursor_x: int, prompt: str = DEFAULT_PROMPT) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from relayd.programs.program import STATES
 from relayd.programs.registry import PROGRAMS
 
-__all__ = ["STATES", "state_after"]
+__all__ = ["STATES", "state_after", "turn_failed"]
 
 
 def state_after(program: str, event: dict, continued: bool = False) -> str | None:
@@ -17,3 +17,10 @@ def state_after(program: str, event: dict, continued: bool = False) -> str | Non
     stdin); `continued`: the hook's answer to a turn's end keeps the session working."""
     spec = PROGRAMS.get(program)
     return spec.state_after(event, continued) if spec is not None else None
+
+
+def turn_failed(program: str, name: object) -> bool:
+    """Whether the hook event `name` ends a turn in failure (`Hooks.failed`): mail handed into
+    that turn is unread again."""
+    spec = PROGRAMS.get(program)
+    return spec is not None and name in spec.hooks.failed

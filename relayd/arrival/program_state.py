@@ -21,10 +21,25 @@ The state machine, one per agent (the program session in its pane):
     session end (SessionEnd)                              -> ended
     `relayctl down`                                       -> stopped
 
-`asking` leaves only by a later event (the tool ran, the turn ended, the person's next
-prompt): a question answered "no" may end the turn with no event at all, and then mail
-waits for that next prompt, whose hook hands it over. Never the other way round: no
-timer turns `asking` into `idle`.
+`asking` also ends on the screen's evidence: after a question is declined (Esc) Claude
+Code, Gemini CLI and Copilot CLI run no hook at all, so relayd.arrival.notify takes the
+program's own empty prompt, with no question on the screen for ASKING_SETTLE seconds
+(relayd.arrival.asking), as the end of the question. A question on the screen still
+stops every trigger.
+
+A state belongs to one program process: the hook reports its program (the hook's nearest
+ancestor that is not a shell, relayd.arrival.program_process: pid and start time), and a
+state is accepted only from a program that runs in the agent's own tmux pane (or, with no
+pane to ask, from the process that owns the recorded state, or any once that one is gone),
+so another session of the same user running bob's hook command changes nothing of bob's.
+Readers take a state whose process has exited, or is not the pane's program, as unknown:
+no "stopped" or "asking" of an earlier start outlives it.
+
+The hook also records which messages it handed over in the current turn (`handed`); a turn
+that fails after that (Claude Code's StopFailure, Copilot's errorOccurred, OpenCode's
+session.error: `failed`) puts them back as unread (relayd.inbox.reread), and leaves the
+agent's `pending` flag so that no trigger starts the same failing turn again: that mail
+comes with the person's next prompt.
 
 The state lives in `agents/<name>/program-state` (one small JSON object, replaced whole,
 not fsynced: a state lost to a crash is one the next event writes again), read by the
@@ -39,13 +54,17 @@ from typing import Literal
 import msgspec
 
 from .. import layout
+from ..errors import PermissionDenied, UsageError
 from ..fsio import Dir
 from ..agents.presence import archive
+from ..agents.roster import read_meta
 from ..records import check_agent_name
 from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso
+from .pane_process import pane_process
 from .program_events import STATES
+from .program_process import Process, alive, runs_under
 
 State = Literal[STATES]  # type: ignore[valid-type]  # the same five names, one spelling
 
@@ -54,14 +73,22 @@ class ProgramState(msgspec.Struct, kw_only=True, omit_defaults=True):
     state: str
     at: str  # when it was recorded
     event: str | None = None  # the hook event that said so
+    pid: int | None = None  # the program process the state is of (None: `relayctl down`'s "stopped")
+    start: int | None = None  # that process's start time (/proc/PID/stat field 22)
+    handed: list[str] = []  # ids of the messages the hook handed over in the current turn
+
+    @property
+    def owner(self) -> Process | None:
+        return Process(self.pid, self.start) if self.pid is not None and self.start is not None else None
 
 
 _decoder = msgspec.json.Decoder(ProgramState)
 _encoder = msgspec.json.Encoder()
 
 
-def read(agent: Dir) -> ProgramState | None:
-    """The agent's recorded program state; None when nothing (readable) was recorded."""
+def read_recorded(agent: Dir) -> ProgramState | None:
+    """The agent's recorded program state as written, whoever's it is; None when nothing
+    (readable) was recorded."""
     raw = agent.read_bytes(layout.PROGRAM_STATE)
     if not raw:
         return None
@@ -72,8 +99,32 @@ def read(agent: Dir) -> ProgramState | None:
     return found if found.state in STATES else None
 
 
-def write(agent: Dir, state: str, event: str | None = None) -> ProgramState:
-    recorded = ProgramState(state=state, at=now_iso(), event=event)
+def current(found: ProgramState | None, pane: Process | None = None) -> ProgramState | None:
+    """`found` if it is still true: its program process is alive and (with `pane`, the
+    process of the agent's pane) runs in that pane; None (unknown) otherwise."""
+    if found is None:
+        return None
+    owner = found.owner
+    if owner is None:
+        return None  # `down`'s "stopped" or a record of an older relay: no process it is of
+    if pane is not None:
+        return found if runs_under(owner, pane.pid) else None
+    return found if alive(owner) else None
+
+
+def read(agent: Dir) -> ProgramState | None:
+    """The agent's program state if it is still the state of a running program (status, the
+    web view, the trigger): a state of a process that has exited is unknown (None)."""
+    found = read_recorded(agent)
+    if found is None or found.owner is None:
+        return None
+    meta = read_meta(agent)
+    return current(found, pane_process(meta.notify if meta else None))
+
+
+def write(agent: Dir, state: str, event: str | None = None, owner: Process | None = None, handed: list[str] | None = None) -> ProgramState:
+    recorded = ProgramState(state=state, at=now_iso(), event=event, pid=owner.pid if owner else None, start=owner.start if owner else None,
+                            handed=handed or [])
     agent.replace(layout.PROGRAM_STATE, _encoder.encode(recorded) + b"\n", None)
     return recorded
 
@@ -82,20 +133,70 @@ class ProgramStateParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     agent: str
     state: State
     event: str | None = None
+    pid: int | None = None  # the program process the hook runs for (relayd.arrival.program_process)
+    start: int | None = None  # its start time
+    handed: list[str] = []  # ids of messages this hook handed over just now (added to the turn's)
+    new_turn: bool = False  # a turn starts here (a prompt, a turn's end): the last one's hand-overs are done with
+    failed: bool = False  # the turn failed: what the hook handed over in it is unread again
+
+
+class ProgramStateResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    state: str
+    at: str
+    event: str | None = None
+    pid: int | None = None
+    start: int | None = None
+    handed: list[str] = []
+    put_back: list[str] = []  # the failed turn's messages that are unread again
+
+
+def _check_owner(agent: Dir, name: str, p: ProgramStateParams, before: ProgramState | None) -> Process | None:
+    """The program process the state is of; PermissionDenied for a report from a process
+    tree that is not the agent's own program."""
+    if p.pid is None or p.start is None:
+        if p.state == "stopped":
+            return None  # `relayctl down`: the process it stopped is gone with it
+        raise UsageError("a program state needs the program process it is of (pid and start)")
+    owner = Process(p.pid, p.start)
+    if not alive(owner):
+        raise PermissionDenied(f"process {p.pid} is not running: it reports no state for {name}")
+    meta = read_meta(agent)
+    pane = pane_process(meta.notify if meta else None)
+    if pane is not None:
+        if not runs_under(owner, pane.pid):
+            raise PermissionDenied(f"process {p.pid} is not {name}'s program (not in its pane): its state is not changed")
+        return owner
+    held_by = before.owner if before is not None else None
+    if held_by is not None and held_by != owner and alive(held_by):
+        raise PermissionDenied(f"process {p.pid} is not {name}'s program (process {held_by.pid} is): its state is not changed")
+    return owner
 
 
 @operation("program_state", ProgramStateParams)
-def record(store: Store, p: ProgramStateParams) -> ProgramState:
+def record(store: Store, p: ProgramStateParams) -> ProgramStateResult:
     """Record what an agent's program is doing (its hooks report each lifecycle event)."""
     check_agent_name(p.agent)
     if not store.is_agent(p.agent):
         raise store.unknown_agent(p.agent)
+    put_back: list[str] = []
     with store.agent_dir(p.agent) as agent:
-        before = read(agent)
-        recorded = write(agent, p.state, p.event)
+        before = read_recorded(agent)
+        owner = _check_owner(agent, p.agent, p, before)
+        ongoing = before is not None and before.owner == owner and owner is not None
+        handed = [*(before.handed if ongoing and before is not None and not p.new_turn else []), *p.handed]
+        if p.failed and handed:
+            # deferred import: a failed turn is rare, and most state reports load no inbox code
+            from ..inbox.reread import unread_again
+
+            put_back = unread_again(store, agent, handed)
+        if p.failed or (p.state == "idle" and not p.handed) or p.state in ("ended", "stopped"):
+            handed = []  # the turn is over: what it was handed stays handed (or was put back)
+        was = current(before) if before is not None else None
+        recorded = write(agent, p.state, p.event, owner, handed)
         if p.state == "stopped":
             archive(agent)  # away at once, not alive until its heartbeat ages
-    if p.state == "idle" and (before is None or before.state != "idle"):
+    if p.state == "idle" and (was is None or was.state != "idle"):
         # relayd's notifier retries a trigger it held back while the program was busy.
         store.emit(store.event("agent", action="idle", agent=p.agent), durable=False)
-    return recorded
+    return ProgramStateResult(state=recorded.state, at=recorded.at, event=recorded.event, pid=recorded.pid, start=recorded.start,
+                              handed=recorded.handed, put_back=put_back)

@@ -82,9 +82,9 @@ PROGRAM = Program(
     hooks=Hooks(
         context=("UserPromptSubmit", "PostToolUse"),
         stop="Stop",
-        state=("SessionStart", "PermissionRequest", "Notification", "SessionEnd"),
+        state=("SessionStart", "PermissionRequest", "Notification", "SessionEnd", "StopFailure"),
         other=("SubagentStop", "PreToolUse", "PostToolUseFailure", "PostToolBatch", "UserPromptExpansion",
-               "StopFailure", "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
+               "SubagentStart", "PreCompact", "PostCompact", "PreModelSwitch", "PostModelSwitch",
                "PermissionDenied", "Setup", "TeammateIdle", "TaskCreated", "TaskCompleted", "Elicitation",
                "ElicitationResult", "ConfigChange", "WorktreeCreate", "WorktreeRemove", "InstructionsLoaded", "CwdChanged",
                "FileChanged", "DirectoryAdded", "MessageDisplay"),
@@ -95,8 +95,9 @@ PROGRAM = Program(
         matcher={"PostToolUse": "*", "PermissionRequest": "*"},
         start="SessionStart",
         shown="systemMessage",  # shown in the session, above the prompt
+        failed=("StopFailure",),
         help="UserPromptSubmit, PostToolUse and Stop hand mail over; SessionStart, PermissionRequest, Notification and "
-             "SessionEnd report the session's state",
+             "SessionEnd report the session's state; StopFailure (a failed turn) makes the mail it was handed unread again",
     ),
     settings=Settings(
         hooks_file=os.path.join(".claude", "settings.json"),

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a brows
 
 FILES = {"claude": ".claude/settings.json", "codex": ".codex/hooks.json", "gemini": ".gemini/settings.json"}
 EVENTS = {
-    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Notification", "SessionEnd"],
+    "claude": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Notification", "StopFailure", "SessionEnd"],
     "codex": ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest", "Interrupt"],
     "gemini": ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "Notification", "SessionEnd"],
 }
