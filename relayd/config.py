@@ -8,7 +8,8 @@ how long read mail is kept.
       "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s",
                  "prompt": "(?:[>❯›»]+|\\S*[$#%])"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
-                   "escalate_to": "leader", "keep_acked": "7d"},
+                   "escalate_to": "leader", "keep_acked": "7d",
+                   "held_after": "30s", "held_notice_after": "10m"},
       "gc":     {"keep": "30d"},
       "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box"},
       "dedup":  {"window": "10m"},
@@ -18,6 +19,11 @@ how long read mail is kept.
 `team`: written by `relayctl init --preset`. With `allow_new` false the preset's team is
 fixed: an agent program that names itself (relay-mcp's role) is refused unless the name
 is registered; `relayctl register NAME` still adds an agent on purpose.
+
+`delivery.held_after`: mail not in front of its recipient's model this long (not read, no
+trigger seen to land) is *held*: the sender's `track` and `send --wait`, `status` and the web
+view say why, in words. `delivery.held_notice_after`: held this long, each sender gets one
+message from relay naming the mail and why (relayd.delivery.held). The team file sets both.
 
 `dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
 an id seen within it (a retry after a crash) returns the original message instead of
@@ -69,6 +75,8 @@ class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_deliver: int = 3  # redeliveries after the first delivery, then dead_letter/
     escalate_to: str | None = None  # an agent told of every dead letter, besides the sender
     keep_acked: str = "7d"  # how long an acknowledgement is remembered (a repeated ack says "already")
+    held_after: str = "30s"  # mail not in front of the model this long says why (relayd.delivery.held)
+    held_notice_after: str = "10m"  # held this long: its sender gets one notice
 
 
 class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -125,6 +133,11 @@ def load_config(store: Store) -> Config:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window: {exc.message}") from None
     if window <= 0:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window must be longer than zero")
+    for key in ("held_after", "held_notice_after"):
+        try:
+            parse_duration(getattr(config.delivery, key))
+        except RelayError as exc:
+            raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: delivery.{key}: {exc.message}") from None
     return config
 
 
