@@ -42,7 +42,7 @@ from ..store import Store
 from ..timefmt import now, now_iso, to_iso
 from ..ulid import new_ulid, ulid_time_ms
 from . import owed, parked
-from .held import Held, held_since, thresholds, waited
+from .held import Held, clear_held, held_since, note_held, thresholds, waited
 from .log import SYSTEM_SENDER, Receipt, newest_first, write
 from .record import record_name
 
@@ -126,6 +126,11 @@ def record_announced(store: Store, p: AnnouncedParams) -> AnnouncedResult:
     if not store.is_agent(p.agent):
         raise store.unknown_agent(p.agent)
     write(store, [Receipt(ts=now_iso(), step="announced", to=p.agent, how=p.how, ok=p.ok, error=p.error)])
+    with store.agent_dir(p.agent) as agent:  # why its mail waits, for track and status (relayd.delivery.held)
+        if p.ok:
+            clear_held(agent)
+        elif p.error:
+            note_held(agent, p.error, now_iso())
     return AnnouncedResult(recorded=True)
 
 
