@@ -70,6 +70,7 @@ async def notice_held_mail(store: Store, every: float = HELD_CHECK_SECONDS) -> N
     """Tell the senders of long-held mail why it waits, once (relayd.delivery.held.notice_held),
     in a worker thread on a store of its own, as the redelivery sweep runs: it reads every
     inbox with unread mail."""
+    # deferred imports: relayd loads this module at start; the held-mail check only at its first tick
     from relayd.delivery.held import notice_held
 
     checker = Store(store.root, fsync=not isinstance(store.sync, NoSync), rotate_bytes=store.rotate_bytes, clock=store.clock, rand=store.rand)
