@@ -7,6 +7,13 @@ follower up is `relayd.client.watch` (relayd's inbox events for this agent, else
 Bursts are coalesced: after a quiet spell a new message is announced at once, but
 notifications are spaced at least MIN_INTERVAL_SECONDS apart and whatever arrives in
 between goes out as one, so a flood of mail costs the session a few events, not hundreds.
+
+An event is recorded as "announced by channel" only on evidence that the client took it: a
+client that declares `experimental["claude/channel"]` takes what it is sent; Claude Code,
+which declares nothing, says so in its own log (mcp_shim.channel_log), read for
+EVIDENCE_SECONDS after each event. When that log says Claude Code refused the channel, the
+refusal is recorded as a failed announcement (the sender's `track` and `status` say why), and
+mail falls back to a trigger typed into the session's tmux pane when it runs in one.
 """
 
 from __future__ import annotations
@@ -23,13 +30,18 @@ from relayd.client import watch
 from relayd.client.tail import InboxTail
 from relayd.errors import RelayError
 from relayd.arrival.for_models import field, preview, short
+from relayd.timefmt import now_iso
 
 from . import logs
+from .channel_log import ChannelLog, utf16_length
 
 MIN_INTERVAL_SECONDS = 0.5  # between two notifications; what arrives meanwhile is batched
 MAX_LISTED = 5  # messages described in one notification; the rest are counted
 PREVIEW_CHARS = 160
 BACKSTOP_SECONDS = 2.0  # re-read the inbox even without a wake-up (a lost watch, a reset store)
+EVIDENCE_SECONDS = 5.0  # how long Claude Code's log is read for a sign that it took an event (it flushes about once a second)
+VERDICT_SECONDS = 30.0  # how long after the start its log is read for its decision about the channel
+EVIDENCE_POLL = 0.25
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -85,7 +97,7 @@ def channel_event(batch: Batch) -> dict[str, Any]:
 class Follower(threading.Thread):
     """Background thread: wake-ups from `relayd.client.watch` -> coalesced channel events."""
 
-    def __init__(self, store_dir: str, socket_path: str, agent: str, emit: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, store_dir: str, socket_path: str, agent: str, emit: Callable[[dict[str, Any]], None], evidence: ChannelLog | None = None) -> None:
         super().__init__(name="relay-follow", daemon=True)
         self.store_dir = store_dir
         self.socket_path = socket_path
@@ -102,6 +114,14 @@ class Follower(threading.Thread):
         self._stopping = threading.Event()  # not `_stop`: Thread.join calls a method of that name
         self.mode = "starting"  # "daemon" or "inotify", for logs and tests
         self.channel_configured = True
+        # None: the client declared the channel, an event sent is an event taken. Else Claude
+        # Code's log, read for its decision and for each event it took.
+        self.evidence = evidence
+        self.started_at = now_iso()
+        self.started = time.monotonic()
+        self.decided = evidence is None
+        self.refused: str | None = None  # Claude Code's reason, once it refused the channel
+        self.unconfirmed: list[tuple[int, str, float]] = []  # events sent: (UTF-16 length, sent at, monotonic)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -124,13 +144,12 @@ class Follower(threading.Thread):
         waiting = self.waiting
         if waiting > 0 and self._arrival_is_channel():
             self.last_emit = time.monotonic()
-            self.emit(
+            self._send(
                 {
                     "content": f"{waiting} unread message{'s' if waiting != 1 else ''} waiting from before this session. Call check_inbox to read {'them' if waiting != 1 else 'it'}.",
                     "meta": {"count": str(waiting)},
                 }
             )
-            self._record_channel()
 
     def _start_tail(self) -> int:
         """Position the tail at the inbox's end and count the unread mail before it, as one
@@ -155,7 +174,10 @@ class Follower(threading.Thread):
         deadline = now + BACKSTOP_SECONDS  # a re-read even without a wake-up (a reset store)
         if self.pending:
             deadline = min(deadline, self.emit_at)
+        if self.unconfirmed or not self.decided:
+            deadline = min(deadline, now + EVIDENCE_POLL)
         wakeups.wait(max(0.0, deadline - now))
+        self._weigh_evidence()
         if wakeups.mode != self.mode:
             if self.mode == "daemon":
                 logs.info("relayd went away; falling back to inotify")
@@ -174,17 +196,67 @@ class Follower(threading.Thread):
             batch, self.pending = self.pending, Batch()
             self.last_emit = time.monotonic()
             if self._arrival_is_channel():
-                self.emit(channel_event(batch))
-                self._record_channel()
+                self._send(channel_event(batch))
 
-    def _record_channel(self) -> None:
-        """The channel push is this agent's announcement: it goes to the delivery log, so
-        the senders' `track` shows it (relayd.delivery.receipts)."""
+    def _send(self, params: dict[str, Any]) -> None:
+        self.emit(params)
+        if self.evidence is None:
+            self._record_channel({})
+        else:
+            self.unconfirmed.append((utf16_length(params["content"]), now_iso(), time.monotonic()))
+
+    def _weigh_evidence(self) -> None:
+        """Read Claude Code's log: its decision about the channel, and the events it took."""
+        if self.evidence is None:
+            return
+        if not self.decided:
+            verdict = self.evidence.verdict(self.started_at)
+            if verdict is not None or time.monotonic() - self.started > VERDICT_SECONDS:
+                self.decided = True
+                if verdict is None:
+                    logs.info("Claude Code's log says nothing of relay's channel: channel events are recorded as announced only when it shows it took them")
+                elif verdict[0] == "skipped":
+                    self._refused(verdict[1] or "no reason given")
+        still = []
+        for chars, sent_at, sent in self.unconfirmed:
+            if self.evidence.took(chars, sent_at):
+                self._record_channel({})
+            elif time.monotonic() - sent < EVIDENCE_SECONDS and self.refused is None:
+                still.append((chars, sent_at, sent))
+            else:
+                logs.info("no sign that Claude Code took the channel event: not recorded as announced")
+        self.unconfirmed = still
+
+    def _refused(self, reason: str) -> None:
+        """Claude Code refused the channel: say so where senders look, and fall back to a
+        trigger typed into the session's tmux pane when there is one."""
+        self.refused = reason
+        pane, tmux = os.environ.get("TMUX_PANE"), os.environ.get("TMUX")
+        fallback = None
+        if pane and tmux:
+            fallback = f"tmux:{tmux.split(',')[0]}:{pane}"
+            how = f"mail now comes by a trigger typed into its tmux pane {pane}"
+        else:
+            how = "it sees mail in relay's tool results and its hooks"
+        logs.info(f"Claude Code refused relay's channel ({reason}); {how}")
+        self._record_channel({"ok": False, "error": f"Claude Code refused relay's channel ({reason}); {how}"})
+        if fallback:
+            from relayd.client.full import Client
+
+            try:
+                with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
+                    client.call("register", {"name": self.agent, "notify": fallback})
+            except RelayError as exc:
+                logs.info(f"could not switch {self.agent} to its pane's trigger: {exc}")
+
+    def _record_channel(self, outcome: dict[str, Any]) -> None:
+        """The channel push, once known to be taken (or refused), is this agent's announcement:
+        it goes to the delivery log, so the senders' `track` shows it (relayd.delivery.receipts)."""
         from relayd.client.full import Client
 
         try:
             with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
-                client.call("announced", {"agent": self.agent, "how": "channel"})
+                client.call("announced", {"agent": self.agent, "how": "channel", **outcome})
         except RelayError as exc:
             logs.debug(f"channel announcement not recorded: {exc}")
 

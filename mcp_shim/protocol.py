@@ -124,6 +124,7 @@ class Session:
         self._started = False
         self.version: str | None = None  # negotiated by initialize; None until then
         self.channel = False
+        self.channel_declared = False  # the client itself declared experimental["claude/channel"]
         self._announced = False
         self._handlers: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = {
             "initialize": self._initialize,
@@ -204,6 +205,10 @@ class Session:
     def _note_client(self, capabilities: Any, client_info: Any) -> None:
         if takes_channel_events(capabilities, client_info):
             self.channel = True
+            experimental = capabilities.get("experimental") if isinstance(capabilities, dict) else None
+            # Declared: the client says it takes them. Claude Code declares nothing; whether it
+            # took an event only its own log says (mcp_shim.channel_log).
+            self.channel_declared = isinstance(experimental, dict) and CHANNEL_CAPABILITY in experimental
 
     def _start(self) -> None:
         if not self._started:

@@ -199,7 +199,12 @@ class Shim:
             return
         from .follow import Follower
 
-        self.follower = Follower(self.identity.store_dir, self.identity.socket_path, self.identity.role, self.notify)
+        evidence = None
+        if not self.session.channel_declared:
+            from .channel_log import ChannelLog
+
+            evidence = ChannelLog()  # Claude Code: only its own log says whether it took an event
+        self.follower = Follower(self.identity.store_dir, self.identity.socket_path, self.identity.role, self.notify, evidence)
         self.follower.start()
 
     def notify(self, params: dict[str, Any]) -> None:

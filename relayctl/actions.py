@@ -16,7 +16,7 @@ from relayd import timefmt
 from relayd.errors import Conflict, NotOwner, UsageError
 from relayd.timefmt import ago, now, parse_duration, parse_iso, short_span, shown
 
-from .context import Settings, clip, echo, read_body, visible
+from .context import Settings, clip, echo, held_line, read_body, visible
 
 
 def render_message(m: dict, delivery: str | None = None) -> str:
@@ -438,11 +438,15 @@ def render_status(r: dict, sections: set[str]) -> str:
         lines.append(f"AGENTS ({alive} alive, {len(agents) - alive - new} stale" + (f", {new} never seen)" if new else ")"))
         lines.extend(_agent_line(a) for a in agents)
         lines.append("")
-        if any(a.get("announced") or a.get("arrives_by", "channel") != "channel" for a in agents):
+        if any(a.get("announced") or a.get("held") or a.get("arrives_by", "channel") != "channel" for a in agents):
             # Only when there is something to say: relay-mcp's channel that told nobody yet says nothing.
             failing = sum(1 for a in agents if a.get("announced") and not a["announced"]["ok"])
-            lines.append(f"MAIL ARRIVAL ({failing} failing)")
-            lines.extend(_arrival_line(a) for a in agents)
+            held = sum(1 for a in agents if a.get("held"))
+            lines.append(f"MAIL ARRIVAL ({failing} failing" + (f", mail HELD for {held})" if held else ")"))
+            for a in agents:
+                lines.append(_arrival_line(a))
+                if a.get("held"):
+                    lines.append(f"  {'':<16} {held_line(a['held'])}")
             lines.append("")
         if bridge is not None and bridge.get("agents"):
             remote = bridge["agents"]

@@ -12,7 +12,7 @@ import click
 
 from relayd import layout
 
-from .context import Settings, clip, settings
+from .context import Settings, clip, held_line, settings
 
 STEPS = ("read", "ack")
 
@@ -23,6 +23,9 @@ def track(message_id: str) -> None:
     """Show what became of message ID at each recipient: when it was stored, how it was
     announced (tmux, zellij, cmd, channel, hook; ok or the error), whether and when it was
     read (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
+    Mail neither read nor announced after delivery.held_after (config.json, default 30s)
+    says why it waits: "held: glacier's program is asking the person a question, since
+    20:19:08 UTC".
 
     \b
     Examples:
@@ -53,6 +56,8 @@ def step_text(way: dict[str, Any]) -> str:
     if way.get("bounced"):
         parts.append("bounced to the sender")
     parts.append((f"read {way['read_at']}" if way.get("read_at") else "read") if way["read"] else "unread")
+    if way.get("held"):
+        parts.append(held_line(way["held"]))
     if way.get("ack"):
         parts.append({"acked": f"acknowledged {way.get('acked_at') or ''}".strip(), "owed": "not acknowledged", "dead_letter": "dead letter"}[way["ack"]])
     return ", ".join(parts)
@@ -78,11 +83,13 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
     folders = [os.path.join(s.dir, layout.AGENTS, w["to"]) for w in result["recipients"]]
     if step == "ack":
         folders.append(os.path.join(s.dir, layout.ACKED))
+    said: dict[str, str] = {}  # recipient -> the held line last printed for it
     with watch.Watch(s.dir, watch.directories(folders), s.socket, client="relayctl") as changes:
         while True:
             late = missing(result, step)
             if not late:
                 sys.exit(0)
+            _say_held(late, said)
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "read" if step == "read" else "acknowledged"
@@ -90,5 +97,26 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
                 for way in late:
                     click.echo(f"  {way['to']:<16} {step_text(way)}", err=True)
                 sys.exit(1)
-            changes.wait(left)
+            changes.wait(min(left, _until_held(result)))
             result = s.call("track", {"id": message_id})
+
+
+def _say_held(late: list[dict[str, Any]], said: dict[str, str]) -> None:
+    """Print why a recipient's mail waits once it is held, and again when the reason changes."""
+    for way in late:
+        if way.get("held"):
+            line = held_line(way["held"])
+            if said.get(way["to"]) != line:
+                said[way["to"]] = line
+                click.echo(f"  {way['to']:<16} {line}", err=True)
+
+
+def _until_held(result: dict[str, Any]) -> float:
+    """Seconds until a waiting recipient's mail turns held (track says why only from then on;
+    nothing in the store changes at that moment to wake the watch)."""
+    from relayd.timefmt import now, parse_iso
+
+    after = result.get("held_after")
+    due = [after - (now() - parse_iso(w["stored"])).total_seconds() for w in result["recipients"]
+           if not w["read"] and not w.get("held") and not (w.get("announced") or {}).get("ok")]
+    return max(0.0, min(due)) + 0.05 if after is not None and due else float("inf")

@@ -162,6 +162,11 @@ def fail(message: str, status: int, code: str = "error") -> None:
     echo(f"error: {line}", err=True)
 
 
+def held_line(held: dict) -> str:
+    """Why an agent's mail waits (relayd.delivery.held), as status, track and send --wait say it."""
+    return f"held: {held['why']}, since {held['since'][11:19]} UTC"
+
+
 def clip(text: str | None, width: int) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"

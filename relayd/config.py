@@ -8,7 +8,8 @@ how long read mail is kept.
       "notify": {"trigger": "[relay] New message. Call check_inbox.", "timeout": "5s",
                  "prompt": "(?:[>❯›»]+|\\S*[$#%])"},
       "delivery": {"ack_wait": "5s", "cap": "300s", "max_deliver": 3,
-                   "escalate_to": "leader", "keep_acked": "7d"},
+                   "escalate_to": "leader", "keep_acked": "7d",
+                   "held_after": "30s", "held_notice_after": "10m"},
       "gc":     {"keep": "30d", "dead_letter_keep": "30d", "dead_letter_mib": 256},
       "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box",
                  "budget": {"messages_per_hour": 5000, "mib_per_hour": 64, "refusals_per_hour": 200}},
@@ -24,6 +25,10 @@ is registered; `relayctl register NAME` still adds an agent on purpose.
 (docs/bridge.md, "A host's share of this host's disk"); relayd reads it when it starts.
 `gc.dead_letter_*`: how long, and up to how many MiB, rotated-out unread mail is kept in
 dead_letter/ (docs/coordination.md#gc).
+`delivery.held_after`: mail not in front of its recipient's model this long (not read, no
+trigger seen to land) is *held*: the sender's `track` and `send --wait`, `status` and the web
+view say why, in words. `delivery.held_notice_after`: held this long, each sender gets one
+message from relay naming the mail and why (relayd.delivery.held). The team file sets both.
 
 `dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
 an id seen within it (a retry after a crash) returns the original message instead of
@@ -76,6 +81,8 @@ class DeliveryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_deliver: int = 3  # redeliveries after the first delivery, then dead_letter/
     escalate_to: str | None = None  # an agent told of every dead letter, besides the sender
     keep_acked: str = "7d"  # how long an acknowledgement is remembered (a repeated ack says "already")
+    held_after: str = "30s"  # mail not in front of the model this long says why (relayd.delivery.held)
+    held_notice_after: str = "10m"  # held this long: its sender gets one notice
 
 
 class GcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -149,6 +156,11 @@ def load_config(store: Store) -> Config:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window: {exc.message}") from None
     if window <= 0:
         raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: dedup.window must be longer than zero")
+    for key in ("held_after", "held_notice_after"):
+        try:
+            parse_duration(getattr(config.delivery, key))
+        except RelayError as exc:
+            raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: delivery.{key}: {exc.message}") from None
     return config
 
 

@@ -56,6 +56,7 @@ HEARTBEAT_STALE = "heartbeat.stale"
 CURSOR = "cursor"
 PENDING = "pending"
 TRIGGER_MISSES = "trigger-misses"  # triggers in a row that the program did not take (relayd.arrival.notify)
+HELD = "held"  # why its latest trigger was held back, and since when (relayd.delivery.held)
 PROGRAM_STATE = "program-state"  # what its program is doing, from its hooks (relayd.arrival.program_state)
 
 # Inside bridge/

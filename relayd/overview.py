@@ -6,6 +6,8 @@ import msgspec
 
 from .agents.roster import AgentState, agent_states, arrival_mechanism, read_meta
 from .delivery.receipts import ANNOUNCED_WINDOW_MS, LastAnnouncement, last_announcements
+from .delivery.held import Held, agent_held, thresholds
+from .inbox.read import has_unread
 from .registry import operation
 from .store import Store
 from . import layout
@@ -30,6 +32,7 @@ class AgentOverview(AgentState, kw_only=True):
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
     session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
     inbox_unusable: str | None = None  # [claude-inbox] why its session's Claude Code inbox is not used (relayd.arrival.claude_inbox)
+    held: Held | None = None  # its mail waits (not read nor told for delivery.held_after): why, since when (relayd.delivery.held)
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -58,6 +61,7 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
     told = last_announcements(store, [a.name for a in states])
     doors = {a.name: _inbox(store, a.name) for a in states}  # [claude-inbox]
+    held_after, _ = thresholds(store)
     return [
         AgentOverview(
             **msgspec.structs.asdict(a),
@@ -66,6 +70,7 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
             announced=told.get(a.name),
             never_told=a.name not in told and _registered_within_window(store, a.name),
             session=_session(store, a.name),
+            held=agent_held(store, a.name, held_after) if has_unread(store, a.name) else None,
         )
         for a in states
     ]

@@ -3,6 +3,8 @@
     team = "oathkeeper"                 # the tmux session (zellij session) is named after it
     multiplexer = "tmux"                # or "zellij"
     repo = "."                          # the repository the agents work in (relative to this file)
+    held_after = "30s"                  # optional: mail not in front of its agent's model this long says why
+    held_notice_after = "10m"           # optional: held this long, its sender gets one notice
 
     [[agents]]
     name = "overlord"
@@ -31,12 +33,14 @@ from relayd.upkeep.admin import ESCALATION_AGENT, preset_agents
 from relayd.errors import UsageError
 from relayd.names import check_agent_name
 from relayd.programs.registry import PROGRAMS
+from relayd.timefmt import parse_duration
 
 DEFAULT_FILE = "relay-team.toml"
 MULTIPLEXERS = ("tmux", "zellij")
 KNOWN_PROGRAMS = tuple(PROGRAMS)  # relayd.programs: what relay knows of each
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
-_TOP_KEYS = {"team", "multiplexer", "repo", "agents"}
+_TOP_KEYS = {"team", "multiplexer", "repo", "agents", "held_after", "held_notice_after"}
+HELD_KEYS = ("held_after", "held_notice_after")  # written into config.json's "delivery" by `up` (relayd.delivery.held)
 _AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
 NOTIFY = ("auto", "pane", "channel")
 
@@ -65,6 +69,7 @@ class Team:
     repo: str  # absolute, real path
     agents: list[Agent]
     path: str  # the team file
+    delivery: dict[str, str] = field(default_factory=dict)  # held_after, held_notice_after when the file sets them
 
     @property
     def lead(self) -> Agent | None:
@@ -105,7 +110,18 @@ def load(path: str) -> Team:
     leads = [a.name for a in agents if a.lead]
     if len(leads) > 1:
         raise UsageError(f"{where}: only one agent can be the lead, not {', '.join(leads)}")
-    return Team(name=name, multiplexer=multiplexer, repo=repo, agents=agents, path=where)
+    delivery = {}
+    for key in HELD_KEYS:
+        if key in data:
+            value = data[key]
+            try:
+                if not isinstance(value, str):
+                    raise UsageError("")
+                parse_duration(value)
+            except UsageError:
+                raise UsageError(f"{where}: {key} must be a duration such as \"30s\" or \"10m\", not {value!r}") from None
+            delivery[key] = value
+    return Team(name=name, multiplexer=multiplexer, repo=repo, agents=agents, path=where, delivery=delivery)
 
 
 def check_team_name(name: object, what: str = "team") -> str:

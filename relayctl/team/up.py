@@ -83,6 +83,12 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
     for agent in team.agents:
         program = agent.program if agent.kind != "command" else os.path.basename(agent.program.split()[0])
         s.call("register", {"name": agent.name, "program": program, "model": agent.model, "task": agent.task})
+    if team.delivery:
+        from relayd.upkeep.admin import set_delivery
+        from relayd.store import Store
+
+        with Store(store_dir) as store:
+            set_delivery(store, team.delivery)
     if team.lead:
         from relayd.upkeep.admin import set_escalation_agent
         from relayd.store import Store

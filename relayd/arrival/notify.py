@@ -197,7 +197,21 @@ def _notify_one(store, name: str, settings: _Settings) -> dict:
         else:
             agent.unlink(layout.TRIGGER_MISSES, missing_ok=True)
             outcome.update(ok=True)
+        _keep_held(agent, outcome)
         return outcome
+
+
+def _keep_held(agent, outcome: dict) -> None:
+    """Why the trigger was held back (or failed), and since when, for the sender's `track`
+    and `status` (relayd.delivery.held); a trigger that went out removes it."""
+    # deferred imports: a direct send loads this module; the held record only once a trigger was tried
+    from ..delivery.held import clear_held, note_held
+
+    why = outcome.get("skipped") if outcome.get("retry") else outcome.get("error")
+    if why:
+        note_held(agent, why, now_iso())
+    else:
+        clear_held(agent)
 
 
 def _count_miss(agent) -> int:

@@ -27,7 +27,7 @@ from .commit import GroupCommit
 from .core import Core
 from .events import Hub
 from .lifecycle import Systemd, acquire_store_lock, bind_listener, configure_logging, inherited_listener, remove_socket, socket_file_id
-from .timers import StaleWatch, collect_garbage, redeliver_owed, refresh_guard_indexes
+from .timers import StaleWatch, collect_garbage, notice_held_mail, redeliver_owed, refresh_guard_indexes
 
 log = structlog.get_logger()
 
@@ -112,6 +112,7 @@ async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
         tasks.start_soon(notifier.run)
         tasks.start_soon(collect_garbage, store, config.gc_interval)
         tasks.start_soon(redeliver_owed, store, config.redeliver_interval)
+        tasks.start_soon(notice_held_mail, store)
         tasks.start_soon(stale.run)
         tasks.start_soon(refresh_guard_indexes, store)
         tasks.start_soon(_signals, stop)

@@ -1,4 +1,5 @@
-"""Work on a clock: garbage collection, redelivery of owed messages, stale-agent detection.
+"""Work on a clock: garbage collection, redelivery of owed messages, stale-agent detection,
+the one notice about mail held back long (relayd.delivery.held).
 
 GC runs store functions in the loop thread like any request. The redelivery sweep runs
 in a worker thread on a store of its own with direct-mode fsyncs, exactly as a
@@ -60,6 +61,31 @@ async def redeliver_owed(store: Store, every: float) -> None:
                 log.warning("dead-lettered", id=item["id"], to=item["to"], attempts=item["attempts"], told=item["told"])
     finally:
         sweeper.close()
+
+
+HELD_CHECK_SECONDS = 15.0  # how often relayd looks for mail held past delivery.held_notice_after
+
+
+async def notice_held_mail(store: Store, every: float = HELD_CHECK_SECONDS) -> None:
+    """Tell the senders of long-held mail why it waits, once (relayd.delivery.held.notice_held),
+    in a worker thread on a store of its own, as the redelivery sweep runs: it reads every
+    inbox with unread mail."""
+    # deferred imports: relayd loads this module at start; the held-mail check only at its first tick
+    from relayd.delivery.held import notice_held
+
+    checker = Store(store.root, fsync=not isinstance(store.sync, NoSync), rotate_bytes=store.rotate_bytes, clock=store.clock, rand=store.rand)
+    try:
+        while True:
+            await anyio.sleep(every)
+            try:
+                told = await anyio.to_thread.run_sync(notice_held, checker)
+            except (RelayError, OSError) as exc:
+                log.warning("held-mail check failed", error=str(exc))
+                continue
+            for notice in told:
+                log.info("told a sender its mail is held", sender=notice["to"], recipient=notice["about"], ids=notice["ids"])
+    finally:
+        checker.close()
 
 
 class StaleWatch:

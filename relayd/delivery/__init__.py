@@ -17,6 +17,7 @@ Its modules, lowest first (a module imports only those above it in this list):
   owed       every form a record takes on disk, absorbing them, and `read_owed`, the one
              locked read of everything owed (status, the sweep, the web view)
   announce   inbox lines stored without their event, announced late
+  held       why mail is not in front of its recipient's model yet; the one notice to its sender
   receipts   `track`, announcements and bounces, `announced`
   retention  `gc --keep`: trimming read mail of rotated inboxes
   ack        `ack`, and forgetting old acknowledgements

@@ -24,6 +24,7 @@ from ..store import Store
 from ..timefmt import now_iso
 from .record import Record
 
+SYSTEM_SENDER = "relay"  # the sender of relay's own messages about delivery: bounces, held notices
 _OWED_STEP = b'"step":"owed"'
 _STEP_WITHIN = 64  # lines begin {"ts":"<24 characters>","step":...
 
@@ -32,13 +33,13 @@ class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One line of the delivery log: a receipt, or an owed record (relayd.delivery.owed)."""
 
     ts: str
-    step: Literal["announced", "bounced", "read", "owed", "cancelled"]
+    step: Literal["announced", "bounced", "held", "read", "owed", "cancelled"]
     to: str  # the recipient
     how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
     ok: bool = True
     error: str | None = None
     note: str | None = None  # e.g. why a trigger was not sent this time
-    ids: list[str] = msgspec.field(default_factory=list)  # bounced: the messages bounced; cancelled: the records
+    ids: list[str] = msgspec.field(default_factory=list)  # bounced, held: the messages bounced or noticed as held; cancelled: the records
     upto: str | None = None  # read: the time of the newest message the cursor passed
     record: Record | None = None  # owed: what a send --ack owes
 

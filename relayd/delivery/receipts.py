@@ -8,7 +8,9 @@ Per recipient, four steps:
   and when: each cursor advance logs a `read` line saying how far it got (`upto`, the time of
   the newest message it passed);
 * acknowledged: for `send --ack`, the delivery record is in acked/ (or still owed, or a
-  dead letter).
+  dead letter);
+* held: neither read nor told for `delivery.held_after`: why, in words, and since when
+  (relayd.delivery.held).
 
 Announcements and read times need writing down: the other steps are read off the store
 when asked. They go to the delivery log (`relayd.delivery.log`), read back from it and
@@ -40,10 +42,10 @@ from ..store import Store
 from ..timefmt import now, now_iso, to_iso
 from ..ulid import new_ulid, ulid_time_ms
 from . import owed, parked
-from .log import Receipt, newest_first, write
+from .held import Held, clear_held, held_since, note_held, thresholds, waited
+from .log import SYSTEM_SENDER, Receipt, newest_first, write
 from .record import record_name
 
-SYSTEM_SENDER = "relay"
 _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message is stored
 
 
@@ -124,6 +126,11 @@ def record_announced(store: Store, p: AnnouncedParams) -> AnnouncedResult:
     if not store.is_agent(p.agent):
         raise store.unknown_agent(p.agent)
     write(store, [Receipt(ts=now_iso(), step="announced", to=p.agent, how=p.how, ok=p.ok, error=p.error)])
+    with store.agent_dir(p.agent) as agent:  # why its mail waits, for track and status (relayd.delivery.held)
+        if p.ok:
+            clear_held(agent)
+        elif p.error:
+            note_held(agent, p.error, now_iso())
     return AnnouncedResult(recorded=True)
 
 
@@ -155,6 +162,7 @@ class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
     ack: Literal["owed", "acked", "dead_letter"] | None = None  # only for --ack messages
     acked_at: str | None = None
     bounced: bool = False
+    held: Held | None = None  # not read nor told for delivery.held_after: why, in words (relayd.delivery.held)
 
 
 class TrackResult(msgspec.Struct, kw_only=True):
@@ -162,6 +170,7 @@ class TrackResult(msgspec.Struct, kw_only=True):
     from_: str = msgspec.field(name="from")
     subject: str
     recipients: list[Way]
+    held_after: float | None = None  # seconds (delivery.held_after) after which waiting mail says why; set while a recipient waits
 
 
 @operation("track", TrackParams, mutates=False)
@@ -198,7 +207,12 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     if first.ack:
         for way in ways:
             way.ack, way.acked_at = _ack_state(store, way.to, message_id)
-    return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways)
+    waiting = [w for w in ways if not w.read and not (w.announced and w.announced.ok)]
+    held_after = thresholds(store)[0] if waiting else None
+    for way in waiting:
+        if waited(store, way.stored) >= held_after:  # type: ignore[operator]
+            way.held = held_since(store, way.to, way.stored)
+    return TrackResult(id=message_id, from_=first.from_, subject=first.subject, recipients=ways, held_after=held_after)
 
 
 # -- each agent's latest announcement: status and the web view ---------------------------------

@@ -91,6 +91,17 @@ def _config_json(store: Store) -> dict:
     return config
 
 
+def set_delivery(store: Store, values: dict[str, str]) -> None:
+    """Write `values` into config.json's "delivery" (the team file's held_after and
+    held_notice_after, which `up` carries over: the team file is where the person set them)."""
+    config = _config_json(store)
+    delivery = config.setdefault("delivery", {})
+    if all(delivery.get(k) == v for k, v in values.items()):
+        return
+    delivery.update(values)
+    store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+
+
 def set_escalation_agent(store: Store, agent: str) -> str:
     """`delivery.escalate_to` in config.json unless the person already chose one there
     (`relayctl up` makes a team's lead the escalation agent); returns the one in force."""

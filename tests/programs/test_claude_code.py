@@ -42,12 +42,12 @@ ALLOWED = ["--allowedTools", "Bash,mcp__relay__check_hub_status,mcp__relay__chec
 class ClaudeCode:
     """One interactive Claude Code in a tmux pane of a private tmux server."""
 
-    def __init__(self, root: Path, relay_env: dict[str, str], model: ScriptedModel, mcp_config: str) -> None:
+    def __init__(self, root: Path, relay_env: dict[str, str], model: ScriptedModel, mcp_config: str, channels: bool = True) -> None:
         self.root = root
         self.project = root / "project"
         self.home = root / "home"
         self.project.mkdir()
-        agent_programs.claude_signed_in(self.home, API_KEY, trusted=self.project, channels=True)
+        agent_programs.claude_signed_in(self.home, API_KEY, trusted=self.project, channels=channels)
         self.config = root / "relay-mcp.json"
         self.config.write_text(mcp_config)
         self.debug_log = root / "claude-debug.log"
@@ -149,9 +149,9 @@ def claude_code(short_tmp: Path, relay_env: dict[str, str], relayctl: Any, daemo
     started: list[tuple[ClaudeCode, ScriptedModel]] = []
     mcp_config = relayctl("mcp-config", "--role", "inferno").stdout
 
-    def make(script: dict[str, dict[str, Any]]) -> tuple[ClaudeCode, ScriptedModel]:
+    def make(script: dict[str, dict[str, Any]], channels: bool = True) -> tuple[ClaudeCode, ScriptedModel]:
         model = ScriptedModel(messages_responder(session_turn(script))).__enter__()
-        session = ClaudeCode(short_tmp, relay_env, model, mcp_config)
+        session = ClaudeCode(short_tmp, relay_env, model, mcp_config, channels)
         started.append((session, model))
         return session, model
 
@@ -178,6 +178,10 @@ def test_mail_reaches_the_model_as_a_channel_event(claude_code: Any, relayctl: A
     event = f'<channel source="relay" from="strategist" message_id="{message["id"]}" priority="normal">'
     assert event in said(request)
     assert "ship the hotfix at 14:00" in said(request)  # the preview; check_inbox has the whole message
+    # "announced by channel" on Claude Code's own word that it took the event (its log of relay-mcp)
+    session.wait("the channel announcement", lambda: (json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"][0].get("announced") or {}).get("ok"), timeout=15)
+    [way] = json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"]
+    assert way["announced"]["how"] == "channel"
 
 
 @pytest.mark.timeout(150)
@@ -199,6 +203,36 @@ def test_without_channels_the_unread_notice_in_a_tool_result_reaches_the_model(c
     inbox = "".join(texts(result_of(request, "mcp__relay__check_inbox")["content"]))  # type: ignore[index]
     assert "schema review" in inbox and "please review the schema change" in inbox
     assert not any('<channel source="relay" from=' in said(r) for r in model.requests)  # (the instructions name the tag)
+
+
+@pytest.mark.timeout(180)
+def test_a_refused_channel_is_never_announced_and_the_pane_trigger_brings_the_mail(claude_code: Any, relayctl: Any) -> None:
+    """An API-key user's Claude Code refuses channels ("Channels are not currently available")
+    even with the development flag: relay-mcp reads that in Claude Code's own log, records no
+    "announced by channel", and the session's tmux pane takes over: relayd types its trigger,
+    and the model reads the mail."""
+    session, model = claude_code({"Call check_inbox": {"name": "mcp__relay__check_inbox", "input": {}}}, channels=False)
+    session.env.update(TMUX=f"{session.tmux.socket},0,0", TMUX_PANE="%0")  # what tmux sets in its (first) pane; the helper's env -i drops them
+    session.start(*DEV_CHANNELS, *ALLOWED)
+    session.wait("Claude Code's decision about relay's channel", lambda: "Channel notifications skipped" in session.log() or "I am using this for local development" in session.screen())
+    if "I am using this for local development" in session.screen():
+        session.type("")
+        session.wait("Claude Code's decision about relay's channel", lambda: "Channel notifications skipped" in session.log())
+    assert "channels feature is not currently available" in session.relay_lines()
+
+    def inferno() -> dict[str, Any]:
+        return relayctl.setup("agents", name="inferno")[0]
+
+    session.wait("relay-mcp to fall back to the pane", lambda: str(inferno().get("notify", "")).startswith("tmux:"))
+    message = send(relayctl, "deploy window moved", "ship the hotfix at 14:00")
+    request = model.wait_for(lambda r: result_of(r, "mcp__relay__check_inbox") is not None, timeout=60)
+    assert "ship the hotfix at 14:00" in "".join(texts(result_of(request, "mcp__relay__check_inbox")["content"]))  # type: ignore[index]
+    [way] = json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"]
+    assert way["announced"]["how"] == "tmux" and way["announced"]["ok"]
+    receipts = [json.loads(line) for line in (Path(relayctl.env["RELAY_DIR"]) / "delivery.jsonl").read_text().splitlines()]
+    channel = [r for r in receipts if r.get("step") == "announced" and r.get("how") == "channel"]
+    assert channel and not any(r.get("ok", True) for r in channel), channel  # the refusal only: never "announced by channel, ok"
+    assert "Claude Code refused relay's channel (channels feature is not currently available)" in channel[0]["error"]
 
 
 @pytest.mark.timeout(150)

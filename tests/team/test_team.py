@@ -114,6 +114,7 @@ def _processes_of(store_dir: Path) -> list[str]:
 
 
 def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team: Team, relayctl, store_dir: Path) -> None:
+    team.file.write_text(team.file.read_text().replace('repo = "repo"\n', 'repo = "repo"\nheld_after = "45s"\nheld_notice_after = "20m"\n', 1))
     started = relayctl("up", str(team.file))
     assert "attach with: tmux attach -t crew" in started.stdout
     panes = team.panes()
@@ -125,7 +126,8 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
     agents = team.agents()
     for name, (pane, _, _) in panes.items():
         assert agents[name]["notify"] == f"tmux:{socket}:{pane}" and agents[name]["task"] == f"task of {name}"
-    assert json.loads((store_dir / "config.json").read_text())["delivery"]["escalate_to"] == "alpha"
+    delivery = json.loads((store_dir / "config.json").read_text())["delivery"]
+    assert (delivery["escalate_to"], delivery["held_after"], delivery["held_notice_after"]) == ("alpha", "45s", "20m")
     assert "relayd: running" in relayctl("status").stdout
     assert "relay guard" in (team.repo / ".git" / "hooks" / "pre-commit").read_text()
 
@@ -237,6 +239,7 @@ def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> No
         "team = 'x'\n[[agents]]\nname = 'A!'\nprogram = 'sh'\n": "invalid name of agents entry 1",
         "team = 'x'\nmultiplexer = 'screen'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "multiplexer must be one of tmux, zellij",
         "team = [\n": "not valid TOML",
+        "team = 'x'\nheld_after = 'soon'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "held_after must be a duration such as",
     }
     path = short_tmp / "team.toml"
     for text, said in cases.items():
