@@ -106,7 +106,7 @@ def _set_value(attr: str):
     def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
         settings = ctx.find_object(Settings)
         if value is not None and settings is not None:
-            setattr(settings, attr, value)
+            setattr(settings, attr, value or None)  # as the same option before the command: an empty one is none
 
     return callback
 

@@ -87,9 +87,10 @@ def install(program: str, agent: str | None, project: str) -> None:
         s.note(f"installed relay's hooks in {change.path} ({', '.join(change.events)})")
     else:
         s.note(f"relay's hooks were already in {change.path}; nothing changed")
-    if program == "claude":  # a permission granted is said out loud, never slipped in with the hooks
-        s.note(f"and the permissions.allow rule {hook_settings.CLAUDE_ALLOW!r} there: Claude Code runs relay's MCP tools without asking"
-               " (`relayctl hooks uninstall --for claude` takes it out again)")
+    allowed = REGISTRY[program].settings.allow
+    if allowed:  # a permission granted is said out loud, never slipped in with the hooks
+        s.note(f"and the permissions.allow rule{'s' if len(allowed) > 1 else ''} {', '.join(map(repr, allowed))} there: "
+               f"{REGISTRY[program].title} runs relay's MCP tools without asking (`relayctl hooks uninstall --for {program}` takes it out again)")
     s.note(f"they deliver the mail of the session's RELAY_AGENT: start it as RELAY_AGENT={name or 'NAME'} {program}"
            " (a session without one runs them as a no-op)")
     s.note(REGISTRY[program].settings.note.format(project=os.path.abspath(project)))

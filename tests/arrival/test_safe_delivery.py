@@ -495,12 +495,24 @@ def test_mail_waiting_before_claude_code_starts_reaches_the_model_and_leaves_the
         try:
             # The pane exists and is the agent's before the program in it has drawn anything.
             tmux.start(["sh", "-c", f"sleep 1; exec {agent_programs.program('claude')}"], project, env)
-            relayctl.setup("register", name=AGENT, notify=f"tmux:{tmux.target()}")
+            # as `relayctl up` registers a team's agent: with its program, and its pane
+            relayctl.setup("register", name=AGENT, program="claude-code", notify=f"tmux:{tmux.target()}")
             relayctl("send", AGENT, SUBJECT, agent=SENDER)
+            # Claude Code may open with its first-start question: relay names it and waits; the
+            # person answers it (keeps manual mode), and only then does relay's trigger go in.
+            mail_in = lambda: any(spec.is_turn(r) and _mail_in(r) for r in list(model.requests))  # noqa: E731
+            wait_for("Claude Code's first-start question or the mail at the model", lambda: AUTO_MODE_QUESTION in tmux.screen() or mail_in(), timeout=90)
+            if AUTO_MODE_QUESTION in tmux.screen():
+                tmux.wait_for(AUTO_MODE_QUESTION, timeout=10, settle=1)  # drawn whole and taking keys
+                assert TRIGGER not in tmux.screen()  # nothing typed into the question
+                tmux.keys("Down", "Enter")
+                wait_for("the question answered", lambda: AUTO_MODE_QUESTION not in tmux.screen(), timeout=20)
             try:
                 model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=90)
             except AssertionError:
-                raise AssertionError(f"the mail never reached the model:\n{tmux.screen()}\n{daemon.log()[-3000:]}") from None
+                told = (store_dir / "delivery.jsonl").read_text() if (store_dir / "delivery.jsonl").exists() else ""
+                state = (store_dir / "agents" / AGENT / "program-state").read_text() if (store_dir / "agents" / AGENT / "program-state").exists() else ""
+                raise AssertionError(f"the mail never reached the model:\n{tmux.screen()}\n{daemon.log()[-3000:]}\ndelivery log:\n{told[-3000:]}\nstate: {state}") from None
             wait_for("Claude Code back at its prompt", lambda: _state(store_dir) == "idle", timeout=60)
             try:
                 wait_for("an empty input line", lambda: tmux.cursor_line() in ("❯", ">"), timeout=10)

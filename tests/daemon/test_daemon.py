@@ -159,6 +159,11 @@ def scenario():
         ("reservations", lambda r: {}),
         ("reservations", lambda r: {"agent": "inferno", "repo": REPO}),
         ("release", lambda r: {"agent": "inferno", "pattern": "src/auth/**", "repo": REPO}),
+        ("reserve", lambda r: {"agent": "inferno", "pattern": "docs/**", "repo": REPO}),
+        ("handoff", lambda r: {"agent": "inferno", "to": "storm", "patterns": ["docs/**"], "repo": REPO, "thread": "docs"}),
+        ("handoff", lambda r: {"agent": "inferno", "to": "storm", "all": True, "repo": REPO}),  # nothing left: refused
+        # a session's report of its Claude Code inbox: here, one it does not have
+        ("claude_inbox", lambda r: {"agent": "inferno", "socket": "", "sessions_dir": "/nonexistent/sessions", "missing": "no inbox here"}),
         ("cmd", lambda r: {"agent": "storm", "session": "agent:main:main", "command": "/compact", "args": "now"}),
         ("commands", lambda r: {}),
         ("cmd_get", lambda r: {"id": r["cmd"]["id"]}),

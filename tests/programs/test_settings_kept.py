@@ -125,11 +125,11 @@ def test_keys_the_person_added_beside_relays_stay_in_their_table(relayctl, proje
     """Tables relay made (Claude Code's "permissions", Gemini CLI's "mcpServers", the events
     under "hooks") keep what the person put in them after relay's entries go."""
     from relayctl import hook_settings
-    from relayctl.cmd_mcp import SERVER_NAME, gemini_config
+    from relayctl.cmd_mcp import SERVER_NAME, server
 
     relayctl("hooks", "install", "--for", "claude", "--project", str(project))
     relayctl("hooks", "install", "--for", "gemini", "--project", str(project))
-    hook_settings.put_gemini_server(str(project), SERVER_NAME, gemini_config("$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None)["mcpServers"][SERVER_NAME])
+    hook_settings.put_server("gemini", str(project), SERVER_NAME, server("gemini", "$RELAY_AGENT", relayctl.env["RELAY_DIR"], None, None))
     claude, gemini = project / ".claude" / "settings.json", project / ".gemini" / "settings.json"
     mine = json.loads(claude.read_text())
     mine["permissions"]["deny"] = ["Read(.env)"]

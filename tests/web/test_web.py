@@ -440,16 +440,24 @@ def test_the_page_says_why_an_agent_is_silent_and_fits_laptop_and_desktop_window
     from relayd.config import DeliveryConfig
     from support.tmux_pane import Tmux
 
+    config = Path(relay_env["RELAY_DIR"]) / "config.json"
     if "held_after" in DeliveryConfig.__struct_fields__:  # mail is held at once, not after 30 s
-        config = Path(relay_env["RELAY_DIR"]) / "config.json"
-        config.write_text(json.dumps({**json.loads(config.read_text()), "delivery": {"held_after": "0s"}}))
+        config.write_text(json.dumps({**(json.loads(config.read_text()) if config.exists() else {}), "delivery": {"held_after": "0s"}}))
+    # The agent's program in its team pane: a stand-in that runs relay's hook as its child when
+    # it asks its person a question (a state is taken only from the agent's own program), then waits.
+    asked_file = short_tmp / "asked"
+    program = ("import json, subprocess, sys, time\n"
+               "done = subprocess.run([sys.executable, '-m', 'relayctl', 'hook', 'claude'], capture_output=True, text=True,\n"
+               "                      input=json.dumps({'hook_event_name': 'PermissionRequest', 'tool_name': 'Bash'}))\n"
+               f"open({str(asked_file)!r}, 'w').write(str(done.returncode) + done.stderr)\n"
+               "time.sleep(600)\n")
     pane = Tmux(short_tmp, "crew")
-    pane.start(["sh"], short_tmp, {"PATH": os.environ["PATH"], "HOME": str(short_tmp), "TERM": "xterm-256color"})
+    relayctl("register", "agent-bd-42", "--program", "claude-code")
     try:
+        pane.start([sys.executable, "-c", program], short_tmp, {**relay_env, "PATH": os.environ["PATH"], "HOME": str(short_tmp), "TERM": "xterm-256color", "RELAY_AGENT": "agent-bd-42"})
         relayctl("register", "agent-bd-42", "--notify", f"tmux:{pane.target()}")
-        asked = subprocess.run([sys.executable, "-m", "relayctl", "hook", "claude"], input=json.dumps({"hook_event_name": "PermissionRequest", "tool_name": "Bash"}),
-                               env=dict(relay_env, RELAY_AGENT="agent-bd-42"), capture_output=True, text=True, timeout=60)
-        assert asked.returncode == 0, asked.stderr
+        wait_for("the program's hook", lambda: asked_file.exists() and asked_file.read_text() != "", timeout=30)
+        assert asked_file.read_text() == "0", asked_file.read_text()
         relayctl("send", "agent-bd-42", "Please rebase onto main", agent="athena", check=False)
         relayctl.setup("program_state", agent="agent-bd-43", state="stopped", event="relayctl down")  # archived, as down leaves it
         acked = json.loads(relayctl("--json", "send", "athena", "Confirm the schema", "--ack", "--ack-wait", "1ms", "--max-deliver", "3", agent="agent-bd-43").stdout)["id"]
