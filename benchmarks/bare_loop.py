@@ -17,7 +17,7 @@ import sys
 
 import msgspec
 
-from relayd.client.handshake import VERSION
+from relayd.wire.handshake import VERSION
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode

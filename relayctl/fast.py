@@ -30,7 +30,7 @@ import os
 import sys
 
 from relayd import layout  # (loaded by every run anyway: the store and socket paths)
-from relayd.client.connection import Caller
+from relayd.wire.connection import Caller
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ def _hook(argv: list[str]) -> dict[str, Any]:
 
 
 class QuickClient(Caller):
-    """The requests of relayd.client.connection over a blocking socket, stdlib only (no msgspec).
+    """The requests of relayd.wire.connection over a blocking socket, stdlib only (no msgspec).
     Where no relayd serves the store, the call runs here through `relayd.client.full.Client`, as
     under the full CLI, loading only the domain module that registers its operation."""
 

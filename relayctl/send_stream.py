@@ -2,7 +2,7 @@
 
 A shell script that sends thousands of messages pays relayctl's start-up once, not per
 message, and waits for no single answer before the next message goes: the lines are sent
-through the client's pipeline (relayd.client.connection.Caller.pipeline), up to its window
+through the client's pipeline (relayd.wire.connection.Caller.pipeline), up to its window
 in flight, and each is answered on its own once durable.
 
 Each line is a JSON object with the `send` operation's fields: `body` (required), `to` (a

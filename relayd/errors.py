@@ -136,7 +136,7 @@ class PeerError(RelayError):
 
 class VersionMismatch(RelayError):
     """relayd and this client speak different protocol versions: one of them was started
-    from an older install (raised by the client on relayd's hello, relayd.client.handshake)."""
+    from an older install (raised by the client on relayd's hello, relayd.wire.handshake)."""
 
     code = "version_mismatch"
 

@@ -41,7 +41,7 @@ SOCKET_NAME = "relayd.sock"
 # relayd answers a greeting in well under a millisecond when it runs at all; the wait is
 # long enough for a loaded machine and short enough that a hung relayd costs a script a
 # few seconds, not a timeout. docs/daemon.md ("When relayd does not answer") says this.
-# (Here, not in relayd.client.handshake: relayctl's fast path sets it before it knows whether
+# (Here, not in relayd.wire.handshake: relayctl's fast path sets it before it knows whether
 # anything listens, and loads the handshake only once something does.)
 ANSWER_WAIT = 3.0
 IGNITE_QUEUE_LOCK = "ignite-queue.{}.lock"  # flock-held by the one monitor of an IGNITE queue; {}: a hash of the queue's real path

@@ -13,8 +13,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from .client.connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
-from .client.handshake import VERSION as VERSION  # the version lives with the greeting
+from .wire.connection import MAX_LINE as MAX_LINE, LineFramer as LineFramer  # the framing, written once for both sides
+from .wire.handshake import VERSION as VERSION  # the version lives with the greeting
 from .errors import LineTooLong, ProtocolError, RelayError
 from .records import Event
 

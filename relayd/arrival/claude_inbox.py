@@ -28,8 +28,8 @@ still recorded when relay's hooks or tools put the full mail in front of the mod
 from __future__ import annotations
 
 import json
+from contextlib import closing
 import os
-import socket
 import stat
 
 import msgspec
@@ -41,6 +41,7 @@ from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso
 from . import claude_inbox_format as fmt
+from ..wire import peer
 
 DOOR = "claude-inbox"  # agents/<name>/claude-inbox: the session's inbox, as relay found it
 SENT = "claude-inbox-sent"  # agents/<name>/claude-inbox-sent: the session's start time, then the ids written to it
@@ -250,12 +251,13 @@ def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
         return outcome
     token = _token(door)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(CONNECT_TIMEOUT)
-            sock.connect(door.socket)
+        with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
             lines = [fmt.auth_line(token)] if token else []
             lines += [fmt.message_line(fmt.mail_text(name, m))[1] for m in messages]
             sock.sendall(b"".join(lines))
+    except peer.ForeignSocket as exc:
+        outcome.update(ok=False, error=f"Claude Code inbox: {exc}")
+        return outcome
     except (OSError, ValueError) as exc:
         outcome.update(ok=False, error=f"Claude Code inbox {door.socket}: {getattr(exc, 'strerror', None) or exc}")
         return outcome

@@ -1,5 +1,5 @@
 """The full client used by `relayctl` and `relay-mcp`: the requests of
-`relayd.client.connection` (to relayd when it runs; see there when it counts as absent or
+`relayd.wire.connection` (to relayd when it runs; see there when it counts as absent or
 hung), and, where relayd is absent, the very same store function run in this process; plus
 subscriptions.
 
@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import Unavailable, UsageError
 from ..store import Store
-from .connection import Caller, Lost, wire_error
+from ..wire.connection import Caller, Lost, wire_error
 from .. import ops
 
 

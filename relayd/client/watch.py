@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 from .. import layout
 from ..errors import RelayError
 from ..protocol import ALL_TOPICS
-from .connection import Line, Lost, connect
+from ..wire.connection import Line, Lost, connect
 
 RETRY_SECONDS = 2.0
 
@@ -83,7 +83,7 @@ def directories(paths: list[str]) -> Target:
 
 
 class _DaemonLink:
-    """A subscription on relayd's socket (a relayd.client.connection.Line), read without blocking once
+    """A subscription on relayd's socket (a relayd.wire.connection.Line), read without blocking once
     established."""
 
     def __init__(self, line: Line) -> None:

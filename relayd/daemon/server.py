@@ -28,7 +28,7 @@ from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from relayd import __version__, ops, protocol, session
-from relayd.client import handshake
+from relayd.wire import handshake
 from relayd.errors import Dropped, Internal, PermissionDenied, ProtocolError, RelayError, Unavailable
 from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
 from relayd.records import check_agent_name

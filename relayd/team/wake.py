@@ -15,6 +15,7 @@ the daemon should not do on a client's behalf); the file layer is the store oper
 from __future__ import annotations
 
 import json
+from contextlib import closing
 import os
 import shlex
 import socket
@@ -30,6 +31,7 @@ from ..errors import RelayError, UsageError, WakeFailed
 from ..records import check_agent_name
 from ..registry import operation
 from ..store import Store
+from ..wire import peer
 from ..timefmt import now_iso, parse_duration
 from .openclaw import OpenClawConfigError, config_path, discover, wake_by_hook
 
@@ -181,9 +183,7 @@ def _socket_once(config: Config, text: str, agent: str | None, found: _Discovere
     timeout = parse_duration(config.wake.timeout).total_seconds()
     line = json.dumps({"type": "wake", "text": text, "from": agent, "ts": now_iso()}).encode() + b"\n"
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(path)
+        with closing(peer.connect(path, timeout)) as sock:  # this user's socket and process, or nothing is sent
             sock.sendall(line)
             sock.shutdown(socket.SHUT_WR)
             sock.settimeout(_SOCKET_REPLY_WAIT)
@@ -191,6 +191,8 @@ def _socket_once(config: Config, text: str, agent: str | None, found: _Discovere
                 reply = sock.recv(4096)
             except (socket.timeout, ConnectionResetError):
                 reply = b""
+    except peer.ForeignSocket as exc:
+        return str(exc), False  # not retried: another user's socket stays another user's
     except FileNotFoundError:
         return f"{path}: no such socket", True
     except ConnectionRefusedError as exc:

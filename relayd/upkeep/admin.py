@@ -10,7 +10,7 @@ import msgspec
 
 from .. import STORE_FORMAT, __version__, layout
 from ..agents.roster import RegisterParams, create_agent
-from ..client import handshake
+from ..wire import handshake
 from ..errors import StoreError, UsageError
 from ..registry import operation
 from ..store import Store

@@ -14,7 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from relayd.client import peer, watch
+from relayd.client import watch
+from relayd.wire import peer
 from relayd.inbox.read import read_all
 from relayd.store import Store
 from support.squatter import FORGED, Squatter, wait_connected
@@ -132,3 +133,20 @@ def test_the_check_is_offered_for_any_socket_relay_connects_to(squatter, short_t
         connected.close()
     with pytest.raises(FileNotFoundError):
         peer.connect(str(short_tmp / "missing.sock"), 5)
+
+
+@pytest.mark.slow
+def test_a_wake_sends_nothing_to_another_users_gateway_socket(relay_env, squatter, store_dir):
+    """The wake gateway's socket gets the same check as relayd's: the squatter's name there is
+    refused before a byte goes out, and the wake still reaches the file layer."""
+    import json
+
+    (store_dir / "config.json").write_text(json.dumps({"wake": {"gateway_socket": squatter.socket_path}}))
+    woke = run(relay_env, "wake", f"bd-42 done: {SECRET}")
+    assert woke.returncode == 0, woke.stderr
+    assert "woke via file" in woke.stdout
+    assert f"{squatter.socket_path} belongs to nobody (uid 65534), not to you" in woke.stdout + woke.stderr
+    assert squatter.received() == ""  # not even a connection
+    assert SECRET in (store_dir / "wake" / "last-message").read_text()
+    forced = run(relay_env, "wake", "--method", "socket", "again")
+    assert forced.returncode == 1 and "belongs to nobody" in forced.stderr and squatter.received() == ""

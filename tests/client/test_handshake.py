@@ -1,4 +1,4 @@
-"""The one client handshake (relayd.client.handshake): every client checks relayd's protocol
+"""The one client handshake (relayd.wire.handshake): every client checks relayd's protocol
 version and says which side to restart, against a real relayd and against a relayd of
 another version (a socket answering hello as that relayd would)."""
 
@@ -12,7 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from relayd.client import handshake, watch
+from relayd.client import watch
+from relayd.wire import handshake
 from relayd.client.full import Client
 from relayd.errors import VersionMismatch
 from support.rawclient import RawClient

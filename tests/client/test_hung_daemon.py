@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from relayd import ops
-from relayd.client import handshake
+from relayd.wire import handshake
 from relayd.client.full import Client
 from relayd.errors import TimedOut
 from relayd.inbox.read import read_all

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from relayd import ops
-from relayd.client import handshake
+from relayd.wire import handshake
 from relayd.client.full import Client
 from relayd.inbox.read import read_all
 from relayd.records import Message, json_encoder

@@ -1,4 +1,4 @@
-"""Clients that pipeline (relayd.client.connection.Caller.pipeline): many requests in flight
+"""Clients that pipeline (relayd.wire.connection.Caller.pipeline): many requests in flight
 on one connection, each answered on its own once durable, in order; a failure fails only
 its own request; a lost connection is reported for each request still in flight and never
 silently resent; and `relayctl send --stdin`, which shell scripts use for bulk sends."""
@@ -13,8 +13,8 @@ import socket
 import msgspec
 import pytest
 
-from relayd.client import handshake
-from relayd.client.connection import WINDOW, LineFramer
+from relayd.wire import handshake
+from relayd.wire.connection import WINDOW, LineFramer
 from relayd.client.full import Client
 from relayd.errors import RelayError, UnknownAgent
 from relayd.inbox.read import read_all

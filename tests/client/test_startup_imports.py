@@ -93,7 +93,7 @@ def test_with_relayd_up_an_agent_programs_hook_loads_no_re_json_click_msgspec_or
 # modules are needed, but not what only a rarer path uses: relayd's wire protocol (nobody to
 # talk to), what a send --ack owes, the bridge's agents of other hosts, and the pane or
 # command triggers with their receipts (the recipient here is told by relay-mcp's channel).
-RARE = ("click", "relayd.protocol", "relayd.client.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
+RARE = ("click", "relayd.protocol", "relayd.wire.handshake", "relayd.delivery.owed", "relayd.remote", "relayd.delivery.receipts", "shlex", "subprocess")
 
 
 @pytest.mark.parametrize(

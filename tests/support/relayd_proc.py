@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from relayd.client import handshake
+from relayd.wire import handshake
 
 from . import rawclient
 

@@ -1083,4 +1083,4 @@ def test_up_down_up_again_every_programs_model_gets_idle_mail_within_ten_seconds
             shown = "\n".join(f"--- {name} ({'arrived' if arrived(name) else 'missing'}):\n{screen(name)}" for name in FIVE)
             raise AssertionError(f"mail after a second up never reached some models\n{shown}") from None
         late = {name: round(arrived(name) - sent_at[name], 1) for name in FIVE if arrived(name) - sent_at[name] > UP_AGAIN_WITHIN}
-        assert not late, f"{dbg} mail took longer than {UP_AGAIN_WITHIN}s after the second up: {late}"
+        assert not late, f"mail took longer than {UP_AGAIN_WITHIN}s after the second up: {late}"

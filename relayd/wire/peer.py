@@ -17,7 +17,7 @@ modules, so relayctl's fast path runs them on every connection
 (tests/client/test_startup_imports.py).
 
 `connect` is the whole thing for any Unix socket relay writes to (relayd's in
-`relayd.client.connection`, which every client goes through; an agent program's own inbox
+`relayd.wire.connection`, which every client goes through; an agent program's own inbox
 socket); `check_file` and `check_peer` are its two halves for a caller that connects in
 its own way (an event loop's socket).
 """

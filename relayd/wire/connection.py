@@ -11,7 +11,7 @@ msgspec (tests/client/test_startup_imports.py); the full client passes msgspec's
 which are faster, as `loads` and `dumps`.
 
 Before it sends anything, a connection checks that the socket and the process answering on
-it are the user's own (`relayd.client.peer`): another user's socket -- a name taken in a
+it are the user's own (`relayd.wire.peer`): another user's socket -- a name taken in a
 shared sticky directory while relayd was stopped -- is refused with one line on stderr
 naming it and its owner, and counts as no daemon. When the daemon is absent (socket file
 missing, connection refused, another user's socket, or the daemon on that socket serves
@@ -228,7 +228,7 @@ ABSENT, HUNG = "absent", "hung"  # why `connect` found no relayd to talk to
 def connect(socket_path: str, store_dir: str, program: str, wait: float, **codec: Any) -> Line | str:
     """A greeted connection to the relayd serving `store_dir` at `socket_path`; ABSENT when
     none does (no socket, refused, shutting down, serving another store, or a socket of
-    another user: see relayd.client.peer), HUNG when one is there and does not greet within
+    another user: see relayd.wire.peer), HUNG when one is there and does not greet within
     `wait` (it saw no request). Raises Unavailable for a socket that cannot be used,
     VersionMismatch for a relayd of another protocol version, PeerError for something that
     is not relayd."""
