@@ -348,7 +348,15 @@ _SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the
 
 
 def _arrival_line(a: dict) -> str:
-    """How the agent's mail reaches it (register --notify) and how that last went."""
+    """How the agent's mail reaches it (register --notify, or its Codex session's own queue)
+    and how that last went; why its session's queue is not used, when it is not."""
+    line = _arrival_told(a)
+    if a.get("door_unusable"):  # [codex-queue] relayd.arrival.codex_queue
+        line += f"\n  {'':<16} not its Codex queue: {clip(a['door_unusable'], 100)}"
+    return line
+
+
+def _arrival_told(a: dict) -> str:
     told = a.get("announced")
     line = f"  {a['name']:<16} {clip(a['arrives_by'], 20):<20} "
     if told is None:

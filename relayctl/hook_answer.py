@@ -211,6 +211,8 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     if name not in spec.context and name != spec.stop and name not in spec.state:
         raise ValueError(_unknown_event(program, name))
     agent = s.require_agent(f"hook {program}")
+    if program == "codex" and name in CODEX_QUEUE_EVENTS:
+        _report_codex_thread(s, agent, event)  # [codex-queue]
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
@@ -244,6 +246,40 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, continued:
         return
     try:
         s.call("program_state", {"agent": agent, "state": state, "event": event.get("hook_event_name")})
+    except RelayError:
+        pass
+
+
+CODEX_QUEUE_EVENTS = ("SessionStart", "UserPromptSubmit")  # [codex-queue] when a session reports its thread
+
+
+def _report_codex_thread(s: Settings, agent: str, event: dict) -> None:
+    """[codex-queue] Tell relay the Codex session's thread (relayd.arrival.codex_queue): the
+    event's session_id, the Codex process this hook runs under, and its CODEX_HOME. A report
+    only: never fails the hook."""
+    from relayd.arrival.codex_queue_format import is_codex_exe, thread_id
+
+    pid, hops = os.getppid(), 0
+    while pid > 1 and hops < 8:  # Codex -> (a shell) -> relayctl: the nearest ancestor running Codex itself
+        try:
+            if is_codex_exe(os.readlink(f"/proc/{pid}/exe")):
+                break
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            pid = 0
+        hops += 1
+    else:
+        pid = 0
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    thread = thread_id(event) or ""
+    params = {"agent": agent, "thread": thread, "pid": pid if pid > 1 else 0, "codex_home": os.path.abspath(home)}
+    if not thread:
+        params["missing"] = "its hook event carried no session_id"
+    elif not params["pid"]:
+        params["missing"] = "relay's hook found no Codex process above it"
+    try:
+        s.call("codex_queue", params)
     except RelayError:
         pass
 

@@ -11,6 +11,7 @@ from .store import Store
 from . import layout
 from .delivery.owed import count_by_agent
 from .arrival.program_state import read
+from .arrival import codex_queue  # [codex-queue]
 from .timefmt import now, parse_duration, parse_iso
 from .team.commands import CommandsParams, commands
 from .reservations.reserve import listing
@@ -28,6 +29,7 @@ class AgentOverview(AgentState, kw_only=True):
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
     session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
+    door_unusable: str | None = None  # [codex-queue] why its Codex session's own queue is not used (relayd.arrival.codex_queue)
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -55,16 +57,27 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
     told = last_announcements(store, [a.name for a in states])
+    doors = {a.name: _codex_door(store, a.name) for a in states}  # [codex-queue]
     return [
         AgentOverview(
             **msgspec.structs.asdict(a),
-            arrives_by=arrival_mechanism(a.notify, a.program),
+            arrives_by=codex_queue.METHOD if doors[a.name] == "" else arrival_mechanism(a.notify, a.program),
+            door_unusable=doors[a.name] or None,
             announced=told.get(a.name),
             never_told=a.name not in told and _registered_within_window(store, a.name),
             session=_session(store, a.name),
         )
         for a in states
     ]
+
+
+def _codex_door(store: Store, name: str) -> str | None:
+    """[codex-queue] "" when the agent's mail goes into its Codex session's queue, why not
+    when its session reported a thread relay cannot use, None when it reported none."""
+    with store.agent_dir(name) as agent:
+        if not agent.exists(codex_queue.DOOR):
+            return None
+        return codex_queue.why_not(agent) or ""
 
 
 def _session(store: Store, name: str) -> str | None:

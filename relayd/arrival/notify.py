@@ -41,6 +41,7 @@ from .program_state import ProgramState
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
 from .paneinput import bare, holds_draft, question_on_screen
+from . import codex_queue  # [codex-queue]
 from ..config import load_config
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
@@ -64,7 +65,7 @@ class _Unsubmitted(_Skip):
 
 
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
-TRIGGERED = frozenset({*TRIGGERS, "unknown"})  # outcomes recorded here; channel and hook announce elsewhere
+TRIGGERED = frozenset({*TRIGGERS, "unknown", "codex-queue"})  # outcomes recorded here; channel and hook announce elsewhere
 
 
 class _Settings:
@@ -120,6 +121,9 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
+                if agent.exists(codex_queue.DOOR) and codex_queue.waiting(store, name, agent):  # [codex-queue] mail not yet queued
+                    waiting.append(name)
+                    continue
                 if kind not in TRIGGERS or agent.exists(layout.PENDING):
                     continue
             if has_unread(store, name):
@@ -131,6 +135,14 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
     with store.agent_dir(name) as agent:
+        # [codex-queue] A door before keystrokes: the Codex session's own queue when it has a
+        # usable one (relayd.arrival.codex_queue); the agent's mechanism below otherwise.
+        if agent.exists(codex_queue.DOOR):
+            door = codex_queue.current(agent)
+            if door is not None and not door.unusable:
+                told = codex_queue.announce(store, name, agent, door)
+                if told["ok"]:
+                    return told
         meta = read_meta(agent)
         how = (meta.notify if meta else None) or "none"
         kind, _, target = how.partition(":")
