@@ -251,12 +251,14 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, continued:
 
 
 CODEX_QUEUE_EVENTS = ("SessionStart", "UserPromptSubmit")  # [codex-queue] when a session reports its thread
+CODEX_QUEUE_SWITCH = "RELAY_CODEX_QUEUE"  # [codex-queue] 0 in a Codex session's environment: the pane trigger and hooks only
 
 
 def _report_codex_thread(s: Settings, agent: str, event: dict) -> None:
     """[codex-queue] Tell relay the Codex session's thread (relayd.arrival.codex_queue): the
     event's session_id, the Codex process this hook runs under, and its CODEX_HOME. A report
     only: never fails the hook."""
+    # deferred import: only Codex's prompt and start events need it
     from relayd.arrival.codex_queue_format import is_codex_exe, thread_id
 
     pid, hops = os.getppid(), 0
@@ -274,7 +276,9 @@ def _report_codex_thread(s: Settings, agent: str, event: dict) -> None:
     home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
     thread = thread_id(event) or ""
     params = {"agent": agent, "thread": thread, "pid": pid if pid > 1 else 0, "codex_home": os.path.abspath(home)}
-    if not thread:
+    if os.environ.get(CODEX_QUEUE_SWITCH) == "0":
+        params.update(thread="", missing=f"{CODEX_QUEUE_SWITCH}=0 in its session turns relay's use of `codex queue` off")
+    elif not thread:
         params["missing"] = "its hook event carried no session_id"
     elif not params["pid"]:
         params["missing"] = "relay's hook found no Codex process above it"

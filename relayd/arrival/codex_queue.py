@@ -180,7 +180,8 @@ def _sent(agent: Dir, door: Door) -> list[str]:
 
 
 def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
-    from ..inbox.read import ReadParams, read  # deferred: loaded only for an agent with a door
+    # deferred import: the inbox's read path is loaded only for an agent with a door
+    from ..inbox.read import ReadParams, read
 
     sent = set(_sent(agent, door))
     unread = read(store, ReadParams(agent=name, unread=True, last=BATCH * 5)).messages
