@@ -3,9 +3,7 @@
 Codex CLI 0.169.0 (tests/agents) runs interactively against the scripted model server, with
 relay's hooks installed as `relayctl hooks install --for codex` writes them and RELAY_AGENT
 set as `relayctl up` sets it. The agent's notify target is its pane, but the session reports
-its thread through the hooks and relayd queues a notice into it: no keystroke. Codex looks
-at its queue on a timer (about every 10 s, relayd.arrival.codex_queue_format), so each
-delivery here takes seconds.
+its thread through the hooks and relayd queues a notice into it: no keystroke.
 """
 
 from __future__ import annotations
@@ -66,9 +64,14 @@ class Session:
         trusted = f'[projects."{self.project}"]\ntrust_level = "trusted"\n'  # the folder trust a person gives once
         (self.codex_home / "config.toml").write_text(self.config + codex_config(self.model.url) + trusted)
         self.relayctl("hooks", "install", "--for", "codex", "--agent", AGENT, "--project", str(self.project))
-        # --dangerously-bypass-hook-trust: the hook review a person answers once (docs/mcp.md)
-        self.tmux.start([str(program("codex")), "--dangerously-bypass-hook-trust"], self.project, self.env, size=(150, 45))
+        # A plain `codex`, as people start it: its session runs in the local app-server daemon
+        # Codex starts, which takes a queued message at once. (A `codex` given flags such as
+        # --dangerously-bypass-hook-trust hosts its own app server, which looks at the queue
+        # only about every 10 s.)
+        self.tmux.start([str(program("codex"))], self.project, self.env, size=(150, 45))
         self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}")
+        self.tmux.wait_for("Hooks need review", timeout=90, settle=1)
+        self.tmux.keys("Down", "Enter")  # 2. Trust all and continue (docs/mcp.md), as a person does once
         self.tmux.wait_for(READY, timeout=90, settle=1)
         return self
 
@@ -170,8 +173,9 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_track_says_
         s.tmux.wait_for(QUESTION, timeout=30, settle=1)
         sent = team("--json", "send", AGENT, "mail during the question", agent=SENDER)
         message_id = json.loads(sent.stdout)["id"]
-        # Codex looks at its queue about every 10 s: two looks while the question stands.
-        time.sleep(22)
+        # The daemon takes a queued message within a second when it may (the idle test); a
+        # question stands for 15 s meanwhile and stays unanswered.
+        time.sleep(15)
         assert not (s.project / "marker-made").exists()  # nobody answered yes
         assert json.loads(state.read_text())["state"] == "asking"
         assert QUESTION in s.tmux.screen()  # still asking: nothing queued picked an answer
