@@ -37,16 +37,18 @@ API_KEY = "sk-ant-relay-bench-00000000000000000000"
 
 def run(quick: bool, cases: tuple[tuple[str, str], ...] = CASES) -> list[Row]:
     sends = 10 if quick else 50
-    # [codex-queue] A send by the queue can take a look of Codex's timer: fewer with --quick.
+    # [codex-queue] A session hosting its own app server takes queued mail only on a timer
+    # (relayd.arrival.codex_queue_format): fewer sends by the queue with --quick.
     rows = []
     for program, way in cases:
-        name = f"idle mail -> model, {TITLES[program]} by {way}, median / p99 / misses of {sends}"
+        count = 5 if quick and way == "queue" else sends
+        name = f"idle mail -> model, {TITLES[program]} by {way}, median / p99 / misses of {count}"
         missing = _missing(program)
         if missing:
             rows.append(Row(AREA, name, float("nan"), "ms", f"p99 <= {TARGETS[way] * 1000:.0f} ms, 0 misses", None, f"not run: {missing}"))
             continue
         try:
-            latencies, misses = _measure(program, way, 5 if quick and way == "queue" else sends)
+            latencies, misses = _measure(program, way, count)
         except _NotRun as why:
             rows.append(Row(AREA, name, float("nan"), "ms", f"p99 <= {TARGETS[way] * 1000:.0f} ms, 0 misses", None, f"not run: {why}"))
             continue

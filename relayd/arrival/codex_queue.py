@@ -125,6 +125,11 @@ def current(agent: Dir) -> Door | None:
     return door
 
 
+def usable(agent: Dir) -> bool:
+    door = current(agent)
+    return door is not None and not door.unusable
+
+
 def why_not(agent: Dir) -> str | None:
     """For status: why an agent whose session reported a Codex thread is not reached through it."""
     door = current(agent)
@@ -166,7 +171,7 @@ def learn(store: Store, p: CodexQueueParams) -> Door:
 def waiting(store: Store, name: str, agent: Dir) -> bool:
     """Unread mail not yet queued for the agent's usable door."""
     door = current(agent)
-    return door is not None and not door.unusable and bool(_unsent(store, name, agent, door))
+    return door is not None and not door.unusable and bool(_unsent(store, name, agent, door))  # (checked twice: cheap, /proc)
 
 
 def _key(door: Door) -> str:

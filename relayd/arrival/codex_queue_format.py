@@ -2,15 +2,23 @@
 
 Codex CLI (0.169.0) has `codex queue --thread ID --message TEXT`: it adds the text to the
 thread's queue in `$CODEX_HOME/queue_1.sqlite` (table `queued_items`; triggers bump
-`queued_thread_revisions`) and prints `Queued message <id> for thread <id>.`. A running TUI
-hosts its own app server, which looks at that database (`PRAGMA data_version`, then the
-revisions newer than the last it saw) on a timer and submits what was queued as the
-thread's next turn: at once when the session is idle, after the running tool or turn
-otherwise. The timer is why an idle session gets it seconds later (5.7 to 8.1 s after the
-command here, consistent with a look about every 10 s). `--resume` reaches only a session
-hosted by a local app-server daemon (`codex app-server daemon`); for a plain TUI it warns
-"start a local daemon or specify a server with --remote" and changes nothing. There is no
-receipt: the command's success means queued, not seen by the model.
+`queued_thread_revisions`) and prints `Queued message <id> for thread <id>.`. Whoever hosts
+the thread submits what was queued as its next turn: at once when the session is idle,
+after the running tool or turn otherwise; a permission question is left for the person.
+Who hosts it decides how soon:
+
+* A plain `codex` runs its session in the local app-server daemon Codex starts on its own
+  (`$CODEX_HOME/packages/app-server-daemon/...`, control socket
+  `$CODEX_HOME/app-server-control/app-server-control.sock`; feature `daemon_auto_start`);
+  the TUI is its client. There a queued message reaches the model in about 0.2 s.
+* A `codex` started with flags the daemon cannot take (`--dangerously-bypass-hook-trust`
+  was seen to do it) hosts its own app server in the TUI process, which looks at the
+  database (`PRAGMA data_version`, then the revisions newer than the last it saw) on a
+  timer: 5 to 8 s after the command here, as if every ~10 s. `codex queue --resume` does
+  not help there: it reaches only a daemon ("start a local daemon or specify a server with
+  --remote"), and no flag or feature was found that wakes an in-process session sooner.
+
+There is no receipt: the command's success means queued, not seen by the model.
 
 What relay needs from a session to use it (relayctl.hook_answer reports it from the hooks,
 which run as Codex's children): the thread id (the hook event's `session_id`), the Codex

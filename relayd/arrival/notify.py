@@ -121,8 +121,9 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
-                if agent.exists(codex_queue.DOOR) and codex_queue.waiting(store, name, agent):  # [codex-queue] mail not yet queued
-                    waiting.append(name)
+                if agent.exists(codex_queue.DOOR) and codex_queue.usable(agent):  # [codex-queue] its session's queue, not a trigger
+                    if codex_queue.waiting(store, name, agent):  # mail not yet queued for it
+                        waiting.append(name)
                     continue
                 if kind not in TRIGGERS or agent.exists(layout.PENDING):
                     continue
