@@ -27,7 +27,6 @@ the work, and `status` says why (`why_not`).
 from __future__ import annotations
 
 import os
-import subprocess
 
 import msgspec
 
@@ -81,6 +80,8 @@ def _queue_command(codex: str) -> str | None:
         return f"{codex}: {exc.strerror}"
     key = (codex, found.st_size, found.st_mtime)
     if key not in _has_queue:
+        import subprocess  # deferred import: a send or status that queues nothing never needs it (~3 ms)
+
         try:
             done = subprocess.run([codex, "queue", "--help"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
             _has_queue[key] = fmt.has_queue(done.stdout.decode(errors="replace"))
@@ -203,6 +204,8 @@ def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
         return outcome
     argv = fmt.queue_argv(door.codex, door.thread, fmt.notice(name, messages))
     env = {**os.environ, "CODEX_HOME": door.codex_home}
+    import subprocess  # deferred import: only a session with a door runs `codex queue`
+
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=QUEUE_TIMEOUT, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
