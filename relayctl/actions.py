@@ -357,11 +357,12 @@ _SESSION = {"idle": "at its prompt", "working": "working", "asking": "ASKING the
 
 
 def _arrival_line(a: dict) -> str:
-    """How the agent's mail reaches it (register --notify, or its Claude Code session's own
-    inbox) and how that last went; why its session's inbox is not used, when it is not."""
+    """How the agent's mail reaches it (register --notify, or its session's own door: its
+    Claude Code inbox, its Codex queue) and how that last went; why its session's door is not
+    used, when it is not."""
     line = _arrival_told(a)
-    if a.get("inbox_unusable"):  # [claude-inbox] relayd.arrival.claude_inbox
-        line += f"\n  {'':<16} not its Claude Code inbox: {clip(a['inbox_unusable'], 100)}"
+    if a.get("door_unusable"):
+        line += f"\n  {'':<16} not its {clip(a['door_unusable'], 100)}"
     return line
 
 

@@ -131,7 +131,7 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     agent = s.require_agent(f"hook {program}")
     door = PROGRAMS[program].door
     if door is not None and guest is None and name in door.events:
-        _report_door(s, agent, door)
+        _report_door(s, agent, door, event)
     owner = program_of(os.getpid())
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
@@ -208,12 +208,12 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, 
         pass
 
 
-def _report_door(s: Settings, agent: str, door) -> None:
+def _report_door(s: Settings, agent: str, door, event: dict) -> None:
     """Tell relay the session's own door (its program's `door`: Claude Code's inbox,
-    relayd.arrival.claude_inbox), as the session names it to its children. A report only:
-    never fails the hook."""
+    relayd.arrival.claude_inbox; Codex's queue, relayd.arrival.codex_queue), as the session
+    names it to its children and in its events. A report only: never fails the hook."""
     try:
-        s.call(door.operation, {"agent": agent, **door.report(os.environ)})
+        s.call(door.operation, {"agent": agent, **door.report(os.environ, event)})
     except RelayError:
         pass
 

@@ -13,7 +13,7 @@ from .store import Store
 from . import layout
 from .delivery.owed import count_by_agent
 from .arrival.program_state import read
-from .arrival import claude_inbox  # [claude-inbox]
+from .arrival import claude_inbox, codex_queue
 from .timefmt import now, parse_duration, parse_iso
 from .team.commands import CommandsParams, commands
 from .reservations.reserve import listing
@@ -31,7 +31,7 @@ class AgentOverview(AgentState, kw_only=True):
     announced: LastAnnouncement | None = None  # how it was last told of mail (the last day); failures in a row
     never_told: bool = False  # not told of mail since it was registered (that was within the last day read)
     session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
-    inbox_unusable: str | None = None  # [claude-inbox] why its session's Claude Code inbox is not used (relayd.arrival.claude_inbox)
+    door_unusable: str | None = None  # why its session's own door (its Claude Code inbox, its Codex queue) is not used
     held: Held | None = None  # its mail waits (not read nor told for delivery.held_after): why, since when (relayd.delivery.held)
 
 
@@ -60,13 +60,13 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
     told = last_announcements(store, [a.name for a in states])
-    doors = {a.name: _inbox(store, a.name) for a in states}  # [claude-inbox]
+    doors = {a.name: _door(store, a.name) for a in states}
     held_after, _ = thresholds(store)
     return [
         AgentOverview(
             **msgspec.structs.asdict(a),
-            arrives_by=claude_inbox.METHOD if doors[a.name] == "" else arrival_mechanism(a.notify, a.program),
-            inbox_unusable=doors[a.name] or None,
+            arrives_by=doors[a.name][0] if doors[a.name][1] == "" else arrival_mechanism(a.notify, a.program),
+            door_unusable=doors[a.name][1] or None,
             announced=told.get(a.name),
             never_told=a.name not in told and _registered_within_window(store, a.name),
             session=_session(store, a.name),
@@ -76,13 +76,16 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
     ]
 
 
-def _inbox(store: Store, name: str) -> str | None:
-    """[claude-inbox] "" when the agent's mail goes into its Claude Code session's inbox,
-    why not when its session reported one it cannot use, None when it reported none."""
+def _door(store: Store, name: str) -> tuple[str | None, str | None]:
+    """(the door's mechanism, "") when the agent's mail goes through its session's own door
+    (its Claude Code inbox, its Codex queue); (its mechanism, "<door>: why not") when its
+    session reported one relay cannot use; (None, None) when it reported none."""
     with store.agent_dir(name) as agent:
-        if not agent.exists(claude_inbox.DOOR):
-            return None
-        return claude_inbox.why_not(agent) or ""
+        for door in (claude_inbox, codex_queue):
+            if agent.exists(door.DOOR):
+                why = door.why_not(agent)
+                return door.METHOD, f"{door.TITLE}: {why}" if why else ""
+    return None, None
 
 
 def _session(store: Store, name: str) -> str | None:

@@ -47,6 +47,7 @@ DOOR = "claude-inbox"  # agents/<name>/claude-inbox: the session's inbox, as rel
 SENT = "claude-inbox-sent"  # agents/<name>/claude-inbox-sent: the session's start time, then the ids written to it
 KEEP_SENT = 200  # ids remembered: more than the unread mail one round looks at
 METHOD = "claude-inbox"  # the arrival mechanism's name in outcomes, receipts and status
+TITLE = "Claude Code inbox"  # as status names it
 CONNECT_TIMEOUT = 2.0
 BATCH = 20  # messages written in one round at most; the rest go in the next
 

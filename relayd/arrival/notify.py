@@ -43,7 +43,7 @@ from .program_state import ProgramState, read_recorded, write as write_program_s
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
 from .paneinput import bare, holds_draft, holds_trigger, prompt_drawn, question_on_screen
-from . import claude_inbox  # [claude-inbox]
+from . import claude_inbox, codex_queue
 from ..config import load_config
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
@@ -72,7 +72,10 @@ class _Unsubmitted(_Skip):
 
 
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
-TRIGGERED = frozenset({*TRIGGERS, "unknown", "claude-inbox"})  # outcomes recorded here; channel and hook announce elsewhere
+# Doors before keystrokes (DESIGN §4): ways into a running session that type nothing, each
+# the session's own (relayd.programs: a program's `door`), tried before the agent's mechanism.
+DOORS = (claude_inbox, codex_queue)
+TRIGGERED = frozenset({*TRIGGERS, "unknown", *(door.METHOD for door in DOORS)})  # outcomes recorded here; channel and hook announce elsewhere
 # A recorded "asking" the screen shows to be over (relayd.arrival.asking): one per process,
 # so the daemon's looks at a pane add up across its retry rounds.
 ASKING = AskingEnds()
@@ -131,10 +134,11 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
             with store.agent_dir(name) as agent:
                 meta = read_meta(agent)
                 kind = ((meta.notify if meta else None) or "none").partition(":")[0]
-                if agent.exists(claude_inbox.DOOR):  # [claude-inbox] mail not yet written to its session's inbox
-                    if claude_inbox.waiting(store, name, agent):
+                door = next((d for d in DOORS if agent.exists(d.DOOR) and d.why_not(agent) is None), None)
+                if door is not None:  # mail not yet written through the session's own door, not a trigger
+                    if door.waiting(store, name, agent):
                         waiting.append(name)
-                        continue
+                    continue
                 if kind not in TRIGGERS or agent.exists(layout.PENDING):
                     continue
             if has_unread(store, name):
@@ -146,12 +150,14 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
     with store.agent_dir(name) as agent:
-        # [claude-inbox] A door before keystrokes: the session's own inbox when it has a
-        # usable one (relayd.arrival.claude_inbox); the agent's mechanism below otherwise.
-        if agent.exists(claude_inbox.DOOR):
-            door = claude_inbox.current(agent)
+        # A door before keystrokes: the session's own way in when it has a usable one; the
+        # agent's mechanism below otherwise.
+        for module in DOORS:
+            if not agent.exists(module.DOOR):
+                continue
+            door = module.current(agent)
             if door is not None and not door.unusable:
-                told = claude_inbox.announce(store, name, agent, door)
+                told = module.announce(store, name, agent, door)
                 if told["ok"]:
                     return told
         meta = read_meta(agent)

@@ -59,7 +59,7 @@ def announced(store: Store, outcomes: list[dict]) -> None:
     try:
         now = now_iso()
         receipts = [
-            Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped"))
+            Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped") or o.get("note"))
             for o in outcomes
         ]
         write(store, receipts)

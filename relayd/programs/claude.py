@@ -61,7 +61,7 @@ def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: li
     return ["claude", "--mcp-config", mcp or "", *channels, *model, *args]
 
 
-def _inbox(environ) -> dict:
+def _inbox(environ, event: dict) -> dict:
     """Its cross-session inbox, as the session names it to its children (relay's hooks among
     them): the socket, and where its session records are (relayd.arrival.claude_inbox)."""
     sock = environ.get("CLAUDE_CODE_MESSAGING_SOCKET") or ""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from .program import SERVER_NAME, Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust
+from .program import SERVER_NAME, Door, Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust
 
 
 def _toml_string(text: str) -> str:
@@ -82,6 +82,53 @@ def _review(count: int | None, hooks_file: str, env: dict[str, str]) -> Question
     return Question(text, ["Down", "Enter"], expected)
 
 
+QUEUE_SWITCH = "RELAY_CODEX_QUEUE"  # 0 in a Codex session's environment: relay uses its pane trigger and hooks only
+_HEX = frozenset("0123456789abcdef")
+
+
+def thread_of(event: dict) -> str | None:
+    """The session's thread id from one of its hook events (`session_id`, a UUID); None when
+    it carries no usable one. (No regular expression: `relayctl hook` loads this at every event.)"""
+    value = event.get("session_id")
+    parts = value.split("-") if isinstance(value, str) else []
+    return value if [len(p) for p in parts] == [8, 4, 4, 4, 12] and all(set(p) <= _HEX for p in parts) else None
+
+
+def is_codex_exe(exe: str) -> bool:
+    """Whether a process's executable is Codex's native binary (not the node launcher)."""
+    return os.path.basename(exe) in ("codex", "codex.exe")
+
+
+def _codex_above() -> int:
+    """The nearest ancestor of this hook process running Codex's binary (Codex -> a shell ->
+    relayctl); 0 when there is none."""
+    pid, hops = os.getppid(), 0
+    while pid > 1 and hops < 8:
+        try:
+            if is_codex_exe(os.readlink(f"/proc/{pid}/exe")):
+                return pid
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+        hops += 1
+    return 0
+
+
+def _queue(environ, event: dict) -> dict:
+    """Its own queue (`codex queue --thread ID`): the session's thread, the Codex process it
+    runs under and its CODEX_HOME (relayd.arrival.codex_queue)."""
+    home = environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    params = {"thread": thread_of(event) or "", "pid": _codex_above(), "codex_home": os.path.abspath(home)}
+    if environ.get(QUEUE_SWITCH) == "0":
+        params.update(thread="", missing=f"{QUEUE_SWITCH}=0 in its session turns relay's use of `codex queue` off")
+    elif not params["thread"]:
+        params["missing"] = "its hook event carried no session_id"
+    elif not params["pid"]:
+        params["missing"] = "relay's hook found no Codex process above it"
+    return params
+
+
 PROGRAM = Program(
     name="codex",
     title="Codex CLI",
@@ -117,6 +164,7 @@ PROGRAM = Program(
     ),
     launch=Launch(reads=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY", "CODEX_HOME"), argv=_argv),
     trust=Trust(file=_trust_file, format="projects-table", hook_review="hooks.state"),
+    door=Door(operation="codex_queue", events=("SessionStart", "UserPromptSubmit"), report=_queue),
     screen=Screen(
         ready=("Ask Codex to do anything",),
         prompt="›",

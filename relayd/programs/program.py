@@ -206,7 +206,7 @@ class Door:
     def __init__(self, *, operation: str, events: tuple[str, ...], report) -> None:
         self.operation = operation  # the store operation that records the door (e.g. claude_inbox)
         self.events = events  # the hook events at which the session reports it
-        self.report = report  # (the hook's environment) -> that operation's parameters, the agent's aside
+        self.report = report  # (the hook's environment, its event) -> that operation's parameters, the agent's aside
 
 
 class Program:

@@ -109,7 +109,7 @@ def test_new_mail_goes_into_the_sessions_inbox_once_as_a_peer_message(team, sess
         assert again["method"] == "claude-inbox" and "nothing new" in again["skipped"]
     assert len(session.received) == 2
     status = next(a for a in team.setup("status")["agents"] if a["name"] == "inferno")
-    assert status["arrives_by"] == "claude-inbox" and status.get("inbox_unusable") is None
+    assert status["arrives_by"] == "claude-inbox" and status.get("door_unusable") is None
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def test_an_inbox_relay_may_not_use_leaves_the_agents_own_mechanism(team, sessio
     assert outcome["method"] == "cmd", outcome
     assert session.received == []
     status = next(a for a in team.setup("status")["agents"] if a["name"] == "inferno")
-    assert status["arrives_by"] == "cmd:true" and why in status["inbox_unusable"]
+    assert status["arrives_by"] == "cmd:true" and why in status["door_unusable"]
 
 
 def test_a_door_goes_void_when_its_session_ends(team, session: FakeSession, store_dir: Path) -> None:

@@ -186,7 +186,7 @@ def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why
             team("send", AGENT, "mail by the pane", agent=SENDER)
             wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
             status = _status_of(team, AGENT)
-            assert status["arrives_by"].startswith("tmux:") and "crossSessionInbound is refuse" in (status.get("inbox_unusable") or ""), status
+            assert status["arrives_by"].startswith("tmux:") and "crossSessionInbound is refuse" in (status.get("door_unusable") or ""), status
         finally:
             daemon.kill()
 

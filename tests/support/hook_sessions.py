@@ -56,7 +56,9 @@ def _codex_env(home: Path, project: Path, url: str) -> dict[str, str]:
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
     (codex_home / "config.toml").write_text(model_openai.codex_config(url))
-    return {"CODEX_HOME": str(codex_home), "SCRIPTED_API_KEY": "sk-scripted"}
+    # RELAY_CODEX_QUEUE=0: these sessions test the hooks and the pane trigger, not the queue
+    # door (tests/arrival/test_codex_queue_real.py), whose notice would name the mail again.
+    return {"CODEX_HOME": str(codex_home), "SCRIPTED_API_KEY": "sk-scripted", "RELAY_CODEX_QUEUE": "0"}
 
 
 def _gemini_env(home: Path, project: Path, url: str) -> dict[str, str]:
