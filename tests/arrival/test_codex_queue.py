@@ -39,7 +39,7 @@ def test_a_hook_outside_codex_reports_the_thread_and_status_says_why_the_queue_i
     assert door["thread"] == THREAD and door["codex_home"] == str(short_tmp / "codex-home")
     assert door["unusable"] == "relay's hook found no Codex process above it"
     status = _agent_status(relayctl)
-    assert status["arrives_by"].startswith("tmux") and status["door_unusable"] == door["unusable"]
+    assert status["arrives_by"].startswith("tmux") and status["door_unusable"] == f"Codex queue: {door['unusable']}"
     assert "not its Codex queue: relay's hook found no Codex process above it" in relayctl("status").stdout
 
 
@@ -52,4 +52,4 @@ def test_a_process_that_is_not_codex_or_is_gone_is_never_queued_into(relayctl: R
     relayctl.setup("codex_queue", agent=AGENT, thread=THREAD, pid=gone.pid, codex_home="/nowhere")
     assert _door(store_dir)["unusable"] == f"no Codex process {gone.pid}"
     relayctl.setup("codex_queue", agent=AGENT, thread="", pid=0, codex_home="/nowhere", missing="its hook event carried no session_id")
-    assert _agent_status(relayctl)["door_unusable"] == "its hook event carried no session_id"
+    assert _agent_status(relayctl)["door_unusable"] == "Codex queue: its hook event carried no session_id"
