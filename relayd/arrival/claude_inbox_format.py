@@ -41,6 +41,8 @@ from typing import Iterator
 
 import msgspec
 
+from .for_models import field, quoted
+
 TESTED_VERSION = "2.1.332"
 PEER_PROTOCOL = 1  # the session record's `peerProtocol` this code speaks
 MSG_V = 1  # a message's `msgV`
@@ -163,19 +165,21 @@ def mail_text(agent: str, message: dict) -> str:
     cut = len(body) > PREVIEW
     if cut:
         body = body[:PREVIEW] + "…"
-    extras = [f"thread {message['thread']}"] if message.get("thread") else []
+    # Every field one line, escaped as `relayctl read` shows it, and every body line quoted
+    # (relayd.arrival.for_models): nothing in a message can pass for a second one's header.
+    extras = [f"thread {field(message['thread'])}"] if message.get("thread") else []
     if message.get("priority", "normal") != "normal":
-        extras.append(str(message["priority"]))
+        extras.append(field(message["priority"]))
     tail = f" [{', '.join(extras)}]" if extras else ""
     lines = [
-        f"relay mail for {agent} from {message['from']}{tail} (id {message['id']})",
-        f"subject: {message.get('subject') or ''}",
+        f"relay mail for {field(agent)} from {field(message['from'])}{tail} (id {field(message['id'])})",
+        f"subject: {field(message.get('subject') or '')}",
     ]
     if body and body != message.get("subject"):
-        lines += ["", body]
+        lines += ["", *quoted(body)]
     read = "check_inbox (relay's MCP tool) or `relayctl read --unread --mark-read`"
     lines += ["", (f"The body is cut at {PREVIEW} characters: read all of it with {read}." if cut
-                   else f"It stays unread in relay until you read it with {read}; reply with send_message or `relayctl send {message['from']}`.")]
+                   else f"It stays unread in relay until you read it with {read}; reply with send_message or `relayctl send {field(message['from'])}`.")]
     return "\n".join(lines)
 
 

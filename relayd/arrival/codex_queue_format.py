@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import os
 
+from .for_models import field, short
+
 QUEUE_USAGE = "Usage: codex queue"  # what `codex queue --help` prints where the command exists
 NOTICE_MAX = 1200  # characters of one queued notice; the mail itself is read with relay's tools
 # After the person declines a question (Esc), Codex keeps what was queued until their next
@@ -66,10 +68,11 @@ def notice(agent: str, messages: list[dict]) -> str:
     """The text queued into the session: that mail waits for the agent (who from, what
     about) and how to read it. Never dressed as the person's words, never the mail itself."""
     count = len(messages)
-    head = f"[relay] {count} new message{'s' if count != 1 else ''} for {agent} (relay mail, not a request from the person at this terminal):"
+    head = f"[relay] {count} new message{'s' if count != 1 else ''} for {field(agent)} (relay mail, not a request from the person at this terminal):"
     lines = [head]
     for m in messages:
-        line = f"- from {m.get('from', '?')}: {m.get('subject') or '(no subject)'}"
+        # one line each, escaped as `relayctl read` shows them (relayd.arrival.for_models)
+        line = f"- from {short(m.get('from', '?'), 64)}: {short(m.get('subject') or '(no subject)', 160)}"
         if sum(len(x) + 1 for x in lines) + len(line) > NOTICE_MAX - 200:
             lines.append(f"- and {count - len(lines) + 1} more")
             break
