@@ -336,6 +336,27 @@ def _pane_states(agents: list[dict]) -> None:
         add_pane_states(agents)
 
 
+def _program_versions(agents: list[dict]) -> list[dict]:
+    """The version of each agent program the team runs, as found on this PATH, against the
+    version relay is tested with: `{"program", "version", "tested", "older"}` once a program."""
+    programs = {a.get("program") for a in agents if a.get("program")}
+    if not programs:
+        return []
+    from relayd.programs import installed  # (only a team with agent programs looks)
+    from relayd.programs.registry import named
+
+    found: dict[str, dict] = {}
+    for given in sorted(programs):
+        spec = named(given)
+        if spec is None or spec.name in found:
+            continue
+        version = installed.version(spec)
+        if version:
+            found[spec.name] = {"program": spec.name, "version": version, "tested": spec.tested, "package": spec.package,
+                                "older": installed.older(version, spec.tested)}
+    return list(found.values())
+
+
 def _agent_line(a: dict) -> str:
     state = "alive" if a["alive"] else "ARCHIVED" if a.get("archived") else "NEW" if a["last_heartbeat"] is None else "STALE"
     if (a.get("pane") or {}).get("state") in ("dead", "gone"):
@@ -438,6 +459,10 @@ def render_status(r: dict, sections: set[str]) -> str:
         new = sum(1 for a in agents if a["last_heartbeat"] is None)  # created by a preset, never run yet
         lines.append(f"AGENTS ({alive} alive, {len(agents) - alive - new} stale" + (f", {new} never seen)" if new else ")"))
         lines.extend(_agent_line(a) for a in agents)
+        for p in r.get("programs", []):
+            if p["older"]:
+                lines.append(f"  warning: {p['program']} is {p['version']}, older than the {p['tested']} relay is tested with: "
+                             f"npm install -g {p['package']}@{p['tested']}")
         lines.append("")
         if any(a.get("announced") or a.get("held") or a.get("arrives_by", "channel") != "channel" for a in agents):
             # Only when there is something to say: relay-mcp's channel that told nobody yet says nothing.
@@ -485,6 +510,7 @@ def render_status(r: dict, sections: set[str]) -> str:
 def status(s: Settings, only_agents: bool, only_reservations: bool, only_commands: bool, stale: str) -> None:
     result = s.call("status", {"stale": stale})
     _pane_states(result.get("agents", []))
+    result["programs"] = _program_versions(result.get("agents", []))
     client = s.client()
     # hung: relayd is there (its socket accepts) and did not answer within the answer wait
     result["daemon"] = {"running": getattr(client, "mode", "direct") == "daemon", "hung": getattr(client, "silent", False), "socket": client.socket_path}

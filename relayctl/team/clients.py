@@ -31,6 +31,7 @@ from relayctl.cmd_mcp import config, inline, server
 from relayd.fsio import replace_file
 from relayd import layout
 from relayd.programs.program import SERVER_NAME, Program, Question
+from relayd.programs import installed
 from relayd.programs.registry import PROGRAMS
 
 from .teamfile import Agent, Team
@@ -57,36 +58,10 @@ def passed_settings(agent: Agent, environ: dict[str, str] | None = None) -> dict
     return {name: environ[name] for name in names if environ.get(name) and name not in agent.env}
 
 
-def installed_version(agent: Agent) -> str | None:
-    """The version of the npm package behind `agent`'s program on PATH (its package.json,
-    found from the command's real path); None for a command or a program not from npm."""
-    spec = program_of(agent)
-    found = shutil.which(agent.program) if spec is not None else None
-    if found is None:
-        return None
-    folder = os.path.dirname(os.path.realpath(found))
-    while folder != os.path.dirname(folder):
-        try:
-            with open(os.path.join(folder, "package.json"), "rb") as fh:
-                manifest = json.loads(fh.read())
-            if isinstance(manifest, dict) and manifest.get("name") == spec.package:
-                return str(manifest.get("version") or "") or None
-        except (OSError, ValueError):
-            pass
-        folder = os.path.dirname(folder)
-    return None
-
-
 def version_warning(agent: Agent) -> str | None:
     """One line when `agent`'s program is older than the version relay is tested with."""
-    spec, found = program_of(agent), installed_version(agent)
-    if spec is None or not found or _version_key(found) >= _version_key(spec.tested):
-        return None
-    return f"{agent.program} is {found}, older than the {spec.tested} relay is tested with: npm install -g {spec.package}@{spec.tested}"
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) if part.isdigit() else 0 for part in version.split("-")[0].split("."))
+    spec = program_of(agent)
+    return installed.warning(spec, agent.program) if spec is not None else None
 
 
 def signed_out(agent: Agent, screen: str) -> str | None:

@@ -5,6 +5,8 @@ A sixth program is one new module in this wing (defining its `PROGRAM`) and one 
 
 from __future__ import annotations
 
+import os
+
 from . import claude, codex, copilot, gemini, opencode
 from .program import Program
 
@@ -25,3 +27,10 @@ def takes_channel(program: str) -> bool:
     """Whether an agent registered with this program (free text: "claude-code") is one
     relay-mcp can push mail to."""
     return any(program.lower().startswith(p.name) for p in PROGRAMS.values() if p.launch.channel is not None)
+
+
+def named(program: str | None) -> Program | None:
+    """The program an agent was registered with (free text: "claude-code", "codex", a
+    command's path), when relay knows it."""
+    word = os.path.basename((program or "").split()[0]).lower() if (program or "").strip() else ""
+    return next((p for p in PROGRAMS.values() if word.startswith(p.name)), None)
