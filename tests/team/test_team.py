@@ -576,6 +576,54 @@ def test_up_passes_the_shells_keys_into_panes_of_a_running_tmux_server_and_names
     assert "gamma" not in again.stderr
 
 
+def test_a_key_exported_before_up_reaches_the_real_claude_code_in_a_pane_of_a_running_tmux_server(team: Team, relayctl, store_dir: Path) -> None:
+    """The real Claude Code, against a scripted model that refuses any other key (as the
+    vendor's does): the key exported in the calling shell after the team's tmux server
+    started reaches the pane's program, which signs in with it and gets the mail."""
+    from relayctl.team.clients import NETWORK_ENV
+    from relayd.programs.registry import PROGRAMS
+    from support.agent_programs import claude_signed_in, program
+    from support.model_anthropic import messages_responder, text
+    from support.scripted_model import Reply, ScriptedModel
+
+    api_key = "sk-ant-exported-before-up-0123456789abcdef"
+    home = team.root / "home"
+    claude_signed_in(home, api_key, trusted=team.repo.resolve())
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nprogram = "claude"\n# was: "', 1))
+    answer = messages_responder(lambda request: [text("Noted.")])
+    keys: list[str | None] = []
+
+    def respond(request):
+        given = {k.lower(): v for k, v in request.headers.items()}.get("x-api-key")
+        keys.append(given)
+        if given != api_key:
+            return Reply(401, chunks=[json.dumps({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}).encode()])
+        return answer(request)
+
+    for name in (*PROGRAMS["claude"].launch.reads, *NETWORK_ENV):
+        team.env.pop(name, None)
+    with ScriptedModel(respond) as model:
+        team.env.update(HOME=str(home), ANTHROPIC_BASE_URL=model.url, DISABLE_AUTOUPDATER="1", TERM="xterm-256color",
+                        PATH=f"{program('claude').parent}:{team.env['PATH']}", CLAUDE_CODE_HARBOR_KITE="0")
+        team.tmux("new-session", "-d", "-s", "work", "sh")  # the server runs, started without the key
+        team.env["ANTHROPIC_API_KEY"] = api_key  # exported in the shell afterwards, as a person does
+        started = relayctl("up", str(team.file))
+        assert "ANTHROPIC_API_KEY" in started.stdout and api_key not in started.stdout + started.stderr
+        relayctl("register", "boss")
+        relayctl("send", "alpha", "--subject", "SUBJECT-FOR-ALPHA", "deploy the hotfix", agent="boss")
+        pane = team.panes()["alpha"][0]
+        try:
+            wait_for("the mail at Claude Code's model", lambda: any("SUBJECT-FOR-ALPHA" in r.text for r in model.requests), timeout=90)
+        except AssertionError:
+            raise AssertionError(f"the mail never reached the model (keys it was sent: {set(keys)}); the pane shows:\n"
+                                 + team.tmux("capture-pane", "-p", "-J", "-t", pane)) from None
+        assert set(keys) == {api_key}
+    relayctl("down", str(team.file))
+    assert "work" in team.tmux("list-sessions", "-F", "#{session_name}").split()  # the person's own session stays
+    team.tmux("kill-session", "-t", "=work:")
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
 def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Team, relayctl) -> None:
     _agents_run(team, {"beta": "sh -c 'echo \"beta: cannot read its config file\"; exit 3'"})
     done = relayctl("up", str(team.file), check=False)
