@@ -164,6 +164,8 @@ def scenario():
         ("handoff", lambda r: {"agent": "inferno", "to": "storm", "all": True, "repo": REPO}),  # nothing left: refused
         # a session's report of its Claude Code inbox: here, one it does not have
         ("claude_inbox", lambda r: {"agent": "inferno", "socket": "", "sessions_dir": "/nonexistent/sessions", "missing": "no inbox here"}),
+        # and of its Codex thread: here, one reported by a hook outside any Codex
+        ("codex_queue", lambda r: {"agent": "inferno", "thread": "", "pid": 0, "codex_home": "/nonexistent/.codex", "missing": "no Codex here"}),
         ("cmd", lambda r: {"agent": "storm", "session": "agent:main:main", "command": "/compact", "args": "now"}),
         ("commands", lambda r: {}),
         ("cmd_get", lambda r: {"id": r["cmd"]["id"]}),
