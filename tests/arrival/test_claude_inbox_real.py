@@ -8,6 +8,8 @@ cross-session inbox through the hooks, and relayd writes the mail there: no keys
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import json
 import os
 import time
@@ -95,6 +97,14 @@ def team(relayctl):
     return relayctl
 
 
+@contextmanager
+def ended(daemon):
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
+
+
 def _status_of(relayctl, name: str) -> dict:
     return next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == name)
 
@@ -102,7 +112,7 @@ def _status_of(relayctl, name: str) -> dict:
 def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team, relay_env, store_dir: Path, short_tmp: Path) -> None:
     (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
-    with Session(team, relay_env, short_tmp) as s:
+    with ended(daemon), Session(team, relay_env, short_tmp) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
             door = wait_for("the session's inbox reported by relay's hook", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=30)
@@ -125,7 +135,7 @@ def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team
 
 def test_mail_waiting_before_the_session_starts_arrives_at_its_prompt(team, relay_env, short_tmp: Path) -> None:
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
-    with Session(team, relay_env, short_tmp) as s:
+    with ended(daemon), Session(team, relay_env, short_tmp) as s:  # relayd ends even when the session cannot start
         try:
             team("register", AGENT, "--notify", "hook")
             team("send", AGENT, "waiting since before", agent=SENDER)
@@ -152,7 +162,7 @@ def test_during_a_permission_question_the_mail_waits_and_the_question_stays(team
         return [text("Noted.")]
 
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
-    with Session(team, relay_env, short_tmp, turn=turn, settings={"permissions": {"defaultMode": "default"}}) as s:
+    with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings={"permissions": {"defaultMode": "default"}}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
             wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=30)
@@ -178,7 +188,7 @@ def _user_texts_of(body: dict) -> list[str]:
 def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
-    with Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "refuse"}) as s:
+    with ended(daemon), Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "refuse"}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
             door = wait_for("the session's inbox reported", lambda: s.door(), timeout=30)
@@ -194,7 +204,7 @@ def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why
 def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
-    with Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:
+    with ended(daemon), Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
             door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=30)
