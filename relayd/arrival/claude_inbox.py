@@ -52,7 +52,7 @@ CONNECT_TIMEOUT = 2.0
 BATCH = 20  # messages written in one round at most; the rest go in the next
 
 
-class Door(msgspec.Struct, kw_only=True, omit_defaults=True):
+class InboxDoor(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A Claude Code session's inbox, tied to the process it belongs to."""
 
     socket: str
@@ -66,7 +66,7 @@ class Door(msgspec.Struct, kw_only=True, omit_defaults=True):
     unusable: str | None = None  # why relay cannot use it (then the agent's own mechanism works)
 
 
-_door = msgspec.json.Decoder(Door)
+_door = msgspec.json.Decoder(InboxDoor)
 _encode = msgspec.json.Encoder()
 
 
@@ -110,17 +110,17 @@ def _inbound_setting(cwd: str | None, config_dir: str) -> tuple[str, str] | None
     return None
 
 
-def inspect(socket_path: str, sessions_dir: str) -> Door:
+def inspect(socket_path: str, sessions_dir: str) -> InboxDoor:
     """The door at `socket_path`, checked as Claude Code checks its own; `unusable` says
     why relay may not use it."""
     socket_path = os.path.abspath(socket_path)
     pid = fmt.pid_of_socket(socket_path) or 0
-    door = Door(socket=socket_path, pid=pid, proc_start="", sessions_dir=os.path.abspath(sessions_dir), at=now_iso())
+    door = InboxDoor(socket=socket_path, pid=pid, proc_start="", sessions_dir=os.path.abspath(sessions_dir), at=now_iso())
     door.unusable = _check(door)
     return door
 
 
-def _check(door: Door) -> str | None:
+def _check(door: InboxDoor) -> str | None:
     if not door.pid:
         return f"{door.socket} is not named <pid>.sock, as Claude Code names its sockets"
     if os.environ.get(fmt.SWITCH_ENV) == "0":
@@ -154,7 +154,7 @@ def _check(door: Door) -> str | None:
     return None
 
 
-def _token(door: Door) -> str | None:
+def _token(door: InboxDoor) -> str | None:
     path = os.path.join(door.sessions_dir, fmt.key_name(door.pid, door.socket))
     if _private(path, stat.S_IFREG, 0o600):
         return None
@@ -165,7 +165,7 @@ def _token(door: Door) -> str | None:
         return None
 
 
-def read_door(agent: Dir) -> Door | None:
+def read_door(agent: Dir) -> InboxDoor | None:
     raw = agent.read_bytes(DOOR)
     if not raw:
         return None
@@ -175,7 +175,7 @@ def read_door(agent: Dir) -> Door | None:
         return None
 
 
-def current(agent: Dir) -> Door | None:
+def current(agent: Dir) -> InboxDoor | None:
     """The agent's door checked now: None when it has none; `unusable` set when its
     process is gone or it cannot be used any more."""
     door = read_door(agent)
@@ -202,7 +202,7 @@ class ClaudeInboxParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 
 
 @operation("claude_inbox", ClaudeInboxParams)
-def learn(store: Store, p: ClaudeInboxParams) -> Door:
+def learn(store: Store, p: ClaudeInboxParams) -> InboxDoor:
     """Record the Claude Code inbox an agent's session reported (relay's hooks call it)."""
     check_agent_name(p.agent)
     if not store.is_agent(p.agent):
@@ -210,7 +210,7 @@ def learn(store: Store, p: ClaudeInboxParams) -> Door:
     if p.socket:
         door = inspect(p.socket, p.sessions_dir)
     else:
-        door = Door(socket="", pid=0, proc_start="", sessions_dir=p.sessions_dir, at=now_iso(),
+        door = InboxDoor(socket="", pid=0, proc_start="", sessions_dir=p.sessions_dir, at=now_iso(),
                     unusable=p.missing or f"its session names no inbox ({fmt.SOCKET_ENV} unset)")
     with store.agent_dir(p.agent) as agent:
         before = read_door(agent)
@@ -227,7 +227,7 @@ def waiting(store: Store, name: str, agent: Dir) -> bool:
     return door is not None and not door.unusable and bool(_unsent(store, name, agent, door))
 
 
-def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
+def _unsent(store: Store, name: str, agent: Dir, door: InboxDoor) -> list[dict]:
     # deferred import: the inbox's read path is loaded only for an agent with a door
     from ..inbox.read import ReadParams, read
 
@@ -236,13 +236,13 @@ def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
     return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
 
 
-def _sent(agent: Dir, door: Door) -> list[str]:
+def _sent(agent: Dir, door: InboxDoor) -> list[str]:
     """The ids already written to this session (none for another process)."""
     lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").split()
     return lines[1:] if lines and lines[0] == door.proc_start else []
 
 
-def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
+def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     """Write the agent's new mail into its session's inbox: the outcome for the notifier
     (`{"agent", "method", "ok", "skipped"?, "error"?}`)."""
     outcome: dict = {"agent": name, "method": METHOD}

@@ -49,7 +49,7 @@ QUEUE_TIMEOUT = 15.0  # seconds for `codex queue` (it starts Codex's config and 
 BATCH = 20
 
 
-class Door(msgspec.Struct, kw_only=True, omit_defaults=True):
+class QueueDoor(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A Codex session's thread, tied to the process it belongs to."""
 
     thread: str
@@ -61,7 +61,7 @@ class Door(msgspec.Struct, kw_only=True, omit_defaults=True):
     unusable: str | None = None  # why relay cannot use it (then the agent's own mechanism works)
 
 
-_door = msgspec.json.Decoder(Door)
+_door = msgspec.json.Decoder(QueueDoor)
 _encode = msgspec.json.Encoder()
 _has_queue: dict[tuple[str, int, float], bool] = {}  # (binary, size, mtime) -> whether it has `codex queue`
 
@@ -92,9 +92,9 @@ def _queue_command(codex: str) -> str | None:
     return None if _has_queue[key] else f"{codex} has no `codex queue` (a Codex before it)"
 
 
-def inspect(thread: str, pid: int, codex_home: str) -> Door:
+def inspect(thread: str, pid: int, codex_home: str) -> QueueDoor:
     """The door of the Codex process `pid` for `thread`; `unusable` says why relay may not use it."""
-    door = Door(thread=thread, pid=pid, proc_start=_proc_start(pid) or "", codex="", codex_home=codex_home, at=now_iso())
+    door = QueueDoor(thread=thread, pid=pid, proc_start=_proc_start(pid) or "", codex="", codex_home=codex_home, at=now_iso())
     try:
         door.codex = os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -107,7 +107,7 @@ def inspect(thread: str, pid: int, codex_home: str) -> Door:
     return door
 
 
-def read_door(agent: Dir) -> Door | None:
+def read_door(agent: Dir) -> QueueDoor | None:
     raw = agent.read_bytes(DOOR)
     if not raw:
         return None
@@ -117,7 +117,7 @@ def read_door(agent: Dir) -> Door | None:
         return None
 
 
-def current(agent: Dir) -> Door | None:
+def current(agent: Dir) -> QueueDoor | None:
     """The agent's door checked now: None when it has none; `unusable` set when its
     process is gone."""
     door = read_door(agent)
@@ -148,7 +148,7 @@ class CodexQueueParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 
 
 @operation("codex_queue", CodexQueueParams)
-def learn(store: Store, p: CodexQueueParams) -> Door:
+def learn(store: Store, p: CodexQueueParams) -> QueueDoor:
     """Record the Codex thread an agent's session reported (relay's hooks call it)."""
     check_agent_name(p.agent)
     if not store.is_agent(p.agent):
@@ -161,7 +161,7 @@ def learn(store: Store, p: CodexQueueParams) -> Door:
     if p.thread and p.pid:
         door = inspect(p.thread, p.pid, p.codex_home)
     else:
-        door = Door(thread=p.thread, pid=p.pid, proc_start="", codex="", codex_home=p.codex_home, at=now_iso(),
+        door = QueueDoor(thread=p.thread, pid=p.pid, proc_start="", codex="", codex_home=p.codex_home, at=now_iso(),
                     unusable=p.missing or "its session gave relay's hooks no thread id")
     with store.agent_dir(p.agent) as agent:
         agent.replace(DOOR, _encode.encode(door) + b"\n", None)
@@ -177,17 +177,17 @@ def waiting(store: Store, name: str, agent: Dir) -> bool:
     return door is not None and not door.unusable and bool(_unsent(store, name, agent, door))  # (checked twice: cheap, /proc)
 
 
-def _key(door: Door) -> str:
+def _key(door: QueueDoor) -> str:
     return f"{door.pid}:{door.proc_start}:{door.thread}"
 
 
-def _sent(agent: Dir, door: Door) -> list[str]:
+def _sent(agent: Dir, door: QueueDoor) -> list[str]:
     """The ids already queued for this session (none for another process or thread)."""
     lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").split()
     return lines[1:] if lines and lines[0] == _key(door) else []
 
 
-def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
+def _unsent(store: Store, name: str, agent: Dir, door: QueueDoor) -> list[dict]:
     # deferred import: the inbox's read path is loaded only for an agent with a door
     from ..inbox.read import ReadParams, read
 
@@ -196,7 +196,7 @@ def _unsent(store: Store, name: str, agent: Dir, door: Door) -> list[dict]:
     return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
 
 
-def announce(store: Store, name: str, agent: Dir, door: Door) -> dict:
+def announce(store: Store, name: str, agent: Dir, door: QueueDoor) -> dict:
     """Queue a notice of the agent's new mail into its session's thread: the outcome for
     the notifier (`{"agent", "method", "ok", "skipped"?, "error"?}`)."""
     outcome: dict = {"agent": name, "method": METHOD}
