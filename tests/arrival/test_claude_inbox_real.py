@@ -115,16 +115,16 @@ def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team
     with ended(daemon), Session(team, relay_env, short_tmp) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
-            door = wait_for("the session's inbox reported by relay's hook", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=30)
+            door = wait_for("the session's inbox reported by relay's hook", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=90)
             assert door.get("unusable") is None, door
             assert Path(door["socket"]).parent == s.run / "cc-socks"
             lines_seen: list[str] = []
             for n in range(3):
                 team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
-                turn = wait_for(f"mail {n} at the model as a peer message", lambda: (lines_seen.append(s.tmux.cursor_line()), _peer_turn(s.model, f"idle mail {n}"))[1], timeout=30)
+                turn = wait_for(f"mail {n} at the model as a peer message", lambda: (lines_seen.append(s.tmux.cursor_line()), _peer_turn(s.model, f"idle mail {n}"))[1], timeout=90)
                 peer = next(t for t in _user_texts(turn) if _is_peer(t, f"idle mail {n}"))
                 assert f"relay mail for {AGENT} from {SENDER}" in peer and f"body of mail {n}" in peer
-                wait_for("Claude Code back at its prompt", lambda: s.tmux.cursor_line() == "❯", timeout=30)
+                wait_for("Claude Code back at its prompt", lambda: s.tmux.cursor_line() == "❯", timeout=90)
             assert not any("relay mail" in line or TRIGGER in line for line in lines_seen)  # never in the input line
             assert not any(TRIGGER in t for r in s.model.requests for t in _user_texts(r))  # no pane trigger at all
             status = _status_of(team, AGENT)
@@ -165,7 +165,7 @@ def test_during_a_permission_question_the_mail_waits_and_the_question_stays(team
     with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings={"permissions": {"defaultMode": "default"}}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
-            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=30)
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=90)
             s.tmux.type_line("run the probe", "run the probe")
             s.tmux.wait_for("Do you want to proceed?", timeout=60, settle=1)
             team("send", AGENT, "mail during the question", agent=SENDER)
@@ -191,7 +191,7 @@ def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why
     with ended(daemon), Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "refuse"}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
-            door = wait_for("the session's inbox reported", lambda: s.door(), timeout=30)
+            door = wait_for("the session's inbox reported", lambda: s.door(), timeout=90)
             assert "crossSessionInbound is refuse" in (door.get("unusable") or ""), door
             team("send", AGENT, "mail by the pane", agent=SENDER)
             wait_for("the pane trigger at the model", lambda: any(TRIGGER in t for r in s.model.requests for t in _user_texts(r)), timeout=60)
@@ -207,7 +207,7 @@ def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_st
     with ended(daemon), Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
-            door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=30)
+            door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=90)
             assert door["socket"] == "" and "CLAUDE_CODE_HARBOR_KITE=0" in door["unusable"]
             assert not (s.run / "cc-socks").exists()  # Claude Code made no inbox at all
             team("send", AGENT, "mail by the pane", agent=SENDER)

@@ -112,19 +112,19 @@ def _unread(relayctl) -> list[str]:
 def test_idle_mail_reaches_the_model_through_the_queue_and_nothing_is_typed(team, relay_env, short_tmp: Path) -> None:
     with Session(team, relay_env, short_tmp, lambda body: [message("Noted.")]) as s:
         s.prompt("Carry on with the release work.")
-        door = wait_for("the session's thread reported by relay's hook", lambda: s.door(), timeout=30)
+        door = wait_for("the session's thread reported by relay's hook", lambda: s.door(), timeout=90)
         assert door.get("unusable") is None, door
         assert door["codex_home"] == str(s.codex_home) and door["codex"].endswith("/codex")
-        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=30)
+        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=90)
         screens: list[str] = []
         for n in range(2):
             team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
             turn = wait_for(f"mail {n} at the model as a queued notice",
-                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=40, every=0.2)
+                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2)
             notice = next(t for t in _user_texts(turn) if t.startswith("[relay]") and f"idle mail {n}" in t)
             assert f"from {SENDER}: idle mail {n}" in notice and "relayctl read --unread --mark-read" in notice
             assert f"body of mail {n}" in turn.text  # the notice turn's prompt hook handed the mail itself over
-            wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=30)
+            wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=90)
         assert not any(TRIGGER in screen for screen in screens)  # relay typed nothing into the pane
         assert not any(TRIGGER in r.text for r in s.model.requests)
         assert _unread(team) == []  # read through the hook, as it came
@@ -141,11 +141,11 @@ def test_mail_during_a_tool_waits_for_the_tool_and_follows_it(team, relay_env, s
 
     with Session(team, relay_env, short_tmp, turn, config='approval_policy = "never"\nsandbox_mode = "danger-full-access"\n') as s:
         s.prompt("Carry on with the release work.")
-        wait_for("the session's thread", lambda: s.door(), timeout=30)
-        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=30)
+        wait_for("the session's thread", lambda: s.door(), timeout=90)
+        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=90)
         s.prompt("Run the slow step.")
         wait_for("the tool running", lambda: (s.agent_dir / "program-state").exists()
-                 and json.loads((s.agent_dir / "program-state").read_text())["state"] == "working", timeout=30)
+                 and json.loads((s.agent_dir / "program-state").read_text())["state"] == "working", timeout=90)
         team("send", AGENT, "mail during the tool", agent=SENDER)
         notice = wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail during the tool"), timeout=60, every=0.2)
         outputs = [i.get("output") for i in (notice.json() or {}).get("input", []) if i.get("type") == "function_call_output"]
@@ -165,11 +165,11 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_track_says_
 
     with Session(team, relay_env, short_tmp, turn, config='approval_policy = "on-request"\nsandbox_mode = "read-only"\n') as s:
         s.prompt("Carry on with the release work.")
-        wait_for("the session's thread", lambda: s.door(), timeout=30)
-        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=30)
+        wait_for("the session's thread", lambda: s.door(), timeout=90)
+        wait_for("Codex back at its prompt", lambda: READY in s.tmux.screen(), timeout=90)
         s.prompt("Make the marker.")
         state = s.agent_dir / "program-state"
-        wait_for("Codex asking the person", lambda: state.exists() and json.loads(state.read_text())["state"] == "asking", timeout=30)
+        wait_for("Codex asking the person", lambda: state.exists() and json.loads(state.read_text())["state"] == "asking", timeout=90)
         s.tmux.wait_for(QUESTION, timeout=30, settle=1)
         sent = team("--json", "send", AGENT, "mail during the question", agent=SENDER)
         message_id = json.loads(sent.stdout)["id"]
@@ -181,9 +181,9 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_track_says_
         assert QUESTION in s.tmux.screen()  # still asking: nothing queued picked an answer
         assert _notice_turn(s.model, "mail during the question") is None
         s.tmux.keys("Escape")  # the person declines
-        wait_for("the decline recorded", lambda: json.loads(state.read_text()).get("event") == "Interrupt", timeout=30)
+        wait_for("the decline recorded", lambda: json.loads(state.read_text()).get("event") == "Interrupt", timeout=90)
         later = json.loads(team("--json", "send", AGENT, "mail after the decline", agent=SENDER).stdout)["id"]
-        tracked = wait_for("the announcement recorded", lambda: json.loads(team("--json", "track", later).stdout)["recipients"][0].get("announced"), timeout=30)
+        tracked = wait_for("the announcement recorded", lambda: json.loads(team("--json", "track", later).stdout)["recipients"][0].get("announced"), timeout=90)
         assert tracked["how"] == "codex-queue" and "until the person's next prompt" in (tracked.get("note") or "")
         assert "until the person's next prompt" in team("track", later).stdout
         assert not (s.project / "marker-made").exists()
