@@ -207,7 +207,10 @@ def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_st
     with ended(daemon), Session(team, relay_env, short_tmp, extra_env={"CLAUDE_CODE_HARBOR_KITE": "0"}) as s:  # relayd ends even when the session cannot start
         try:
             s.start()
-            door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=90)
+            try:
+                door = wait_for("the hook's report of no inbox", lambda: s.door(), timeout=90)
+            except AssertionError:
+                raise AssertionError(f"Claude Code's hooks never reported; its pane shows:\n{s.tmux.screen()}\nrelayd's log:\n{daemon.log()[-2000:]}") from None
             assert door["socket"] == "" and "CLAUDE_CODE_HARBOR_KITE=0" in door["unusable"]
             assert not (s.run / "cc-socks").exists()  # Claude Code made no inbox at all
             team("send", AGENT, "mail by the pane", agent=SENDER)
