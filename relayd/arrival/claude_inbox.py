@@ -41,6 +41,7 @@ from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso
 from . import claude_inbox_format as fmt
+from .program_process import started
 from ..wire import peer
 
 DOOR = "claude-inbox"  # agents/<name>/claude-inbox: the session's inbox, as relay found it
@@ -68,14 +69,6 @@ class InboxDoor(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 _door = msgspec.json.Decoder(InboxDoor)
 _encode = msgspec.json.Encoder()
-
-
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fmt.proc_start(fh.read())
-    except OSError:
-        return None
 
 
 def _private(path: str, kind: int, mode: int) -> str | None:
@@ -142,7 +135,7 @@ def _check(door: InboxDoor) -> str | None:
     why = fmt.unusable(record, door.socket)
     if why:
         return why
-    running = _proc_start(door.pid)
+    running = started(door.pid)
     if running is None or running != record.procStart:
         return f"the session of {record_path} is no longer running"
     door.proc_start, door.session_id, door.version, door.cwd = running, record.sessionId, record.version, record.cwd
@@ -181,7 +174,7 @@ def current(agent: Dir) -> InboxDoor | None:
     door = read_door(agent)
     if door is None or not door.socket:
         return door
-    if door.proc_start and _proc_start(door.pid) != door.proc_start:
+    if door.proc_start and started(door.pid) != door.proc_start:
         door.unusable = "the Claude Code session that had it has ended"
         return door
     door.unusable = _check(door)

@@ -219,9 +219,3 @@ def receipt(frame: dict) -> Receipt | None:
     detail = frame.get("drop_reason") if status == "dropped" else None
     return Receipt(status=status, msg_id=msg_id, detail=detail if isinstance(detail, str) else None)
 
-
-def proc_start(stat: str) -> str | None:
-    """The start time (field 22, clock ticks since boot) from /proc/<pid>/stat's text."""
-    _, paren, rest = stat.rpartition(")")  # the command name may hold spaces and parentheses
-    fields = rest.split() if paren else []
-    return fields[19] if len(fields) > 19 else None

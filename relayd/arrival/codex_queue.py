@@ -38,6 +38,7 @@ from ..store import Store
 from ..timefmt import now_iso
 from ..programs.codex import is_codex_exe
 from . import codex_queue_format as fmt
+from .program_process import started
 from .program_state import read as read_program_state
 
 DOOR = "codex-queue"  # agents/<name>/codex-queue: the session's thread, as relay found it
@@ -66,14 +67,6 @@ _encode = msgspec.json.Encoder()
 _has_queue: dict[tuple[str, int, float], bool] = {}  # (binary, size, mtime) -> whether it has `codex queue`
 
 
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fmt.proc_start(fh.read())
-    except OSError:
-        return None
-
-
 def _queue_command(codex: str) -> str | None:
     """Why `codex` cannot queue (None: it has `codex queue`); asked once per binary."""
     try:
@@ -94,7 +87,7 @@ def _queue_command(codex: str) -> str | None:
 
 def inspect(thread: str, pid: int, codex_home: str) -> QueueDoor:
     """The door of the Codex process `pid` for `thread`; `unusable` says why relay may not use it."""
-    door = QueueDoor(thread=thread, pid=pid, proc_start=_proc_start(pid) or "", codex="", codex_home=codex_home, at=now_iso())
+    door = QueueDoor(thread=thread, pid=pid, proc_start=started(pid) or "", codex="", codex_home=codex_home, at=now_iso())
     try:
         door.codex = os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -123,7 +116,7 @@ def current(agent: Dir) -> QueueDoor | None:
     door = read_door(agent)
     if door is None or door.unusable:
         return door
-    if _proc_start(door.pid) != door.proc_start:
+    if started(door.pid) != door.proc_start:
         door.unusable = "the Codex session that had it has ended"
     return door
 
@@ -156,7 +149,7 @@ def learn(store: Store, p: CodexQueueParams) -> QueueDoor:
     with store.agent_dir(p.agent) as agent:
         before = read_door(agent)
     if before is not None and not before.unusable and (before.thread, before.pid, before.codex_home) == (p.thread, p.pid, p.codex_home) \
-            and _proc_start(p.pid) == before.proc_start:
+            and started(p.pid) == before.proc_start:
         return before  # the same session's next prompt: nothing new to check
     if p.thread and p.pid:
         door = inspect(p.thread, p.pid, p.codex_home)

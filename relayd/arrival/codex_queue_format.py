@@ -41,15 +41,6 @@ DECLINED_EVENT = "Interrupt"
 HELD_NOTE = "queued in Codex; Codex holds it until the person's next prompt (a question was declined)"
 
 
-def proc_start(stat_text: str) -> str | None:
-    """Field 22 of /proc/PID/stat (the process's start time in clock ticks since boot);
-    the command name (field 2) may hold spaces and parentheses, so count after its last ')'."""
-    _, paren, rest = stat_text.rpartition(")")
-    fields = rest.split()
-    if not paren or len(fields) < 20:
-        return None
-    return fields[19]
-
 
 def has_queue(help_output: str) -> bool:
     return QUEUE_USAGE in help_output

@@ -60,6 +60,13 @@ def process(pid: int) -> Process | None:
     return Process(pid, found[2]) if found else None
 
 
+def started(pid: int) -> str | None:
+    """The start time of the live process `pid` as /proc writes it (field 22, clock ticks
+    since boot; Claude Code's session record keeps the same text); None when none runs."""
+    found = _stat(pid)
+    return str(found[2]) if found is not None else None
+
+
 def alive(owner: Process) -> bool:
     """The very process `owner` names still runs (not a later one given the same pid)."""
     found = _stat(owner.pid)

@@ -16,6 +16,7 @@ import pytest
 
 from relayd.arrival import claude_inbox
 from relayd.arrival import claude_inbox_format as fmt
+from relayd.arrival.program_process import started
 from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
 
@@ -40,8 +41,7 @@ class FakeSession:
         self.received: list[dict] = []
         self.got = threading.Condition()
         threading.Thread(target=self._serve, daemon=True).start()
-        with open(f"/proc/{self.pid}/stat") as fh:
-            start = fmt.proc_start(fh.read())
+        start = started(self.pid)
         self.record = {"pid": self.pid, "sessionId": "s-1", "cwd": str(root), "procStart": start, "version": fmt.TESTED_VERSION,
                        "peerProtocol": 1, "kind": "interactive", "messagingSocketPath": self.socket, "status": "idle"}
         self.write_record()

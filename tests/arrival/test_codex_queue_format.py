@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 from relayd.arrival import codex_queue_format as fmt
+from relayd.arrival.program_process import started
 from relayd.programs.codex import is_codex_exe, thread_of
 
 THREAD = "01a233e0-5aba-7592-8d9d-ac6873d3e043"
 
 
-def test_the_start_time_is_field_22_even_when_the_command_name_holds_spaces_and_parentheses() -> None:
-    rest = " ".join(["S", "1", "2", "3"] + ["0"] * 15 + ["987654", "100"])
-    assert fmt.proc_start(f"4242 (codex) {rest}") == "987654"
-    assert fmt.proc_start(f"4242 (my (odd) name) {rest}") == "987654"
-    assert fmt.proc_start("4242 (codex) S 1") is None
-    assert fmt.proc_start("") is None
+def test_the_start_time_is_field_22_even_when_the_command_name_holds_spaces_and_parentheses(tmp_path) -> None:
+    """What the doors tie a session to (relayd.arrival.program_process.started), read for a
+    real process whose name holds a blank and parentheses, and none once it has ended."""
+    import os
+    import subprocess
 
+    odd = tmp_path / "my (odd) name"
+    odd.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        with open(f"/proc/{child.pid}/stat") as fh:
+            text = fh.read()
+        assert text.split(" ", 1)[1].startswith("(my (odd) name) ")
+        assert started(child.pid) == text.rpartition(")")[2].split()[19]
+    finally:
+        child.kill()
+        child.wait()
+    assert started(child.pid) is None
+    assert started(os.getpid()) is not None
 
 def test_only_codex_s_native_binary_counts_as_the_session_s_process() -> None:
     assert is_codex_exe("/x/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")
