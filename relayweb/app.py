@@ -33,6 +33,7 @@ STOP_CHECK = 0.25  # how often an idle event stream looks whether the server is 
 MAX_POST = 512 * 1024
 BODY_DEADLINE = 10.0  # seconds to send a POST's body
 WRITE_DEADLINE = 15.0  # an event stream whose reader takes longer to accept a state is dropped
+FIRST_STATE_DEADLINE = 10.0  # how long GET /api/state waits for the first reading of the store
 SEND_FIELDS = ("to", "broadcast", "body", "subject", "thread", "priority")
 
 
@@ -92,6 +93,14 @@ def create_app(
         return HTMLResponse(page)
 
     async def state(request: Request) -> Response:
+        """GET /api/state: the latest state. Asked before the first reading of the store is
+        done (just after start-up, or on a busy machine), it waits for that reading rather
+        than answering with an empty state the page would take for an empty team."""
+        if live.version == 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.changed.wait(), FIRST_STATE_DEADLINE)
+        if live.version == 0:
+            return JSONResponse({"error": "the web view is still reading the store; try again"}, status_code=503)
         return Response(live.payload, media_type="application/json")
 
     class Events:
