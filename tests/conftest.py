@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from support.cli_processes import RelayCtl
+from support.program_slots import program_slot
 
 
 @pytest.fixture
@@ -31,6 +32,17 @@ def _state_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """relay keeps the originals of settings files it writes into under $XDG_STATE_HOME
     (relayctl.originals): never the developer's own, in this process or its children."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked `real_program` waits for one of the few slots (support.program_slots)
+    before anything else of it runs, so the wait is not counted against its timeout."""
+    if item.get_closest_marker("real_program") is None:
+        yield
+        return
+    with program_slot():
+        yield
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
 from support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.real_program]
 
 API_KEY = "sk-ant-relay-test-00000000000000000000"
 TRIGGER = "relay-test: new mail, call check_inbox"

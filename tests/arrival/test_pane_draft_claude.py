@@ -21,7 +21,7 @@ from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux
 from support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.real_program]
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 DRAFT = "my half-typed draft"

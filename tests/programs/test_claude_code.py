@@ -32,7 +32,7 @@ from support.scripted_model import Recorded, ScriptedModel
 from support.tmux_pane import Tmux
 from support.paths import DOCS
 
-pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+pytestmark = [pytest.mark.slow, pytest.mark.real_program]  # real agent programs in tmux: not in the quick loop
 
 API_KEY = "sk-ant-relay-tests-0123456789abcdef"
 DEV_CHANNELS = ["--dangerously-load-development-channels", "server:relay"]

@@ -19,7 +19,7 @@ from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
 from support.waiting import wait_for
 
-pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
+pytestmark = [pytest.mark.slow, pytest.mark.real_program]  # real agent programs in tmux: not in the quick loop
 
 
 def test_one_shot_mail_reaches_the_model_at_the_prompt_and_after_the_tool_and_the_rest_stays_unread(relayctl, short_tmp: Path) -> None:

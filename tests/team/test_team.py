@@ -317,6 +317,7 @@ def test_zellij_team_through_the_recording_stub(relayctl, relay_env: dict[str, s
         relayctl("down", str(team_file), check=False)
 
 
+@pytest.mark.real_program
 def test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail(team: Team, relayctl, store_dir: Path) -> None:
     """One pane runs the real Claude Code against the scripted model server (DESIGN §10);
     the scratch HOME is what a signed-in user's would be, channels switch included."""
@@ -372,6 +373,7 @@ def _mail_to_alpha_is_answered_as_alpha(team: Team, relayctl, ready: str) -> Non
     assert [(m["from"], m["subject"]) for m in inbox] == [("alpha", "hotfix deployed")]
 
 
+@pytest.mark.real_program
 def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
     """Gemini CLI reads MCP servers from one project-wide settings file: `up` writes relay-mcp
     there with the role `$RELAY_AGENT`, which the real Gemini CLI fills in from the pane's
@@ -409,6 +411,7 @@ def test_a_gemini_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agen
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+@pytest.mark.real_program
 def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
     """`up` gives a Codex pane relay-mcp as `-c mcp_servers.relay=...` and relay's hooks, and
     answers the hook review those hooks cause. Mail for alpha reaches the pane's model, and
@@ -441,6 +444,7 @@ def test_a_codex_pane_started_by_up_has_relay_tools_that_speak_for_its_own_agent
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+@pytest.mark.real_program
 def test_codex_hook_review_is_answered_only_for_relays_own_hooks(relayctl, short_tmp: Path, monkeypatch) -> None:
     """What `up` expects Codex to ask: the review of relay's hooks while Codex has no trust
     recorded for them, or the file changed since; nothing once it is recorded; and never an
@@ -576,6 +580,7 @@ def test_up_passes_the_shells_keys_into_panes_of_a_running_tmux_server_and_names
     assert "gamma" not in again.stderr
 
 
+@pytest.mark.real_program
 def test_a_key_exported_before_up_reaches_the_real_claude_code_in_a_pane_of_a_running_tmux_server(team: Team, relayctl, store_dir: Path) -> None:
     """The real Claude Code, against a scripted model that refuses any other key (as the
     vendor's does): the key exported in the calling shell after the team's tmux server
@@ -682,6 +687,7 @@ def test_claude_codes_folder_trust_question_is_named_and_left_to_the_person(team
         assert not projects.get(str(team.repo.resolve()), {}).get("hasTrustDialogAccepted")  # nor recorded behind the person's back
 
 
+@pytest.mark.real_program
 def test_geminis_folder_trust_question_drawn_after_its_prompt_is_named_and_left_to_the_person(team: Team, relayctl) -> None:
     """Gemini CLI draws its prompt first and its folder trust dialog over it: `up` does not
     take the prompt for ready, names the question, and leaves it unanswered."""
@@ -706,6 +712,7 @@ def test_geminis_folder_trust_question_drawn_after_its_prompt_is_named_and_left_
         relayctl("down", str(team.file), check=False)
 
 
+@pytest.mark.real_program
 def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_question(team: Team, relayctl) -> None:
     from support.agent_programs import program
     from support.model_openai import codex_config, message, responses_responder
@@ -735,6 +742,7 @@ def test_codex_hook_review_is_answered_after_the_person_answers_the_trust_questi
         assert "Ask Codex to do anything" in screen and "Hooks need review" not in screen
 
 
+@pytest.mark.real_program
 def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_takes_the_trust_out(team: Team, relayctl) -> None:
     from support.agent_programs import program
     from support.model_anthropic import messages_responder, text as claude_text
@@ -777,6 +785,7 @@ def test_up_trust_starts_claude_codex_and_gemini_with_no_question_and_uninstall_
     assert team.files() == repo_before  # byte for byte: hooks, relay-mcp, the guard, all gone; the person's file as it was
 
 
+@pytest.mark.real_program
 def test_up_trust_leaves_the_persons_own_no_and_down_clean_leaves_their_keys_in_their_table(team: Team, relayctl) -> None:
     """The person said no for this repository (Claude Code's hasTrustDialogAccepted = false,
     Gemini CLI's DO_NOT_TRUST): `up --trust` says so and writes nothing there, and
@@ -833,6 +842,7 @@ def test_up_trust_leaves_the_persons_own_no_and_down_clean_leaves_their_keys_in_
     assert json.loads((home / ".claude.json").read_text())["projects"][repo]["hasTrustDialogAccepted"] is False
 
 
+@pytest.mark.real_program
 def test_up_trust_refuses_a_hard_linked_trust_file_with_a_line_and_keeps_the_link(team: Team, relayctl) -> None:
     """~/.gemini/trustedFolders.json as a hard link to the person's dotfiles: replacing it would
     leave the dotfiles copy behind without a word. `up --trust` says so in a line, writes
@@ -878,6 +888,7 @@ def _chat_answering_alpha_with(tool: str):
     return chat_responder(turn)
 
 
+@pytest.mark.real_program
 def test_an_opencode_pane_started_by_up_has_relay_tools_and_its_plugin_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
     """OpenCode reads MCP servers from the project's opencode.json: `up` adds relay-mcp there
     with the role `{env:RELAY_AGENT}`, and relay's plugin in .opencode/plugin. Mail for the
@@ -904,6 +915,7 @@ def test_an_opencode_pane_started_by_up_has_relay_tools_and_its_plugin_that_spea
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+@pytest.mark.real_program
 def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_its_own_agent(team: Team, relayctl, store_dir: Path) -> None:
     """Copilot CLI gets relay-mcp from `--additional-mcp-config` (its tools allowed with
     --allow-tool relay) and relay's hooks in .github/hooks/relay.json; in a folder the person
@@ -969,6 +981,7 @@ def _model_passing_hops(me: str):
     return lambda request: answer_turn(request) if is_turn(request) else answer_aside(request)
 
 
+@pytest.mark.real_program
 def test_up_starts_all_five_programs_and_mail_between_their_models_makes_every_round_trip(team: Team, relayctl, store_dir: Path) -> None:
     """One pane each of Claude Code, Codex CLI, Gemini CLI, OpenCode and Copilot CLI, started
     by `up --trust`, each against a scripted model server of its own. Every ordered pair of
@@ -1074,6 +1087,7 @@ def _up_and_at_prompts(team: Team, relayctl, screen) -> None:
             raise AssertionError(f"{ready!r} never showed; {name}'s pane shows:\n{screen(name)}") from None
 
 
+@pytest.mark.real_program
 @pytest.mark.timeout(600)
 def test_up_down_up_again_every_programs_model_gets_idle_mail_within_ten_seconds(team: Team, relayctl) -> None:
     from support.agent_programs import copilot_env, opencode_config, opencode_env, program
