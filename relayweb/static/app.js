@@ -61,9 +61,15 @@ function held(a) {
   return el("div", {}, el("span", { class: "badge held", title: `mail for ${a.name} is not in front of its model: ${why}`, text: `held: ${count}since ${shown(h.since)}: ${why}` }));
 }
 
+// Why the session's own door (its Claude Code inbox, its Codex queue) is not used, as relayctl status says it.
+function doorUnusable(a) {
+  if (!a.door_unusable) return null;
+  return el("div", { class: "muted door-unusable", title: `${a.name}'s mail goes by ${a.arrives_by}, not its session's own door`, text: `not its ${a.door_unusable}` });
+}
+
 function arrival(a) {
   const cell = arrivalCell(a);
-  const extra = [pane(a), held(a)].filter(Boolean);
+  const extra = [doorUnusable(a), pane(a), held(a)].filter(Boolean);
   if (extra.length) cell.append(" ", ...extra);
   return cell;
 }

@@ -311,6 +311,21 @@ def test_each_agents_arrival_and_a_failed_announcement_show(web: WebView, page, 
     page.wait_for_selector(f"{row} .badge.failed:text-matches('^failed ([2-9]|\\\\d\\\\d+) times since .+ UTC: false exited 1$')", timeout=2_000)
 
 
+def test_an_agent_whose_session_door_is_not_used_says_why(web: WebView, page, relayctl, relay_env, short_tmp: Path) -> None:
+    """Codex's hook, run outside any Codex process, reports a thread relay cannot queue into:
+    the row names the mechanism used instead and why not the door, as relayctl status does."""
+    relayctl("register", "agent-bd-42", "--program", "codex", "--notify", "cmd:true")
+    event = {"hook_event_name": "UserPromptSubmit", "session_id": "019a0000-0000-7000-8000-000000000042", "prompt": "hello", "cwd": str(short_tmp)}
+    env = {**relay_env, "RELAY_AGENT": "agent-bd-42", "CODEX_HOME": str(short_tmp / "codex-home")}
+    hook = subprocess.run([sys.executable, "-m", "relayctl", "hook", "codex"], env=env, input=json.dumps(event), capture_output=True, text=True, timeout=60)
+    assert hook.returncode == 0, hook.stderr
+    open_view(page, web)
+    why = page.wait_for_selector("#agents tr[data-agent='agent-bd-42'] .door-unusable", timeout=10_000).text_content()
+    assert why == "not its Codex queue: relay's hook found no Codex process above it"
+    assert "cmd:true" in page.text_content("#agents tr[data-agent='agent-bd-42']")
+    assert page.query_selector("#agents tr[data-agent='athena'] .door-unusable") is None
+
+
 def test_a_dead_lettered_copy_is_marked_in_the_message_list(web: WebView, page, relayctl) -> None:
     open_view(page, web)
     letter = make_dead_letter(relayctl, "Rotate the staging keys")
