@@ -11,6 +11,7 @@ import os
 import click
 
 from relayd import layout
+from relayd.errors import UsageError
 from relayd.names import check_agent_name
 from relayd.programs.registry import PROGRAMS as REGISTRY
 
@@ -44,7 +45,11 @@ def hooks() -> None:
 @click.option("--for", "program", type=click.Choice(PROGRAMS), required=True, help="The agent program.")
 @click.option("--agent", "agent", metavar="NAME", help="Only for the note on how to start the program as NAME: the file never names an agent.")
 @click.option("--project", default=".", show_default=True, type=click.Path(file_okay=False), help="The project directory whose settings get the hooks.")
-def install(program: str, agent: str | None, project: str) -> None:
+@click.option("--extension", is_flag=True,
+              help="copilot only: also relay's extension, .github/extensions/relay/extension.mjs, through which mail is "
+                   "enqueued into a running session with nothing typed; Copilot loads it only when started with "
+                   "--experimental, which also turns on its other experimental features (/every, /after, --assisted-approval).")
+def install(program: str, agent: str | None, project: str, extension: bool) -> None:
     """Merge relay's hook entries into the project's settings for PROGRAM.
 
     \b
@@ -56,6 +61,12 @@ def install(program: str, agent: str | None, project: str) -> None:
               agentStop (and permissionRequest, sessionEnd for the session's state)
       opencode .opencode/plugin/relay.js: relay's plugin (prompt, after a tool, a new
               turn when the session is idle with mail waiting; state events)
+
+    With --extension (copilot) relay's extension goes in too: started with
+    `copilot --experimental`, the session then gets a short notice of new mail as its
+    next turn (at once when idle), nothing typed into its pane, no draft or question
+    touched; the hooks hand the mail itself over. Without --experimental Copilot loads no
+    extension, and the hooks and the pane trigger do the work (`relayctl status` says why).
 
     Other hooks and keys in the file stay as they are; a relay entry already there is
     replaced in place, so running it twice changes nothing. The command names this
@@ -81,12 +92,20 @@ def install(program: str, agent: str | None, project: str) -> None:
     """
     s = settings()
     name = check_agent_name(agent) if agent else s.agent
+    spec = REGISTRY[program]
+    if extension and spec.extension is None:
+        raise UsageError(f"--extension: relay has no extension for {spec.title} (only for copilot)")
     change = hook_settings.install(program, project, *_store_and_socket(s))
-    s.out({"path": change.path, "changed": change.changed, "events": list(change.events)})
+    added = hook_settings.install_extension(program, project, *_store_and_socket(s)) if extension else None
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events),
+           **({"extension": {"path": added.path, "changed": added.changed}} if added else {})})
     if change.changed:
         s.note(f"installed relay's hooks in {change.path} ({', '.join(change.events)})")
     else:
         s.note(f"relay's hooks were already in {change.path}; nothing changed")
+    if added is not None:
+        s.note(f"{'installed' if added.changed else 'already there:'} relay's extension {added.path}; "
+               f"{spec.extension.help}: start it as RELAY_AGENT={name or 'NAME'} {program} {' '.join(spec.extension.flags)}")
     allowed = REGISTRY[program].settings.allow
     if allowed:  # a permission granted is said out loud, never slipped in with the hooks
         s.note(f"and the permissions.allow rule{'s' if len(allowed) > 1 else ''} {', '.join(map(repr, allowed))} there: "
@@ -103,8 +122,8 @@ def uninstall(program: str, project: str) -> None:
     """Remove relay's hook entries from the project's settings for PROGRAM.
 
     Only commands that run `relayctl ... hook PROGRAM` go; every other hook and key stays.
-    A file relay wrote whole (OpenCode's relay.js) that you changed since stays, and a line
-    says so.
+    A file relay wrote whole (OpenCode's relay.js, Copilot's relay extension) that you
+    changed since stays, and a line says so.
 
     \b
     Examples:
@@ -112,14 +131,21 @@ def uninstall(program: str, project: str) -> None:
       relayctl hooks uninstall --for codex --project ~/oathkeeper
     """
     s = settings()
+    gone = hook_settings.uninstall_extension(program, project)  # first: the folders relay made for both go with the last
     change = hook_settings.uninstall(program, project)
-    s.out({"path": change.path, "changed": change.changed, "events": list(change.events), **({"kept": change.note} if change.note else {})})
+    s.out({"path": change.path, "changed": change.changed, "events": list(change.events), **({"kept": change.note} if change.note else {}),
+           **({"extension": {"path": gone.path, "changed": gone.changed, **({"kept": gone.note} if gone.note else {})}}
+              if gone.changed or gone.note else {})})
     if change.changed:
         s.note(f"removed relay's hooks from {change.path} ({', '.join(change.events)})")
     elif change.note:
         s.note(change.note)
     else:
         s.note(f"no relay hooks in {change.path}; nothing changed")
+    if gone.changed:
+        s.note(f"removed relay's extension {gone.path}")
+    elif gone.note:
+        s.note(gone.note)
 
 
 def _store_and_socket(s) -> tuple[str | None, str | None]:

@@ -49,6 +49,14 @@ def up(file: str | None, preset: str | None, team_name: str | None, workers: int
     answers the folder trust ahead, in the programs' own settings, for this repository
     only.
 
+    A copilot agent with `extension = true` in the team file gets relay's extension
+    (.github/extensions/relay/extension.mjs) and runs as `copilot --experimental`: its mail
+    is then enqueued into the running session as a short notice, nothing typed into the
+    pane. Copilot loads extensions only with --experimental, which its own help calls
+    "Enable experimental features": it turns on its other experimental features too
+    (commands such as /every and /after, --assisted-approval). Without the key Copilot
+    runs as before, with relay's hooks and the pane trigger.
+
     Running it again starts what is missing and restarts only panes whose program
     exited. The schema of the team file is in docs/team.md.
 

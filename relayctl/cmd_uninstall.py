@@ -36,6 +36,18 @@ def clean(project: str, say: Callable[[str], None]) -> dict:
     files, kept = [], []
     for program in PROGRAMS:
         try:
+            gone = hook_settings.uninstall_extension(program, project)  # first: the folders relay made for both go with the last
+        except RelayError as exc:
+            gone = hook_settings.Change("", False, ())
+            kept.append(exc.message)
+            say(f"left as it is: {exc.message}")
+        if gone.changed:
+            files.append(gone.path)
+            say(f"relay's extension removed: {gone.path}")
+        if gone.note:
+            kept.append(gone.note)
+            say(gone.note)
+        try:
             change = hook_settings.uninstall(program, project, everything=True)
         except RelayError as exc:  # one file relay may not write (a link out of the project, a hard link): the others still go
             kept.append(exc.message)

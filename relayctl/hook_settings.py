@@ -37,6 +37,13 @@ that file when it is relay's plugin as relay wrote it (relayctl.originals notes 
 what relay wrote): one the person changed since stays, with a note in the Change, and
 `install` does not overwrite it.
 
+GitHub Copilot CLI's door (relayd.arrival.copilot_extension) is relay's extension
+(relayctl/copilot_extension.mjs), written whole into `.github/extensions/relay/extension.mjs`
+when asked for (`install_extension`: `hooks install --for copilot --extension`, `up` with
+`extension = true`), with this installation's `relayctl ... hook copilot sessionStart` in
+it, and removed by `uninstall_extension` (`hooks uninstall`, `relayctl uninstall`) under the
+plugin's rules: relay's file as relay wrote it goes, one the person changed stays.
+
 `relayctl hooks install|uninstall` (cmd_hooks.py) is the command line over these functions.
 """
 
@@ -61,6 +68,8 @@ from .context import installed_command
 # (relayd.programs; `Settings`). The files of each layout:
 OPENCODE_PLUGIN = os.path.join(os.path.dirname(__file__), "opencode_plugin.js")  # the "plugin" layout's source
 _PLUGIN_MARK = "// relay's OpenCode plugin"  # the first line: a file relay may replace or remove
+_EXTENSION_MARK = "// relay's GitHub Copilot CLI extension"  # the same, for an Extension's file
+_ARGV_MARK = r"/\* relay: relayctl argv \*/.*?/\* end \*/"
 COPILOT_HOOKS_VERSION = 1  # the "version" an "own-file" hooks file carries (Copilot CLI's)
 
 _HOOK_OPTIONS = ("--agent", "--dir", "--socket")
@@ -299,6 +308,80 @@ def _plugin_pattern() -> re.Pattern[str]:
     with open(OPENCODE_PLUGIN, encoding="utf-8") as fh:
         text = fh.read()
     parts = re.split(r"/\* relay: (?:relayctl argv|agent) \*/.*?/\* end \*/", text)
+    return re.compile("[^\n]*?".join(re.escape(part) for part in parts))
+
+
+def extension_path(program: str, project: str) -> str:
+    spec = PROGRAMS[program]
+    if spec.extension is None:
+        raise UsageError(f"relay has no extension for {spec.title}")
+    return os.path.join(os.path.abspath(project), spec.extension.file)
+
+
+def _extension_source(spec: Program) -> str:
+    return os.path.join(os.path.dirname(__file__), spec.extension.source)
+
+
+def extension_text(program: str, store_dir: str | None = None, socket: str | None = None) -> str:
+    """relay's extension with this installation's command for its report in it (no agent:
+    it speaks for the RELAY_AGENT of the session that loads it)."""
+    spec = PROGRAMS[program]
+    source = _extension_source(spec)
+    with open(source, encoding="utf-8") as fh:
+        text = fh.read()
+    argv = hook_argv(program, store_dir, socket, spec.door.events[0])
+    text, done = re.subn(_ARGV_MARK, lambda m: json.dumps(argv), text, count=1)
+    if not done:
+        raise RelayError(f"{source} has lost its relay: marker; reinstall relay")
+    return text
+
+
+def install_extension(program: str, project: str = ".", store_dir: str | None = None, socket: str | None = None) -> Change:
+    """Write relay's extension for `program` into `project` (replacing relay's own, never the person's)."""
+    _check_program(program)
+    path = extension_path(program, project)
+    target = _checked_target(path, project)
+    text = extension_text(program, store_dir, socket)
+    old = _read_plugin(path, target)
+    if old is not None and not old.startswith(_EXTENSION_MARK):
+        raise RelayError(f"{path} is not relay's extension; move it away or rename it (relay did not change the file)")
+    if old == text:
+        return Change(path, False, ())
+    if old is not None and originals.changed_since(target, old.encode("utf-8")):
+        raise RelayError(f"{path} has changed since relay installed it; relay keeps your version: move it away to get "
+                         "relay's (relay did not change the file)")
+    data = text.encode("utf-8")
+    settings_io.refuse_shared(target, path)
+    originals.remember(target)  # the folders made for it, for uninstall
+    settings_io.replace(target, data, path)
+    originals.wrote(target, data)
+    return Change(path, True, ())
+
+
+def uninstall_extension(program: str, project: str = ".") -> Change:
+    """relay's extension goes unless the person changed it since relay wrote it (then it
+    stays, and the Change says so); nothing for a program relay has no extension for."""
+    _check_program(program)
+    spec = PROGRAMS[program]
+    if spec.extension is None:
+        return Change("", False, ())
+    path = extension_path(program, project)
+    target = _checked_target(path, project)
+    old = _read_plugin(path, target)
+    if old is None or not old.startswith(_EXTENSION_MARK):
+        return Change(path, False, ())
+    changed = originals.changed_since(target, old.encode("utf-8"))
+    if changed or (changed is None and not _whole_file_pattern(_extension_source(spec)).fullmatch(old)):
+        originals.forget(target)
+        return Change(path, False, (), f"kept {path}: it has changed since relay installed it (remove it yourself if you no longer want it)")
+    _remove_own_file(path, project)
+    return Change(path, True, ())
+
+
+def _whole_file_pattern(source: str) -> re.Pattern[str]:
+    """A file relay writes whole from `source`, for any relayctl command in its marker."""
+    with open(source, encoding="utf-8") as fh:
+        parts = re.split(_ARGV_MARK, fh.read())
     return re.compile("[^\n]*?".join(re.escape(part) for part in parts))
 
 

@@ -13,7 +13,7 @@ from .store import Store
 from . import layout
 from .delivery.owed import count_by_agent
 from .arrival.program_state import read
-from .arrival import claude_inbox, codex_queue
+from .arrival import claude_inbox, codex_queue, copilot_extension
 from .timefmt import now, parse_duration, parse_iso
 from .team.commands import CommandsParams, commands
 from .reservations.reserve import listing
@@ -81,7 +81,7 @@ def _door(store: Store, name: str) -> tuple[str | None, str | None]:
     (its Claude Code inbox, its Codex queue); (its mechanism, "<door>: why not") when its
     session reported one relay cannot use; (None, None) when it reported none."""
     with store.agent_dir(name) as agent:
-        for door in (claude_inbox, codex_queue):
+        for door in (claude_inbox, codex_queue, copilot_extension):
             if agent.exists(door.DOOR):
                 why = door.why_not(agent)
                 return door.METHOD, f"{door.TITLE}: {why}" if why else ""

@@ -5,8 +5,10 @@ from relay and returns the argv its pane runs, from its module in the programs w
 (relayd.programs): relay's hooks in the project's settings (`Settings`), relay-mcp as its
 `Mcp.given` says (a file named on its command line, one command-line value, or the project
 file the program reads its servers from, where one file serves every pane, so the server's
-role is each pane's own RELAY_AGENT, `Mcp.pane_agent`), and with notify = "channel" the flags
-that let relay-mcp push mail into the session (`Launch.channel`). Any other command runs as
+role is each pane's own RELAY_AGENT, `Mcp.pane_agent`), with notify = "channel" the flags
+that let relay-mcp push mail into the session (`Launch.channel`), and with extension = true
+relay's extension and the flags its program needs to load it (`Extension`: Copilot's
+--experimental). Any other command runs as
 written; the pane's environment names the agent.
 
 The hooks are installed without an agent name: each pane's RELAY_AGENT says whose mail
@@ -136,6 +138,10 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
     model = ["--model", agent.model] if agent.model else []
     store_arg = store_dir if store_dir != _default_store() else None
     hook_settings.install(spec.name, team.repo, store_arg, socket)
+    flags: list[str] = []
+    if agent.extension and spec.extension is not None:  # the team file asked for it (teamfile: `extension`)
+        hook_settings.install_extension(spec.name, team.repo, store_arg, socket)
+        flags = [f for f in spec.extension.flags if f not in agent.args]
     given = None
     if spec.mcp.given == "file":
         given = os.path.join(state_dir, f"{agent.name}.mcp.json")
@@ -145,7 +151,7 @@ def launch(agent: Agent, team: Team, store_dir: str, socket: str | None, state_d
     elif spec.mcp.given == "project":
         hook_settings.put_server(spec.name, team.repo, SERVER_NAME, server(spec.name, spec.mcp.pane_agent, store_dir, socket, team.name))
     channels = spec.launch.channel.flags if spec.launch.channel is not None and arrival(agent) == "channel" else ()
-    return spec.launch.argv(given, channels, model, list(agent.args))
+    return spec.launch.argv(given, channels, model, [*flags, *agent.args])
 
 
 def pane_env(agent: Agent, team: Team, store_dir: str, socket: str | None) -> dict[str, str]:

@@ -17,6 +17,8 @@
     notify = "auto"                     # "auto" (default): Claude Code's channel where it works, else "pane";
                                         # "pane": a trigger typed into the agent's pane;
                                         # "channel" (claude only): pushed into the session by relay-mcp
+    extension = true                    # copilot only, optional: relay's extension enqueues mail into the
+                                        # session (nothing typed); runs `copilot --experimental`
 
 Unknown keys are refused, so a misspelt one is a clear error rather than silently ignored.
 """
@@ -41,7 +43,7 @@ KNOWN_PROGRAMS = tuple(PROGRAMS)  # relayd.programs: what relay knows of each
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
 _TOP_KEYS = {"team", "multiplexer", "repo", "agents", "held_after", "held_notice_after"}
 HELD_KEYS = ("held_after", "held_notice_after")  # written into config.json's "delivery" by `up` (relayd.delivery.held)
-_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify"}
+_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify", "extension"}
 NOTIFY = ("auto", "pane", "channel")
 
 
@@ -55,6 +57,7 @@ class Agent:
     env: dict[str, str] = field(default_factory=dict)
     lead: bool = False
     notify: str = "auto"
+    extension: bool = False  # relay's extension for its program (relayd.programs: `Extension`), with the flags it needs
 
     @property
     def kind(self) -> str:
@@ -161,7 +164,15 @@ def _agent(raw: object, where: str, n: int) -> Agent:
         takes = [spec for spec in PROGRAMS.values() if spec.launch.channel is not None]
         raise UsageError(f"{where}: agent {name}: notify = \"channel\" needs program = "
                          + " or ".join(f"\"{spec.name}\" ({spec.title}'s channels)" for spec in takes))
-    return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead, notify=notify)
+    extension = raw.get("extension", False)
+    if not isinstance(extension, bool):
+        raise UsageError(f"{where}: agent {name}: extension must be true or false")
+    if extension and (program.strip() not in PROGRAMS or PROGRAMS[program.strip()].extension is None):
+        has = [spec for spec in PROGRAMS.values() if spec.extension is not None]
+        raise UsageError(f"{where}: agent {name}: extension = true needs program = "
+                         + " or ".join(f"\"{spec.name}\" (relay's {spec.title} extension)" for spec in has))
+    return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead,
+                 notify=notify, extension=extension)
 
 
 def _no_unknown(table: dict, known: set[str], where: str) -> None:

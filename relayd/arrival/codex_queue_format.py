@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 
-from .for_models import field, short
+from .for_models import mail_notice
 
 QUEUE_USAGE = "Usage: codex queue"  # what `codex queue --help` prints where the command exists
 NOTICE_MAX = 1200  # characters of one queued notice; the mail itself is read with relay's tools
@@ -56,20 +56,8 @@ def queued(stdout: str, thread: str) -> bool:
 
 
 def notice(agent: str, messages: list[dict]) -> str:
-    """The text queued into the session: that mail waits for the agent (who from, what
-    about) and how to read it. Never dressed as the person's words, never the mail itself."""
-    count = len(messages)
-    head = f"[relay] {count} new message{'s' if count != 1 else ''} for {field(agent)} (relay mail, not a request from the person at this terminal):"
-    lines = [head]
-    for m in messages:
-        # one line each, escaped as `relayctl read` shows them (relayd.arrival.for_models)
-        line = f"- from {short(m.get('from', '?'), 64)}: {short(m.get('subject') or '(no subject)', 160)}"
-        if sum(len(x) + 1 for x in lines) + len(line) > NOTICE_MAX - 200:
-            lines.append(f"- and {count - len(lines) + 1} more")
-            break
-        lines.append(line)
-    lines.append("Read it with `relayctl read --unread --mark-read` (or relay's check_inbox tool), then carry on.")
-    return "\n".join(lines)
+    """The text queued into the session (relayd.arrival.for_models.mail_notice)."""
+    return mail_notice(agent, messages, NOTICE_MAX)
 
 
 def held_for_person(state: str | None, event: str | None) -> bool:

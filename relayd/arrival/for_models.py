@@ -130,3 +130,21 @@ def for_json(m: dict[str, Any]) -> dict[str, Any]:
     if isinstance(shown.get("body"), str):
         shown["body"] = "\n".join(visible(line, lines=True) for line in shown["body"].split("\n"))
     return shown
+
+
+def mail_notice(agent: str, messages: list[dict[str, Any]], most: int = 1200) -> str:
+    """A notice put into an agent program's session through its own door (Codex's queue,
+    relay's Copilot extension): that mail waits for the agent (who from, what about, one
+    escaped line each) and how to read it, in at most about `most` characters. Never dressed
+    as the person's words, never the mail itself."""
+    count = len(messages)
+    head = f"[relay] {count} new message{'s' if count != 1 else ''} for {field(agent)} (relay mail, not a request from the person at this terminal):"
+    lines = [head]
+    for m in messages:
+        line = f"- from {short(m.get('from', '?'), 64)}: {short(m.get('subject') or '(no subject)', 160)}"
+        if sum(len(x) + 1 for x in lines) + len(line) > most - 200:
+            lines.append(f"- and {count - len(lines) + 1} more")
+            break
+        lines.append(line)
+    lines.append("Read it with `relayctl read --unread --mark-read` (or relay's check_inbox tool), then carry on.")
+    return "\n".join(lines)

@@ -43,7 +43,7 @@ from .program_state import ProgramState, read_recorded, write as write_program_s
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
 from .paneinput import bare, holds_draft, holds_trigger, prompt_drawn, question_on_screen
-from . import claude_inbox, codex_queue
+from . import claude_inbox, codex_queue, copilot_extension
 from ..config import load_config
 
 ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
@@ -74,7 +74,7 @@ class _Unsubmitted(_Skip):
 TRIGGERS = ("tmux", "zellij", "cmd")  # the mechanisms triggered here
 # Doors before keystrokes (DESIGN §4): ways into a running session that type nothing, each
 # the session's own (relayd.programs: a program's `door`), tried before the agent's mechanism.
-DOORS = (claude_inbox, codex_queue)
+DOORS = (claude_inbox, codex_queue, copilot_extension)
 TRIGGERED = frozenset({*TRIGGERS, "unknown", *(door.METHOD for door in DOORS)})  # outcomes recorded here; channel and hook announce elsewhere
 # A recorded "asking" the screen shows to be over (relayd.arrival.asking): one per process,
 # so the daemon's looks at a pane add up across its retry rounds.

@@ -22,13 +22,24 @@ hooks then stand back.
 
 relay-mcp: Claude Code's file as it is, with `--additional-mcp-config @FILE`, relay's tools
 allowed with `--allow-tool=relay`.
+
+Its door (relayd.arrival.copilot_extension): Copilot loads every
+`.github/extensions/NAME/extension.mjs` of a trusted project (and of `$COPILOT_HOME/extensions`)
+as a Node process of its own, which joins the session through the SDK Copilot bundles
+(`joinSession()` from `@github/copilot-sdk/extension`) and may put a message into it with
+`session.send({prompt, mode: "enqueue"})`: the session's next turn, at once when idle. It
+does so only with extensions switched on, which `--experimental` does ("Enable experimental
+features": with extensions it turns on Copilot's other experimental features too, such as
+the /every and /after commands and --assisted-approval). relay's extension
+(relayctl/copilot_extension.mjs) listens on `<XDG_RUNTIME_DIR or /tmp/relay-copilot-UID>/AGENT.sock`
+and reports itself as relay's hooks report a door: `relayctl hook copilot sessionStart`.
 """
 
 from __future__ import annotations
 
 import os
 
-from .program import SERVER_NAME, Guest, Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust
+from .program import SERVER_NAME, Door, Extension, Guest, Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust
 from .claude import PROGRAM as CLAUDE
 
 
@@ -38,6 +49,50 @@ def _calling(event: dict) -> bool:
 
 def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: list[str]) -> list[str]:
     return ["copilot", "--additional-mcp-config", f"@{mcp}", f"--allow-tool={SERVER_NAME}", *model, *args]
+
+
+EXTENSION_FILE = os.path.join(".github", "extensions", "relay", "extension.mjs")
+EXPERIMENTAL = "--experimental"
+
+
+def extension_socket(environ, agent: str) -> str:
+    """Where relay's extension listens for `agent`'s mail (the extension's own rule, the same)."""
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    folder = os.path.join(runtime, "relay-copilot") if runtime else f"/tmp/relay-copilot-{os.getuid()}"
+    return os.path.join(folder, f"{agent}.sock")
+
+
+def _ancestors_argv() -> list[list[str]]:
+    """The command lines of this hook's ancestors (Copilot runs it through a shell, or its
+    extension's Node process starts it), nearest first."""
+    found, pid = [], os.getppid()
+    while pid > 1 and len(found) < 8:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                found.append([a.decode(errors="replace") for a in fh.read().split(b"\0") if a])
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return found
+
+
+def _extension(environ, event: dict) -> dict:
+    """Its door: relay's extension's socket for the session's agent, or why there is none
+    (relayd.arrival.copilot_extension checks the socket itself)."""
+    agent = environ.get("RELAY_AGENT") or environ.get("OVLD_ROLE") or ""
+    socket = extension_socket(environ, agent)
+    if os.path.exists(socket):
+        return {"socket": socket}
+    project = event.get("cwd") if isinstance(event.get("cwd"), str) else os.getcwd()
+    if not os.path.exists(os.path.join(project, EXTENSION_FILE)):
+        why = (f"relay's extension is not installed in {project} (`relayctl hooks install --for copilot --extension`, "
+               "or `extension = true` for the agent in the team file)")
+    elif not any(EXPERIMENTAL in argv for argv in _ancestors_argv()):
+        why = f"this Copilot runs without {EXPERIMENTAL}, so it loads no extensions"
+    else:
+        why = f"relay's extension did not start in this session (nothing listens at {socket})"
+    return {"socket": "", "missing": why}
 
 
 def _trust_file(env: dict[str, str]) -> str:
@@ -79,6 +134,14 @@ PROGRAM = Program(
     ),
     launch=Launch(reads=("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_MODEL"), argv=_argv),
     trust=Trust(file=_trust_file, format="folder-list"),
+    door=Door(operation="copilot_extension", events=("sessionStart", "userPromptSubmitted"), report=_extension),
+    extension=Extension(
+        file=EXTENSION_FILE,
+        source="copilot_extension.mjs",
+        flags=(EXPERIMENTAL,),
+        help="GitHub Copilot CLI loads extensions only with --experimental (\"Enable experimental features\"), which also turns "
+             "on its other experimental features: commands such as /every and /after, and --assisted-approval",
+    ),
     screen=Screen(
         ready=("/ commands",),
         questions=("Do you trust the files in this folder?",),

@@ -209,13 +209,29 @@ class Door:
         self.report = report  # (the hook's environment, its event) -> that operation's parameters, the agent's aside
 
 
+class Extension:
+    """relay's extension for a program that loads extensions from the project, through which
+    its door (`Door`) is opened: written whole by `hooks install --extension` and by `up`
+    where the team file asks for it (`extension = true`)."""
+
+    __slots__ = ("file", "source", "flags", "help")
+
+    def __init__(self, *, file: str, source: str, flags: tuple[str, ...], help: str) -> None:
+        self.file = file  # relative to the project
+        self.source = source  # relay's file it is written from (package data of relayctl)
+        self.flags = flags  # what the program's command line needs for it to load at all
+        self.help = help  # what those flags change besides, in the program's own words
+
+
 class Program:
     """One agent program."""
 
-    __slots__ = ("name", "title", "package", "tested", "hooks", "guest", "settings", "mcp", "launch", "trust", "screen", "door")
+    __slots__ = ("name", "title", "package", "tested", "hooks", "guest", "settings", "mcp", "launch", "trust", "screen", "door",
+                 "extension")
 
     def __init__(self, *, name: str, title: str, package: str, tested: str, hooks: Hooks, settings: Settings, mcp: Mcp,
-                 launch: Launch, screen: Screen, trust: Trust | None = None, guest: Guest | None = None, door: Door | None = None) -> None:
+                 launch: Launch, screen: Screen, trust: Trust | None = None, guest: Guest | None = None, door: Door | None = None,
+                 extension: Extension | None = None) -> None:
         self.name = name  # as the team file, `--for` and `relayctl hook` spell it
         self.title = title
         self.package = package  # on npm
@@ -228,6 +244,7 @@ class Program:
         self.trust = trust  # None: it asks no folder trust question
         self.screen = screen
         self.door = door  # None: mail reaches a running session only by its hooks, its channel or the pane
+        self.extension = extension  # None: relay has no extension for it
 
     def state_after(self, event: dict, continued: bool = False) -> str | None:
         """The state the session is in once it has run its hook for `event`; `continued`:
