@@ -15,6 +15,9 @@
 // running turn otherwise; never "immediate", which was seen to move a just-approved
 // command to the background) and answers {"ok": true, "id": ...} once Copilot took it.
 // A question on screen and the person's unsent draft are Copilot's, and stay as they are.
+// While a permission question is open the notice is held here, not enqueued (Copilot
+// 1.0.102 drops what was enqueued when the person declines one), and goes when the session
+// is idle again; the answer then says {"ok": true, "held": ...}.
 
 import { joinSession } from "@github/copilot-sdk/extension"
 import { spawn } from "node:child_process"
@@ -46,6 +49,33 @@ function reportDoor() {
   child.stdin.end(JSON.stringify({ timestamp: Date.now(), cwd: process.cwd(), relayExtension: process.pid }))
 }
 
+// Whether a permission question is open: Copilot 1.0.102 tells an extension of one only by
+// its permissionRequest hook's run (no permission.* event reaches it); the tool's end, an
+// abort (the person declined) or the session at rest closes it. Notices held meanwhile go
+// at the next rest: an abort drops what was enqueued before it.
+let asking = false
+const held = []
+
+function watchQuestions(session) {
+  session.on("hook.start", (event) => {
+    if (event?.data?.hookType === "permissionRequest") asking = true
+  })
+  session.on("tool.execution_complete", () => (asking = false))
+  session.on("abort", () => (asking = false))
+  session.on("session.idle", () => {
+    asking = false
+    while (held.length) session.send({ prompt: held.shift(), mode: "enqueue" }).catch(() => {})
+  })
+}
+
+async function enqueue(session, prompt) {
+  if (asking || held.length) {
+    held.push(prompt)
+    return { ok: true, held: "a question is open in the session: relay's extension enqueues the notice once the session is idle again" }
+  }
+  return { ok: true, id: await session.send({ prompt, mode: "enqueue" }) }
+}
+
 function serve(session, path) {
   const server = createServer((conn) => {
     let pending = ""
@@ -62,10 +92,8 @@ function serve(session, path) {
       try {
         const request = JSON.parse(line)
         if (request.op === "hello") answer = { ok: true, agent: AGENT, pid: process.pid }
-        else if (request.op === "enqueue" && typeof request.prompt === "string") {
-          const id = await session.send({ prompt: request.prompt, mode: "enqueue" })
-          answer = { ok: true, id }
-        } else answer = { ok: false, error: "unknown request" }
+        else if (request.op === "enqueue" && typeof request.prompt === "string") answer = await enqueue(session, request.prompt)
+        else answer = { ok: false, error: "unknown request" }
       } catch (error) {
         answer = { ok: false, error: String(error?.message ?? error).slice(0, 300) }
       }
@@ -97,6 +125,7 @@ if (AGENT && /^[a-z0-9][a-z0-9_-]{0,63}$/.test(AGENT)) {
   const folder = socketFolder()
   try {
     privateFolder(folder)
+    watchQuestions(session)
     serve(session, join(folder, `${AGENT}.sock`))
   } catch (error) {
     await session.log(`relay: no mail door for ${AGENT}: ${error?.message ?? error}`, { level: "warning" }).catch(() => {})

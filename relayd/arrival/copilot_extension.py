@@ -19,7 +19,10 @@ that process is gone (or its pid used again), the door is void.
 How mail goes through it (`announce`, called by relayd.arrival.notify): the unread mail not
 yet enqueued for this extension process (`agents/<name>/copilot-extension-sent`, after the
 process's key) is named in one notice (relayd.arrival.for_models.mail_notice), sent over one
-connection; the extension answers once Copilot took it. "announced" is that answer; "read"
+connection; the extension answers once Copilot took it, or says it holds the notice while a
+permission question is open (Copilot drops what was enqueued when the person declines one;
+the extension enqueues it once the session is idle again, and the announcement's note says
+so: `track` shows it). "announced" is that answer; "read"
 is still recorded when relay's hooks put the mail in front of the model (the notice turn's
 own prompt hook hands it over). A door that cannot be used leaves the agent's own mechanism
 (hooks and the pane trigger) to do the work, and `status` says why (`why_not`).
@@ -220,4 +223,6 @@ def announce(store: Store, name: str, agent: Dir, door: ExtensionDoor) -> dict:
     agent.replace(SENT, "\n".join([_key(door), *kept, ""]).encode(), None)
     agent.unlink(layout.PENDING, missing_ok=True)
     outcome.update(ok=True)
+    if isinstance(answer.get("held"), str):
+        outcome["note"] = f"held by relay's extension: {answer['held'][:200]}"
     return outcome

@@ -1,0 +1,191 @@
+"""relay's mail through relay's Copilot CLI extension, in the real Copilot CLI, in real tmux.
+
+GitHub Copilot CLI 1.0.102 (tests/agents) runs interactively with --experimental against the
+scripted model server, with relay's hooks and extension installed as `relayctl hooks install
+--for copilot --extension` writes them and RELAY_AGENT set as `relayctl up` sets it. The
+agent's notify target is its pane, but the extension reports itself and relayd enqueues a
+notice through it: no keystroke.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from support.agent_programs import copilot_env, program
+from support.model_openai import chat_responder, chat_text, chat_tool_call
+from support.relayd_proc import Daemon
+from support.scripted_model import ScriptedModel
+from support.tmux_pane import Tmux, kill_strays
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TRIGGER = "relay-test: new mail, call check_inbox"
+AGENT, SENDER = "inferno", "strategist"
+READY = "/ commands"
+QUESTION = "Do you want to run this command?"  # Copilot 1.0.102's permission question  # Copilot's prompt line (relayd.programs.copilot: Screen.ready)
+
+
+def _user_texts(body: dict) -> list[str]:
+    """The user turns' texts of one chat completions request (Copilot puts a
+    `<current_datetime>` line before each, and a hook's context after it)."""
+    out = []
+    for m in body.get("messages", []):
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        out += [content] if isinstance(content, str) else [c.get("text", "") for c in content or [] if isinstance(c, dict)]
+    return out
+
+
+def _notice_turn(model: ScriptedModel, subject: str):
+    return next((r for r in model.requests if r.path.endswith("/chat/completions")
+                 and any("[relay]" in t and subject in t for t in _user_texts(r.json() or {}))), None)
+
+
+class Session:
+    """A Copilot session for AGENT in tmux, with relay's hooks and extension, against a scripted model."""
+
+    def __init__(self, relayctl, relay_env: dict[str, str], root: Path, turn, experimental: bool = True) -> None:
+        self.relayctl, self.project, self.home = relayctl, root / "project", root / "home"
+        self.project.mkdir()
+        self.runtime = root / "run"  # the extension's socket folder: this test's own
+        self.runtime.mkdir(mode=0o700)
+        self.experimental = experimental
+        self.tmux = Tmux(root, "cp")
+        self.model = ScriptedModel(chat_responder(turn))
+        self.env = {k: v for k, v in relay_env.items() if not k.startswith("TMUX")}
+        self.env.update({"HOME": str(self.home), "RELAY_AGENT": AGENT, "TERM": "xterm-256color", "LANG": "C.UTF-8",
+                         "XDG_RUNTIME_DIR": str(self.runtime)})
+        self.agent_dir = Path(relay_env["RELAY_DIR"]) / "agents" / AGENT
+
+    def __enter__(self) -> "Session":
+        self.model.__enter__()
+        self.env.update(copilot_env(self.home, self.model.url, trusted=self.project))
+        self.relayctl("hooks", "install", "--for", "copilot", "--extension", "--agent", AGENT, "--project", str(self.project))
+        argv = [str(program("copilot")), *(["--experimental"] if self.experimental else [])]
+        self.tmux.start(argv, self.project, self.env, size=(150, 45))
+        self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}")
+        self.tmux.wait_for(READY, timeout=90, settle=1)
+        return self
+
+    def prompt(self, text: str) -> None:
+        self.tmux.type_line(text, text)
+
+    def door(self) -> dict | None:
+        path = self.agent_dir / "copilot-extension"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def state(self) -> dict:
+        path = self.agent_dir / "program-state"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def __exit__(self, *exc) -> None:
+        self.tmux.kill()
+        kill_strays(self.home)
+        self.model.__exit__(*exc)
+
+
+@pytest.fixture
+def team(relayctl, relay_env, store_dir: Path):
+    relayctl("init")
+    relayctl("register", SENDER)
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    try:
+        yield relayctl
+    finally:
+        daemon.proc.terminate()
+        daemon.proc.wait(timeout=20)
+
+
+def _status_of(relayctl, name: str) -> dict:
+    return next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == name)
+
+
+def _unread(relayctl) -> list[str]:
+    return [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]
+
+
+def test_idle_mail_reaches_the_model_through_the_extension_and_nothing_is_typed(team, relay_env, short_tmp: Path) -> None:
+    with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted.")) as s:
+        door = wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        assert door.get("unusable") is None, door
+        assert door["socket"] == str(s.runtime / "relay-copilot" / f"{AGENT}.sock")
+        screens: list[str] = []
+        for n in range(2):
+            team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
+            turn = wait_for(f"mail {n} at the model as an enqueued notice",
+                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2)
+            notice = next(t for t in _user_texts(turn.json()) if "[relay]" in t and f"idle mail {n}" in t)
+            assert f"from {SENDER}: idle mail {n}" in notice and "relayctl read --unread --mark-read" in notice
+            assert f"body of mail {n}" in turn.text  # the notice turn's prompt hook handed the mail itself over
+            wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+        assert not any(TRIGGER in screen for screen in screens)  # relay typed nothing into the pane
+        assert not any(TRIGGER in r.text for r in s.model.requests)
+        assert _unread(team) == []  # read through the hook, as it came
+        status = _status_of(team, AGENT)
+        assert status["arrives_by"] == "copilot-extension" and status.get("door_unusable") is None
+        sent = json.loads(team("--json", "send", AGENT, "one more", agent=SENDER).stdout)["id"]
+        told = wait_for("the announcement", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60)
+        assert told["how"] == "copilot-extension" and told["ok"]
+
+
+def test_a_draft_in_the_prompt_is_left_as_it_is(team, relay_env, short_tmp: Path) -> None:
+    with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted.")) as s:
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        s.tmux.literal("half a thought of mine")
+        s.tmux.wait_for("half a thought of mine", timeout=30, settle=0.5)
+        team("send", AGENT, "mail beside a draft", agent=SENDER)
+        wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2)
+        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+        assert "half a thought of mine" in s.tmux.cursor_line()  # still in the prompt, unsent
+        assert not any("half a thought of mine" in r.text for r in s.model.requests)
+        assert TRIGGER not in s.tmux.screen(history=200)
+
+
+def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_notice_goes(team, relay_env, short_tmp: Path) -> None:
+    def turn(body: dict) -> dict:
+        done = any(m.get("role") == "tool" for m in body.get("messages", []))
+        if "Make the marker." in json.dumps(body) and not done:
+            return chat_tool_call("bash", {"command": "touch marker-made", "description": "make the marker"})
+        return chat_text("Noted.")
+
+    with Session(team, relay_env, short_tmp, turn) as s:
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        s.prompt("Make the marker.")
+        wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90)
+        s.tmux.wait_for(QUESTION, timeout=30, settle=1)
+        sent = json.loads(team("--json", "send", AGENT, "mail during the question", agent=SENDER).stdout)["id"]
+        told = wait_for("the notice announced", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60)
+        assert told["how"] == "copilot-extension" and told["ok"]
+        assert "once the session is idle again" in (told.get("note") or "")  # held while the question is open
+        assert "once the session is idle again" in team("track", sent).stdout
+        time.sleep(10)  # an enqueued message reaches an idle session's model within a second (the idle test)
+        assert not (s.project / "marker-made").exists()  # nobody answered yes
+        assert s.state().get("state") == "asking"
+        assert QUESTION in s.tmux.screen()  # still asking: nothing picked an answer
+        assert _notice_turn(s.model, "mail during the question") is None
+        s.tmux.keys("Escape")  # the person declines
+        wait_for("the held notice at the model after the decline", lambda: _notice_turn(s.model, "mail during the question"), timeout=60, every=0.2)
+        assert not (s.project / "marker-made").exists()
+        assert _unread(team) == []
+        assert TRIGGER not in s.tmux.screen(history=200)
+
+
+def test_without_experimental_copilot_keeps_the_pane_trigger_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
+    with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted."), experimental=False) as s:
+        s.prompt("Carry on with the release work.")
+        door = wait_for("the hooks reporting the session has no extension", lambda: s.door(), timeout=90)
+        assert "without --experimental" in door["unusable"]
+        status = _status_of(team, AGENT)
+        assert status["arrives_by"].startswith("tmux:") and "without --experimental" in status["door_unusable"]
+        assert "without --experimental" in team("status").stdout
+        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+        team("send", AGENT, "mail for the pane", agent=SENDER)
+        turn = wait_for("the trigger typed and submitted", lambda: next((r for r in s.model.requests if TRIGGER in r.text), None), timeout=90)
+        assert "mail for the pane" in turn.text  # its prompt hook handed the mail over
