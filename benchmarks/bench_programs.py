@@ -6,7 +6,9 @@ up` sets it up: Claude Code by its own cross-session inbox (relay's default for 
 channel and by the pane trigger (those two with the inbox off, CLAUDE_CODE_HARBOR_KITE=0); Codex CLI, Gemini CLI and
 GitHub Copilot CLI by the pane trigger; OpenCode by relay's plugin (it starts a turn for mail
 to an idle session; nothing is typed); Codex CLI also by its own queue (`codex queue`, a
-notice queued into the session's thread: nothing is typed; relayd.arrival.codex_queue). The program sits idle at its prompt; one message at a time is sent
+notice queued into the session's thread: nothing is typed; relayd.arrival.codex_queue), and Copilot CLI
+also by relay's extension (`copilot --experimental`, a notice enqueued into the session:
+nothing is typed; relayd.arrival.copilot_extension). The program sits idle at its prompt; one message at a time is sent
 (through relayd, timed from the send), and the time until the model's request carries it is
 measured. A message that does not reach the model within MISS_AFTER seconds is a miss.
 Between sends the program is let back to its prompt (its hooks report `idle`).
@@ -29,9 +31,10 @@ AREA = "programs"
 TRIGGER = "relay: new mail, call check_inbox"
 MISS_AFTER = 10.0
 MISS_AFTER_QUEUE = 20.0  # Codex looks at its queue on a timer (about 10 s): a later arrival is measured, not a miss
-CASES = (("claude", "inbox"), ("claude", "channel"), ("claude", "pane"), ("codex", "queue"), ("codex", "pane"), ("gemini", "pane"), ("opencode", "plugin"), ("copilot", "pane"))
+CASES = (("claude", "inbox"), ("claude", "channel"), ("claude", "pane"), ("codex", "queue"), ("codex", "pane"), ("gemini", "pane"), ("opencode", "plugin"), ("copilot", "pane"),
+         ("copilot", "extension"))
 TITLES = {"claude": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI", "opencode": "OpenCode", "copilot": "Copilot CLI"}
-TARGETS = {"inbox": 0.25, "channel": 0.25, "pane": 0.5, "plugin": 0.5, "queue": 0.25}  # p99 seconds (issues: safe delivery, the doors; OpenCode and Copilot)
+TARGETS = {"inbox": 0.25, "channel": 0.25, "pane": 0.5, "plugin": 0.5, "queue": 0.25, "extension": 0.25}  # p99 seconds (issues: safe delivery, the doors; OpenCode and Copilot)
 READY = {"claude": "❯", "codex": "Ask Codex to do anything", "gemini": "Type your message", "opencode": "Ask anything", "copilot": "/ commands"}
 API_KEY = "sk-ant-relay-bench-00000000000000000000"
 
@@ -109,7 +112,7 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
     Path(store, "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     relayctl("register", "sender")
     relayctl("register", "inferno")
-    relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project))
+    relayctl("hooks", "install", "--for", program, "--agent", "inferno", "--project", str(project), *(["--extension"] if way == "extension" else []))
     daemon = subprocess.Popen([PYTHON, "-m", "relayd.daemon", "--dir", store, "--socket", sock], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tmux = Tmux(root, "bench")
@@ -132,6 +135,10 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
                 pane_env.update(PROGRAMS[program].prepare(home, project, model.url))
                 if way == "queue":
                     pane_env.pop("RELAY_CODEX_QUEUE", None)  # the tests' sessions turn the door off; here it is measured
+                if way == "extension":
+                    (root / "run").mkdir(mode=0o700)
+                    pane_env["XDG_RUNTIME_DIR"] = str(root / "run")  # the extension's socket folder: this run's own
+                    argv.append("--experimental")
                 if program == "gemini":
                     settings = home / ".gemini" / "settings.json"
                     settings.write_text(json.dumps({**json.loads(settings.read_text()), "model": {"name": "gemini-2.5-flash"}}))
@@ -142,6 +149,8 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int]:
                 _wait_for_inbox(Path(store))
             if way == "queue":
                 _learn_the_thread(Path(store), tmux)
+            if way == "extension":
+                _wait_for_extension(Path(store))
             with Client(store, sock) as client:
                 for n in range(sends):
                     _wait_idle(Path(store), program, tmux)
@@ -174,6 +183,18 @@ def _learn_the_thread(store: Path, tmux) -> None:
     found = json.loads(door.read_text()) if door.exists() else {"unusable": "no thread reported by relay's hooks within 30 s"}
     if found.get("unusable"):
         raise _NotRun(f"Codex's queue cannot be used: {found['unusable']}")
+
+
+def _wait_for_extension(store: Path) -> None:
+    """[copilot-extension] Until relay's extension has reported itself, at most 30 s: the
+    mail must go through it, not the pane trigger the agent is registered with."""
+    door = store / "agents" / "inferno" / "copilot-extension"
+    deadline = time.monotonic() + 30
+    while not door.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found = json.loads(door.read_text()) if door.exists() else {"unusable": "relay's extension did not report itself within 30 s"}
+    if found.get("unusable"):
+        raise _NotRun(f"relay's Copilot extension cannot be used: {found['unusable']}")
 
 
 def _past_start_up(tmux, program: str, way: str) -> None:
