@@ -166,6 +166,8 @@ def learn(store: Store, p: CopilotExtensionParams) -> ExtensionDoor:
         before = current(agent)
     if before is not None and not before.unusable and (before.socket == p.socket or not p.socket):
         return before  # the same extension (a hook of its session found it again, or cannot see it): nothing new
+    if before is not None and not p.socket and before.unusable == p.missing:
+        return before  # the same reason at the session's next prompt: nothing to write
     if p.socket:
         door = inspect(p.socket, p.agent)
     else:
