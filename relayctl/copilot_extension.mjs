@@ -46,7 +46,7 @@ function privateFolder(folder) {
 function reportDoor() {
   const child = spawn(RELAYCTL[0], RELAYCTL.slice(1), { stdio: ["pipe", "ignore", "ignore"] })
   child.on("error", () => {})
-  child.stdin.end(JSON.stringify({ timestamp: Date.now(), cwd: process.cwd(), relayExtension: process.pid }))
+  child.stdin.end(JSON.stringify({ timestamp: Date.now(), cwd: process.cwd() })) // as Copilot gives its hooks: no event name
 }
 
 // Whether a permission question is open: Copilot 1.0.102 tells an extension of one only by

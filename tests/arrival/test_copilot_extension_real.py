@@ -177,6 +177,28 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
         assert TRIGGER not in s.tmux.screen(history=200)
 
 
+def test_mail_during_an_approved_command_follows_the_command(team, relay_env, short_tmp: Path) -> None:
+    def turn(body: dict) -> dict:
+        done = any(m.get("role") == "tool" for m in body.get("messages", []))
+        if "Make the marker." in json.dumps(body) and not done:
+            return chat_tool_call("bash", {"command": "touch marker-made && echo marker-done", "description": "make the marker"})
+        return chat_text("Noted.")
+
+    with Session(team, relay_env, short_tmp, turn) as s:
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        s.prompt("Make the marker.")
+        s.tmux.wait_for(QUESTION, timeout=90, settle=1)
+        team("send", AGENT, "mail during the command", agent=SENDER)
+        wait_for("the notice held", lambda: (s.agent_dir / "copilot-extension-sent").exists(), timeout=60)
+        assert QUESTION in s.tmux.screen() and not (s.project / "marker-made").exists()
+        s.tmux.keys("Enter")  # the person allows it (1. Yes)
+        notice = wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail during the command"), timeout=90, every=0.2)
+        assert (s.project / "marker-made").exists()  # the command ran as the person allowed it, in the foreground
+        tool_done = next(r for r in s.model.requests if "marker-done" in r.text)
+        assert s.model.requests.index(tool_done) < s.model.requests.index(notice)  # the command's turn first, then the mail
+        assert TRIGGER not in s.tmux.screen(history=200)
+
+
 def test_without_experimental_copilot_keeps_the_pane_trigger_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted."), experimental=False) as s:
         s.prompt("Carry on with the release work.")
