@@ -937,6 +937,36 @@ def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_i
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+def test_a_copilot_agent_whose_team_file_asks_for_the_extension_gets_its_mail_with_nothing_typed(team: Team, relayctl, store_dir: Path) -> None:
+    """`extension = true`: `up` writes relay's Copilot extension and starts `copilot
+    --experimental`; the extension reports itself, and mail for alpha is enqueued into the
+    session (relayd.arrival.copilot_extension), whose answer arrives as alpha's."""
+    from support.agent_programs import copilot_env, program
+    from support.scripted_model import ScriptedModel
+
+    copilot = program("copilot")
+    home = team.root / "home"
+    runtime = team.root / "run"
+    runtime.mkdir(mode=0o700)
+    team.file.write_text(team.file.read_text().replace('name = "alpha"\nprogram = "', 'name = "alpha"\nextension = true\nprogram = "copilot"\n# was: "', 1))
+    with ScriptedModel(_chat_answering_alpha_with("relay-send_message")) as model:
+        team.env.update(HOME=str(home), PATH=f"{copilot.parent}:{team.env['PATH']}", TERM="xterm-256color", XDG_RUNTIME_DIR=str(runtime),
+                        **copilot_env(home, model.url, trusted=team.repo.resolve()))
+        relayctl("up", str(team.file))
+        assert (team.repo / ".github" / "extensions" / "relay" / "extension.mjs").exists()
+        door = store_dir / "agents" / "alpha" / "copilot-extension"
+        found = wait_for("relay's extension reporting itself", lambda: door.exists() and json.loads(door.read_text()), timeout=90)
+        assert found.get("unusable") is None, found
+        _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="/ commands")
+        alpha = next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == "alpha")
+        assert alpha["arrives_by"] == "copilot-extension"
+        pane = team.panes()["alpha"][0]
+        shown = team.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", pane)
+        assert "[relay] 1 new message for alpha" in shown and "New message waiting" not in shown  # the notice, and no trigger typed
+    relayctl("down", str(team.file))
+    wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
+
+
 # -- a team of all five programs ---------------------------------------------------------------
 
 FIVE = ("claude", "codex", "gemini", "opencode", "copilot")
