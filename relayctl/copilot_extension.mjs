@@ -4,8 +4,8 @@
 // `relayctl hooks uninstall --for copilot` removes it. Tried with Copilot CLI 1.0.102, which
 // loads extensions only when started with --experimental.
 //
-// Every decision about mail is relay's (relayd.arrival.copilot_extension); this file only
-// opens a door for it. It joins the session, listens on a socket of its own in a folder
+// Which mail to tell of, and in what words, is relay's (relayd.arrival.copilot_extension);
+// this file opens the door and decides only when Copilot can take a notice. It joins the session, listens on a socket of its own in a folder
 // only this user may enter (`<$XDG_RUNTIME_DIR or /tmp/relay-copilot-UID>/AGENT.sock`,
 // AGENT being the pane's RELAY_AGENT, as `relayctl up` sets it), and tells relay it is
 // there (`relayctl hook copilot sessionStart`, as relay's hooks report a session's door).
