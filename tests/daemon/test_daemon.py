@@ -166,6 +166,8 @@ def scenario():
         ("claude_inbox", lambda r: {"agent": "inferno", "socket": "", "sessions_dir": "/nonexistent/sessions", "missing": "no inbox here"}),
         # and of its Codex thread: here, one reported by a hook outside any Codex
         ("codex_queue", lambda r: {"agent": "inferno", "thread": "", "pid": 0, "codex_home": "/nonexistent/.codex", "missing": "no Codex here"}),
+        # and of relay's Copilot extension: here, one a session without it reports
+        ("copilot_extension", lambda r: {"agent": "inferno", "socket": "", "missing": "no extension here"}),
         ("cmd", lambda r: {"agent": "storm", "session": "agent:main:main", "command": "/compact", "args": "now"}),
         ("commands", lambda r: {}),
         ("cmd_get", lambda r: {"id": r["cmd"]["id"]}),
