@@ -22,7 +22,7 @@ from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
 from support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.real_program]
 
 TRIGGER = "relay-test: new mail, call check_inbox"
 AGENT, SENDER = "inferno", "strategist"

@@ -937,6 +937,7 @@ def test_a_copilot_pane_started_by_up_has_relay_tools_and_hooks_that_speak_for_i
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
 
+@pytest.mark.real_program
 def test_a_copilot_agent_whose_team_file_asks_for_the_extension_gets_its_mail_with_nothing_typed(team: Team, relayctl, store_dir: Path) -> None:
     """`extension = true`: `up` writes relay's Copilot extension and starts `copilot
     --experimental`; the extension reports itself, and mail for alpha is enqueued into the
