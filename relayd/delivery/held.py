@@ -146,11 +146,18 @@ def agent_held(store: Store, name: str, held_after: float) -> Held | None:
     return held_since(store, name, oldest)
 
 
+def landed(how: str | None, ok: bool) -> bool:
+    """Whether an announcement put the agent's mail in front of its model. A hook's ("hook")
+    is the hook marking that mail read, so it says no more than the read does: mail it handed
+    into a turn that then failed is unread again (relayd.arrival.program_state), and waits."""
+    return ok and how != "hook"
+
+
 def _told_since(store: Store, name: str, since: str) -> bool:
     """A trigger landed for the agent after `since` (its mail from then on is in front of its model)."""
     from .log import newest_first
 
-    return any(r.step == "announced" and r.to == name and r.ok and not r.note and r.ts >= since for r in newest_first(store, since))
+    return any(r.step == "announced" and r.to == name and landed(r.how, r.ok) and not r.note and r.ts >= since for r in newest_first(store, since))
 
 
 # -- the one notice --------------------------------------------------------------------------------
@@ -179,17 +186,17 @@ def notice_held(store: Store) -> list[dict]:
             continue
         oldest = min(m.ts for m in late)
         done: set[str] = set()
-        landed = ""  # the last trigger that landed for it: mail stored before it is in front of the model
+        last_landed = ""  # the last trigger that landed for it: mail stored before it is in front of the model
         for r in newest_first(store, oldest):
             if r.to != name:
                 continue
             if r.step == "held":
                 done.update(r.ids)
-            elif r.step == "announced" and r.ok and not r.note and not landed:
-                landed = r.ts
+            elif r.step == "announced" and landed(r.how, r.ok) and not r.note and not last_landed:
+                last_landed = r.ts
         by_sender: dict[str, list[Message]] = {}
         for m in late:
-            if m.id not in done and m.ts > landed and store.is_agent(m.from_):
+            if m.id not in done and m.ts > last_landed and store.is_agent(m.from_):
                 by_sender.setdefault(m.from_, []).append(m)
         for sender, messages in by_sender.items():
             held = held_since(store, name, min(m.ts for m in messages))

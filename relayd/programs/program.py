@@ -29,12 +29,13 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "failed")
+                 "entry_fields", "help", "start", "shown", "failed", "read_at")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
-                 help: str = "", start: str | None = None, shown: str | None = None, failed: tuple[str, ...] = ()) -> None:
+                 help: str = "", start: str | None = None, shown: str | None = None, failed: tuple[str, ...] = (),
+                 read_at: str | None = None) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
         self.state = state  # events installed only to report the session's state (relayd.arrival.program_state)
@@ -51,6 +52,10 @@ class Hooks:
         # events that end a turn in failure (the model call refused: "Not logged in", a lost
         # connection): mail the hook handed into that turn is unread again (relayd.arrival.program_state)
         self.failed = failed
+        # the event that shows the model's request went out with the mail the other events
+        # handed over (its `handed` field lists it): that mail counts as read only then, since
+        # the program calls its hooks a while before the request (OpenCode). None: read when handed.
+        self.read_at = read_at
 
     @property
     def installed(self) -> tuple[str, ...]:
@@ -58,7 +63,7 @@ class Hooks:
         return (*self.state[:1], *self.context, self.stop, *self.state[1:])
 
     def known(self, name: object) -> bool:
-        return name in self.context or name == self.stop or name in self.state or name in self.other
+        return name in self.context or name == self.stop or name in self.state or name in self.other or name == self.read_at
 
 
 class Guest:
