@@ -144,6 +144,11 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
         # the prompt, mail comes by the agent's trigger instead (relayd.arrival.program_state).
         _record_state(s, agent, program, event, owner, guest=guest)
         return None
+    if name == spec.stop and turn_failed(program, event):
+        # The turn's end after a failed model call (Gemini CLI's): what it was handed goes
+        # back unread, and nothing is handed into a continuation that would fail the same way.
+        _record_state(s, agent, program, event, owner, guest=guest)
+        return None
     if name == spec.stop and event.get("stop_hook_active") is True:
         _record_state(s, agent, program, event, owner, new_turn=True, guest=guest)
         return None  # this turn is already the continuation we asked for: stop now, mail waits
@@ -206,7 +211,7 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, 
         params["handed"] = handed
     if new_turn:
         params["new_turn"] = True
-    if turn_failed(program, name):
+    if turn_failed(program, event):
         params["failed"] = True
     try:
         s.call("program_state", params)

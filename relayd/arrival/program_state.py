@@ -182,7 +182,7 @@ def _note_failed(agent: Dir) -> None:
     # deferred import: a failed turn is rare, and most state reports load no delivery code
     from ..delivery.held import note_held
 
-    note_held(agent, FAILED_WHY, now_iso())
+    note_held(agent, FAILED_WHY, now_iso(), failed=True)
 
 
 def _clear_failed(agent: Dir) -> None:

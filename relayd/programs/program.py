@@ -29,13 +29,13 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "failed", "read_at")
+                 "entry_fields", "help", "start", "shown", "failed", "failure", "read_at")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
                  help: str = "", start: str | None = None, shown: str | None = None, failed: tuple[str, ...] = (),
-                 read_at: str | None = None) -> None:
+                 failure=None, read_at: str | None = None) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
         self.state = state  # events installed only to report the session's state (relayd.arrival.program_state)
@@ -52,6 +52,9 @@ class Hooks:
         # events that end a turn in failure (the model call refused: "Not logged in", a lost
         # connection): mail the hook handed into that turn is unread again (relayd.arrival.program_state)
         self.failed = failed
+        # (event) -> whether this run of one of those events reports the failure (Copilot's
+        # errorOccurred is one for a model call, not for a tool); None: every run does
+        self.failure = failure
         # the event that shows the model's request went out with the mail the other events
         # handed over (its `handed` field lists it): that mail counts as read only then, since
         # the program calls its hooks a while before the request (OpenCode). None: read when handed.
@@ -233,6 +236,11 @@ class Program:
         self.trust = trust  # None: it asks no folder trust question
         self.screen = screen
         self.door = door  # None: mail reaches a running session only by its hooks, its channel or the pane
+
+    def turn_failed(self, event: dict) -> bool:
+        """Whether the hook event `event` ends (or reports) a turn whose model call failed."""
+        name = event.get("hook_event_name")
+        return name in self.hooks.failed and (self.hooks.failure is None or bool(self.hooks.failure(event)))
 
     def state_after(self, event: dict, continued: bool = False) -> str | None:
         """The state the session is in once it has run its hook for `event`; `continued`:
