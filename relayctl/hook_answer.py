@@ -105,7 +105,7 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     """What `program` should be told for the hook event `raw` (None: print nothing);
     `event_name`: the event, for a program whose events do not name themselves."""
     if not s.agent:
-        return _no_agent(program, raw)  # a session relay did not start, which the project's hooks are not for
+        return _no_agent(program, raw, event_name)  # a session relay did not start, which the project's hooks are not for
     try:
         event = json.loads(raw)
     except ValueError as exc:
@@ -176,20 +176,25 @@ NO_AGENT = ("relay: this {title} session has no agent name (RELAY_AGENT), so rel
             "To run it as a relay agent, start it as `RELAY_AGENT=NAME {program}`, or start the team with `relayctl up`.")
 
 
-def _no_agent(program: str, raw: str) -> dict | None:
+PASS_ON = "Before anything else in your answer, tell the person this, in one line: {notice}"
+
+
+def _no_agent(program: str, raw: str, event_name: str | None = None) -> dict | None:
     """A session started without RELAY_AGENT: its hooks hand nothing over, silently, except
     once at its start, where the program shows the person a line (`Hooks.shown`) saying how
-    to start it as an agent. A clear or a compaction starts no new session."""
+    to start it as an agent; a program that shows the person no hook's text (`Hooks.relayed`)
+    gives it to its model to pass on. A clear or a compaction starts no new session."""
     spec = PROGRAMS[program]
     try:
         event = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(event, dict) or spec.hooks.shown is None or event.get("hook_event_name") != spec.hooks.start:
+    if not isinstance(event, dict) or spec.hooks.shown is None or (event_name or event.get("hook_event_name")) != spec.hooks.start:
         return None
     if event.get("source") in ("clear", "compact") or guest_calling(program, event) is not None:
         return None  # the guest (Copilot) reads only its own shape, which shows no such line
-    return {spec.hooks.shown: NO_AGENT.format(title=spec.title, program=program)}
+    notice = NO_AGENT.format(title=spec.title, program=program)
+    return {spec.hooks.shown: PASS_ON.format(notice=notice) if spec.hooks.relayed else notice}
 
 
 def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, continued: bool = False, state: str | None = None,

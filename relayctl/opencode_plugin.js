@@ -173,11 +173,16 @@ export const RelayPlugin = async ({ client }) => {
       const props = event.properties ?? {}
       const sessionID = props.sessionID ?? props.info?.id
       switch (event.type) {
-        case "session.created":
+        case "session.created": {
           if (props.info?.parentID) break
           sessions.add(sessionID)
-          await relay("session.created", { session_id: sessionID })
+          const answer = await relay("session.created", { session_id: sessionID })
+          if (typeof answer?.notice === "string") {
+            // a session without an agent name: relay's line on how to start it as one
+            await client.tui.showToast({ body: { title: "relay", message: answer.notice, variant: "warning", duration: 30000 } }).catch(() => {})
+          }
           break
+        }
         case "session.status":
           if (props.status?.type === "busy") {
             busy.add(sessionID)

@@ -25,6 +25,10 @@ retries too, all of them `recoverable: true`, and no agentStop after the last: t
 the mail handed into the turn back as unread. Where a retry then gets through, that mail
 comes again with the turn's next hook: shown twice, never lost.
 
+A session without RELAY_AGENT is told how to start as an agent through its model: Copilot
+(1.0.102) shows the person no hook's text (no `systemMessage`, not a failing hook's stderr),
+so the sessionStart hook gives the model the line, asking it to pass it on.
+
 relay-mcp: Claude Code's file as it is, with `--additional-mcp-config @FILE`, relay's tools
 allowed with `--allow-tool=relay`.
 """
@@ -68,6 +72,9 @@ PROGRAM = Program(
         failure=lambda event: event.get("errorContext") == "model_call",
         named_by_entry=True,
         answer="additionalContext",
+        start="sessionStart",
+        shown="additionalContext",  # its model's: Copilot shows the person neither a systemMessage nor a hook's stderr
+        relayed=True,
         help="userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd "
              "report the session's state; errorOccurred for a model call makes the mail of that turn unread again",
     ),

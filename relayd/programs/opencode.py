@@ -19,6 +19,9 @@ leaves the mail unread; one that fails later (`session.error`) puts it back as u
 the plugin starts no turn of its own for that session until its person's next prompt, so a
 model that keeps failing is not asked again and again.
 
+A session without RELAY_AGENT: the plugin's session.created report gets relay's line on how
+to start it as an agent (`notice`), which the plugin shows as a toast in OpenCode's TUI.
+
 It asks no folder trust question, and may take a while to draw at its first start (it
 npm-installs its plugin package into the folder): `up` watches it as it watches any command.
 """
@@ -52,6 +55,8 @@ PROGRAM = Program(
                 "permission.replied": "working", "question.replied": "working", "question.rejected": "working",
                 "permission.asked": "asking", "question.asked": "asking", "session.idle": "idle", "session.deleted": "ended"},
         answer="additionalContext",
+        start="session.created",
+        shown="notice",  # relay's plugin shows it as a toast in OpenCode's TUI
         help="chat.message, tool.execute.after and session.idle hand mail over, which counts as read at the model's first "
              "streamed step (message.part.updated, a step-start part); session.error (a failed model call) makes the mail of "
              "that turn unread again; session.created, permission.asked, question.asked, their replies and session.deleted "

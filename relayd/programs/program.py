@@ -29,12 +29,12 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "failed", "failure", "read_at")
+                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "read_at")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
-                 help: str = "", start: str | None = None, shown: str | None = None, failed: tuple[str, ...] = (),
+                 help: str = "", start: str | None = None, shown: str | None = None, relayed: bool = False, failed: tuple[str, ...] = (),
                  failure=None, read_at: str | None = None) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
@@ -49,6 +49,9 @@ class Hooks:
         self.help = help  # `relayctl hook PROGRAM --help`: which events do what
         self.start = start  # the event that starts a session (once: not on a clear or a compaction)
         self.shown = shown  # the answer field whose text the program shows the person (not the model), if any
+        # the program shows the person no hook's text at all: `shown` is a field its model reads,
+        # and the model is asked to pass the text on
+        self.relayed = relayed
         # events that end a turn in failure (the model call refused: "Not logged in", a lost
         # connection): mail the hook handed into that turn is unread again (relayd.arrival.program_state)
         self.failed = failed

@@ -147,6 +147,21 @@ def test_a_session_without_a_relay_identity_is_told_once_at_its_start_how_to_be_
     assert _unread(relayctl) == ["still here"]
 
 
+def test_copilot_and_opencode_sessions_without_a_relay_identity_are_told_their_own_way(relayctl, hook) -> None:
+    """Copilot shows the person no hook's text: its model gets the line, to pass on; relay's
+    OpenCode plugin shows the `notice` as a toast. Once, at the session's start; no mail goes."""
+    relayctl("send", "inferno", "still here", agent="overlord")
+    copilot = json.loads(relayctl("hook", "copilot", "sessionStart", input=json.dumps({"sessionId": "s1", "timestamp": 1, "source": "new"})).stdout)
+    assert list(copilot) == ["additionalContext"] and "tell the person" in copilot["additionalContext"]
+    assert "RELAY_AGENT=NAME copilot" in copilot["additionalContext"]
+    later = relayctl("hook", "copilot", "userPromptSubmitted", input=json.dumps({"sessionId": "s1", "timestamp": 2, "prompt": "hi"}))
+    assert later.stdout == ""
+    opencode = json.loads(relayctl("hook", "opencode", input=json.dumps({"hook_event_name": "session.created", "session_id": "ses_1"})).stdout)
+    assert list(opencode) == ["notice"] and "RELAY_AGENT=NAME opencode" in opencode["notice"]
+    assert relayctl("hook", "opencode", input=json.dumps({"hook_event_name": "chat.message", "session_id": "ses_1"})).stdout == ""
+    assert _unread(relayctl) == ["still here"]
+
+
 def _unread(relayctl) -> list[str]:
     return [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)]
 

@@ -218,3 +218,36 @@ def test_a_turn_whose_model_call_fails_leaves_its_mail_unread_and_the_sender_tol
         finally:
             tmux.kill()
             kill_strays(home)
+
+
+def test_a_session_without_an_agent_name_shows_relays_line_once_and_the_mail_stays_unread(relayctl, store_dir: Path, short_tmp: Path) -> None:
+    """A person's own OpenCode (no RELAY_AGENT) in a project with relay's plugin: at its
+    session's start the plugin shows relay's line on how to start it as an agent (a toast in
+    OpenCode's TUI), and hands nothing over."""
+    home, project = short_tmp / "home", short_tmp / "project"
+    home.mkdir()
+    project.mkdir()
+    relayctl.setup("init", preset="overlord")
+    relayctl("hooks", "install", "--for", "opencode", "--project", str(project))
+    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
+    is_turn = PROGRAMS["opencode"].is_turn
+    tmux = Tmux(short_tmp)
+    with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
+        agent_programs.opencode_config(project, model.url)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_DIR": str(store_dir),
+               **agent_programs.opencode_env(project, home)}
+        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        try:
+            tmux.wait_for("Ask anything", timeout=90, settle=1)
+            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
+            first = model.wait_for(lambda r: is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
+            try:
+                screen = wait_for("relay's line", lambda: (lambda s: s if "has no agent name" in s else "")(" ".join(tmux.screen().split())), timeout=20)
+            except AssertionError:
+                raise AssertionError(tmux.screen()) from None
+            assert "RELAY_AGENT=NAME" in screen and screen.count("has no agent name") == 1
+            assert SUBJECTS[0] not in first.text
+        finally:
+            tmux.kill()
+            kill_strays(home)
+    assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == [SUBJECTS[0]]
