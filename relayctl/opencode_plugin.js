@@ -15,8 +15,9 @@
 // hooks a second or more before its request, so the answer lists the messages (`handed`) and
 //   message.part.updated   a step-start part: the model's answer began, after its request;
 //                          the handed mail is read from now on
-//   session.error          the model call failed: mail of that turn is unread again, and no
-//                          turn is started for the session until its person's next prompt
+//   session.error          the model call failed (not a turn the person stopped): mail of that
+//                          turn is unread again, and no turn is started for the session until
+//                          its person's next prompt
 // It also reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
@@ -219,6 +220,9 @@ export const RelayPlugin = async ({ client }) => {
         case "session.error":
           if (!sessionID) break
           handing.delete(sessionID) // never in a request that reached the model: still unread
+          // Stopped by the person (Esc) or by OpenCode's own end (`relayctl down`): the model
+          // call did not fail, and the mail its request carried was read.
+          if (props.error?.name === "MessageAbortedError") break
           failed.add(sessionID)
           await inOrder(() => relay("session.error", { session_id: sessionID }))
           break
