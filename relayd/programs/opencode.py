@@ -22,6 +22,11 @@ model that keeps failing is not asked again and again.
 A session without RELAY_AGENT: the plugin's session.created report gets relay's line on how
 to start it as an agent (`notice`), which the plugin shows as a toast in OpenCode's TUI.
 
+The first turn of each OpenCode process is slow to reach the model, by OpenCode's own work:
+before its first request it sets up its snapshot of the project (a git repository of its own,
+the working tree added) and asks for the session's title; 1.5 s on a quiet machine, 6-17 s
+with five programs starting on two cores (docs/team.md; `"snapshot": false` skips the first).
+
 It asks no folder trust question, and may take a while to draw at its first start (it
 npm-installs its plugin package into the folder): `up` watches it as it watches any command.
 """
