@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -251,3 +252,49 @@ def test_a_session_without_an_agent_name_shows_relays_line_once_and_the_mail_sta
             tmux.kill()
             kill_strays(home)
     assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == [SUBJECTS[0]]
+
+
+def test_a_turn_the_person_stops_is_no_failed_call_and_its_mail_stays_read(relayctl, daemon, store_dir: Path, short_tmp: Path) -> None:
+    """The model's answer to the request carrying the mail (in the turn relay's plugin started
+    for it) is still coming when the person stops the turn (Esc): OpenCode reports the abort as session.error, which is no failed
+    model call: the mail stays read, and no failure is named to its sender."""
+    home, project = _project(relayctl, short_tmp)
+    is_turn = PROGRAMS["opencode"].is_turn
+    answer = model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))
+    stop = threading.Event()
+
+    def slow(request):
+        # an answer that begins (a step starts) and then takes its time, until the test ends
+        yield b'data: {"id": "chatcmpl-slow", "object": "chat.completion.chunk", "created": 1, "model": "scripted-model", ' \
+              b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Thinking"}, "finish_reason": null}]}\n\n'
+        stop.wait(60)
+
+    def respond(request):
+        if is_turn(request) and SUBJECTS[0] in request.text:
+            return Reply(200, "text/event-stream", slow(request))
+        return answer(request)
+
+    tmux = Tmux(short_tmp)
+    with ScriptedModel(respond) as model:
+        agent_programs.opencode_config(project, model.url)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+               **agent_programs.opencode_env(project, home)}
+        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        try:
+            tmux.wait_for("Ask anything", timeout=90, settle=1)
+            relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)  # to the idle program: the plugin starts a turn
+            model.wait_for(lambda r: is_turn(r) and SUBJECTS[0] in r.text, timeout=60)
+            unread = lambda: json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)  # noqa: E731
+            wait_for("the mail read at the model's first step", lambda: unread() == [], timeout=30)
+            tmux.wait_for("Thinking", timeout=30)
+            for _ in range(2):  # OpenCode stops a turn at a second Esc
+                tmux.keys("Escape")
+                time.sleep(0.3)
+            wait_for("the turn stopped", lambda: program_state(store_dir / "agents" / AGENT) == "idle", timeout=30)
+            time.sleep(2)  # the plugin's report of the abort has come and gone
+            assert unread() == []
+            assert not (store_dir / "agents" / AGENT / "held").exists()
+        finally:
+            stop.set()
+            tmux.kill()
+            kill_strays(home)
