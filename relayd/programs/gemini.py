@@ -21,8 +21,8 @@ in this workspace: - relay ...") after which it trusts them itself
 A turn whose model call fails (an API error) runs no hook of its own, but its AfterAgent
 says `"prompt_response": "[no response text]"`: that AfterAgent puts the mail handed into the
 turn back as unread and hands nothing on (`Hooks.failure`). A turn that did succeed with
-no text at all reads the same, and its mail comes again with the next prompt: shown twice,
-never lost. `gemini -p` exits at the error without an AfterAgent: its mail stays read.
+no text at all, or one the person cancelled before any text came, reads the same, and its
+mail comes again with the next prompt: shown twice, never lost. `gemini -p` exits at the error without an AfterAgent: its mail stays read.
 """
 
 from __future__ import annotations
