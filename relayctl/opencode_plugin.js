@@ -180,7 +180,8 @@ export const RelayPlugin = async ({ client }) => {
           const answer = await relay("session.created", { session_id: sessionID })
           if (typeof answer?.notice === "string") {
             // a session without an agent name: relay's line on how to start it as one
-            await client.tui.showToast({ body: { title: "relay", message: answer.notice, variant: "warning", duration: 30000 } }).catch(() => {})
+            const toast = { body: { title: "relay", message: answer.notice, variant: "warning", duration: 30000 } }
+            await Promise.resolve().then(() => client.tui.showToast(toast)).catch(() => {}) // no TUI (`opencode run`): nowhere to show it
           }
           break
         }
