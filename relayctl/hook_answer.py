@@ -105,7 +105,7 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     """What `program` should be told for the hook event `raw` (None: print nothing);
     `event_name`: the event, for a program whose events do not name themselves."""
     if not s.agent:
-        return _no_agent(program, raw)  # a session relay did not start, which the project's hooks are not for
+        return _no_agent(program, raw, event_name)  # a session relay did not start, which the project's hooks are not for
     try:
         event = json.loads(raw)
     except ValueError as exc:
@@ -126,17 +126,27 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     name = event.get("hook_event_name")
     if name in spec.other:
         return None  # an event we cannot add context to: leave the mail unread
-    if name not in spec.context and name != spec.stop and name not in spec.state:
+    if name not in spec.context and name != spec.stop and name not in spec.state and name != spec.read_at:
         raise ValueError(_unknown_event(program, name))
     agent = s.require_agent(f"hook {program}")
     door = PROGRAMS[program].door
     if door is not None and guest is None and name in door.events:
         _report_door(s, agent, door, event)
     owner = program_of(os.getpid())
+    if name == spec.read_at:
+        # The model's request went out with the mail handed over before: read from now on.
+        ids = mark_handed_read(s, agent, event.get("handed"))
+        _record_state(s, agent, program, event, owner, handed=ids, guest=guest)
+        return None
     if name in spec.state:
         # The session's state only: mail handed over now would reach the model with the
         # person's next prompt, however long that takes, and count as read meanwhile. At
         # the prompt, mail comes by the agent's trigger instead (relayd.arrival.program_state).
+        _record_state(s, agent, program, event, owner, guest=guest)
+        return None
+    if name == spec.stop and turn_failed(program, event):
+        # The turn's end after a failed model call (Gemini CLI's): what it was handed goes
+        # back unread, and nothing is handed into a continuation that would fail the same way.
         _record_state(s, agent, program, event, owner, guest=guest)
         return None
     if name == spec.stop and event.get("stop_hook_active") is True:
@@ -145,17 +155,20 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     # Before the mail, and refused unless this hook runs in the agent's own program: working
     # (its trigger waits) until the turn's end says otherwise.
     _record_state(s, agent, program, event, owner, state="working", new_turn=name == spec.stop or name == spec.context[0], guest=guest)
-    text, ids = take_unread(s, agent)
+    later = spec.read_at is not None and guest is None  # read once the model's request carries it (`Hooks.read_at`)
+    text, ids = take_unread(s, agent, mark_read=not later)
+    handed = [] if later else ids
     if name == spec.stop:
-        _record_state(s, agent, program, event, owner, continued=text is not None, handed=ids, guest=guest)
-    elif ids:
-        _record_state(s, agent, program, event, owner, handed=ids, guest=guest)
+        _record_state(s, agent, program, event, owner, continued=text is not None, handed=handed, guest=guest)
+    elif handed:
+        _record_state(s, agent, program, event, owner, handed=handed, guest=guest)
     if text is None:
         return None
+    passed = {"handed": ids} if later else {}  # what the program passes back at its read_at event
     if name == spec.stop:
-        return {"decision": "block", "reason": text}
+        return {"decision": "block", "reason": text, **passed}
     if (guest.hooks if guest is not None else spec).answer == "additionalContext":
-        return {"additionalContext": text}  # top level: Copilot and OpenCode ignore Claude Code's hookSpecificOutput
+        return {"additionalContext": text, **passed}  # top level: Copilot and OpenCode ignore Claude Code's hookSpecificOutput
     return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
 
 
@@ -163,20 +176,25 @@ NO_AGENT = ("relay: this {title} session has no agent name (RELAY_AGENT), so rel
             "To run it as a relay agent, start it as `RELAY_AGENT=NAME {program}`, or start the team with `relayctl up`.")
 
 
-def _no_agent(program: str, raw: str) -> dict | None:
+PASS_ON = "Before anything else in your answer, tell the person this, in one line: {notice}"
+
+
+def _no_agent(program: str, raw: str, event_name: str | None = None) -> dict | None:
     """A session started without RELAY_AGENT: its hooks hand nothing over, silently, except
     once at its start, where the program shows the person a line (`Hooks.shown`) saying how
-    to start it as an agent. A clear or a compaction starts no new session."""
+    to start it as an agent; a program that shows the person no hook's text (`Hooks.relayed`)
+    gives it to its model to pass on. A clear or a compaction starts no new session."""
     spec = PROGRAMS[program]
     try:
         event = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(event, dict) or spec.hooks.shown is None or event.get("hook_event_name") != spec.hooks.start:
+    if not isinstance(event, dict) or spec.hooks.shown is None or (event_name or event.get("hook_event_name")) != spec.hooks.start:
         return None
     if event.get("source") in ("clear", "compact") or guest_calling(program, event) is not None:
         return None  # the guest (Copilot) reads only its own shape, which shows no such line
-    return {spec.hooks.shown: NO_AGENT.format(title=spec.title, program=program)}
+    notice = NO_AGENT.format(title=spec.title, program=program)
+    return {spec.hooks.shown: PASS_ON.format(notice=notice) if spec.hooks.relayed else notice}
 
 
 def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, continued: bool = False, state: str | None = None,
@@ -198,7 +216,7 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, 
         params["handed"] = handed
     if new_turn:
         params["new_turn"] = True
-    if turn_failed(program, name):
+    if turn_failed(program, event):
         params["failed"] = True
     try:
         s.call("program_state", params)
@@ -227,9 +245,12 @@ def _unknown_event(program: str, name: object) -> str:
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
-def take_unread(s: Settings, agent: str) -> tuple[str | None, list[str]]:
-    """The unread messages that fit the budget, rendered, and marked read; and their ids."""
-    preview = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})["messages"]
+def take_unread(s: Settings, agent: str, mark_read: bool = True) -> tuple[str | None, list[str]]:
+    """The unread messages that fit the budget, rendered, and marked read (unless not
+    `mark_read`: then `mark_handed_read` does it once the model's request carries them);
+    and their ids."""
+    peeked = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})
+    preview = peeked["messages"]
     if not preview:
         return None, []
     used, fits = 0, 0
@@ -238,17 +259,40 @@ def take_unread(s: Settings, agent: str) -> tuple[str | None, list[str]]:
         if fits and used > BUDGET:
             break
         fits += 1
-    taken = s.call("read", {"agent": agent, "unread": True, "last": fits, "mark_read": True})
-    messages = taken["messages"]
+    if mark_read:
+        taken = s.call("read", {"agent": agent, "unread": True, "last": fits, "mark_read": True})
+        messages, more = taken["messages"], taken["unread"]
+    else:
+        messages, more = preview[:fits], max(0, peeked["unread"] - fits)
     if not messages:
         return None, []
-    _record_hook(s, agent)
+    if mark_read:
+        _record_hook(s, agent)
     count = len(messages)
     head = f"relay: {count} new message{'s' if count != 1 else ''} for {agent} (now marked read; reply with send_message or `relayctl send`)."
     parts = [head, *(render(m) for m in messages)]
-    if taken["unread"]:
-        parts.append(f"({taken['unread']} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
+    if more:
+        parts.append(f"({more} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
     return "\n\n".join(parts), [m["id"] for m in messages]
+
+
+def mark_handed_read(s: Settings, agent: str, handed: object) -> list[str]:
+    """Mark read the messages a hook handed over earlier without marking them (`handed`, as
+    its answer listed them), now that the model's request carries them: those of them that
+    are still the oldest unread (mail read meanwhile, by `relayctl read`, keeps its place).
+    Their ids."""
+    wanted = {i for i in handed if isinstance(i, str)} if isinstance(handed, list) else set()
+    if not wanted:
+        return []
+    oldest = s.call("read", {"agent": agent, "unread": True, "last": len(wanted)})["messages"]
+    count = 0
+    while count < len(oldest) and oldest[count]["id"] in wanted:
+        count += 1
+    if not count:
+        return []
+    taken = s.call("read", {"agent": agent, "unread": True, "last": count, "mark_read": True})["messages"]
+    _record_hook(s, agent)
+    return [m["id"] for m in taken]
 
 
 def _record_hook(s: Settings, agent: str) -> None:

@@ -11,7 +11,14 @@
 //                       that came during a turn relay started gets the next one (no pane
 //                       trigger follows here, as it does for the other programs), none in
 //                       `opencode run`, which exits there
-// and reports the session's state (relayd.arrival.program_state): a permission or question
+// Mail handed over counts as read once the model's request carried it: OpenCode runs these
+// hooks a second or more before its request, so the answer lists the messages (`handed`) and
+//   message.part.updated   a step-start part: the model's answer began, after its request;
+//                          the handed mail is read from now on
+//   session.error          the model call failed (not a turn the person stopped): mail of that
+//                          turn is unread again, and no turn is started for the session until
+//                          its person's next prompt
+// It also reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
 // person's unsent draft lives in OpenCode's own prompt box and is not touched by that.
@@ -60,11 +67,27 @@ export const RelayPlugin = async ({ client }) => {
   const busy = new Set()
   let idleSession = null // the session sitting idle at its prompt, if any
   const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
+  const handing = new Map() // session -> ids of the mail handed over, not yet in a model request
+  const failed = new Set() // sessions whose last model call failed: no turn of relay's until the person's next prompt
+
+  // OpenCode does not wait for one event's handler before it calls the next: a failure
+  // that follows the step at once must reach relay after the step's "read", not before it.
+  let reported = Promise.resolve()
+  function inOrder(report) {
+    reported = reported.then(report, report)
+    return reported
+  }
+
+  function handed(sessionID, answer) {
+    if (!Array.isArray(answer?.handed)) return
+    handing.set(sessionID, [...new Set([...(handing.get(sessionID) ?? []), ...answer.handed])])
+  }
 
   async function atIdle(sessionID) {
-    if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0) return
+    if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0 || failed.has(sessionID)) return
     const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: ONE_SHOT })
     if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
+    handed(sessionID, answer)
     idleSession = null
     carrying.add(sessionID)
     try {
@@ -121,8 +144,10 @@ export const RelayPlugin = async ({ client }) => {
       // The prompt relay itself just started carries the mail (and its answer said
       // "working"): asking again would only hold the model's request up by a relayctl run.
       if (carrying.delete(input.sessionID)) return
+      failed.delete(input.sessionID) // the person's prompt: a new try
       const answer = await relay("chat.message", { session_id: input.sessionID })
       if (answer && typeof answer.additionalContext === "string") {
+        handed(input.sessionID, answer)
         output.parts.push({
           id: partId(),
           messageID: output.message.id,
@@ -141,6 +166,7 @@ export const RelayPlugin = async ({ client }) => {
       if (!text && !Array.isArray(output?.content)) return
       const answer = await relay("tool.execute.after", { session_id: input.sessionID, tool_name: input.tool })
       if (!answer || typeof answer.additionalContext !== "string") return
+      handed(input.sessionID, answer)
       if (text) output.output += "\n\n" + answer.additionalContext
       else output.content.push({ type: "text", text: answer.additionalContext })
     },
@@ -148,11 +174,17 @@ export const RelayPlugin = async ({ client }) => {
       const props = event.properties ?? {}
       const sessionID = props.sessionID ?? props.info?.id
       switch (event.type) {
-        case "session.created":
+        case "session.created": {
           if (props.info?.parentID) break
           sessions.add(sessionID)
-          await relay("session.created", { session_id: sessionID })
+          const answer = await relay("session.created", { session_id: sessionID })
+          if (typeof answer?.notice === "string") {
+            // a session without an agent name: relay's line on how to start it as one
+            const toast = { body: { title: "relay", message: answer.notice, variant: "warning", duration: 30000 } }
+            await Promise.resolve().then(() => client.tui.showToast(toast)).catch(() => {}) // no TUI (`opencode run`): nowhere to show it
+          }
           break
+        }
         case "session.status":
           if (props.status?.type === "busy") {
             busy.add(sessionID)
@@ -175,6 +207,25 @@ export const RelayPlugin = async ({ client }) => {
         case "question.rejected":
           asking.set(sessionID, Math.max(0, (asking.get(sessionID) ?? 1) - 1))
           await relay(event.type, { session_id: sessionID })
+          break
+        case "message.part.updated": {
+          // A step starts once the model's answer began: its request carried the mail.
+          const part = props.part ?? {}
+          const ids = handing.get(part.sessionID)
+          if (part.type !== "step-start" || !ids) break
+          handing.delete(part.sessionID)
+          failed.delete(part.sessionID)
+          await inOrder(() => relay("message.part.updated", { session_id: part.sessionID, handed: ids }))
+          break
+        }
+        case "session.error":
+          if (!sessionID) break
+          handing.delete(sessionID) // never in a request that reached the model: still unread
+          // Stopped by the person (Esc) or by OpenCode's own end (`relayctl down`): the model
+          // call did not fail, and the mail its request carried was read.
+          if (props.error?.name === "MessageAbortedError") break
+          failed.add(sessionID)
+          await inOrder(() => relay("session.error", { session_id: sessionID }))
           break
         case "session.deleted":
           if (idleSession === sessionID) idleSession = null

@@ -19,8 +19,8 @@ def state_after(program: str, event: dict, continued: bool = False) -> str | Non
     return spec.state_after(event, continued) if spec is not None else None
 
 
-def turn_failed(program: str, name: object) -> bool:
-    """Whether the hook event `name` ends a turn in failure (`Hooks.failed`): mail handed into
-    that turn is unread again."""
+def turn_failed(program: str, event: dict) -> bool:
+    """Whether the hook event `event` (the hook's JSON on stdin) ends a turn in failure
+    (`Hooks.failed`, `Hooks.failure`): mail handed into that turn is unread again."""
     spec = PROGRAMS.get(program)
-    return spec is not None and name in spec.hooks.failed
+    return spec is not None and spec.turn_failed(event)

@@ -36,10 +36,11 @@ Readers take a state whose process has exited, or is not the pane's program, as 
 no "stopped" or "asking" of an earlier start outlives it.
 
 The hook also records which messages it handed over in the current turn (`handed`); a turn
-that fails after that (Claude Code's StopFailure, Copilot's errorOccurred, OpenCode's
-session.error: `failed`) puts them back as unread (relayd.inbox.reread), and leaves the
-agent's `pending` flag so that no trigger starts the same failing turn again: that mail
-comes with the person's next prompt.
+that fails after that (each program's `Hooks.failed`: Claude Code's StopFailure, Gemini
+CLI's AfterModel with an error, Copilot's errorOccurred, OpenCode's session.error) puts them
+back as unread (relayd.inbox.reread), says so as the agent's held record (its senders' `track`
+names the failed turn, relayd.delivery.held), and leaves the agent's `pending` flag so that no
+trigger starts the same failing turn again: that mail comes with the person's next prompt.
 
 The state lives in `agents/<name>/program-state` (one small JSON object, replaced whole,
 not fsynced: a state lost to a crash is one the next event writes again), read by the
@@ -172,6 +173,27 @@ def _check_owner(agent: Dir, name: str, p: ProgramStateParams, before: ProgramSt
     return owner
 
 
+FAILED_WHY = "its program's last turn failed (its model call did not go through): the mail comes with its person's next prompt"
+
+
+def _note_failed(agent: Dir) -> None:
+    """Say why the failed turn's mail waits (relayd.delivery.held): its senders' `track`
+    and `status` name it, not only that the mail is unread."""
+    # deferred import: a failed turn is rare, and most state reports load no delivery code
+    from ..delivery.held import note_held
+
+    note_held(agent, FAILED_WHY, now_iso(), failed=True)
+
+
+def _clear_failed(agent: Dir) -> None:
+    """A hook handed mail over again: the failure no longer explains what waits."""
+    from ..delivery.held import clear_held, read_held
+
+    held = read_held(agent)
+    if held is not None and held.why == FAILED_WHY:
+        clear_held(agent)
+
+
 @operation("program_state", ProgramStateParams)
 def record(store: Store, p: ProgramStateParams) -> ProgramStateResult:
     """Record what an agent's program is doing (its hooks report each lifecycle event)."""
@@ -189,6 +211,10 @@ def record(store: Store, p: ProgramStateParams) -> ProgramStateResult:
             from ..inbox.reread import unread_again
 
             put_back = unread_again(store, agent, handed)
+        if p.failed:
+            _note_failed(agent)
+        elif p.handed:
+            _clear_failed(agent)
         if p.failed or (p.state == "idle" and not p.handed) or p.state in ("ended", "stopped"):
             handed = []  # the turn is over: what it was handed stays handed (or was put back)
         was = current(before) if before is not None else None

@@ -37,11 +37,14 @@ HELD_AFTER = "30s"
 HELD_NOTICE_AFTER = "10m"
 
 
-class Held(msgspec.Struct, kw_only=True):
+class Held(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Why an agent's mail is not in front of its model, and since when."""
 
     why: str  # in words, naming the agent: "glacier's program is asking the person a question"
     since: str  # ISO time
+    # the turn that the agent's last trigger or hook started failed (relayd.arrival.program_state):
+    # mail announced before `since` is not in front of its model either
+    failed: bool = False
 
 
 # -- the held record, written by the arrival wing and relay-mcp ----------------------------------
@@ -49,14 +52,15 @@ class Held(msgspec.Struct, kw_only=True):
 _decoder = msgspec.json.Decoder(Held)
 
 
-def note_held(agent: Dir, why: str, at: str) -> None:
+def note_held(agent: Dir, why: str, at: str, failed: bool = False) -> None:
     """Record that the agent's trigger (or channel) was held back, for `why` (words that
     follow "its ..."/"the ...": they are shown after the agent's name). A record already
-    there keeps its `since`: the mail has been waiting since the first hold."""
+    there keeps its `since`: the mail has been waiting since the first hold. A `failed` turn
+    is dated by itself: the triggers that landed before it did not reach the model."""
     old = read_held(agent)
-    if old is not None and old.why == why:
+    if old is not None and old.why == why and not failed:
         return
-    agent.replace(layout.HELD, msgspec.json.encode(Held(why=why, since=old.since if old else at)), None)
+    agent.replace(layout.HELD, msgspec.json.encode(Held(why=why, since=at if failed or old is None else old.since, failed=failed)), None)
 
 
 def clear_held(agent: Dir) -> None:
@@ -146,11 +150,26 @@ def agent_held(store: Store, name: str, held_after: float) -> Held | None:
     return held_since(store, name, oldest)
 
 
+def landed(how: str | None, ok: bool, at: str, record: Held | None) -> bool:
+    """Whether an announcement (`how`, `ok`, at `at`) put the agent's mail in front of its
+    model, given its held record. A hook's ("hook") is the hook marking that mail read, so it
+    says no more than the read does; and a trigger that landed did not, when the turn it
+    started then failed (a `failed` record since): that mail is unread again and waits."""
+    return ok and how != "hook" and not (record is not None and record.failed and record.since >= at)
+
+
+def held_record(store: Store, name: str) -> Held | None:
+    with store.agent_dir(name) as agent:
+        return read_held(agent)
+
+
 def _told_since(store: Store, name: str, since: str) -> bool:
     """A trigger landed for the agent after `since` (its mail from then on is in front of its model)."""
     from .log import newest_first
 
-    return any(r.step == "announced" and r.to == name and r.ok and not r.note and r.ts >= since for r in newest_first(store, since))
+    record = held_record(store, name)
+    return any(r.step == "announced" and r.to == name and landed(r.how, r.ok, r.ts, record) and not r.note and r.ts >= since
+               for r in newest_first(store, since))
 
 
 # -- the one notice --------------------------------------------------------------------------------
@@ -179,17 +198,18 @@ def notice_held(store: Store) -> list[dict]:
             continue
         oldest = min(m.ts for m in late)
         done: set[str] = set()
-        landed = ""  # the last trigger that landed for it: mail stored before it is in front of the model
+        last_landed = ""  # the last trigger that landed for it: mail stored before it is in front of the model
+        record = held_record(store, name)
         for r in newest_first(store, oldest):
             if r.to != name:
                 continue
             if r.step == "held":
                 done.update(r.ids)
-            elif r.step == "announced" and r.ok and not r.note and not landed:
-                landed = r.ts
+            elif r.step == "announced" and landed(r.how, r.ok, r.ts, record) and not r.note and not last_landed:
+                last_landed = r.ts
         by_sender: dict[str, list[Message]] = {}
         for m in late:
-            if m.id not in done and m.ts > landed and store.is_agent(m.from_):
+            if m.id not in done and m.ts > last_landed and store.is_agent(m.from_):
                 by_sender.setdefault(m.from_, []).append(m)
         for sender, messages in by_sender.items():
             held = held_since(store, name, min(m.ts for m in messages))

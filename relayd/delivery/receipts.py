@@ -42,7 +42,7 @@ from ..store import Store
 from ..timefmt import now, now_iso, to_iso
 from ..ulid import new_ulid, ulid_time_ms
 from . import owed, parked
-from .held import Held, clear_held, held_since, note_held, thresholds, waited
+from .held import Held, clear_held, held_record, held_since, landed, note_held, thresholds, waited
 from .log import SYSTEM_SENDER, Receipt, newest_first, write
 from .record import record_name
 
@@ -207,7 +207,7 @@ def track(store: Store, p: TrackParams) -> TrackResult:
     if first.ack:
         for way in ways:
             way.ack, way.acked_at = _ack_state(store, way.to, message_id)
-    waiting = [w for w in ways if not w.read and not (w.announced and w.announced.ok)]
+    waiting = [w for w in ways if not w.read and not (w.announced and landed(w.announced.how, w.announced.ok, w.announced.at, held_record(store, w.to)))]
     held_after = thresholds(store)[0] if waiting else None
     for way in waiting:
         if waited(store, way.stored) >= held_after:  # type: ignore[operator]

@@ -13,6 +13,12 @@ trusted yet, "Hooks need review" ("N hooks are new or changed"). relay answers t
 Codex keeps what it trusted in `[hooks.state."<hooks file>:<event>:..."]` of
 $CODEX_HOME/config.toml, the file that also holds the folder trust; a hooks file written
 after that record is new to it again.
+
+A failed model call (the API refusing the request) runs none of its hooks, not even Stop
+(0.169.0; its events are SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest,
+PostToolUse, PreCompact, PostCompact, PreModelRequest, SubagentStart, SubagentStop,
+Interrupt, Stop, SessionEnd): no `Hooks.failed`, so mail handed into that turn stays read,
+and the session stays "working" until the person's next prompt.
 """
 
 from __future__ import annotations

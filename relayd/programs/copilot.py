@@ -20,6 +20,15 @@ timestamp). A .claude/settings.json PermissionRequest hook gets its own event
 hooks too, Copilot runs both sets and gives its model one hook's context: the Claude Code
 hooks then stand back.
 
+A failed model call runs errorOccurred (`errorContext: "model_call"`), once for each of its
+retries too, all of them `recoverable: true`, and no agentStop after the last: the first puts
+the mail handed into the turn back as unread. Where a retry then gets through, that mail
+comes again with the turn's next hook: shown twice, never lost.
+
+A session without RELAY_AGENT is told how to start as an agent through its model: Copilot
+(1.0.102) shows the person no hook's text (no `systemMessage`, not a failing hook's stderr),
+so the sessionStart hook gives the model the line, asking it to pass it on.
+
 relay-mcp: Claude Code's file as it is, with `--additional-mcp-config @FILE`, relay's tools
 allowed with `--allow-tool=relay`.
 
@@ -107,15 +116,22 @@ PROGRAM = Program(
     hooks=Hooks(
         context=("userPromptSubmitted", "postToolUse"),
         stop="agentStop",
-        state=("sessionStart", "permissionRequest", "sessionEnd"),
-        other=("preToolUse", "postToolUseFailure", "userPromptTransformed", "errorOccurred", "subagentStart", "subagentStop",
+        state=("sessionStart", "permissionRequest", "sessionEnd", "errorOccurred"),
+        other=("preToolUse", "postToolUseFailure", "userPromptTransformed", "subagentStart", "subagentStop",
                "preCompact", "preMcpToolCall", "notification"),
         states={"userPromptSubmitted": "working", "preToolUse": "working", "postToolUse": "working",
-                "postToolUseFailure": "working", "permissionRequest": "asking", "agentStop": "idle", "sessionEnd": "ended"},
+                "postToolUseFailure": "working", "permissionRequest": "asking", "agentStop": "idle", "sessionEnd": "ended",
+                "errorOccurred": "working"},
+        # a model call that failed (each retry runs it too, all "recoverable"; no agentStop follows the last)
+        failed=("errorOccurred",),
+        failure=lambda event: event.get("errorContext") == "model_call",
         named_by_entry=True,
         answer="additionalContext",
+        start="sessionStart",
+        shown="additionalContext",  # its model's: Copilot shows the person neither a systemMessage nor a hook's stderr
+        relayed=True,
         help="userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd "
-             "report the session's state",
+             "report the session's state; errorOccurred for a model call makes the mail of that turn unread again",
     ),
     guest=Guest(host=CLAUDE.name, calling=_calling, event_field="hookName", no_state=("SessionStart",)),
     settings=Settings(

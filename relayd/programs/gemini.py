@@ -17,6 +17,12 @@ prompt alone is not yet ready (`Screen.late`). Its review of project hooks it ha
 is no question: a warning ("WARNING: The following project-level hooks have been detected
 in this workspace: - relay ...") after which it trusts them itself
 (~/.gemini/trusted_hooks.json); nothing to answer.
+
+A turn whose model call fails (an API error) runs no hook of its own, but its AfterAgent
+says `"prompt_response": "[no response text]"`: that AfterAgent puts the mail handed into the
+turn back as unread and hands nothing on (`Hooks.failure`). A turn that did succeed with
+no text at all, or one the person cancelled before any text came, reads the same, and its
+mail comes again with the next prompt: shown twice, never lost. `gemini -p` exits at the error without an AfterAgent: its mail stays read.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from __future__ import annotations
 import os
 
 from .program import Hooks, Launch, Mcp, Program, Question, Screen, Settings, Trust, json_servers
+
+
+NO_RESPONSE = "[no response text]"  # AfterAgent's prompt_response when the turn's model call failed (0.61.0)
 
 
 def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: list[str]) -> list[str]:
@@ -48,12 +57,16 @@ PROGRAM = Program(
         states={"SessionStart": "idle", "BeforeAgent": "working", "BeforeTool": "working", "AfterTool": "working",
                 "AfterAgent": "idle", "SessionEnd": "ended"},
         notifications={"ToolPermission": "asking"},
+        # No event of its own reports a failed model call; in a session (not `gemini -p`, which
+        # exits with the error) AfterAgent still runs, with this text for the model's answer.
+        failed=("AfterAgent",),
+        failure=lambda event: event.get("prompt_response") == NO_RESPONSE,
         matcher={"AfterTool": "*"},
         entry_fields={"name": "relay"},
         start="SessionStart",
         shown="systemMessage",  # shown in the session, above the prompt
         help="BeforeAgent, AfterTool and AfterAgent hand mail over; SessionStart, Notification and SessionEnd report the "
-             "session's state",
+             "session's state; an AfterAgent with no response text (a failed model call) makes the mail of that turn unread again",
     ),
     settings=Settings(
         hooks_file=os.path.join(".gemini", "settings.json"),

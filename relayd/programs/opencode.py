@@ -10,6 +10,23 @@ relay-mcp goes under `mcp` of the project's opencode.json (a local server is one
 with the role `{env:RELAY_AGENT}`, which OpenCode fills in from each pane's environment.
 OpenCode finds its project from $PWD, not its working directory.
 
+Mail the plugin hands over counts as read only at the model's first streamed step (the
+`message.part.updated` event of a `step-start` part, `Hooks.read_at`): OpenCode runs
+`chat.message` 1-1.5 s before its model request (and `chat.params` / `chat.headers` run
+before the request is sent, so a receipt there could still precede it), while a step starts
+only once the model's answer began, after its request. A model call that fails before that
+leaves the mail unread; one that fails later (`session.error`) puts it back as unread, and
+the plugin starts no turn of its own for that session until its person's next prompt, so a
+model that keeps failing is not asked again and again.
+
+A session without RELAY_AGENT: the plugin's session.created report gets relay's line on how
+to start it as an agent (`notice`), which the plugin shows as a toast in OpenCode's TUI.
+
+The first turn of each OpenCode process is slow to reach the model, by OpenCode's own work:
+before its first request it sets up its snapshot of the project (a git repository of its own,
+the working tree added) and asks for the session's title; 1.5 s on a quiet machine, 6-17 s
+with five programs starting on two cores (docs/team.md; `"snapshot": false` skips the first).
+
 It asks no folder trust question, and may take a while to draw at its first start (it
 npm-installs its plugin package into the folder): `up` watches it as it watches any command.
 """
@@ -34,14 +51,21 @@ PROGRAM = Program(
         context=("chat.message", "tool.execute.after"),
         stop="session.idle",
         state=("session.created", "permission.asked", "question.asked", "permission.replied", "question.replied",
-               "question.rejected", "session.deleted"),
+               "question.rejected", "session.deleted", "session.error"),
         other=(),
-        states={"session.created": "idle", "chat.message": "working", "tool.execute.after": "working",
+        read_at="message.part.updated",
+        failed=("session.error",),
+        states={"session.created": "idle", "chat.message": "working", "tool.execute.after": "working", "message.part.updated": "working",
+                "session.error": "idle",
                 "permission.replied": "working", "question.replied": "working", "question.rejected": "working",
                 "permission.asked": "asking", "question.asked": "asking", "session.idle": "idle", "session.deleted": "ended"},
         answer="additionalContext",
-        help="chat.message, tool.execute.after and session.idle hand mail over; session.created, permission.asked, "
-             "question.asked, their replies and session.deleted report the session's state; relay's plugin sends them",
+        start="session.created",
+        shown="notice",  # relay's plugin shows it as a toast in OpenCode's TUI
+        help="chat.message, tool.execute.after and session.idle hand mail over, which counts as read at the model's first "
+             "streamed step (message.part.updated, a step-start part); session.error (a failed model call) makes the mail of "
+             "that turn unread again; session.created, permission.asked, question.asked, their replies and session.deleted "
+             "report the session's state; relay's plugin sends them",
     ),
     settings=Settings(
         hooks_file=os.path.join(".opencode", "plugin", "relay.js"),

@@ -29,12 +29,13 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "failed")
+                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "read_at")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
-                 help: str = "", start: str | None = None, shown: str | None = None, failed: tuple[str, ...] = ()) -> None:
+                 help: str = "", start: str | None = None, shown: str | None = None, relayed: bool = False, failed: tuple[str, ...] = (),
+                 failure=None, read_at: str | None = None) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
         self.state = state  # events installed only to report the session's state (relayd.arrival.program_state)
@@ -48,9 +49,19 @@ class Hooks:
         self.help = help  # `relayctl hook PROGRAM --help`: which events do what
         self.start = start  # the event that starts a session (once: not on a clear or a compaction)
         self.shown = shown  # the answer field whose text the program shows the person (not the model), if any
+        # the program shows the person no hook's text at all: `shown` is a field its model reads,
+        # and the model is asked to pass the text on
+        self.relayed = relayed
         # events that end a turn in failure (the model call refused: "Not logged in", a lost
         # connection): mail the hook handed into that turn is unread again (relayd.arrival.program_state)
         self.failed = failed
+        # (event) -> whether this run of one of those events reports the failure (Copilot's
+        # errorOccurred is one for a model call, not for a tool); None: every run does
+        self.failure = failure
+        # the event that shows the model's request went out with the mail the other events
+        # handed over (its `handed` field lists it): that mail counts as read only then, since
+        # the program calls its hooks a while before the request (OpenCode). None: read when handed.
+        self.read_at = read_at
 
     @property
     def installed(self) -> tuple[str, ...]:
@@ -58,7 +69,7 @@ class Hooks:
         return (*self.state[:1], *self.context, self.stop, *self.state[1:])
 
     def known(self, name: object) -> bool:
-        return name in self.context or name == self.stop or name in self.state or name in self.other
+        return name in self.context or name == self.stop or name in self.state or name in self.other or name == self.read_at
 
 
 class Guest:
@@ -245,6 +256,11 @@ class Program:
         self.screen = screen
         self.door = door  # None: mail reaches a running session only by its hooks, its channel or the pane
         self.extension = extension  # None: relay has no extension for it
+
+    def turn_failed(self, event: dict) -> bool:
+        """Whether the hook event `event` ends (or reports) a turn whose model call failed."""
+        name = event.get("hook_event_name")
+        return name in self.hooks.failed and (self.hooks.failure is None or bool(self.hooks.failure(event)))
 
     def state_after(self, event: dict, continued: bool = False) -> str | None:
         """The state the session is in once it has run its hook for `event`; `continued`:

@@ -147,6 +147,21 @@ def test_a_session_without_a_relay_identity_is_told_once_at_its_start_how_to_be_
     assert _unread(relayctl) == ["still here"]
 
 
+def test_copilot_and_opencode_sessions_without_a_relay_identity_are_told_their_own_way(relayctl, hook) -> None:
+    """Copilot shows the person no hook's text: its model gets the line, to pass on; relay's
+    OpenCode plugin shows the `notice` as a toast. Once, at the session's start; no mail goes."""
+    relayctl("send", "inferno", "still here", agent="overlord")
+    copilot = json.loads(relayctl("hook", "copilot", "sessionStart", input=json.dumps({"sessionId": "s1", "timestamp": 1, "source": "new"})).stdout)
+    assert list(copilot) == ["additionalContext"] and "tell the person" in copilot["additionalContext"]
+    assert "RELAY_AGENT=NAME copilot" in copilot["additionalContext"]
+    later = relayctl("hook", "copilot", "userPromptSubmitted", input=json.dumps({"sessionId": "s1", "timestamp": 2, "prompt": "hi"}))
+    assert later.stdout == ""
+    opencode = json.loads(relayctl("hook", "opencode", input=json.dumps({"hook_event_name": "session.created", "session_id": "ses_1"})).stdout)
+    assert list(opencode) == ["notice"] and "RELAY_AGENT=NAME opencode" in opencode["notice"]
+    assert relayctl("hook", "opencode", input=json.dumps({"hook_event_name": "chat.message", "session_id": "ses_1"})).stdout == ""
+    assert _unread(relayctl) == ["still here"]
+
+
 def _unread(relayctl) -> list[str]:
     return [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)]
 
@@ -357,4 +372,23 @@ def test_copilot_and_opencode_take_the_mail_at_the_top_level(relayctl, program: 
         proc = relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": event, "session_id": "ses_1"}))
     answer = json.loads(proc.stdout)
     assert "Rebasing main, hold commits" in answer[key]
+    if program == "opencode":
+        # read only once the model's request carried it: the plugin passes the ids back at the first streamed step
+        assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)] == ["Rebasing main, hold commits"]
+        relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": "message.part.updated", "session_id": "ses_1",
+                                                                        "handed": answer["handed"]}))
     assert json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout) == []
+
+
+@pytest.mark.slow
+def test_opencode_marks_read_only_what_its_hooks_handed_over_and_is_still_unread(relayctl) -> None:
+    """At the model's first step the mail chat.message handed over is read; mail that came
+    after the hand-over stays unread, and a second report of the same step reads nothing more."""
+    relayctl("init", "--preset", "overlord")
+    relayctl("send", "inferno", "first", agent="overlord")
+    handed = json.loads(relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": "chat.message", "session_id": "s"})).stdout)["handed"]
+    relayctl("send", "inferno", "second", agent="overlord")
+    relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": "message.part.updated", "session_id": "s", "handed": handed}))
+    assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)] == ["second"]
+    relayctl("hook", "opencode", agent="inferno", input=json.dumps({"hook_event_name": "message.part.updated", "session_id": "s", "handed": handed}))
+    assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent="inferno").stdout)] == ["second"]

@@ -411,6 +411,8 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
             # (the hook hands the mail over and the program then builds its request: on a
             # loaded machine OpenCode took 1.1 s for that, so "well before" is 3 s)
             assert returned >= arrived[id(carrying)] - 3.0, "read was reported well before the model's request carried the mail"
+            if name == "opencode":  # read at the model's first streamed step (relayd.programs.opencode): after its request
+                assert returned >= arrived[id(carrying)], "read was reported before the model's request carried the mail"
             assert not any(TRIGGER in r.text for r in model.requests)  # nothing typed into a working program
         finally:
             daemon.kill()
@@ -425,8 +427,8 @@ def test_read_is_when_the_model_gets_the_mail_not_while_a_tool_still_runs(name: 
 # and the question was never answered by relay;
 # * mail waiting before Claude Code starts: nothing is typed before its input box is drawn,
 # the mail reaches the model, and nothing of relay's is left in the input line;
-# * a turn that fails after the hook handed mail over (Claude Code's StopFailure): that mail
-# is unread again;
+# * a turn that fails after the hook handed mail over (Claude Code's StopFailure, Gemini CLI's
+# AfterAgent with no response text, Copilot CLI's errorOccurred): that mail is unread again;
 # * a hook run with bob's name from a process tree that is not bob's program changes nothing.
 
 
@@ -570,6 +572,62 @@ def test_a_claude_code_turn_that_fails_after_the_hook_handed_mail_over_leaves_th
             time.sleep(7)  # past a retry round: no trigger starts the failing turn again
             assert sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r)) == tried
             assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == [SUBJECT]
+        finally:
+            daemon.kill()
+            tmux.kill()
+            kill_strays(home)
+
+
+# The model's refusal in each program's API (a 400, which none of them retries).
+REFUSED = {
+    "gemini": lambda: Reply.json({"error": {"code": 400, "message": "refused for this test", "status": "INVALID_ARGUMENT"}}, status=400),
+    "copilot": lambda: Reply.json({"error": {"message": "refused for this test", "type": "invalid_request_error"}}, status=400),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_turn_whose_model_call_fails_after_the_hook_handed_mail_over_leaves_that_mail_unread(name: str, relayctl, relay_env, store_dir: Path,
+                                                                                            short_tmp: Path) -> None:
+    """The trigger starts a turn, the prompt hook hands the mail over, the model refuses the
+    call: the program's own evidence of the failure (Gemini CLI's AfterAgent with no response
+    text, Copilot CLI's errorOccurred for a model call; relayd.programs) puts the mail back as
+    unread, the sender's `track` says the turn failed, and no trigger starts it again."""
+    spec = ASKING[name]
+    home, project = _relay_for(name, relayctl, store_dir, short_tmp)
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}, "delivery": {"held_after": "1s"}}))
+    refused = {"on": False}
+    answer = spec.responder(lambda body: [REPLY[name]("Done.")])
+
+    def respond(request):
+        return REFUSED[name]() if refused["on"] and spec.is_turn(request) else answer(request)
+
+    tmux = Tmux(short_tmp, "r")
+    with ScriptedModel(respond) as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+               **spec.configure(home, project, model.url)}
+        tmux.start([str(agent_programs.program(name))], project, env)
+        daemon = Daemon(relay_env).start()
+        try:
+            spec.start(tmux)
+            tmux.wait_for(spec.ready, timeout=90, settle=1)
+            relayctl.setup("register", name=AGENT, notify=_notify(name, tmux))
+            refused["on"] = True
+            message_id = json.loads(relayctl("--json", "send", AGENT, SUBJECT, agent=SENDER).stdout)["id"]
+            try:
+                model.wait_for(lambda r: spec.is_turn(r) and _mail_in(r), timeout=60)  # handed over: in the refused request
+            except AssertionError:
+                raise AssertionError(f"the mail never reached the model:\n{tmux.screen()}\n{daemon.log()[-3000:]}") from None
+            unread = lambda: [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]  # noqa: E731
+            try:
+                wait_for("the mail unread again", lambda: unread() == [SUBJECT], timeout=30)
+            except AssertionError:
+                state = (store_dir / "agents" / AGENT / "program-state").read_text()
+                raise AssertionError(f"the failed turn's mail stayed read; state {state}\n{tmux.screen()}") from None
+            wait_for("the sender told why", lambda: "last turn failed" in relayctl("track", message_id, agent=SENDER).stdout, timeout=15)
+            tried = sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r))
+            time.sleep(7)  # past a retry round: no trigger starts the failing turn again
+            assert sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r)) == tried
+            assert unread() == [SUBJECT]
         finally:
             daemon.kill()
             tmux.kill()

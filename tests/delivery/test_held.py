@@ -7,12 +7,14 @@ last tests run relayd and a real tmux pane in copy mode.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from relayd import ops
+from relayd.arrival.program_process import process
 from relayd.config import load_config
 from relayd.delivery.held import note_held, notice_held
 from relayd.errors import StoreError
@@ -85,10 +87,33 @@ def test_the_arrival_wings_reason_and_first_hold_are_what_track_says(store: Stor
 
 def test_a_trigger_that_landed_means_not_held(store: Store) -> None:
     relay_told = send(store, "storm", "told")
-    ops.call(store, "announced", {"agent": "storm", "how": "hook"})
+    ops.call(store, "announced", {"agent": "storm", "how": "channel"})
     store.test_clock.ahead = 60  # type: ignore[attr-defined]
     assert "held" not in way(store, relay_told)
     assert agent_status(store, "storm")["held"] is None
+
+
+def test_mail_a_hook_handed_into_a_turn_that_failed_is_held_and_says_why(store: Store) -> None:
+    """The hook's announcement is its read: once the failed turn put the mail back as unread
+    (relayd.arrival.program_state), it waits, and track says the turn failed."""
+    message_id = send(store, "storm", "review the schema")
+    me = process(os.getpid())
+    assert me is not None
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "new_turn": True})
+    ops.call(store, "read", {"agent": "storm", "unread": True, "mark_read": True})
+    ops.call(store, "announced", {"agent": "storm", "how": "hook"})
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "handed": [message_id]})
+    store.test_clock.ahead = 60  # type: ignore[attr-defined]
+    assert "held" not in way(store, message_id)  # read
+    done = ops.call(store, "program_state", {"agent": "storm", "state": "idle", "pid": me.pid, "start": me.start, "failed": True})
+    assert done["put_back"] == [message_id]
+    held = way(store, message_id)["held"]
+    assert held["why"].startswith("storm's program's last turn failed") and agent_status(store, "storm")["held"] == held
+    ops.call(store, "read", {"agent": "storm", "unread": True, "mark_read": True})
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "handed": [message_id]})
+    later = send(store, "storm", "and the migration")
+    store.test_clock.ahead = 120  # type: ignore[attr-defined]
+    assert "failed" not in way(store, later)["held"]["why"]  # handed over again: the failure explains nothing now
 
 
 def test_the_set_time_comes_from_config_json(store: Store, store_dir: Path) -> None:

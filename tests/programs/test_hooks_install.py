@@ -297,7 +297,7 @@ def test_copilot_gets_relays_own_hooks_file_which_uninstall_removes(relayctl, pr
     relayctl("hooks", "install", "--for", "copilot", "--agent", "inferno", "--project", str(project))
     written = json.loads(path.read_text())
     assert written["version"] == 1
-    events = ["sessionStart", "userPromptSubmitted", "postToolUse", "agentStop", "permissionRequest", "sessionEnd"]
+    events = ["sessionStart", "userPromptSubmitted", "postToolUse", "agentStop", "permissionRequest", "sessionEnd", "errorOccurred"]
     assert sorted(written["hooks"]) == sorted(events)
     assert all(entries == [{"type": "command", "bash": entries[0]["bash"]}] and entries[0]["bash"].endswith(f"hook copilot {event}")
                for event, entries in written["hooks"].items())

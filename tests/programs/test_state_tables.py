@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from relayd.arrival.program_events import STATES, state_after
+from relayd.arrival.program_events import STATES, state_after, turn_failed
 from relayd.programs.registry import PROGRAMS
 from support.paths import ROOT
 
@@ -78,6 +78,24 @@ def test_opencode_as_relays_plugin_reports_it() -> None:
                     "question.rejected", "session.idle", "session.deleted")
     assert replay("opencode", session) == ["idle", "working", "asking", "working", "working", "asking", "working", "idle", "ended"]
     assert replay("opencode", named("chat.message", "session.idle"), continued=(1,)) == ["working", "working"]
+
+
+def test_which_events_say_a_turns_model_call_failed() -> None:
+    """The evidence that mail handed into a turn never reached a model that answered: each
+    program's own (relayd.programs; the shapes its real sessions sent against a model that
+    refused the call). Codex CLI has none."""
+    assert turn_failed("claude", {"hook_event_name": "StopFailure"}) and not turn_failed("claude", {"hook_event_name": "Stop"})
+    # Gemini CLI: the turn's end, with no response text
+    assert turn_failed("gemini", {"hook_event_name": "AfterAgent", "prompt": "hi", "prompt_response": "[no response text]", "stop_hook_active": False})
+    assert not turn_failed("gemini", {"hook_event_name": "AfterAgent", "prompt": "hi", "prompt_response": "Done.", "stop_hook_active": False})
+    assert state_after("gemini", {"hook_event_name": "AfterAgent", "prompt_response": "[no response text]"}) == "idle"
+    # Copilot CLI: an error in a model call, not in a tool
+    assert turn_failed("copilot", {"hook_event_name": "errorOccurred", "errorContext": "model_call", "recoverable": True, "error": {"message": "400"}})
+    assert not turn_failed("copilot", {"hook_event_name": "errorOccurred", "errorContext": "tool_execution", "recoverable": True})
+    assert state_after("copilot", {"hook_event_name": "errorOccurred", "errorContext": "model_call"}) == "working"  # it may retry
+    # OpenCode: relay's plugin passes session.error on
+    assert turn_failed("opencode", {"hook_event_name": "session.error"}) and state_after("opencode", {"hook_event_name": "session.error"}) == "idle"
+    assert not any(turn_failed("codex", {"hook_event_name": name}) for name in PROGRAMS["codex"].hooks.installed)
 
 
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
