@@ -292,8 +292,9 @@ def handoff(s: Settings, to: str, patterns: list[str], message: str, all_: bool,
     sender = s.require_agent("handoff")
     body = read_body(message)
     result = s.call("handoff", {"agent": sender, "to": to, "patterns": patterns, "all": all_, "repo": repo_path(repo), "thread": thread, "ttl": ttl})
-    held = "\n".join(f"  {r['pattern']} ({_kind(r)}, until {r['expires_at']})" for r in result["handed"])
-    brief = f"{body.rstrip()}\n\nHanded over to you by {sender}, with these reservations in {result['repo']} (yours now; the guard refuses {sender}'s commits there):\n{held}"
+    from relayd.reservations.handoff import brief as handoff_brief  # (the fast path loads this module; the wing only here)
+
+    brief = handoff_brief(sender, body, result["handed"], result["repo"])
     sent = s.call("send", {"agent": sender, "to": [to], "body": brief, "subject": "handoff: " + clip(body, 70), "thread": thread, "tags": ["handoff"]})
     message_id = sent["messages"][0]["id"]
     if s.json:
