@@ -145,7 +145,8 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     # Before the mail, and refused unless this hook runs in the agent's own program: working
     # (its trigger waits) until the turn's end says otherwise.
     _record_state(s, agent, program, event, owner, state="working", new_turn=name == spec.stop or name == spec.context[0], guest=guest)
-    text, ids = take_unread(s, agent)
+    # The person's prompt takes the mail with it; later in the turn the coordination budget may hold it (relayd.arrival.budget).
+    text, ids = take_unread(s, agent, coordination=None if name == spec.context[0] else name != spec.stop)
     if name == spec.stop:
         _record_state(s, agent, program, event, owner, continued=text is not None, handed=ids, guest=guest)
     elif ids:
@@ -227,11 +228,14 @@ def _unknown_event(program: str, name: object) -> str:
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
-def take_unread(s: Settings, agent: str) -> tuple[str | None, list[str]]:
-    """The unread messages that fit the budget, rendered, and marked read; and their ids."""
+def take_unread(s: Settings, agent: str, coordination: bool | None = None) -> tuple[str | None, list[str]]:
+    """The unread messages that fit the budget, rendered, and marked read; and their ids.
+    `coordination`: ask the person's coordination budget first (True: its interrupt interval too)."""
     preview = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})["messages"]
     if not preview:
         return None, []
+    if coordination is not None and _held_back(s, agent, coordination):
+        return None, []  # it waits in the inbox; the held record says why
     used, fits = 0, 0
     for message in preview:
         used += len(render(message))
@@ -249,6 +253,15 @@ def take_unread(s: Settings, agent: str) -> tuple[str | None, list[str]]:
     if taken["unread"]:
         parts.append(f"({taken['unread']} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
     return "\n\n".join(parts), [m["id"] for m in messages]
+
+
+def _held_back(s: Settings, agent: str, interval: bool) -> bool:
+    """Whether the coordination budget holds the agent's mail back now; a relayd without it
+    (an older one still running) holds nothing back."""
+    try:
+        return s.call("budget_hold", {"agent": agent, "interval": interval})["why"] is not None
+    except RelayError:
+        return False
 
 
 def _record_hook(s: Settings, agent: str) -> None:
