@@ -444,6 +444,13 @@ def _daemon_state(daemon: dict) -> str:
     return "not running (direct mode)"
 
 
+def paused_line(p: dict) -> str:
+    """One exchange the loop breaker paused, as `status` and `budget` show it."""
+    a, b = p["agents"]
+    return (f"{a} <-> {b}: {p['count']} messages back and forth since {p['since'][11:19]} UTC; "
+            f"their mail is stored, not announced, until {p['until'][11:19]} UTC or: relayctl budget resume {a} {b}")
+
+
 def render_status(r: dict, sections: set[str]) -> str:
     lines = []
     daemon = r.get("daemon")
@@ -474,6 +481,17 @@ def render_status(r: dict, sections: set[str]) -> str:
                 lines.append(_arrival_line(a))
                 if a.get("held"):
                     lines.append(f"  {'':<16} {held_line(a['held'])}")
+            lines.append("")
+        if r.get("paused"):
+            lines.append(f"LOOP BREAKER ({len(r['paused'])} paused)")
+            lines.extend("  " + paused_line(p) for p in r["paused"])
+            lines.append("")
+        spent = [a for a in agents if a.get("context")]
+        if spent:
+            # What relay's own words cost each model (relayd.delivery.spend): triggers, doors, hooks, tool results.
+            lines.append(f"RELAY IN CONTEXT (last hour, ~{sum(a['context']['tokens'] for a in spent)} tokens)")
+            lines.extend(f"  {a['name']:<16} ~{a['context']['tokens']} tokens in {a['context']['handed']} hand-overs ("
+                         + ", ".join(f"{kind} {tokens}" for kind, tokens in a["context"]["by"].items()) + ")" for a in spent)
             lines.append("")
         if bridge is not None and bridge.get("agents"):
             remote = bridge["agents"]
