@@ -252,7 +252,18 @@ def take_unread(s: Settings, agent: str, coordination: bool | None = None) -> tu
     parts = [head, *(render(m) for m in messages)]
     if taken["unread"]:
         parts.append(f"({taken['unread']} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
-    return "\n\n".join(parts), [m["id"] for m in messages]
+    text = "\n\n".join(parts)
+    _record_spent(s, agent, len(text))
+    return text, [m["id"] for m in messages]
+
+
+def _record_spent(s: Settings, agent: str, chars: int) -> None:
+    """What this hook puts into the model's context, for the person's view of relay's cost
+    (relayd.delivery.spend). A report only: never fails the hook."""
+    try:
+        s.call("spent", {"agent": agent, "chars": chars, "kind": "hook"})
+    except RelayError:
+        pass
 
 
 def _held_back(s: Settings, agent: str, interval: bool) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from relayd import ops
 from relayd.arrival.notify import notify_new_messages
 from relayd.arrival.program_process import process
+from relayd.config import DEFAULT_TRIGGER
 from relayd.store import Store
 
 RECORDER = "import sys; open(sys.argv[1], 'a').write('told\\n')"
@@ -89,6 +90,15 @@ def test_ten_messages_to_a_working_agent_inside_its_interval_are_one_announcemen
     notify_new_messages(team, ["coder"])  # the notifier's next sweep
     assert told(log) == 2
     assert [m["body"] for m in read(team, "coder")] == [f"finding {n}" for n in range(10)]
+    # What relay put into coder's context for it: two triggers, ~a quarter of their characters in tokens.
+    trigger = json.loads((Path(team.root) / "config.json").read_text()).get("notify", {}).get("trigger") or DEFAULT_TRIGGER
+    [context] = [a["context"] for a in ops.call(team, "status", {})["agents"] if a["name"] == "coder"]
+    assert context == {"tokens": 2 * len(trigger) // 4, "by": {"trigger": 2 * len(trigger) // 4}, "handed": 2}
+    ops.call(team, "spent", {"agent": "coder", "chars": 400, "kind": "hook"})
+    [context] = [a["context"] for a in ops.call(team, "status", {})["agents"] if a["name"] == "coder"]
+    assert context["by"]["hook"] == 100 and context["handed"] == 3
+    team.test_clock.ahead += 3601  # type: ignore[attr-defined]
+    assert [a.get("context") for a in ops.call(team, "status", {})["agents"] if a["name"] == "coder"] == [None]  # only the last hour
 
 
 def test_urgent_mail_and_the_persons_mail_are_never_held(team: Store, short_tmp: Path) -> None:
