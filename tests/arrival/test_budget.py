@@ -207,3 +207,127 @@ def test_resuming_an_exchange_that_is_not_paused_is_refused(team: Store) -> None
         ops.call(team, "budget_resume", {"agents": ["quick", "reviewer"]})
     with pytest.raises(Exception, match="name the two agents"):
         ops.call(team, "budget_resume", {"agents": ["quick"]})
+
+
+# -- with relayd: real processes, real sockets, scripted agents ------------------------------------
+
+# A scripted agent that answers its partner forever: at each announcement (a `cmd:` trigger run
+# by relayd) it reads its unread mail as a program session would and answers every message from
+# its partner; each answer is written down, so the test knows what was sent.
+ANSWERER = """
+import json, os, subprocess, sys
+me, partner, sent_log = sys.argv[1:4]
+env = dict(os.environ, RELAY_AGENT=me)
+relayctl = [sys.executable, "-m", "relayctl"]
+got = json.loads(subprocess.run(relayctl + ["--json", "read", "--unread", "--mark-read", "--last", "0"], env=env, capture_output=True, text=True, check=True).stdout)
+for m in got:
+    if m["from"] == partner:
+        subprocess.run(relayctl + ["send", partner, "re: " + m["body"][:40]], env=env, capture_output=True, check=True)
+        open(sent_log, "a").write(partner + "\\n")
+"""
+
+# A scripted busy agent: at each announcement it reads its unread mail and writes down how many
+# messages that one announcement brought.
+COUNTER = """
+import json, os, subprocess, sys
+env = dict(os.environ, RELAY_AGENT=sys.argv[1])
+got = json.loads(subprocess.run([sys.executable, "-m", "relayctl", "--json", "read", "--unread", "--mark-read", "--last", "0"], env=env, capture_output=True, text=True, check=True).stdout)
+open(sys.argv[2], "a").write(" ".join(m["body"] for m in got) + "\\n")
+"""
+
+
+def _unread(relayctl, name: str) -> list[dict]:
+    return relayctl.setup("read", agent=name, unread=True, last=0)["messages"]
+
+
+def _settled(relayctl, store_dir: Path) -> bool:
+    """Both agents have read relay's notice, and the one answer that came after it waits unannounced."""
+    unread = {name: _unread(relayctl, name) for name in ("alpha", "beta")}
+    if any(m["from"] == "relay" for messages in unread.values() for m in messages):
+        return False
+    waiting = [name for name, messages in unread.items() if messages]
+    return len(waiting) == 1 and b"loop breaker" in ((store_dir / "agents" / waiting[0] / "held").read_bytes() if (store_dir / "agents" / waiting[0] / "held").exists() else b"")
+
+
+@pytest.mark.slow
+def test_two_agents_answering_each_other_forever_are_stopped_at_the_set_count(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    from support.relayd_proc import Daemon
+    from support.waiting import wait_for
+
+    relayctl.setup("init")
+    (store_dir / "config.json").write_text(json.dumps({"delivery": {"escalate_to": "lead"}, "coordination": {"loop_messages": 6, "loop_window": "1h"}}))
+    script = short_tmp / "answerer.py"
+    script.write_text(ANSWERER)
+    sent = short_tmp / "sent.log"
+    for me, partner in (("alpha", "beta"), ("beta", "alpha")):
+        relayctl.setup("register", name=me, notify=f"cmd:{sys.executable} {script} {me} {partner} {sent}")
+    relayctl.setup("register", name="lead", notify="none")
+    daemon = Daemon(relay_env).start()
+    try:
+        relayctl("send", "beta", "shall we start?", agent="alpha")
+        [paused] = wait_for("the loop breaker's pause", lambda: relayctl.setup("status")["paused"], timeout=90)
+        assert paused["agents"] == ["alpha", "beta"] and paused["count"] == 7  # more than 6: at the seventh
+        wait_for("both told, the last answer waiting", lambda: _settled(relayctl, store_dir), timeout=90)
+
+        # Nothing lost: every message either sent is in its partner's inbox, the last one unread.
+        answers = len(sent.read_text().splitlines())
+        between = [m for name in ("alpha", "beta") for m in relayctl.setup("read", agent=name, last=0)["messages"] if m["from"] in ("alpha", "beta")]
+        assert len(between) == 1 + answers and answers in (7, 8)  # the seventh was paused; one answer to it may follow the notice
+        # The person is told by status, the lead by one message.
+        shown = relayctl("status").stdout
+        assert "LOOP BREAKER (1 paused)" in shown and "relayctl budget resume alpha beta" in shown
+        [notice] = relayctl.setup("read", agent="lead", last=0)["messages"]
+        assert notice["from"] == "relay" and notice["tags"] == ["loop"] and "alpha and beta" in notice["subject"]
+
+        # The person's word: the waiting answer is announced, and the two go on until the next pause.
+        relayctl("budget", "resume", "alpha", "beta")
+        again = wait_for("the second pause", lambda: [p for p in relayctl.setup("status")["paused"] if p["paused"] > paused["paused"]], timeout=90)
+        assert again[0]["count"] == 7 and len(sent.read_text().splitlines()) > answers
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+def test_ten_messages_to_a_busy_agent_inside_its_interval_arrive_as_one_announcement(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    import subprocess
+
+    from relayd.arrival.program_process import process
+    from support.relayd_proc import Daemon
+    from support.waiting import wait_for
+
+    relayctl.setup("init")
+    config = store_dir / "config.json"
+    config.write_text(json.dumps({"coordination": {"interrupt_interval": "15s"}}))
+    script = short_tmp / "counter.py"
+    script.write_text(COUNTER)
+    got = short_tmp / "got.log"
+    relayctl.setup("register", name="coder", notify=f"cmd:{sys.executable} {script} coder {got}")
+    relayctl.setup("register", name="reviewer", notify="none")
+    program = subprocess.Popen(["sleep", "600"])  # coder's program, in a turn: its hooks would report it so
+    daemon = Daemon(relay_env).start()
+    try:
+        owner = process(program.pid)
+        relayctl.setup("program_state", agent="coder", state="working", event="PostToolUse", pid=owner.pid, start=owner.start)
+
+        def announcements() -> list[str]:
+            return got.read_text().splitlines() if got.exists() else []
+
+        relayctl.setup("send", agent="reviewer", to=["coder"], body="first")
+        wait_for("the first announcement", lambda: announcements() == ["first"], timeout=90)
+        for n in range(10):
+            relayctl.setup("send", agent="reviewer", to=["coder"], body=f"f{n}")
+        wait_for("the digest", lambda: len(announcements()) == 2, timeout=90)
+        assert announcements()[1] == " ".join(f"f{n}" for n in range(10))  # all ten, in one announcement
+
+        # Urgent mail goes through at once, however long the interval: it takes what waits with it.
+        config.write_text(json.dumps({"coordination": {"interrupt_interval": "1h"}}))
+        relayctl.setup("send", agent="reviewer", to=["coder"], body="nit")
+        wait_for("the nit held by the interval", lambda: b"interrupt interval (1h)" in ((store_dir / "agents" / "coder" / "held").read_bytes() if (store_dir / "agents" / "coder" / "held").exists() else b""), timeout=90)
+        assert len(announcements()) == 2
+        relayctl.setup("send", agent="reviewer", to=["coder"], body="prod-down", priority="urgent")
+        wait_for("the urgent announcement", lambda: len(announcements()) == 3, timeout=90)
+        assert announcements()[2] == "nit prod-down"
+    finally:
+        daemon.stop()
+        program.kill()
+        program.wait()
