@@ -278,7 +278,8 @@ def _reserve_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 def _handoff(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """The reservations move first (one operation, atomic), then the brief goes out, as `relayctl handoff` does."""
-    from relayd.reservations.handoff import brief  # (relay-mcp starts without the reservations wing)
+    # deferred import: relay-mcp starts without the reservations wing
+    from relayd.reservations.handoff import brief
 
     params = {"agent": ctx.role, "to": args["to"], "patterns": args.get("patterns") or [], "all": bool(args.get("all")), "repo": _repo(args),
               "thread": args.get("thread")}

@@ -93,7 +93,9 @@ def hold(store: Store, name: str, agent: Dir, interval: bool = True) -> str | No
     """Why the announcement of `name`'s unread mail waits now (words after the agent's name,
     "its ..."), or None: announce it. `interval`: whether the interrupt interval applies (not
     at a turn's end, where handing mail over interrupts nothing)."""
-    from ..inbox.read import ReadParams, read  # deferred: most sends reach agents no trigger or door tells
+    # deferred imports: notify loads this module only when a door or trigger would announce; the
+    # inbox's reader, the program state and the inbox's writer only when a decision needs them
+    from ..inbox.read import ReadParams, read
 
     unread = read(store, ReadParams(agent=name, unread=True, last=0)).messages
     if not unread:
