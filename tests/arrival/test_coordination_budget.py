@@ -276,6 +276,7 @@ def test_two_agents_answering_each_other_forever_are_stopped_at_the_set_count(re
         # The person is told by status, the lead by one message.
         shown = relayctl("status").stdout
         assert "LOOP BREAKER (1 paused)" in shown and "relayctl budget resume alpha beta" in shown
+        assert "PAUSED alpha <-> beta: 7 messages back and forth" in relayctl("budget").stdout
         [notice] = relayctl.setup("read", agent="lead", last=0)["messages"]
         assert notice["from"] == "relay" and notice["tags"] == ["loop"] and "alpha and beta" in notice["subject"]
 
