@@ -299,7 +299,7 @@ def budget_resume(store: Store, p: BudgetResumeParams) -> BudgetResumeResult:
         loop = msgspec.structs.replace(loop, resumed=to_iso(now), resumed_by=p.by)
         store.top(layout.LOOPS).replace(_key(a, b), msgspec.json.encode(loop) + b"\n", store.sync)
     # relayd's notifier takes these as "try the held announcements now" (relayd.daemon.notifications)
-    store.emit(*(store.event("budget", action="resumed", agent=name) for name in loop.agents))
+    store.emit(*(store.event("agent", action="resumed", agent=name) for name in loop.agents))
     return BudgetResumeResult(resumed=loop)
 
 

@@ -50,7 +50,7 @@ class Notifier:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
             self.waiting.add(event.agent)
             self._wakeup.set()
-        elif event.topic == "budget" and event.agent and event.action == "resumed":
+        elif event.topic == "agent" and event.agent and event.action == "resumed":
             # The person resumed an exchange the loop breaker paused (relayd.arrival.budget): its
             # held announcements go now.
             self.idle.add(event.agent)
