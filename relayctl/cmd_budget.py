@@ -14,8 +14,10 @@ BUDGET_HELP = """The coordination budget: how often relay may interrupt a workin
 the loop breaker that pauses two agents answering each other with no word from the person.
 
 \b
-  relayctl budget                        each agent's settings in force, and what is paused
-  relayctl budget resume coder reviewer  let relay announce their mail to each other again
+Examples:
+    relayctl budget                        each agent's settings in force, and what is paused
+    relayctl budget resume coder reviewer  let relay announce their mail to each other again
+    relayctl --json status | jq '.paused, [.agents[] | {name, context}]'
 
 Set it in config.json ("coordination") or the team file (interrupt_interval, loop_messages,
 loop_window; per agent too): docs/coordination.md#the-coordination-budget says what each
