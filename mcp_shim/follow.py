@@ -251,14 +251,10 @@ class Follower(threading.Thread):
                 logs.info(f"could not switch {self.agent} to its pane's trigger: {exc}")
 
     def _spent(self, chars: int) -> None:
-        """What the channel event puts into the model's context (relayd.delivery.spend): a report only."""
-        from relayd.client.full import Client
+        """What the channel event puts into the model's context (relayd.delivery.spend): a count only."""
+        from relayd.delivery.spend import add_to
 
-        try:
-            with Client(self.store_dir, self.socket_path, name="relay-mcp") as client:
-                client.call("spent", {"agent": self.agent, "chars": chars, "kind": "channel"})
-        except RelayError as exc:
-            logs.debug(f"channel event's size not counted: {exc}")
+        add_to(self.store_dir, self.agent, chars, "channel")
 
     def _record_channel(self, outcome: dict[str, Any]) -> None:
         """The channel push, once known to be taken (or refused), is this agent's announcement:

@@ -212,12 +212,12 @@ class Shim:
         self.out.write({"jsonrpc": "2.0", "method": protocol.CHANNEL_METHOD, "params": params})
 
     def spent(self, chars: int, kind: str) -> None:
-        """Count what relay put into the model's context (relayd.delivery.spend); a report
-        only, which never fails a tool. (Channel events are counted by the follower, on its own connection.)"""
-        try:
-            self.call("spent", {"agent": self.identity.role, "chars": chars, "kind": kind})
-        except RelayError:
-            pass
+        """Count what relay put into the model's context (relayd.delivery.spend), in the
+        store's file itself: a tool call stays one request. (The follower counts channel events.)"""
+        # deferred import: relay-mcp starts without the delivery wing
+        from relayd.delivery.spend import add_to
+
+        add_to(self.identity.store_dir, self.identity.role, chars, kind)
 
     # -- the read loop ---------------------------------------------------------------
     def serve(self, stream: BinaryIO) -> None:

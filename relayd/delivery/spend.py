@@ -21,6 +21,7 @@ from typing import Literal
 import msgspec
 
 from .. import layout
+from ..errors import RelayError
 from ..fsio import Dir, NoSync, append_file, complete_lines
 from ..records import check_agent_name
 from ..registry import operation
@@ -73,6 +74,17 @@ def last_hour(store: Store, agent: Dir) -> Spent | None:
     if not handed:
         return None
     return Spent(tokens=sum(by.values()) // CHARS_PER_TOKEN, by={k: v // CHARS_PER_TOKEN for k, v in sorted(by.items())}, handed=handed)
+
+
+def add_to(store_dir: str, name: str, chars: int, kind: str) -> None:
+    """`add` from a process that keeps no store handle (relay-mcp): straight into the agent's
+    file, as its heartbeat is, so a tool call stays one request to relayd. Never raises for
+    a store or agent that is gone: it is a count, not mail."""
+    try:
+        with Store(store_dir) as store, store.agent_dir(name) as agent:
+            add(store, agent, chars, kind)
+    except (RelayError, OSError):
+        pass
 
 
 class SpentParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -681,3 +681,11 @@ async def test_handoff_moves_reservations_and_sends_the_brief(daemon: Any, relay
         [brief] = [m for m in structured(await glacier.call_tool("check_inbox", {}))["messages"] if m["id"] == result["brief"]]
         assert brief["from"] == "inferno" and brief["subject"].startswith("handoff: Auth is yours")
         assert "Auth is yours: logout is half done" in brief["body"] and "src/auth/**" in brief["body"]
+
+    # What the tool results put into each model's context is counted (relayd.delivery.spend).
+    from relayd import ops
+    from relayd.store import Store
+
+    with Store(relay_env["RELAY_DIR"]) as store:
+        context = {a["name"]: a.get("context") for a in ops.call(store, "status", {})["agents"]}
+    assert context["inferno"]["by"]["tool"] > 0 and context["glacier"]["by"]["tool"] > 0
