@@ -200,6 +200,7 @@ class Follower(threading.Thread):
 
     def _send(self, params: dict[str, Any]) -> None:
         self.emit(params)
+        self._spent(len(params["content"]))
         if self.evidence is None:
             self._record_channel({})
         else:
@@ -248,6 +249,12 @@ class Follower(threading.Thread):
                     client.call("register", {"name": self.agent, "notify": fallback})
             except RelayError as exc:
                 logs.info(f"could not switch {self.agent} to its pane's trigger: {exc}")
+
+    def _spent(self, chars: int) -> None:
+        """What the channel event puts into the model's context (relayd.delivery.spend): a count only."""
+        from relayd.delivery.spend import add_to
+
+        add_to(self.store_dir, self.agent, chars, "channel")
 
     def _record_channel(self, outcome: dict[str, Any]) -> None:
         """The channel push, once known to be taken (or refused), is this agent's announcement:

@@ -186,6 +186,7 @@ class Shim:
             logs.info(f"tool {name} failed:\n{traceback.format_exc()}")
             return ToolOutcome(None, f"error: internal error in {name}: {type(exc).__name__}: {exc}", is_error=True)
         text = encode(structured).decode()
+        self.spent(len(text) + len(notice or ""), "tool")
         if notice:
             # Claude Code hands the model only structuredContent when a result has it, so the
             # notice goes in there too; clients that show the text get it as a block of its own.
@@ -209,6 +210,14 @@ class Shim:
 
     def notify(self, params: dict[str, Any]) -> None:
         self.out.write({"jsonrpc": "2.0", "method": protocol.CHANNEL_METHOD, "params": params})
+
+    def spent(self, chars: int, kind: str) -> None:
+        """Count what relay put into the model's context (relayd.delivery.spend), in the
+        store's file itself: a tool call stays one request. (The follower counts channel events.)"""
+        # deferred import: relay-mcp starts without the delivery wing
+        from relayd.delivery.spend import add_to
+
+        add_to(self.identity.store_dir, self.identity.role, chars, kind)
 
     # -- the read loop ---------------------------------------------------------------
     def serve(self, stream: BinaryIO) -> None:

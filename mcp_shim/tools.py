@@ -276,6 +276,23 @@ def _reserve_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"reserved": result["reserved"], "reservation": result["reservation"], "conflicts": result["conflicts"]}
 
 
+def _handoff(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """The reservations move first (one operation, atomic), then the brief goes out, as `relayctl handoff` does."""
+    # deferred import: relay-mcp starts without the reservations wing
+    from relayd.reservations.handoff import brief
+
+    params = {"agent": ctx.role, "to": args["to"], "patterns": args.get("patterns") or [], "all": bool(args.get("all")), "repo": _repo(args),
+              "thread": args.get("thread")}
+    try:
+        moved = ctx.call("handoff", params)
+    except NotOwner as exc:
+        raise ToolFailed(f"{exc} (reserve_files shows what you hold)") from None
+    text = brief(ctx.role, args["body"], moved["handed"], moved["repo"])
+    subject = "handoff: " + " ".join(args["body"].split())[:70]
+    sent = ctx.call("send", {"agent": ctx.role, "to": [args["to"]], "body": text, "subject": subject, "thread": args.get("thread"), "tags": ["handoff"]})
+    return {"handed": moved["handed"], "to": moved["to"], "repo": moved["repo"], "brief": sent["messages"][0]["id"]}
+
+
 def _release_files(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     everything = bool(args.get("all"))
     if everything == (args.get("pattern") is not None):
@@ -297,7 +314,7 @@ TOOLS: tuple[Tool, ...] = (
         "send_message",
         "Send a message to another agent.",
         _obj(
-            {"to": {"type": "string", "description": "agent name"}, "subject": _STR, "body": _STR, "priority": _PRIORITY, "thread": _STR, "ack": {"type": "boolean", "description": "redeliver until acked"}},
+            {"to": _STR, "subject": _STR, "body": _STR, "priority": _PRIORITY, "thread": _STR, "ack": {"type": "boolean", "description": "redeliver until acked"}},
             ["to", "subject", "body"],
         ),
         _SENT,
@@ -305,8 +322,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "check_inbox",
-        "Unread messages, then marked read. Ack ids listed in owed once handled.",
-        _obj({"ack": {"type": "array", "items": _STR, "description": "ids to acknowledge"}}),
+        "Unread mail, then marked read. Ack owed ids once handled.",
+        _obj({"ack": {"type": "array", "items": _STR}}),
         _obj(
             {
                 "messages": {"type": "array", "items": _MESSAGE},
@@ -320,14 +337,14 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_status",
-        "Status, task and liveness of one agent or all.",
-        _obj({"role": {"type": "string", "description": "agent name or all (default)"}}),
+        "Status, task, liveness of agents.",
+        _obj({"role": {"type": "string", "description": "default: all"}}),
         _obj({"agents": {"type": "array", "items": _AGENT}}, ["agents"]),
         _get_status,
     ),
     Tool(
         "update_status",
-        "Set your status (e.g. working, blocked, done) and task.",
+        "Set your status (e.g. blocked) and task.",
         _obj({"status": _STR, "task": _STR}, ["status"]),
         _obj({"name": _STR, "status": _NULLABLE_STR, "task": _NULLABLE_STR}, ["name", "status", "task"]),
         _update_status,
@@ -335,13 +352,13 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "broadcast",
         "Send a message to every other agent.",
-        _obj({"subject": _STR, "body": _STR, "priority": _PRIORITY}, ["subject", "body"]),
+        _obj({"subject": _STR, "body": _STR, "priority": _STR}, ["subject", "body"]),
         _SENT,
         _broadcast,
     ),
     Tool(
         "check_hub_status",
-        "Cheap check: your unread count and the team's presence.",
+        "Your unread count, team presence.",
         _obj(),
         _obj(
             {
@@ -359,11 +376,11 @@ TOOLS: tuple[Tool, ...] = (
         _obj(
             {
                 "pattern": _STR,
-                "repo": {"type": "string", "description": "default: cwd"},
+                "repo": _STR,
                 "shared": {"type": "boolean"},
                 "ttl": {"type": "string", "description": "e.g. 30m, 2h"},
                 "reason": _STR,
-                "check": {"type": "boolean", "description": "only report conflicts"},
+                "check": {"type": "boolean", "description": "only ask"},
             },
             ["pattern"],
         ),
@@ -379,10 +396,17 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "release_files",
-        "Release your reservation of a pattern, or all of yours.",
+        "Release a pattern you hold, or all.",
         _obj({"pattern": _STR, "repo": _STR, "all": {"type": "boolean"}}),
         _obj({"released": {"type": "array", "items": _RESERVATION}}, ["released"]),
         _release_files,
+    ),
+    Tool(
+        "handoff",
+        "Hand your reservations (patterns or all) and a brief to an agent.",
+        _obj({"to": _STR, "body": _STR, "patterns": {"type": "array", "items": _STR}, "all": {"type": "boolean"}}, ["to", "body"]),
+        _obj({"handed": {"type": "array", "items": _RESERVATION}, "to": _STR, "repo": _STR, "brief": _STR}, ["handed", "to", "repo", "brief"]),
+        _handoff,
     ),
 )
 

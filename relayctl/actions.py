@@ -292,8 +292,9 @@ def handoff(s: Settings, to: str, patterns: list[str], message: str, all_: bool,
     sender = s.require_agent("handoff")
     body = read_body(message)
     result = s.call("handoff", {"agent": sender, "to": to, "patterns": patterns, "all": all_, "repo": repo_path(repo), "thread": thread, "ttl": ttl})
-    held = "\n".join(f"  {r['pattern']} ({_kind(r)}, until {r['expires_at']})" for r in result["handed"])
-    brief = f"{body.rstrip()}\n\nHanded over to you by {sender}, with these reservations in {result['repo']} (yours now; the guard refuses {sender}'s commits there):\n{held}"
+    from relayd.reservations.handoff import brief as handoff_brief  # (the fast path loads this module; the wing only here)
+
+    brief = handoff_brief(sender, body, result["handed"], result["repo"])
     sent = s.call("send", {"agent": sender, "to": [to], "body": brief, "subject": "handoff: " + clip(body, 70), "thread": thread, "tags": ["handoff"]})
     message_id = sent["messages"][0]["id"]
     if s.json:
@@ -443,6 +444,13 @@ def _daemon_state(daemon: dict) -> str:
     return "not running (direct mode)"
 
 
+def paused_line(p: dict) -> str:
+    """One exchange the loop breaker paused, as `status` and `budget` show it."""
+    a, b = p["agents"]
+    return (f"{a} <-> {b}: {p['count']} messages back and forth since {p['since'][11:19]} UTC; "
+            f"their mail is stored, not announced, until {p['until'][11:19]} UTC or: relayctl budget resume {a} {b}")
+
+
 def render_status(r: dict, sections: set[str]) -> str:
     lines = []
     daemon = r.get("daemon")
@@ -473,6 +481,17 @@ def render_status(r: dict, sections: set[str]) -> str:
                 lines.append(_arrival_line(a))
                 if a.get("held"):
                     lines.append(f"  {'':<16} {held_line(a['held'])}")
+            lines.append("")
+        if r.get("paused"):
+            lines.append(f"LOOP BREAKER ({len(r['paused'])} paused)")
+            lines.extend("  " + paused_line(p) for p in r["paused"])
+            lines.append("")
+        spent = [a for a in agents if a.get("context")]
+        if spent:
+            # What relay's own words cost each model (relayd.delivery.spend): triggers, doors, hooks, tool results.
+            lines.append(f"RELAY IN CONTEXT (last hour, ~{sum(a['context']['tokens'] for a in spent)} tokens)")
+            lines.extend(f"  {a['name']:<16} ~{a['context']['tokens']} tokens in {a['context']['handed']} hand-overs ("
+                         + ", ".join(f"{kind} {tokens}" for kind, tokens in a["context"]["by"].items()) + ")" for a in spent)
             lines.append("")
         if bridge is not None and bridge.get("agents"):
             remote = bridge["agents"]

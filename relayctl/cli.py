@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "release": "relayctl.cmd_reservations:release",
     "reservations": "relayctl.cmd_reservations:reservations",
     "handoff": "relayctl.cmd_reservations:handoff",
+    "budget": "relayctl.cmd_budget:budget",
     "cmd": "relayctl.cmd_commands:cmd",
     "wake": "relayctl.cmd_wake:wake",
     "gc": "relayctl.cmd_wake:gc",

@@ -156,7 +156,8 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     # (its trigger waits) until the turn's end says otherwise.
     _record_state(s, agent, program, event, owner, state="working", new_turn=name == spec.stop or name == spec.context[0], guest=guest)
     later = spec.read_at is not None and guest is None  # read once the model's request carries it (`Hooks.read_at`)
-    text, ids = take_unread(s, agent, mark_read=not later)
+    # The person's prompt takes the mail with it; later in the turn the coordination budget may hold it (relayd.arrival.budget).
+    text, ids = take_unread(s, agent, mark_read=not later, coordination=None if name == spec.context[0] else name != spec.stop)
     handed = [] if later else ids
     if name == spec.stop:
         _record_state(s, agent, program, event, owner, continued=text is not None, handed=handed, guest=guest)
@@ -245,14 +246,17 @@ def _unknown_event(program: str, name: object) -> str:
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
-def take_unread(s: Settings, agent: str, mark_read: bool = True) -> tuple[str | None, list[str]]:
+def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: bool | None = None) -> tuple[str | None, list[str]]:
     """The unread messages that fit the budget, rendered, and marked read (unless not
     `mark_read`: then `mark_handed_read` does it once the model's request carries them);
-    and their ids."""
+    and their ids. `coordination`: ask the person's coordination budget first (True: its
+    interrupt interval too)."""
     peeked = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})
     preview = peeked["messages"]
     if not preview:
         return None, []
+    if coordination is not None and _held_back(s, agent, coordination):
+        return None, []  # it waits in the inbox; the held record says why
     used, fits = 0, 0
     for message in preview:
         used += len(render(message))
@@ -273,7 +277,27 @@ def take_unread(s: Settings, agent: str, mark_read: bool = True) -> tuple[str | 
     parts = [head, *(render(m) for m in messages)]
     if more:
         parts.append(f"({more} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
-    return "\n\n".join(parts), [m["id"] for m in messages]
+    text = "\n\n".join(parts)
+    _record_spent(s, agent, len(text))
+    return text, [m["id"] for m in messages]
+
+
+def _record_spent(s: Settings, agent: str, chars: int) -> None:
+    """What this hook puts into the model's context, for the person's view of relay's cost
+    (relayd.delivery.spend). A report only: never fails the hook."""
+    try:
+        s.call("spent", {"agent": agent, "chars": chars, "kind": "hook"})
+    except RelayError:
+        pass
+
+
+def _held_back(s: Settings, agent: str, interval: bool) -> bool:
+    """Whether the coordination budget holds the agent's mail back now; a relayd without it
+    (an older one still running) holds nothing back."""
+    try:
+        return s.call("budget_hold", {"agent": agent, "interval": interval})["why"] is not None
+    except RelayError:
+        return False
 
 
 def mark_handed_read(s: Settings, agent: str, handed: object) -> list[str]:

@@ -14,6 +14,8 @@ how long read mail is kept.
       "bridge": {"url": "nats://10.0.0.5:4222", "host": "gpu-box",
                  "budget": {"messages_per_hour": 5000, "mib_per_hour": 64, "refusals_per_hour": 200}},
       "dedup":  {"window": "10m"},
+      "coordination": {"interrupt_interval": "30s", "loop_messages": 20, "loop_window": "10m",
+                       "person": ["human"], "agents": {"coder": {"interrupt_interval": "5m"}}},
       "team":   {"preset": "overlord", "allow_new": false}
     }
 
@@ -29,6 +31,11 @@ dead_letter/ (docs/coordination.md#gc).
 trigger seen to land) is *held*: the sender's `track` and `send --wait`, `status` and the web
 view say why, in words. `delivery.held_notice_after`: held this long, each sender gets one
 message from relay naming the mail and why (relayd.delivery.held). The team file sets both.
+
+`coordination`: the person's budget on how much agents may interrupt each other
+(relayd.arrival.budget, docs/coordination.md#the-coordination-budget): how often relay may
+announce mail to an agent, and the loop breaker between two agents; `agents` sets them for
+one agent. The team file sets them too.
 
 `dedup.window`: how long a send's id is remembered per recipient inbox; a send repeating
 an id seen within it (a retry after a crash) returns the original message instead of
@@ -116,6 +123,24 @@ class DedupConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     window: str = "10m"  # how long a message id is remembered per inbox (idempotent sends)
 
 
+class AgentBudget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One agent's own coordination budget; what it leaves out is the team's."""
+
+    interrupt_interval: str | None = None
+    loop_messages: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    loop_window: str | None = None
+
+
+class CoordinationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The coordination budget (relayd.arrival.budget): the defaults and why are in docs/coordination.md."""
+
+    interrupt_interval: str = "30s"  # announcements to one agent at most this often; urgent mail and the person's never wait
+    loop_messages: Annotated[int, msgspec.Meta(ge=1)] = 20  # two agents exchanging more than this ...
+    loop_window: str = "10m"  # ... within this, with no word from the person or the lead, are paused
+    person: list[str] = msgspec.field(default_factory=lambda: ["human"])  # the person's identities (the web view writes as "human")
+    agents: dict[str, AgentBudget] = msgspec.field(default_factory=dict)
+
+
 class TeamConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     preset: str | None = None  # the preset the store was made with (init --preset)
     allow_new: bool = True  # may an agent program register a name of its own choosing?
@@ -128,6 +153,7 @@ class Config(msgspec.Struct, kw_only=True):
     gc: GcConfig = msgspec.field(default_factory=GcConfig)
     bridge: BridgeConfig | None = None
     dedup: DedupConfig = msgspec.field(default_factory=DedupConfig)
+    coordination: CoordinationConfig = msgspec.field(default_factory=CoordinationConfig)
     team: TeamConfig = msgspec.field(default_factory=TeamConfig)
 
 
@@ -161,6 +187,15 @@ def load_config(store: Store) -> Config:
             parse_duration(getattr(config.delivery, key))
         except RelayError as exc:
             raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: delivery.{key}: {exc.message}") from None
+    coordination = config.coordination
+    for where, rules in [("coordination", coordination), *((f"coordination.agents.{name}", rules) for name, rules in coordination.agents.items())]:
+        for key in ("interrupt_interval", "loop_window"):
+            value = getattr(rules, key)
+            try:
+                if value is not None:
+                    parse_duration(value)
+            except RelayError as exc:
+                raise StoreError(f"{store.root}/{layout.CONFIG_FILE}: {where}.{key}: {exc.message}") from None
     return config
 
 

@@ -18,6 +18,8 @@ DUE = "due"  # <minute>.jsonl: owed records not due for a while, parked by the m
 TOP_DIRS = (AGENTS, RESERVATIONS, COMMANDS, WAKE, DEAD_LETTER, OWED, ACKED, DUE)
 TEAMS = "teams"  # teams/<team>/: what `relayctl up` wrote (MCP configs, relayd.pid, relayd.log)
 BRIDGE = "bridge"  # only on a store relayd --bridge has served (relayd.remote, relayd.bridge)
+LOOPS = "loops"  # loops/<a>+<b>.json: two agents' exchange, paused by the loop breaker (relayd.arrival.budget)
+LOOPS_LOCK = "loops.lock"  # held while an exchange is counted and paused, so it is paused (and told) once
 GUARD_INDEX = "guard"  # guard/<crc32 of a repo>.idx: the pre-commit guard's index of one repository's reservations, a cache (relayd.reservations.guard_index)
 
 EVENTS = "events.jsonl"
@@ -58,6 +60,10 @@ PENDING = "pending"
 TRIGGER_MISSES = "trigger-misses"  # triggers in a row that the program did not take (relayd.arrival.notify)
 HELD = "held"  # why its latest trigger was held back, and since when (relayd.delivery.held)
 PROGRAM_STATE = "program-state"  # what its program is doing, from its hooks (relayd.arrival.program_state)
+LAST_ANNOUNCED = "announced-at"  # when relay last announced mail to it, by the store's clock (relayd.arrival.budget)
+SPENT = "context-spent"  # what relay put into its model's context: "<time> <chars> <kind>" lines (relayd.delivery.spend)
+SPENT_ROTATED = "context-spent.1"  # the lines before, rotated once the file passed a few KiB
+SPENT_LOCK = "context-spent.lock"
 
 # Inside bridge/
 OUTBOX = "outbox.jsonl"  # messages for agents on other hosts, until JetStream has them

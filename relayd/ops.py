@@ -26,8 +26,8 @@ def table() -> dict[str, Operation]:
     # imported its own operation's module runs without loading all the others
     from . import overview  # noqa: F401
     from .agents import roster  # noqa: F401
-    from .arrival import claude_inbox, codex_queue, copilot_extension, program_state  # noqa: F401
-    from .delivery import ack, dlq, receipts, sweep  # noqa: F401
+    from .arrival import budget, claude_inbox, codex_queue, copilot_extension, program_state  # noqa: F401
+    from .delivery import ack, dlq, receipts, spend, sweep  # noqa: F401
     from .inbox import read, send  # noqa: F401
     from .reservations import handoff, reserve  # noqa: F401
     from .team import commands, wake  # noqa: F401

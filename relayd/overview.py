@@ -14,6 +14,8 @@ from . import layout
 from .delivery.owed import count_by_agent
 from .arrival.program_state import read
 from .arrival import claude_inbox, codex_queue, copilot_extension
+from .arrival.budget import Loop, loops
+from .delivery.spend import Spent, last_hour
 from .timefmt import now, parse_duration, parse_iso
 from .team.commands import CommandsParams, commands
 from .reservations.reserve import listing
@@ -33,6 +35,7 @@ class AgentOverview(AgentState, kw_only=True):
     session: str | None = None  # what its program is doing, from its hooks (relayd.arrival.program_state): idle, working, asking, ...
     door_unusable: str | None = None  # why its session's own door (its Claude Code inbox, its Codex queue) is not used
     held: Held | None = None  # its mail waits (not read nor told for delivery.held_after): why, since when (relayd.delivery.held)
+    context: Spent | None = None  # what relay put into its model's context in the last hour, in tokens (relayd.delivery.spend)
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -41,6 +44,7 @@ class StatusResult(msgspec.Struct, kw_only=True):
     commands: list[dict] = msgspec.field(default_factory=list)
     delivery: "DeliveryCounts | None" = None
     bridge: dict | None = None  # relayd --bridge: connection, backlog, agents of other hosts
+    paused: list[Loop] = msgspec.field(default_factory=list)  # exchanges the loop breaker holds (relayd.arrival.budget)
 
 
 class DeliveryCounts(msgspec.Struct, kw_only=True):
@@ -71,6 +75,7 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
             never_told=a.name not in told and _registered_within_window(store, a.name),
             session=_session(store, a.name),
             held=agent_held(store, a.name, held_after) if has_unread(store, a.name) else None,
+            context=_context(store, a.name),
         )
         for a in states
     ]
@@ -86,6 +91,11 @@ def _door(store: Store, name: str) -> tuple[str | None, str | None]:
                 why = door.why_not(agent)
                 return door.METHOD, f"{door.TITLE}: {why}" if why else ""
     return None, None
+
+
+def _context(store: Store, name: str) -> Spent | None:
+    with store.agent_dir(name) as agent:
+        return last_hour(store, agent)
 
 
 def _session(store: Store, name: str) -> str | None:
@@ -111,4 +121,5 @@ def status(store: Store, p: StatusParams) -> StatusResult:
         commands=[msgspec.to_builtins(c) for c in commands(store, CommandsParams(status="pending"))],
         delivery=delivery_counts(store),
         bridge=bridge_status(store, parse_duration(p.stale).total_seconds()),
+        paused=loops(store),
     )

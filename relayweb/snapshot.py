@@ -91,4 +91,5 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
         "dead_letters": dead["dead_letters"][::-1],  # newest first
         "owed": owed_messages(store),
         "rotated_files": dead["rotated_files"],
+        "paused": status.get("paused", []),  # exchanges the loop breaker holds (relayd.arrival.budget); each agent's `context` is relay's share of its model's context
     }

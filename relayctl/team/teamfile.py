@@ -5,6 +5,9 @@
     repo = "."                          # the repository the agents work in (relative to this file)
     held_after = "30s"                  # optional: mail not in front of its agent's model this long says why
     held_notice_after = "10m"           # optional: held this long, its sender gets one notice
+    interrupt_interval = "30s"          # optional: a working agent is told of mail at most this often
+    loop_messages = 20                  # optional: two agents answering each other more than this often ...
+    loop_window = "10m"                 # ... within this, with no word from the person, are paused
 
     [[agents]]
     name = "overlord"
@@ -14,6 +17,7 @@
     args = ["--permission-mode", "plan"]  # optional: more arguments for the program
     env = { EDITOR = "vim" }            # optional: more environment for the pane
     lead = true                         # at most one: dead letters escalate to it
+    interrupt_interval = "5m"           # optional: this agent's own (also loop_messages, loop_window)
     notify = "auto"                     # "auto" (default): Claude Code's channel where it works, else "pane";
                                         # "pane": a trigger typed into the agent's pane;
                                         # "channel" (claude only): pushed into the session by relay-mcp
@@ -41,9 +45,10 @@ DEFAULT_FILE = "relay-team.toml"
 MULTIPLEXERS = ("tmux", "zellij")
 KNOWN_PROGRAMS = tuple(PROGRAMS)  # relayd.programs: what relay knows of each
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # a tmux session name without '.' or ':'
-_TOP_KEYS = {"team", "multiplexer", "repo", "agents", "held_after", "held_notice_after"}
+BUDGET_KEYS = ("interrupt_interval", "loop_messages", "loop_window")  # written into config.json's "coordination" by `up` (relayd.arrival.budget)
+_TOP_KEYS = {"team", "multiplexer", "repo", "agents", "held_after", "held_notice_after", *BUDGET_KEYS}
 HELD_KEYS = ("held_after", "held_notice_after")  # written into config.json's "delivery" by `up` (relayd.delivery.held)
-_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify", "extension"}
+_AGENT_KEYS = {"name", "program", "model", "task", "args", "env", "lead", "notify", "extension", *BUDGET_KEYS}
 NOTIFY = ("auto", "pane", "channel")
 
 
@@ -58,6 +63,7 @@ class Agent:
     lead: bool = False
     notify: str = "auto"
     extension: bool = False  # relay's extension for its program (relayd.programs: `Extension`), with the flags it needs
+    budget: dict = field(default_factory=dict)  # its own interrupt_interval, loop_messages, loop_window
 
     @property
     def kind(self) -> str:
@@ -73,6 +79,7 @@ class Team:
     agents: list[Agent]
     path: str  # the team file
     delivery: dict[str, str] = field(default_factory=dict)  # held_after, held_notice_after when the file sets them
+    budget: dict = field(default_factory=dict)  # interrupt_interval, loop_messages, loop_window when the file sets them
 
     @property
     def lead(self) -> Agent | None:
@@ -124,7 +131,28 @@ def load(path: str) -> Team:
             except UsageError:
                 raise UsageError(f"{where}: {key} must be a duration such as \"30s\" or \"10m\", not {value!r}") from None
             delivery[key] = value
-    return Team(name=name, multiplexer=multiplexer, repo=repo, agents=agents, path=where, delivery=delivery)
+    return Team(name=name, multiplexer=multiplexer, repo=repo, agents=agents, path=where, delivery=delivery, budget=_budget(data, where))
+
+
+def _budget(table: dict, where: str) -> dict:
+    """The coordination budget's keys the table sets, checked (relayd.arrival.budget)."""
+    found: dict = {}
+    for key in BUDGET_KEYS:
+        if key not in table:
+            continue
+        value = table[key]
+        if key == "loop_messages":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError(f"{where}: loop_messages must be a whole number of at least 1, not {value!r}")
+        else:
+            try:
+                if not isinstance(value, str):
+                    raise UsageError("")
+                parse_duration(value)
+            except UsageError:
+                raise UsageError(f"{where}: {key} must be a duration such as \"30s\" or \"10m\", not {value!r}") from None
+        found[key] = value
+    return found
 
 
 def check_team_name(name: object, what: str = "team") -> str:
@@ -172,7 +200,7 @@ def _agent(raw: object, where: str, n: int) -> Agent:
         raise UsageError(f"{where}: agent {name}: extension = true needs program = "
                          + " or ".join(f"\"{spec.name}\" (relay's {spec.title} extension)" for spec in has))
     return Agent(name=name, program=program.strip(), model=raw.get("model"), task=raw.get("task"), args=list(args), env=dict(env), lead=lead,
-                 notify=notify, extension=extension)
+                 notify=notify, extension=extension, budget=_budget(raw, f"{where}: agent {name}"))
 
 
 def _no_unknown(table: dict, known: set[str], where: str) -> None:

@@ -89,6 +89,12 @@ def bring_up(s, team: Team, say: Callable[[str], None], prompt_wait: float = PRO
 
         with Store(store_dir) as store:
             set_delivery(store, team.delivery)
+    if team.budget or any(agent.budget for agent in team.agents):
+        from relayd.upkeep.admin import set_coordination
+        from relayd.store import Store
+
+        with Store(store_dir) as store:
+            set_coordination(store, team.budget, {agent.name: agent.budget for agent in team.agents if agent.budget})
     if team.lead:
         from relayd.upkeep.admin import set_escalation_agent
         from relayd.store import Store

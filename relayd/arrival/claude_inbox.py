@@ -247,7 +247,8 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     try:
         with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
             lines = [fmt.auth_line(token)] if token else []
-            lines += [fmt.message_line(fmt.mail_text(name, m))[1] for m in messages]
+            texts = [fmt.mail_text(name, m) for m in messages]
+            lines += [fmt.message_line(text)[1] for text in texts]
             sock.sendall(b"".join(lines))
     except peer.ForeignSocket as exc:
         outcome.update(ok=False, error=f"Claude Code inbox: {exc}")
@@ -258,5 +259,5 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     kept = (_sent(agent, door) + [m["id"] for m in messages])[-KEEP_SENT:]
     agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
     agent.unlink(layout.PENDING, missing_ok=True)
-    outcome.update(ok=True)
+    outcome.update(ok=True, chars=sum(map(len, texts)))  # what the model is handed (relayd.delivery.spend)
     return outcome

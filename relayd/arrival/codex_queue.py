@@ -197,7 +197,8 @@ def announce(store: Store, name: str, agent: Dir, door: QueueDoor) -> dict:
     if not messages:
         outcome.update(ok=True, skipped="codex-queue: nothing new since the last notice")
         return outcome
-    argv = fmt.queue_argv(door.codex, door.thread, fmt.notice(name, messages))
+    notice = fmt.notice(name, messages)
+    argv = fmt.queue_argv(door.codex, door.thread, notice)
     env = {**os.environ, "CODEX_HOME": door.codex_home}
     import subprocess  # deferred import: only a session with a door runs `codex queue`
 
@@ -215,7 +216,7 @@ def announce(store: Store, name: str, agent: Dir, door: QueueDoor) -> dict:
     agent.replace(SENT, "\n".join([_key(door), *kept, ""]).encode(), None)
     agent.unlink(layout.PENDING, missing_ok=True)
     state = read_program_state(agent)
-    outcome.update(ok=True)
+    outcome.update(ok=True, chars=len(notice))  # what the model is handed (relayd.delivery.spend)
     if state is not None and fmt.held_for_person(state.state, state.event):
         outcome["note"] = fmt.HELD_NOTE
     return outcome

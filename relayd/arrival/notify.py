@@ -149,6 +149,46 @@ def agents_awaiting_trigger(store, among: list[str] | None = None) -> list[str]:
 
 
 def _notify_one(store, name: str, settings: _Settings) -> dict:
+    """Announce through a door or a trigger, unless the person's coordination budget holds it
+    back for now (relayd.arrival.budget); an announcement that went out restarts the interval."""
+    with store.agent_dir(name) as agent:
+        method = _announcer(agent)
+        if method is not None:
+            from . import budget  # deferred: only mail that a door or trigger announces asks the budget
+
+            why = budget.hold(store, name, agent)
+            if why is not None:
+                _keep_held(agent, {"skipped": why, "retry": True})
+                return {"agent": name, "method": method, "ok": True, "skipped": why, "retry": True}
+    outcome = _announce_one(store, name, settings)
+    if method is not None and outcome.get("ok") and not outcome.get("skipped") and not outcome.get("retry"):
+        from ..delivery.spend import add as spent
+
+        with store.agent_dir(name) as agent:
+            budget.announced(store, agent)
+            # What the model is handed: a door's text, or the trigger line typed or passed to a command.
+            chars = outcome.pop("chars", None)
+            spent(store, agent, chars if chars is not None else len(settings.get()[0]), "door" if chars is not None else "trigger")
+    return outcome
+
+
+def _announcer(agent) -> str | None:
+    """How relay itself would announce the agent's mail now (a door's method, or a trigger's
+    kind), or None: its program is told otherwise (channel, hook), or not at all, or a
+    trigger already waits for the inbox to be read."""
+    for module in DOORS:
+        if agent.exists(module.DOOR):
+            door = module.current(agent)
+            if door is not None and not door.unusable:
+                return module.METHOD
+    meta = read_meta(agent)
+    kind = ((meta.notify if meta else None) or "none").partition(":")[0]
+    if kind not in TRIGGERS or agent.exists(layout.PENDING):
+        return None
+    return kind
+
+
+def _announce_one(store, name: str, settings: _Settings) -> dict:
     with store.agent_dir(name) as agent:
         # A door before keystrokes: the session's own way in when it has a usable one; the
         # agent's mechanism below otherwise.

@@ -50,6 +50,11 @@ class Notifier:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
             self.waiting.add(event.agent)
             self._wakeup.set()
+        elif event.topic == "agent" and event.agent and event.action == "resumed":
+            # The person resumed an exchange the loop breaker paused (relayd.arrival.budget): its
+            # held announcements go now.
+            self.idle.add(event.agent)
+            self._wakeup.set()
         elif event.topic == "agent" and event.agent and event.action == "idle":
             # Its program is back at its prompt (relayd.arrival.program_state): a trigger held back
             # while it worked or asked goes now, not at the next retry sweep.

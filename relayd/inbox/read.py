@@ -286,6 +286,22 @@ def holds_since(store: Store, agent_name: str, message_id: str, since: str) -> b
             snap.close()
 
 
+def stored_since(store: Store, agent_name: str, since: str) -> list[Message]:
+    """The agent's messages stored at or after `since` (ISO time), newest first; like
+    `holds_since`, it reads back only that far."""
+    found: list[Message] = []
+    with store.agent_dir(agent_name) as agent:
+        snap = snapshot(agent)
+        try:
+            for _, message in _newest_first(snap, []):
+                if message.ts < since:
+                    break
+                found.append(message)
+        finally:
+            snap.close()
+    return found
+
+
 class Copies(msgspec.Struct, kw_only=True):
     """The copies of one message id in an inbox (a --ack message gets one per delivery)."""
 

@@ -106,3 +106,10 @@ def handoff(store: Store, p: HandoffParams) -> HandoffResult:
     store.emit(*(store.event("reservation", action="handed", pattern=r.pattern, repo=repo, agent=p.to, from_=p.agent) for r in handed))
     handed.sort(key=lambda r: r.pattern)
     return HandoffResult(handed=handed, to=p.to, repo=repo)
+
+
+def brief(sender: str, body: str, handed: list[dict], repo: str) -> str:
+    """The message that goes with a handoff, written once for `relayctl handoff` and relay-mcp:
+    the caller's words, then what the new owner now holds (dicts as the operation answers)."""
+    held = "\n".join(f"  {r['pattern']} ({'exclusive' if r.get('exclusive', True) else 'shared'}, until {r['expires_at']})" for r in handed)
+    return f"{body.rstrip()}\n\nHanded over to you by {sender}, with these reservations in {repo} (yours now; the guard refuses {sender}'s commits there):\n{held}"

@@ -102,6 +102,20 @@ def set_delivery(store: Store, values: dict[str, str]) -> None:
     store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
 
 
+def set_coordination(store: Store, team: dict, agents: dict[str, dict]) -> None:
+    """Write the team file's coordination budget into config.json's "coordination" (`up`
+    carries it over, as it does held_after: the team file is where the person set it); an
+    agent's own settings go under "agents"."""
+    config = _config_json(store)
+    coordination = config.setdefault("coordination", {})
+    before = json.dumps(coordination, sort_keys=True)
+    coordination.update(team)
+    for name, own in agents.items():
+        coordination.setdefault("agents", {}).setdefault(name, {}).update(own)
+    if json.dumps(coordination, sort_keys=True) != before:
+        store.root_dir().replace(layout.CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode(), store.sync)
+
+
 def set_escalation_agent(store: Store, agent: str) -> str:
     """`delivery.escalate_to` in config.json unless the person already chose one there
     (`relayctl up` makes a team's lead the escalation agent); returns the one in force."""

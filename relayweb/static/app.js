@@ -67,9 +67,23 @@ function doorUnusable(a) {
   return el("div", { class: "muted door-unusable", title: `${a.name}'s mail goes by ${a.arrives_by}, not its session's own door`, text: `not its ${a.door_unusable}` });
 }
 
+// What relay itself put into the agent's model's context in the last hour (status's `context`).
+function spent(a) {
+  const c = a.context;
+  if (!c) return null;
+  const by = Object.entries(c.by).map(([kind, tokens]) => `${kind} ${tokens}`).join(", ");
+  return el("span", { class: "badge", title: `relay's own text in ${a.name}'s model's context, last hour: ${by}`, text: `~${c.tokens} tokens/h` });
+}
+
+// Exchanges the loop breaker paused (state.paused), each with the command that resumes it.
+function renderPaused(paused) {
+  $("paused").replaceChildren(...paused.map((p) => el("div", { class: "badge held", text:
+    `paused: ${p.agents[0]} ↔ ${p.agents[1]}, ${p.count} messages back and forth since ${shown(p.since)}; until ${shown(p.until)} or: relayctl budget resume ${p.agents[0]} ${p.agents[1]}` })));
+}
+
 function arrival(a) {
   const cell = arrivalCell(a);
-  const extra = [doorUnusable(a), pane(a), held(a)].filter(Boolean);
+  const extra = [doorUnusable(a), pane(a), held(a), spent(a)].filter(Boolean);
   if (extra.length) cell.append(" ", ...extra);
   return cell;
 }
@@ -278,6 +292,7 @@ function render() {
   $("live").textContent = "live · " + (state.source === "daemon" ? "relayd events" : state.source === "inotify" ? "store files (relayd down)" : "waiting for the store");
   $("live").className = "badge on";
   renderAgents(state.agents);
+  renderPaused(state.paused || []);
   renderReservations(state.reservations, state.conflicts_checked);
   renderCommands(state.commands);
   renderDeadLetters(state.dead_letters || [], state.rotated_files || []);

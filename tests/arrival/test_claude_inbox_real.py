@@ -110,7 +110,10 @@ def _status_of(relayctl, name: str) -> dict:
 
 
 def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team, relay_env, store_dir: Path, short_tmp: Path) -> None:
-    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
+    # Each mail through the door, one after another: no interrupt interval between them (the
+    # screen shows the prompt before the turn's Stop hook has run, so the next mail may come
+    # while the session still counts as working; test_coordination_budget.py holds one).
+    (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}, "coordination": {"interrupt_interval": "0s"}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     with ended(daemon), Session(team, relay_env, short_tmp) as s:  # relayd ends even when the session cannot start
         try:

@@ -56,8 +56,11 @@ BY_PROGRAM = {"claude": EVENTS, "codex": CODEX_EVENTS, "gemini": GEMINI_EVENTS}
 
 
 @pytest.fixture
-def hook(relayctl):
+def hook(relayctl, store_dir):
     relayctl.setup("init", preset="overlord")
+    # These tests are about the hand-over itself, one event after another: no interrupt
+    # interval between them (test_interrupt_interval_holds_mail_at_a_tools_end_until_the_turns_end holds one).
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"interrupt_interval": "0s"}}))
 
     def run(event: str, agent: str = "inferno", raw: str | None = None, program: str = "claude", **fields):
         if raw is None:
@@ -87,6 +90,22 @@ def test_unread_mail_becomes_additional_context_once(relayctl, hook, event: str)
     relayctl("send", "inferno", "One more thing", agent="glacier")
     later = json.loads(hook(event).stdout)["hookSpecificOutput"]["additionalContext"]
     assert "One more thing" in later and "Rebasing main" not in later
+
+
+@pytest.mark.slow
+def test_interrupt_interval_holds_mail_at_a_tools_end_until_the_turns_end(relayctl, hook, store_dir) -> None:
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"interrupt_interval": "1h"}}))
+    relayctl("send", "inferno", "first finding", agent="strategist")
+    assert "first finding" in json.loads(hook("PostToolUse").stdout)["hookSpecificOutput"]["additionalContext"]
+    relayctl("send", "inferno", "second finding", agent="strategist")
+    assert hook("PostToolUse").stdout == ""  # inside the interval, in the middle of the turn: it waits
+    assert "interrupt interval (1h)" in json.loads((store_dir / "agents" / "inferno" / "held").read_text())["why"]  # what track and status say
+    relayctl("send", "inferno", "prod is down", "--priority", "urgent", agent="overlord")
+    urgent = json.loads(hook("PostToolUse").stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "second finding" in urgent and "prod is down" in urgent  # urgent mail goes at once, with what waited
+    relayctl("send", "inferno", "third finding", agent="strategist")
+    assert hook("PostToolUse").stdout == ""
+    assert "third finding" in json.loads(hook("Stop").stdout)["reason"]  # the turn's end interrupts nothing
 
 
 @pytest.mark.slow
@@ -274,8 +293,9 @@ _COPILOT_AS_CLAUDE = {"session_id": "a4d3e7d6-15cc-414e-ad74-97c026f99ea8", "tim
 
 @pytest.mark.slow
 @pytest.mark.parametrize("event", ["UserPromptSubmit", "PostToolUse"])
-def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayctl, event: str) -> None:
+def test_copilot_running_the_claude_hooks_gets_the_mail_in_its_own_shape(relayctl, store_dir: Path, event: str) -> None:
     relayctl("init", "--preset", "overlord")
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"interrupt_interval": "0s"}}))  # two hand-overs in a row
     relayctl("send", "inferno", "Rebasing main, hold commits", agent="overlord")
     relayctl.env["COPILOT_CLI"] = "1"
     try:

@@ -162,6 +162,11 @@ def scenario():
         ("reserve", lambda r: {"agent": "inferno", "pattern": "docs/**", "repo": REPO}),
         ("handoff", lambda r: {"agent": "inferno", "to": "storm", "patterns": ["docs/**"], "repo": REPO, "thread": "docs"}),
         ("handoff", lambda r: {"agent": "inferno", "to": "storm", "all": True, "repo": REPO}),  # nothing left: refused
+        # the coordination budget (relayd.arrival.budget) and relay's share of a model's context (relayd.delivery.spend)
+        ("budget", lambda r: {}),
+        ("budget_hold", lambda r: {"agent": "storm", "interval": False}),
+        ("budget_resume", lambda r: {"agents": ["storm", "inferno"]}),  # not paused: refused
+        ("spent", lambda r: {"agent": "storm", "chars": 0, "kind": "tool"}),
         # a session's report of its Claude Code inbox: here, one it does not have
         ("claude_inbox", lambda r: {"agent": "inferno", "socket": "", "sessions_dir": "/nonexistent/sessions", "missing": "no inbox here"}),
         # and of its Codex thread: here, one reported by a hook outside any Codex

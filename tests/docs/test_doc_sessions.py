@@ -209,6 +209,8 @@ RUN_ELSEWHERE = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest -n 4"): "test_install.py::test_ci_runs_the_readme_commands_as_written (.ci/run runs it)",
     ("docs/mcp.md", "pip install .                                   # relayctl, relayd, relay-mcp"): "test_claude_code.py::test_the_claude_code_team_walkthrough",
     ("docs/protocol.md", "S=$(relayctl --json status --commands"): "test_doc_sessions.py::test_the_protocol_docs_socat_example_reaches_relayd",
+    ("docs/cli.md", "relayctl budget                         # each agent's interrupt interval and loop breaker in force; what is paused"): (
+        "test_coordination_budget.py: test_two_agents_answering_each_other_forever_are_stopped_at_the_set_count runs both on a real pause under relayd"),
     ("docs/coordination.md", "$ relayctl track 01M8SVARHG2BYEGGMDKA361XTA"): "test_held.py: test_track_says_why_mail_to_a_pane_in_copy_mode_waits (a held line, with relayd and a real tmux pane)",
 
     ("docs/mcp.md", "relayctl up --preset overlord     # writes relay-team.toml"): "test_team.py: test_presets_write_a_team_file_that_up_reads, test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process and test_a_claude_code_pane_started_by_up_gets_past_its_question_and_its_model_gets_the_mail (six real Claude Code panes at once are test_claude_code.py's README walk-through)",

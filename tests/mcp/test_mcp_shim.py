@@ -656,3 +656,36 @@ async def test_send_with_ack_and_acknowledge_through_check_inbox(mode: str, daem
 
         wrong = await inferno.call_tool("check_inbox", {"ack": "not a list"})
         assert wrong.is_error and "ack must be a array" in wrong.content[0].text
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_handoff_moves_reservations_and_sends_the_brief(daemon: Any, relay_env: dict[str, str], short_tmp: Any) -> None:
+    repo = short_tmp / "oathkeeper"
+    repo.mkdir()
+    async with mcp_client(relay_env, "inferno", "auto", cwd=str(repo)) as inferno, mcp_client(relay_env, "glacier", "auto", cwd=str(repo)) as glacier:
+        assert structured(await inferno.call_tool("reserve_files", {"pattern": "src/auth/**", "ttl": "30m"}))["reserved"] is True
+        not_held = await inferno.call_tool("handoff", {"to": "glacier", "patterns": ["src/ui/**"], "body": "take the ui"})
+        assert not_held.is_error and "src/ui/**" in not_held.content[0].text and "nothing was handed over" in not_held.content[0].text
+        unknown = await inferno.call_tool("handoff", {"to": "nobody", "all": True, "body": "yours"})
+        assert unknown.is_error
+
+        handed = await inferno.call_tool("handoff", {"to": "glacier", "patterns": ["src/auth/**"], "body": "Auth is yours: logout is half done"})
+        await check_against_schema(inferno, "handoff", handed)
+        result = structured(handed)
+        assert [(r["pattern"], r["agent"]) for r in result["handed"]] == [("src/auth/**", "glacier")] and result["repo"] == str(repo)
+
+        # The new owner holds it now: the old owner is refused, the brief is in the new owner's inbox.
+        refused = await inferno.call_tool("reserve_files", {"pattern": "src/auth/login.py"})
+        assert refused.is_error and "glacier" in refused.content[0].text
+        [brief] = [m for m in structured(await glacier.call_tool("check_inbox", {}))["messages"] if m["id"] == result["brief"]]
+        assert brief["from"] == "inferno" and brief["subject"].startswith("handoff: Auth is yours")
+        assert "Auth is yours: logout is half done" in brief["body"] and "src/auth/**" in brief["body"]
+
+    # What the tool results put into each model's context is counted (relayd.delivery.spend).
+    from relayd import ops
+    from relayd.store import Store
+
+    with Store(relay_env["RELAY_DIR"]) as store:
+        context = {a["name"]: a.get("context") for a in ops.call(store, "status", {})["agents"]}
+    assert context["inferno"]["by"]["tool"] > 0 and context["glacier"]["by"]["tool"] > 0

@@ -114,7 +114,8 @@ def _processes_of(store_dir: Path) -> list[str]:
 
 
 def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team: Team, relayctl, store_dir: Path) -> None:
-    team.file.write_text(team.file.read_text().replace('repo = "repo"\n', 'repo = "repo"\nheld_after = "45s"\nheld_notice_after = "20m"\n', 1))
+    team.file.write_text(team.file.read_text().replace('repo = "repo"\n', 'repo = "repo"\nheld_after = "45s"\nheld_notice_after = "20m"\nloop_messages = 8\n', 1)
+                         .replace('name = "beta"\n', 'name = "beta"\ninterrupt_interval = "2m"\n', 1))
     started = relayctl("up", str(team.file))
     assert "attach with: tmux attach -t crew" in started.stdout
     panes = team.panes()
@@ -128,6 +129,8 @@ def test_up_starts_one_registered_pane_per_agent_and_down_leaves_no_process(team
         assert agents[name]["notify"] == f"tmux:{socket}:{pane}" and agents[name]["task"] == f"task of {name}"
     delivery = json.loads((store_dir / "config.json").read_text())["delivery"]
     assert (delivery["escalate_to"], delivery["held_after"], delivery["held_notice_after"]) == ("alpha", "45s", "20m")
+    in_force = {a["name"]: a for a in relayctl.setup("budget")["agents"]}  # the team file's coordination budget
+    assert (in_force["beta"]["interrupt_interval"], in_force["beta"]["loop_messages"], in_force["alpha"]["interrupt_interval"]) == ("2m", 8, "30s")
     assert "relayd: running" in relayctl("status").stdout
     assert "relay guard" in (team.repo / ".git" / "hooks" / "pre-commit").read_text()
 
@@ -240,6 +243,8 @@ def test_team_file_mistakes_are_one_line_errors(relayctl, short_tmp: Path) -> No
         "team = 'x'\nmultiplexer = 'screen'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "multiplexer must be one of tmux, zellij",
         "team = [\n": "not valid TOML",
         "team = 'x'\nheld_after = 'soon'\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "held_after must be a duration such as",
+        "team = 'x'\nloop_messages = 0\n[[agents]]\nname = 'a'\nprogram = 'sh'\n": "loop_messages must be a whole number of at least 1",
+        "team = 'x'\n[[agents]]\nname = 'a'\nprogram = 'sh'\ninterrupt_interval = 'often'\n": "agent a: interrupt_interval must be a duration",
     }
     path = short_tmp / "team.toml"
     for text, said in cases.items():

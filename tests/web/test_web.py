@@ -518,3 +518,18 @@ def test_the_page_says_why_an_agent_is_silent_and_fits_laptop_and_desktop_window
                 context.close()
     finally:
         pane.kill()
+
+
+def test_a_paused_exchange_and_relays_share_of_each_context_are_in_the_view(team, relayctl, relay_env, store_dir, web, page) -> None:
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"loop_messages": 1}}))
+    for name in ("coder", "reviewer"):
+        relayctl.setup("register", name=name, notify="cmd:true")  # a trigger that is run, and lands
+    relayctl("send", "reviewer", "looks good?", agent="coder")  # no relayd: the sender's process announces it
+    relayctl("send", "coder", "yes, does it to you?", agent="reviewer")  # back and forth twice: more than 1, paused
+    state = wait_for("the pause in the view's state", lambda: (s := json.loads(web.get("/api/state", {"X-Relay-Token": web.token})[1]))["paused"] and s, timeout=30)
+    assert state["paused"][0]["agents"] == ["coder", "reviewer"]
+    context = {a["name"]: a.get("context") for a in state["agents"]}
+    assert context["reviewer"]["by"]["trigger"] > 0 and context["athena"] is None
+    open_view(page, web)
+    expect(page.locator("#paused")).to_contain_text("relayctl budget resume coder reviewer")
+    expect(page.locator("#agents tbody tr[data-agent='reviewer']")).to_contain_text("tokens/h")
