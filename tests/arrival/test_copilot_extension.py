@@ -106,6 +106,8 @@ def test_without_relays_extension_the_hooks_say_why_and_status_shows_it(relayctl
 
 def test_mail_goes_to_the_extension_as_one_notice_per_new_mail_and_never_to_the_pane(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
     _team(relayctl)
+    # Two notices in a row to a session in a turn: no interrupt interval between them (relayd.arrival.budget).
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"interrupt_interval": "0s"}}))
     extension = StandIn(runtime)
     try:
         _hook(relay_env, runtime, short_tmp)
