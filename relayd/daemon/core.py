@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from relayd.fsio import NoSync
 from relayd.store import Store
 
 from .commit import GroupCommit
@@ -38,6 +39,8 @@ class Core:
         (relayd's notifications and bridge: it passes the notifier's `on_event` on), and
         starts it: the committer's `run`, then `events.run`, then `server.serve` on a
         listener, and `notifier.run`."""
+        if not isinstance(store.sync, (GroupCommit, NoSync)):  # (a store that fsyncs each write at once would serve, slowly, without a word)
+            raise TypeError("relayd serves a store built with its group commit (durable_store) or without fsync")
         committer = store.sync if isinstance(store.sync, GroupCommit) else None
         hub = hub if hub is not None else Hub()
         events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=lambda event: None)
