@@ -1,7 +1,8 @@
 """What the shared core knows about agents on other hosts (the NATS bridge, `relayd.bridge`).
 
 The bridge itself (NATS, asyncio) runs only inside a relayd started with `--bridge`; it
-plugs into the store as `store.remote`, an object with the `Remote` interface below. Store
+plugs into the store as `store.remote`, an object with the `Remote` interface
+(`relayd.store.Remote`, given to the store when it is built). Store
 operations ask this module, never the bridge directly:
 
 * `recipient_host` — is a name a remote agent? (a send appends it to the outbox instead
@@ -21,7 +22,7 @@ client in direct mode knows the store is bridged.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -29,7 +30,7 @@ from . import layout
 from .errors import Unavailable, UsageError
 from .fsio import append_file, blocks_forward, complete_lines
 from .records import Message, json_encoder
-from .store import Store
+from .store import Remote, Store
 
 
 class OutboxEntry(msgspec.Struct, kw_only=True):
@@ -60,24 +61,6 @@ class BridgeState(msgspec.Struct, kw_only=True):
 outbox_entry_decoder = msgspec.json.Decoder(OutboxEntry)
 _cursor_decoder = msgspec.json.Decoder(OutboxCursor)
 _state_decoder = msgspec.json.Decoder(BridgeState)
-
-
-class Remote(Protocol):
-    """What relayd's bridge offers the store operations (see `relayd.bridge.service`)."""
-
-    host: str
-
-    def host_of(self, name: str) -> str | None:
-        """The host of a remote agent; None when `name` is not an agent of another host."""
-
-    def remote_names(self) -> list[str]:
-        """Every agent of another host, as the directory shows it now."""
-
-    def enqueue(self, store: Store, recipient: str, messages: list[Message]) -> None:
-        """Append messages for a remote agent to the outbox (durable with the send)."""
-
-    def status(self, stale_seconds: float) -> dict[str, Any]:
-        """The bridge's state for `status`: connection, backlog, remote agents."""
 
 
 # -- routing, asked by the send path -------------------------------------------------------

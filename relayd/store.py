@@ -2,6 +2,9 @@
 
 Operations (in `relayd.agents`, `relayd.inbox`, ...) take a `Store` and do their work
 through it; the daemon keeps one open for its lifetime, a client opens one per command.
+A store is built whole: what an operation meets through it (how writes become durable,
+relayd's recent message ids, the agents of other hosts) is given to its constructor and
+never assigned afterwards, so it does not depend on which process set which field.
 """
 
 from __future__ import annotations
@@ -9,20 +12,47 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import msgspec
 
 from . import STORE_FORMAT, layout
 from .errors import InvalidName, NotFound, StoreError, UnknownAgent, UnsafePath
 from .fsio import DIR_MODE, Dir, NoSync, Syncer, append_file, open_appending
-from .records import Event, check_agent_name, json_encoder
+from .records import Event, Message, check_agent_name, json_encoder
 from .timefmt import now_iso
 from .ulid import new_ulid
 
+TYPE_CHECKING = False  # (for the annotation only: direct commands that never dedup do not load relayd.dedup)
+if TYPE_CHECKING:
+    from .dedup import RecentIds
 
-def _env_fsync_enabled() -> bool:
+
+def fsyncs(fsync: bool | None = None) -> bool:
+    """Whether a store makes its writes durable: `fsync` when given, else RELAY_FSYNC (on
+    unless 0/off/false/no)."""
+    if fsync is not None:
+        return fsync
     return os.environ.get("RELAY_FSYNC", "1").lower() not in ("0", "off", "false", "no")
+
+
+class Remote(Protocol):
+    """What relayd's bridge offers the store operations (`relayd.bridge.service.Bridge`;
+    the shared core asks through `relayd.remote`)."""
+
+    host: str
+
+    def host_of(self, name: str) -> str | None:
+        """The host of a remote agent; None when `name` is not an agent of another host."""
+
+    def remote_names(self) -> list[str]:
+        """Every agent of another host, as the directory shows it now."""
+
+    def enqueue(self, store: Store, recipient: str, messages: list[Message]) -> None:
+        """Append messages for a remote agent to the outbox (durable with the send)."""
+
+    def status(self, stale_seconds: float) -> dict[str, Any]:
+        """The bridge's state for `status`: connection, backlog, remote agents."""
 
 
 def _random() -> float:
@@ -41,27 +71,34 @@ class Store:
         root: str,
         *,
         fsync: bool | None = None,
+        sync: Syncer | None = None,
+        recent_ids: RecentIds | None = None,
+        remote: Callable[[Store], Remote] | None = None,
         rotate_bytes: int = layout.ROTATE_BYTES,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] | None = None,
     ) -> None:
+        """`sync` makes writes durable (relayd's group commit; default: fsync at once, or
+        nothing when `fsyncs(fsync)` says no); `recent_ids` are relayd's in-memory recent
+        message ids (relayd.dedup; None in direct mode: the inbox tail is scanned);
+        `remote` builds the agents of other hosts on this store (relayd --bridge only: the
+        bridge runs operations on the very store it serves, so it is given the store)."""
         self.root = os.path.abspath(root)
         self.rotate_bytes = rotate_bytes
         # Redelivery waits read these two, so tests can drive ack-waits and jitter exactly.
         self.clock = clock
         self.rand = rand or _random  # (random is imported on first use: most commands never jitter)
-        self.sync: Syncer = Syncer() if (_env_fsync_enabled() if fsync is None else fsync) else NoSync()
+        self.sync: Syncer = sync if sync is not None else Syncer() if fsyncs(fsync) else NoSync()
         self._root: Dir | None = None
         self._subdirs: dict[str, Dir] = {}
-        # Agents on other hosts (`relayd.remote.Remote`): set only inside relayd --bridge.
-        self.remote: Any = None
-        # Idempotent sends (relayd.dedup): the window from config.json, read on first use,
-        # and relayd's in-memory RecentIds (None in direct mode: the inbox tail is scanned).
+        # Idempotent sends (relayd.dedup): the window from config.json, read on first use.
         self.dedup_window: float | None = None
-        self.recent_ids: Any = None
+        self.recent_ids = recent_ids
         # The reservation records last read, with the directory's identity then (relayd.reservations.reserve.load_all).
         self.reservations_seen: tuple[list[int], tuple] | None = None
         self._appending: dict[str, tuple[int, int, int]] = {}  # name -> (fd, st_dev, st_ino): see append_fd
+        # Last: the bridge may use the store while it is built (it records its state).
+        self.remote: Remote | None = remote(self) if remote is not None else None
 
     # -- directories -----------------------------------------------------------------
     def root_dir(self, create: bool = True) -> Dir:

@@ -171,6 +171,9 @@ class GroupCommit(Syncer):
                 if self.hold() > 0:
                     await self._gather()
                 self.collect()
+                # Every write so far is in this round: the wake-ups they gave (each write
+                # pokes, Syncer.file) are answered by it, not by another turn of this loop.
+                self._wakeup = anyio.Event()
                 batch = self._filling
                 if not batch.fds:
                     continue

@@ -32,15 +32,17 @@ class Core:
     notifier: Notifier
 
     @classmethod
-    def assemble(cls, store: Store, retry_interval: float = RETRY_SECONDS, **server_options: Any) -> "Core":
-        """Wire the request path for `store`. The caller sets `events.on_event`, which sees
-        every event the log delivers (relayd's notifications and bridge: it passes the
-        notifier's `on_event` on), and starts it: the committer's `run`, then `events.run`,
-        then `server.serve` on a listener, and `notifier.run`."""
-        committer = None if isinstance(store.sync, NoSync) else GroupCommit()
-        if committer is not None:
-            store.sync = committer
-        hub = Hub()
+    def assemble(cls, store: Store, hub: Hub | None = None, retry_interval: float = RETRY_SECONDS, **server_options: Any) -> "Core":
+        """Wire the request path for `store`, built with a GroupCommit as its syncer when
+        it is durable (`durable_store`); `hub`: the one the bridge publishes to, if any.
+        The caller sets `events.on_event`, which sees every event the log delivers
+        (relayd's notifications and bridge: it passes the notifier's `on_event` on), and
+        starts it: the committer's `run`, then `events.run`, then `server.serve` on a
+        listener, and `notifier.run`."""
+        if not isinstance(store.sync, (GroupCommit, NoSync)):  # (a store that fsyncs each write at once would serve, slowly, without a word)
+            raise TypeError("relayd serves a store built with its group commit (durable_store) or without fsync")
+        committer = store.sync if isinstance(store.sync, GroupCommit) else None
+        hub = hub if hub is not None else Hub()
         events = EventLog(store.root, hub, when_durable=committer.when_durable if committer else _at_once, on_event=lambda event: None)
         server = Server(store, committer, hub, events, **server_options)
         if committer is not None:
@@ -50,6 +52,12 @@ class Core:
             committer.held = server.answered.clear
         notifier = Notifier(store.root, retry_interval, reported=server.tracks_changed)
         return cls(store, committer, hub, events, server, notifier)
+
+
+def durable_store(root: str) -> Store:
+    """A store for relayd to serve whose writes are made durable by group commit (in the
+    event loop: the group commit needs one)."""
+    return Store(root, sync=GroupCommit())
 
 
 def _at_once(then: Callable[[], None]) -> None:

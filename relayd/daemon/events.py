@@ -8,6 +8,7 @@ is dropped instead of slowing the others (DESIGN §3).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from functools import partial
 import stat
@@ -159,19 +160,35 @@ class EventLog:
         try:
             watcher.add_watch(self.root, flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE)
             self.start_at_end()
+            # Read in a callback of the loop, the watch registered once: a task waking per
+            # append would register and unregister it with epoll each time, and switch tasks.
+            failed: list[BaseException] = []
+            stopped = anyio.Event()
+            loop = asyncio.get_running_loop()
+            loop.add_reader(watcher.fd, self._on_change, watcher.fd, failed, stopped)
             task_status.started()
-            while True:
-                await anyio.wait_readable(watcher.fd)
-                try:
-                    watcher.read(timeout=0)  # only the wake-up matters; the file says what changed
-                except BlockingIOError:
-                    pass
-                self.read_new()
+            try:
+                await stopped.wait()
+            finally:
+                loop.remove_reader(watcher.fd)
+            raise failed[0]
         finally:
             watcher.close()
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+    def _on_change(self, fd: int, failed: list[BaseException], stopped: anyio.Event) -> None:
+        try:
+            try:
+                os.read(fd, 64 * 1024)  # only the wake-up matters; the file says what changed
+            except BlockingIOError:
+                return
+            self.read_new()
+        except Exception as exc:  # (a bug: `run` raises it, as it did reading in a task)
+            asyncio.get_running_loop().remove_reader(fd)
+            failed.append(exc)
+            stopped.set()
 
     def read_new(self) -> None:
         """Read what was appended (across rotation and reset) and publish it once durable."""

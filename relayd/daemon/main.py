@@ -21,7 +21,7 @@ from relayd.config import dedup_window
 from relayd.dedup import RecentIds, ms_to_iso
 from relayd.errors import RelayError
 from relayd.records import Event
-from relayd.store import Store
+from relayd.store import Store, fsyncs
 
 from .commit import GroupCommit
 from .core import Core
@@ -84,13 +84,26 @@ def run(config: Config) -> int:
         store.close()
 
 
-async def _serve(config: Config, store: Store, sock, activated: bool) -> int:
+async def _serve(config: Config, opened: Store, sock, activated: bool) -> int:
+    """Serve the store `opened` (locked, its layout complete) holds, through a handle built
+    whole for relayd, in the loop (its group commit needs one): the group commit makes its
+    writes durable, it remembers recent message ids, and with --bridge it knows other hosts."""
+    hub = Hub()
+    committer = GroupCommit() if fsyncs() else None
+    recent = RecentIds(dedup_window(opened))
+    store = Store(opened.root, sync=committer, recent_ids=recent, remote=_bridge(config, opened, committer, hub))
+    try:
+        return await _serve_store(config, store, hub, recent, sock, activated)
+    finally:
+        store.close()
+
+
+async def _serve_store(config: Config, store: Store, hub: Hub, recent: RecentIds, sock, activated: bool) -> int:
     systemd = Systemd()
-    core = Core.assemble(store, retry_interval=config.retry_interval, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
-    committer, hub, events, server, notifier = core.committer, core.hub, core.events, core.server, core.notifier
-    bridge = _bridge(config, store, committer, hub)
+    core = Core.assemble(store, hub=hub, retry_interval=config.retry_interval, max_connections=config.max_connections, idle_timeout=config.idle_timeout)
+    committer, events, server, notifier = core.committer, core.events, core.server, core.notifier
+    bridge = store.remote  # (the Bridge `_bridge` built, or None)
     then = notifier.on_event if bridge is None else _with_bridge(notifier.on_event, bridge)
-    recent = store.recent_ids = RecentIds(dedup_window(store))
 
     def on_event(event: Event) -> None:
         if event.topic == "inbox" and event.action == "message" and event.agent and event.message_id:
@@ -176,7 +189,8 @@ def _seed_recent_ids(store: Store, recent: RecentIds) -> None:
 
 
 def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hub):
-    """The NATS bridge when --bridge was given (only then is nats-py imported)."""
+    """What builds the NATS bridge on the served store when --bridge was given (only then
+    is nats-py imported), or None."""
     from relayd import remote
 
     if not config.bridge_url:
@@ -187,8 +201,9 @@ def _bridge(config: Config, store: Store, committer: GroupCommit | None, hub: Hu
         return None
     from relayd.bridge.service import Bridge
 
-    bridge = Bridge(store, config.bridge_url, config.host_name or "", committer, hub, seed=config.bridge_seed, creds_path=config.bridge_creds)
-    store.remote = bridge
+    def bridge(served: Store) -> Bridge:
+        return Bridge(served, config.bridge_url, config.host_name or "", committer, hub, seed=config.bridge_seed, creds_path=config.bridge_creds)
+
     return bridge
 
 

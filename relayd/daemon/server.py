@@ -5,8 +5,10 @@ operations run right here in the loop thread) and writes its replies in request 
 each once the group commit that makes its writes durable is done; once subscribed, an
 event pump task sends events. Tasks live in the connection's task group; the connection
 is closed in `finally`. When a connection is read, and whether a write goes straight out,
-is decided by its `PeerState` (relayd.daemon.peerstate, no I/O); every operation runs
-through `relayd.ops.run`, as in direct mode.
+is decided by its `PeerState` (relayd.daemon.peerstate, no I/O), and what each frame
+means -- run now, join a batch, decide team-wide, wait for announcements -- by the
+`Router` (relayd.daemon.router, no I/O): this module carries out its plans. Every
+operation runs through `relayd.ops.run`, as in direct mode.
 """
 
 from __future__ import annotations
@@ -27,16 +29,16 @@ import structlog
 from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from relayd import __version__, ops, protocol, session
-from relayd.wire import handshake
-from relayd.errors import Dropped, Internal, PermissionDenied, ProtocolError, RelayError, Unavailable
-from relayd.protocol import ErrorBody, ErrorFrame, Hello, Request, Response, Subscribe, Subscribed, Violation
+from relayd import ops, protocol, session
+from relayd.errors import Dropped, Internal, PermissionDenied, RelayError, Unavailable
+from relayd.protocol import ErrorBody, ErrorFrame, Request, Response, Subscribe, Subscribed
 from relayd.records import check_agent_name
 from relayd.store import Store
 
 from .commit import HOLD, Batch, GroupCommit
 from .events import QUEUE_EVENTS, EventLog, Hub, Subscriber
 from .peerstate import PeerState, Reading
+from .router import Answer, AwaitAnnouncement, Call, JoinBatch, JoinEvents, Refuse, Router, Run, TeamWide, Violated
 
 log = structlog.get_logger()
 
@@ -86,6 +88,7 @@ class Server:
         # Operations decided team-wide by the bridge (register, reserve, release): the
         # bridge gets the request and this server's execute, and answers as execute does.
         self.team_ops: dict[str, Callable[[Request, Callable[[Request], tuple[Batch | None, bytes]]], Awaitable[tuple[Batch | None, bytes]]]] = {}
+        self.router = Router(self.table, batching=committer is not None, team_wide=self.team_ops, store_root=store.root)
         self.round = anyio.Event()  # set when the requests deferred so far have run
         # Connections whose replies the last round wrote, with nothing else outstanding (a
         # client waiting for its answer to send the next request), and when (GroupCommit.hold).
@@ -204,28 +207,43 @@ class Server:
 
     # -- operations ------------------------------------------------------------------
     def execute(self, request: Request) -> tuple[Batch | None, bytes]:
+        """Run one request now, however the router would have planned it (the bridge runs
+        what it decided team-wide this way): its batch to wait for and its reply."""
+        try:
+            call = self.router.call(request)
+        except RelayError as exc:
+            return self.refuse(request, exc)
+        return self.run(call)
+
+    def run(self, call: Call) -> tuple[Batch | None, bytes]:
         """Run one operation in this (the loop) thread; the reply waits for the batch."""
         try:
-            payload = _reply(request, *self.outcome(request))
+            payload = _reply(call.request, *self.outcome(call))
         except RelayError as exc:
-            _log_bug(request.op, exc)
-            payload = _refusal(request, exc)
+            _log_bug(call.request.op, exc)
+            payload = _refusal(call.request, exc)
         return self._pending(), payload
 
-    def outcome(self, request: Request) -> tuple[Any, int | None]:
+    def refuse(self, request: Request, exc: RelayError) -> tuple[Batch | None, bytes]:
+        """A request the router found nothing to run for, answered in its turn (after the
+        writes before it are durable, as any reply)."""
+        self.requests += 1
+        return self._pending(), _refusal(request, exc)
+
+    def outcome(self, call: Call) -> tuple[Any, int | None]:
         """Run one request now: (its result, the unread count its session fields asked for).
         Raises the operation's RelayError."""
         self.requests += 1
-        if request.op == session.LEGACY:  # a version 2 client's
+        request = call.request
+        if call.op is None:  # version 2's session_call
             result, name = session.legacy(self.store, request.params)
             answer = result, None
         else:
-            op = self.table.get(request.op) or ops.lookup(request.op)  # lookup raises "unknown operation"
-            name = op.name
-            if not request.bookkeeping():
-                answer = ops.run(self.store, op, request.params), None
+            name = call.op.name
+            if not call.bookkeeping:
+                answer = ops.run(self.store, call.op, request.params), None
             else:
-                answer = session.run(self.store, op, request.params, request.agent, request.touch, request.unread)
+                answer = session.run(self.store, call.op, request.params, request.agent, request.touch, request.unread)
         if name in session.SETTLING:
             self.tracks_changed()
         return answer
@@ -256,13 +274,11 @@ class Server:
     def _pending(self) -> Batch | None:
         return self.committer.pending() if self.committer is not None else None
 
-    def defer(self, request: Request, peer: Peer) -> Deferred | None:
+    def defer(self, plan: JoinBatch, peer: Peer) -> Deferred:
         """Queue a request of a batchable operation to run with the others that arrive
-        while the current fsync round runs (see `run_deferred`). None when it is run
-        alone instead: not batchable, or no group commit."""
-        op = self.table.get(request.op)
-        if op is None or op.batch is None or self.committer is None or request.announce > 0:
-            return None
+        while the current fsync round runs (see `run_deferred`)."""
+        assert self.committer is not None  # (the router batches only with group commit)
+        request, op = plan.request, plan.op
         self.requests += 1
         item = Deferred(op, request, self.round, peer)
         try:
@@ -528,36 +544,34 @@ class Peer:
         self._handle_frames()
 
     def _handle_frames(self) -> None:
+        """Carry out the router's plan for each frame received, in order (relayd.daemon.router)."""
+        route = self.server.router.route
         while self._frames and not self.state.deciding:
-            item = self._frames.popleft()
-            if isinstance(item, Request) and (queued := self.server.defer(item, self)) is not None:
-                self._last_deferred = queued
-                self._queue(queued, durable_later=True)
-                continue
-            if self._last_deferred is not None and not self._last_deferred.ran.is_set():
-                self.server.run_deferred()  # this request may depend on the queued ones
-            match item:
-                case Request():
-                    if (decide := self.server.team_ops.get(item.op)) is not None:
-                        self._decide(item, decide)
-                        continue
-                    if item.announce > 0:
-                        self._announce(item)
-                        continue
-                    batch, payload = self.server.execute(item)
-                    self._queue((batch, item.id, payload), durable_later=batch is not None)
-                case Violation():
+            last = self._last_deferred
+            plan = route(self._frames.popleft(), queued=last is not None and not last.ran.is_set())
+            if plan.after_queued:
+                self.server.run_deferred()
+            match plan:
+                case JoinBatch():
+                    self._last_deferred = queued = self.server.defer(plan, self)
+                    self._queue(queued, durable_later=True)
+                case Run(call=call):
+                    batch, payload = self.server.run(call)
+                    self._queue((batch, call.request.id, payload), durable_later=batch is not None)
+                case TeamWide(request=request):
+                    self._decide(request, self.server.team_ops[request.op])
+                case AwaitAnnouncement(call=call):
+                    self._announce(call)
+                case Refuse(request=request, error=error):
+                    batch, payload = self.server.refuse(request, error)
+                    self._queue((batch, request.id, payload), durable_later=batch is not None)
+                case Violated(violation=item):
                     log.info("protocol violation", code=item.code, detail=item.message[:200], fatal=item.fatal)
                     self._queue((None, None, self.conn.violation_reply(item)))
-                case Hello():
-                    # (a client of an older version is answered in its own: relayd still speaks it)
-                    answer = Hello(version=handshake.spoken(item.version), server=f"relayd {__version__}", store=self.server.store.root)
-                    self._queue((None, None, protocol.encode(answer)))
-                case Subscribe():
-                    self._subscribe(item)
-                case _:
-                    body = ErrorBody(code=ProtocolError.code, message=f"a client may not send {type(item).__name__} frames")
-                    self._queue((None, None, protocol.encode(ErrorFrame(error=body))))
+                case Answer(frame=frame):
+                    self._queue((None, None, protocol.encode(frame)))
+                case JoinEvents(subscribe=subscribe):
+                    self._subscribe(subscribe)
 
     def _decide(self, request: Request, decide: Callable[..., Awaitable[tuple[Batch | None, bytes]]]) -> None:
         """A team-wide operation (the bridge decides it, asynchronously): its reply keeps
@@ -578,12 +592,13 @@ class Peer:
         self._handle_frames()
         self._flush()
 
-    def _announce(self, request: Request) -> None:
+    def _announce(self, call: Call) -> None:
         """A request that also waits for its messages' announcements: it runs now, in its
         turn, and its reply keeps its place in the outbox while a task waits (the
         connection goes on reading; the replies after it wait behind it)."""
+        request = call.request
         try:
-            result, unread = self.server.outcome(request)
+            result, unread = self.server.outcome(call)
         except RelayError as exc:
             _log_bug(request.op, exc)
             batch = self.server._pending()

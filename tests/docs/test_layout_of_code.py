@@ -1,6 +1,8 @@
 """The shape of relayd's code, read from its own files: at most 20 modules at the top of
-`relayd/`, the rest in wings (sub-packages, one idea each), and every import from one wing
-into another pointing down the order docs/architecture.md gives ("The wings"). And the
+`relayd/`, the rest in wings (sub-packages, one idea each), and every import between two
+wings or top-level modules pointing down the order docs/architecture.md gives ("The
+wings": the wings, and the top-level modules that stand over some of them; the rest of
+the top, the shared core, imports no wing). And the
 shape of its tests: what they share lives in tests/support, and no test file imports
 another."""
 
@@ -20,6 +22,9 @@ AT_THE_TOP = 20
 UP_TO_A_PACKAGE = {("inbox", "delivery")}
 # The one wing whose __init__.py does more than say what the wing is: it fills those hooks.
 INIT_WITH_CODE = {"delivery"}
+# The one module of the shared core that imports a wing's module: the default prompt pattern
+# (relayd/arrival/paneinput.py imports nothing of relay but the programs wing).
+CORE_INTO_A_WING = {("config", "relayd.arrival.paneinput")}
 
 
 def wings() -> list[str]:
@@ -31,6 +36,31 @@ def documented_order() -> list[str]:
     section = text[text.index("## The wings\n") :]
     section = section[: section.index("\n## ")]
     return re.findall(r"^\| \d+ \| `relayd/(\w+)/` \|", section, re.M)
+
+
+def standing_over_wings() -> dict[str, str]:
+    """Each top-level module that stands over wings -> the wing or module it sits just above."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## The wings\n") :]
+    section = section[: section.index("\n## ")]
+    return dict(re.findall(r"^\| `relayd/(\w+)\.py` \| `relayd/(\w+)(?:/|\.py)` \|$", section, re.M))
+
+
+def heights() -> dict[str, int]:
+    """Every wing and every top-level module standing over wings, lowest first: the wings
+    in their order, each such module put just above the one it names."""
+    placed = documented_order()
+    waiting = standing_over_wings()
+    while waiting:
+        ready = [module for module, under in waiting.items() if under in placed]
+        assert ready, f"these stand on nothing documented: {waiting}"
+        for module in ready:
+            placed.insert(placed.index(waiting.pop(module)) + 1, module)
+    return {unit: i for i, unit in enumerate(placed)}
+
+
+def top_modules() -> list[str]:
+    return sorted(p.stem for p in RELAYD.glob("*.py") if p.name != "__init__.py")
 
 
 def imported(path: Path) -> set[str]:
@@ -67,17 +97,33 @@ def test_the_architecture_orders_every_wing_once() -> None:
     assert sorted(order) == wings() and len(set(order)) == len(order), order
 
 
-def test_a_wing_imports_only_the_wings_below_it() -> None:
-    rank = {wing: i for i, wing in enumerate(documented_order())}
+def test_the_modules_standing_over_wings_are_top_level_modules_each_above_another() -> None:
+    over = standing_over_wings()
+    assert over and set(over) <= set(top_modules()), over
+    assert len(set(over.values())) == len(over), "two modules just above one: say which stands higher"
+    assert set(over.values()) <= set(wings()) | set(top_modules()), over
+
+
+def units_of_relayd() -> list[tuple[str, Path]]:
+    """(wing or top-level module, file) for every file of relayd but its own __init__.py."""
+    tops = [(module, RELAYD / f"{module}.py") for module in top_modules()]
+    return tops + [(wing, path) for wing in wings() for path in sorted((RELAYD / wing).rglob("*.py"))]
+
+
+def test_every_import_between_wings_and_top_level_modules_points_down() -> None:
+    height = heights()
     upward = []
-    for wing in wings():
-        for path in sorted((RELAYD / wing).rglob("*.py")):
-            for name in imported(path):
-                parts = name.split(".")
-                if len(parts) < 2 or parts[1] not in rank or parts[1] == wing:
-                    continue  # the shared core at the top of relayd/, or its own wing
-                if rank[parts[1]] > rank[wing] and not ((wing, parts[1]) in UP_TO_A_PACKAGE and len(parts) == 2):
-                    upward.append(f"{path.relative_to(ROOT)} imports {name}")
+    for unit, path in units_of_relayd():
+        for name in imported(path):
+            parts = name.split(".")
+            if len(parts) < 2 or parts[1] in (unit, "__init__"):
+                continue  # relayd's package file, or its own wing
+            target = parts[1]
+            if unit not in height:  # the shared core: below every wing and what stands over wings
+                if target in height and (unit, name) not in CORE_INTO_A_WING:
+                    upward.append(f"{path.relative_to(ROOT)} (the shared core) imports {name}")
+            elif target in height and height[target] > height[unit] and not ((unit, target) in UP_TO_A_PACKAGE and len(parts) == 2):
+                upward.append(f"{path.relative_to(ROOT)} imports {name}")
     assert upward == []
 
 
@@ -163,3 +209,28 @@ def test_every_test_file_sits_in_a_folder_under_a_name_of_its_own() -> None:
     assert [p.name for p in files if p.parent == TESTS] == []
     names = [p.name for p in files]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+# What a store operation meets through its `Store` (how writes become durable, relayd's recent
+# message ids, the agents of other hosts) is given to the constructor, never assigned later:
+# otherwise it would depend on which process set which field (relayd.store).
+STORE_COLLABORATORS = {"sync", "recent_ids", "remote"}
+
+
+def assigned_attributes(path: Path) -> list[tuple[int, ast.Attribute]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        found += [(node.lineno, target) for target in targets if isinstance(target, ast.Attribute)]
+    return found
+
+
+def test_no_code_assigns_a_stores_collaborators_after_it_is_built() -> None:
+    code = [path for package in PACKAGES + ("benchmarks",) for path in sorted((ROOT / package).rglob("*.py")) if path != RELAYD / "store.py"]
+    assigned = [
+        f"{path.relative_to(ROOT)}:{line} {ast.unparse(target)}"
+        for path in code + python_files_of_the_tests() + sorted(SUPPORT.glob("*.py"))
+        for line, target in assigned_attributes(path)
+        if target.attr in STORE_COLLABORATORS and "store" in ast.unparse(target.value).lower()
+    ]
+    assert assigned == [], "give these to Store(...) instead: " + ", ".join(assigned)

@@ -64,7 +64,7 @@ def test_creating_a_line_file_fsyncs_its_directory_and_the_data(store_dir, appen
         for leftover in (layout.EVENTS, layout.EVENTS_ROTATED):
             if os.path.exists(os.path.join(store.root, leftover)):
                 os.unlink(os.path.join(store.root, leftover))  # the registrations' events: start without a log
-        store.sync = recording = Recording()
+    with Store(str(store_dir), sync=(recording := Recording())) as store:
         path = append(store)
     assert ("dir", os.path.dirname(path)) in recording.calls, recording.calls
     assert ("file", path) in recording.calls, recording.calls
@@ -73,7 +73,7 @@ def test_creating_a_line_file_fsyncs_its_directory_and_the_data(store_dir, appen
 def test_appending_to_an_existing_file_fsyncs_only_the_data(store_dir) -> None:
     with Store(str(store_dir)) as store:
         ops.call(store, "register", {"name": "alice"})
-        store.sync = recording = Recording()
+    with Store(str(store_dir), sync=(recording := Recording())) as store:
         path = emit_event(store)
     assert recording.calls == [("file", path)]
 
@@ -87,7 +87,7 @@ def test_a_full_file_is_rotated_and_the_new_one_made_durable(store_dir, append, 
         with open(path, "ab") as fh:
             fh.write(b'{"filler":"' + b"x" * 4096 + b'"}\n')  # past the rotation size
         before = os.stat(path).st_ino
-        store.sync = recording = Recording()
+    with Store(str(store_dir), rotate_bytes=4096, sync=(recording := Recording())) as store:
         append(store)
         assert os.stat(os.path.join(os.path.dirname(path), rotated)).st_ino == before  # moved away whole
         assert os.path.getsize(path) < 4096

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 import anyio
 from anyio.abc import SocketListener
 
-from relayd.daemon.core import Core
+from relayd.daemon.core import Core, durable_store
 from relayd.daemon.lifecycle import bind_listener
 from relayd.daemon.server import Server
 from relayd.store import Store
@@ -41,7 +41,7 @@ async def serving(store_dir: str, socket_path: str, notify: bool = False, **serv
     """relayd's server for `store_dir` on `socket_path`, until the block ends; with `notify`,
     also its notification runner, which triggers the agents' panes or commands as mail
     arrives (register --notify)."""
-    store = Store(store_dir, fsync=True)
+    store = durable_store(store_dir)
     store.root_dir(create=True)
     core = Core.assemble(store, **server_options)
     committer, events, server = core.committer, core.events, core.server
