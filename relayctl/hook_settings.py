@@ -366,6 +366,8 @@ def uninstall_extension(program: str, project: str = ".") -> Change:
     if spec.extension is None:
         return Change("", False, ())
     path = extension_path(program, project)
+    if not os.path.lexists(path):
+        return Change(path, False, ())  # nothing there, even through a linked folder: nothing to check or remove
     target = _checked_target(path, project)
     old = _read_plugin(path, target)
     if old is None or not old.startswith(_EXTENSION_MARK):

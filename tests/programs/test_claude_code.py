@@ -179,7 +179,10 @@ def test_mail_reaches_the_model_as_a_channel_event(claude_code: Any, relayctl: A
     assert event in said(request)
     assert "ship the hotfix at 14:00" in said(request)  # the preview; check_inbox has the whole message
     # "announced by channel" on Claude Code's own word that it took the event (its log of relay-mcp)
-    session.wait("the channel announcement", lambda: (json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"][0].get("announced") or {}).get("ok"), timeout=15)
+    try:
+        session.wait("the channel announcement", lambda: (json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"][0].get("announced") or {}).get("ok"), timeout=15)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; track says: {relayctl('--json', 'track', message['id']).stdout}") from None
     [way] = json.loads(relayctl("--json", "track", message["id"]).stdout)["recipients"]
     assert way["announced"]["how"] == "channel"
 
