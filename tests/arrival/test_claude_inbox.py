@@ -102,6 +102,7 @@ def test_new_mail_goes_into_the_sessions_inbox_once_as_a_peer_message(team, sess
         auth, message = session.wait_lines(2)
         assert auth == {"type": "auth", "token": TOKEN}
         assert message["type"] == "user" and message["msgV"] == 1 and len(message["msg_id"]) == 36
+        assert "from" not in message  # this process does not listen for receipts (relayd does)
         assert message["message"]["content"].startswith("relay mail for inferno from sender")
         assert "subject: Rebase first" in message["message"]["content"] and "then test" in message["message"]["content"]
         # The next round finds nothing new: the message is not written twice.
@@ -121,7 +122,7 @@ def test_new_mail_goes_into_the_sessions_inbox_once_as_a_peer_message(team, sess
         (lambda s: s.write_record(procStart="1"), "no longer running"),  # a pid used again by another process
         (lambda s: s.write_record(peerProtocol=2), "peer protocol 2"),
         (lambda s: (s.config / "settings.json").write_text('{"crossSessionInbound": "refuse"}'), "crossSessionInbound is refuse"),
-        (lambda s: (Path(s.record["cwd"]) / ".claude").mkdir() or (Path(s.record["cwd"]) / ".claude" / "settings.json").write_text('{"crossSessionInbound": "hold"}'), "crossSessionInbound is hold"),
+        (lambda s: (Path(s.record["cwd"]) / ".claude").mkdir() or (Path(s.record["cwd"]) / ".claude" / "settings.local.json").write_text('{"crossSessionInbound": "refuse"}'), "crossSessionInbound is refuse"),
         (lambda s: (s.sessions / fmt.key_name(s.pid, s.socket)).unlink(), "no key file"),
     ],
 )
