@@ -23,7 +23,7 @@ from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
 from support.waiting import wait_for
 
-from test_claude_inbox import FakeSession  # noqa: E402  (the session's inbox as Claude Code makes it)
+from support.claude_session import FakeSession
 
 
 @pytest.fixture
