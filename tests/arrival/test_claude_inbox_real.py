@@ -219,3 +219,34 @@ def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_st
             assert "not its Claude Code inbox: CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" in shown, shown
         finally:
             daemon.kill()
+
+
+def _door_statuses(relayctl, message_id: str) -> list[str]:
+    way = next(w for w in json.loads(relayctl("--json", "track", message_id).stdout)["recipients"] if w["to"] == AGENT)
+    return [d["status"] for d in way.get("door", [])]
+
+
+def test_mail_claude_code_holds_for_the_person_shows_held_in_track_and_the_sender_hears_of_it(team, relay_env, short_tmp: Path) -> None:
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with ended(daemon), Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "hold"}) as s:  # relayd ends even when the session cannot start
+        try:
+            s.start()
+            door = wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=90)
+            assert door.get("unusable") is None, door  # a held message is still relay's to report: the door is used
+            sent = json.loads(team("--json", "send", AGENT, "held for the person", agent=SENDER).stdout)
+            message_id = sent["messages"][0]["id"] if "messages" in sent else sent["id"]
+            try:
+                wait_for("Claude Code's held receipt in track", lambda: "held" in _door_statuses(team, message_id), timeout=60)
+            except AssertionError as missed:
+                raise AssertionError(f"{missed}\n{team('track', message_id).stdout}\n{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
+            shown = team("track", message_id).stdout
+            assert "Claude Code: held for the person's approval" in shown, shown
+            notice = json.loads(team("--json", "read", "--unread", agent=SENDER).stdout)
+            assert any(m["from"] == "relay" and message_id in m["body"] and "held" in m["subject"] for m in notice), notice
+            time.sleep(3)  # nothing lets it in: it stays held, away from the model
+            assert _peer_turn(s.model, "held for the person") is None
+            assert _door_statuses(team, message_id) == ["held"]
+            way = next(w for w in json.loads(team("--json", "track", message_id).stdout)["recipients"] if w["to"] == AGENT)
+            assert way["read"] is False
+        finally:
+            daemon.kill()
