@@ -230,7 +230,9 @@ def _unsent(store: Store, name: str, agent: Dir, door: InboxDoor) -> list[dict]:
 
     sent = _sent(agent, door)
     unread = read(store, ReadParams(agent=name, unread=True, last=BATCH * 5)).messages
-    return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
+    # Mail a Claude Code model sent never goes back into a Claude Code inbox: no loop (the
+    # agent's own mechanism, its hooks or pane, tells it instead).
+    return [msgspec.to_builtins(m) for m in unread if m.id not in sent and fmt.VIA_CLAUDE_CODE not in m.tags][:BATCH]
 
 
 def _sent_lines(agent: Dir, door: InboxDoor) -> list[list[str]]:

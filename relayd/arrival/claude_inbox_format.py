@@ -52,6 +52,7 @@ SOCKET_ENV = "CLAUDE_CODE_MESSAGING_SOCKET"
 TOKEN_ENV = "CLAUDE_CODE_MESSAGING_TOKEN"
 SWITCH_ENV = "CLAUDE_CODE_HARBOR_KITE"  # "0" turns the inbox off
 RECEIPT_STATUSES = ("held", "delivered", "denied", "expired", "refused", "dropped")
+VIA_CLAUDE_CODE = "via-claude-code"  # the tag of mail a Claude Code model sent (relayd.arrival.claude_peer_agents): never written back into a Claude Code inbox
 PREVIEW = 1500  # characters of a body put into the peer message; the rest is read from relay
 _SOCKET_NAME = re.compile(r"^(\d+)\.sock$")
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")

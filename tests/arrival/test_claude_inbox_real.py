@@ -250,3 +250,56 @@ def test_mail_claude_code_holds_for_the_person_shows_held_in_track_and_the_sende
             assert way["read"] is False
         finally:
             daemon.kill()
+
+
+SCRIPT = "scribe"  # a script agent of the same team: no Claude Code of its own
+
+
+def _tools_called(body: dict) -> list[str]:
+    return [b.get("name") for m in conversation(body) if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _tool_results(body: dict) -> list[str]:
+    return [t for m in conversation(body) if m.get("role") == "user" and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" for t in texts(b.get("content"))]
+
+
+def test_the_models_send_message_to_a_script_agent_lands_in_its_relay_inbox_from_the_sessions_agent(team, relay_env, short_tmp: Path) -> None:
+    def turn(body):
+        if not any("tell the scribe" in t for t in _user_texts_of(body)):
+            return [text("Noted.")]
+        called = _tools_called(body)
+        if "ListAgents" not in called:
+            return [tool_use("ListAgents", {})]
+        if "SendMessage" not in called:
+            return [tool_use("SendMessage", {"to": SCRIPT, "message": "hello scribe, from the model"})]
+        return [text("Sent.")]
+
+    team("register", SCRIPT, "--program", "script", "--task", "writes the notes")
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    allowed = {"permissions": {"defaultMode": "acceptEdits", "allow": ["ListAgents", "SendMessage"]}}  # the person allows messaging
+    with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings=allowed) as s:  # relayd ends even when the session cannot start
+        try:
+            s.start()
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=90)
+            records = s.home / ".claude" / "sessions"
+            mine = wait_for("relay's record for the script agent", lambda: [json.loads(p.read_text()) for p in records.glob("*.json")
+                                                                            if json.loads(p.read_text()).get("name") == SCRIPT], timeout=30)
+            assert mine[0]["peerProtocol"] == 1 and mine[0]["agent"] == "script" and "writes the notes" in mine[0]["detail"]
+            s.tmux.type_line("tell the scribe hello", "tell the scribe hello")
+            try:
+                inbox = wait_for("the model's message in the script agent's relay inbox",
+                                 lambda: json.loads(team("--json", "read", agent=SCRIPT).stdout), timeout=90)
+            except AssertionError as missed:
+                last = s.model.requests[-1].json() if s.model.requests else {}
+                raise AssertionError(f"{missed}\ntools called: {_tools_called(last)}\nresults: {_tool_results(last)}\n"
+                                     f"{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
+            [mail] = inbox
+            assert mail["from"] == AGENT and "hello scribe, from the model" in mail["body"] and "via-claude-code" in mail["tags"]
+            listed = " ".join(r for req in s.model.requests for r in _tool_results(req.json() or {}))
+            assert SCRIPT in listed, listed  # ListAgents named it
+            assert daemon.stop() == 0
+        finally:
+            daemon.kill()
+        assert not [p for p in records.glob("*.json") if json.loads(p.read_text()).get("name") == SCRIPT]  # removed when relayd stopped
