@@ -84,12 +84,13 @@ def _peer_ids(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _private_dir(path: str) -> bool:
+def _own_dir(path: str, closed: int) -> bool:
+    """A directory of this user's with none of the `closed` mode bits."""
     try:
         found = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not stat.S_IMODE(found.st_mode) & 0o077
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not stat.S_IMODE(found.st_mode) & closed
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -182,8 +183,10 @@ class PeerAgents:
                     threading.Thread(target=self._serve, args=(peer,), name=f"claude-peer {peer.agent}", daemon=True).start()
 
     def _publish(self, name: str, sessions_dir: str, socket_dir: str, about: dict) -> Peer | None:
-        if not _private_dir(sessions_dir) or not _private_dir(socket_dir):
-            log.warning("not listing a relay agent in Claude Code: its directories are not this user's private ones", agent=name, sessions=sessions_dir, sockets=socket_dir)
+        # The socket directory as Claude Code keeps its own (0700); the registry this user's
+        # and writable by nobody else (its key files are 0600 each).
+        if not _own_dir(socket_dir, 0o077) or not _own_dir(sessions_dir, 0o022):
+            log.warning("not listing a relay agent in Claude Code: its directories are not this user's own", agent=name, sessions=sessions_dir, sockets=socket_dir)
             return None
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         path = os.path.join(socket_dir, f"{os.getpid()}-{hashlib.sha256(f'{self.store_root}/{name}'.encode()).hexdigest()[:8]}.sock")
