@@ -34,6 +34,7 @@ import json
 from contextlib import closing
 import os
 import stat
+import sys
 
 import msgspec
 
@@ -44,7 +45,6 @@ from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso
 from . import claude_inbox_format as fmt
-from . import claude_peer
 from .program_process import started
 from ..wire import peer
 
@@ -268,7 +268,9 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     token = _token(door)
     # Where Claude Code's receipts come back to: relayd's own socket beside the session's
     # (relayd.arrival.claude_peer); none in a process that does not listen (direct mode).
-    reply = claude_peer.reply_address(os.path.dirname(door.socket))
+    # (The module is loaded only where relayd listens: a direct-mode client never imports it.)
+    listener = sys.modules.get("relayd.arrival.claude_peer")
+    reply = listener.reply_address(os.path.dirname(door.socket)) if listener is not None else None
     framed = [(m, *fmt.message_line(fmt.mail_text(name, m), reply)) for m in messages]
     try:
         with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
@@ -309,4 +311,7 @@ def receipt_came(store: Store, pid: int, receipt: fmt.Receipt) -> None:
 
 def listen(store_root: str) -> None:
     """relayd's socket for Claude Code's receipts (relayd.arrival.claude_peer), from now until `claude_peer.stop`."""
+    # deferred import: only relayd listens (and a client's start-up stays without sockets and threads)
+    from . import claude_peer
+
     claude_peer.start(store_root, receipt_came)

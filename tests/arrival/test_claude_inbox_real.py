@@ -276,7 +276,8 @@ def test_the_models_send_message_to_a_script_agent_lands_in_its_relay_inbox_from
             return [tool_use("SendMessage", {"to": SCRIPT, "message": "hello scribe, from the model"})]
         return [text("Sent.")]
 
-    team("register", SCRIPT, "--program", "script", "--task", "writes the notes")
+    told = short_tmp / "scribe-told"
+    team("register", SCRIPT, "--program", "script", "--task", "writes the notes", "--notify", f"cmd:touch {told}")
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     allowed = {"permissions": {"defaultMode": "acceptEdits", "allow": ["ListAgents", "SendMessage"]}}  # the person allows messaging
     with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings=allowed) as s:  # relayd ends even when the session cannot start
@@ -297,6 +298,7 @@ def test_the_models_send_message_to_a_script_agent_lands_in_its_relay_inbox_from
                                      f"{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
             [mail] = inbox
             assert mail["from"] == AGENT and "hello scribe, from the model" in mail["body"] and "via-claude-code" in mail["tags"]
+            wait_for("the script agent told by its own mechanism (its cmd)", told.exists, timeout=30)
             listed = " ".join(r for req in s.model.requests for r in _tool_results(req.json() or {}))
             assert SCRIPT in listed, listed  # ListAgents named it
             assert daemon.stop() == 0
