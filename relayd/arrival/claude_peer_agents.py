@@ -21,8 +21,9 @@ unknown `msgV`, an unauthenticated writer, or a process relay cannot name are re
 one line in relayd's log.
 
 Records are kept in step every `EVERY` seconds: made for agents that appear, removed for
-agents archived or gone, all removed when relayd stops; a record of another uid's, or a
-file relay did not write, is never touched.
+agents archived or gone, all removed when relayd stops, and those of a relayd that died
+(its holders died with it) removed when a relayd next sees that registry (`sweep`); a
+record of another uid's, or a file relay did not write, is never touched.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class PeerAgents:
     def __init__(self, store_root: str) -> None:
         self.store_root = store_root
         self.peers: dict[tuple[str, str], Peer] = {}  # (agent, sessions_dir) -> its peer
+        self.swept: set[str] = set()  # the sessions directories cleared of an earlier relayd's records
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="claude-peer-agents", daemon=True)
 
@@ -173,6 +175,9 @@ class PeerAgents:
 
     def reconcile(self, store: Store) -> None:
         wanted = self.wanted(store)
+        for sessions_dir in {d for _, d in wanted} - self.swept:
+            sweep(sessions_dir, {p.record for p in self.peers.values()})
+            self.swept.add(sessions_dir)
         for key in [k for k in self.peers if k not in wanted or self.peers[k].holder.poll() is not None]:
             self._remove(key)
         for key, (socket_dir, about) in wanted.items():
@@ -287,6 +292,39 @@ class PeerAgents:
                     log.warning("a message from Claude Code not taken", agent=peer.agent, why=why)
                     continue
                 take(store, peer.agent, pid, frame)
+
+
+def sweep(sessions_dir: str, keep: set[str]) -> None:
+    """Remove the records (their key files and sockets) a relayd that is gone left in
+    `sessions_dir`: files relay wrote (`entrypoint` "relay"), of this user, whose holder no
+    longer runs; `keep` is this relayd's own."""
+    try:
+        names = os.listdir(sessions_dir)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(sessions_dir, name)
+        if not name.endswith(".json") or path in keep or not _ours(path):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                record = fmt.decode_record(fh.read())
+        except OSError:
+            continue
+        if record is None or (record.procStart and started(record.pid) == record.procStart):
+            continue
+        sock = record.messagingSocketPath or ""
+        for stale in (path, os.path.join(sessions_dir, fmt.key_name(record.pid, sock)) if sock else ""):
+            if stale and _ours(stale):
+                try:
+                    os.unlink(stale)
+                except OSError:
+                    pass
+        try:
+            if sock and stat.S_ISSOCK(os.lstat(sock).st_mode) and os.lstat(sock).st_uid == os.getuid():
+                os.unlink(sock)
+        except OSError:
+            pass
 
 
 def refused(frame: dict, authed: bool) -> str | None:

@@ -90,6 +90,10 @@ def test_a_held_then_delivered_message_shows_both_in_track_and_status_and_the_se
     assert [d["status"] for d in statuses] == ["held", "delivered"] and statuses[0]["at"] <= statuses[1]["at"]
     said = next(a for a in team.setup("status")["agents"] if a["name"] == "inferno")["door_said"]
     assert said["status"] == "delivered" and said["id"] == message_id
+    shown = team("status").stdout
+    assert "Claude Code: delivered" in shown and f"(message {message_id})" in shown, shown
+    shown = team("track", message_id).stdout
+    assert "Claude Code: held for the person's approval" in shown and ", delivered " in shown, shown
     way = next(w for w in team.setup("track", id=message_id)["recipients"] if w["to"] == "inferno")
     assert way["read"] is False  # a receipt is not the model reading it
 

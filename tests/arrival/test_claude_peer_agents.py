@@ -134,3 +134,23 @@ def test_an_archived_agents_record_goes_and_relays_records_go_at_stop(peers, ses
     assert wait_for("the holder gone", lambda: started(record["pid"]) != record["procStart"], timeout=10)
     assert not (session.sessions / fmt.key_name(record["pid"], record["messagingSocketPath"])).exists()
     assert [p.name for p in session.socks.iterdir()] == [f"{os.getpid()}.sock"]
+
+
+def test_records_a_relayd_that_died_left_are_removed_and_no_others(team, session: FakeSession, store_dir: Path) -> None:
+    stale_sock = session.socks / "999999-0badf00d.sock"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(stale_sock))
+    stale = {"pid": 999999, "procStart": "12345", "peerProtocol": 1, "entrypoint": "relay", "name": "scribe", "messagingSocketPath": str(stale_sock)}
+    (session.sessions / "999999.json").write_text(json.dumps(stale))
+    (session.sessions / fmt.key_name(999999, str(stale_sock))).write_text(json.dumps({"peerToken": "a" * 32, "entrypoint": "relay"}))
+    (session.sessions / "999998.json").write_text(json.dumps({**stale, "pid": 999998, "entrypoint": "cli"}))  # a dead Claude Code session's: not relay's
+    agents = PeerAgents(str(store_dir))
+    with Store(str(store_dir)) as store:
+        try:
+            agents.reconcile(store)
+        finally:
+            for key in list(agents.peers):
+                agents._remove(key)
+    assert not (session.sessions / "999999.json").exists() and not stale_sock.exists()
+    assert not (session.sessions / fmt.key_name(999999, str(stale_sock))).exists()
+    assert (session.sessions / "999998.json").exists() and (session.sessions / f"{session.pid}.json").exists()
