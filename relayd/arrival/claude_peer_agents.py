@@ -154,17 +154,19 @@ class PeerAgents:
         directory of a Claude Code session relay writes to."""
         # deferred import: the roster only in relayd's registry thread
         from ..agents.roster import agent_states
-        from .claude_inbox import current
+        from .claude_inbox import DOOR, current
 
         places: set[tuple[str, str]] = set()
         claude_agents: set[str] = set()
-        states = agent_states(store)
-        for state in states:
-            with store.agent_dir(state.name) as agent:
-                door = current(agent)
+        for name in store.known_agents():
+            with store.agent_dir(name) as agent:
+                door = current(agent) if agent.exists(DOOR) else None
             if door is not None and door.socket and not door.unusable:
-                claude_agents.add(state.name)
+                claude_agents.add(name)
                 places.add((door.sessions_dir, os.path.dirname(door.socket)))
+        if not places:
+            return {}  # no Claude Code session to be listed in (the common case: one stat an agent)
+        states = agent_states(store)
         wanted = {}
         for state in states:
             if state.archived or state.name in claude_agents:
