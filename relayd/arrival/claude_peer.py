@@ -31,11 +31,12 @@ from typing import Callable
 
 import structlog
 
+from .. import layout
 from ..store import Store
 from . import claude_inbox_format as fmt
 from .program_process import started
 
-LEDGER = "claude-peer"  # <store>/claude-peer: the reply sockets relayd made, one a line
+LEDGER = layout.CLAUDE_PEER  # the reply sockets relayd made, one a line: path, pid, start time
 READ_TIMEOUT = 5.0  # a connection that says nothing this long is closed
 MAX_CONNECTION_BYTES = 4 * fmt.MAX_LINE
 
