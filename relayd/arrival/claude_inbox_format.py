@@ -208,6 +208,16 @@ class LineReader:
                 yield frame
 
 
+_ENVELOPE = re.compile(r"^\s*<cross-session-message\b[^>]*>\n?(.*?)\n?</cross-session-message>\s*$", re.DOTALL)
+
+
+def peer_body(content: str) -> str:
+    """The text a Claude Code model sent with SendMessage, without the envelope Claude Code
+    puts around it (`<cross-session-message from=... from-name=...>` ... `</cross-session-message>`)."""
+    found = _ENVELOPE.match(content)
+    return (found.group(1) if found else content).strip()
+
+
 def receipt(frame: dict) -> Receipt | None:
     """A `peer_message_status` receipt from one line; None for any other line."""
     if frame.get("type") != "control" or frame.get("action") != "peer_message_status":

@@ -363,7 +363,7 @@ def take(store: Store, to: str, pid: int, frame: dict) -> str | None:
     if sender is None:
         log.warning("a message from Claude Code not taken: its session is no relay agent's", agent=to, pid=pid)
         return None
-    body = frame["message"]["content"].strip()
+    body = fmt.peer_body(frame["message"]["content"]) or frame["message"]["content"].strip()
     subject = body.splitlines()[0][:120]
     result = ops.run(store, ops.lookup("send"), {"agent": sender, "to": [to], "subject": subject, "body": body, "tags": [VIA_CLAUDE_CODE]})
     messages = getattr(result, "messages", None) or []

@@ -95,9 +95,10 @@ def test_a_script_agent_gets_a_record_claude_code_believes(peers, session: FakeS
 
 def test_a_models_message_is_stored_as_mail_from_the_sessions_agent_and_never_written_back(peers, team, session: FakeSession, store_dir: Path) -> None:
     record = _record(session, "scribe")
-    _write(record["messagingSocketPath"], {"type": "auth", "token": _token(session, record)}, _message("hello scribe\n\nthe notes, please"))
+    envelope = '<cross-session-message from="uds:/run/cc-socks/1.sock" from-name="project-1" from-mode="prompting">\nhello scribe\n\nthe notes, please\n</cross-session-message>'
+    _write(record["messagingSocketPath"], {"type": "auth", "token": _token(session, record)}, _message(envelope))
     [mail] = wait_for("the message in scribe's inbox", lambda: team.setup("read", agent="scribe")["messages"])
-    assert mail["from"] == "inferno" and mail["subject"] == "hello scribe" and "the notes, please" in mail["body"]
+    assert mail["from"] == "inferno" and mail["subject"] == "hello scribe" and mail["body"] == "hello scribe\n\nthe notes, please"  # without Claude Code's envelope
     assert VIA_CLAUDE_CODE in mail["tags"]
     # Mail a Claude Code model sent is never written into a Claude Code inbox by relay: no loop.
     team.setup("send", agent="scribe", to=["inferno"], subject="echo", body="echo", tags=[VIA_CLAUDE_CODE])
