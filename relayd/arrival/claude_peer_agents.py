@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import secrets
+import select
 import socket
 import stat
 import struct
@@ -52,6 +53,7 @@ from .program_process import started
 EVERY = 2.0  # seconds between two reconciliations of the records with the team
 VIA_CLAUDE_CODE = fmt.VIA_CLAUDE_CODE
 READ_TIMEOUT = 5.0
+HOLDER_START = 10.0  # seconds a holder may take to listen before relay gives up on it (and tries again later)
 MAX_CONNECTION_BYTES = 4 * fmt.MAX_LINE
 # The holder: listen on the socket relayd bound (its fd in RELAY_FD), say so, and sleep until relayd ends.
 _HOLDER = (
@@ -209,7 +211,8 @@ class PeerAgents:
             os.umask(old)
         holder = subprocess.Popen([sys.executable, "-S", "-c", _HOLDER], pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RELAY_PARENT": str(os.getpid()), "RELAY_FD": str(listener.fileno())})
-        said = holder.stdout.read(2) if holder.stdout else b""
+        ready, _, _ = select.select([holder.stdout], [], [], HOLDER_START) if holder.stdout else ([], [], [])
+        said = holder.stdout.read(2) if ready and holder.stdout else b""
         if said != b"ok":
             holder.kill()
             holder.wait()
