@@ -383,6 +383,10 @@ def _arrival_line(a: dict) -> str:
     Claude Code inbox, its Codex queue) and how that last went; why its session's door is not
     used, when it is not."""
     line = _arrival_told(a)
+    said = a.get("door_said")
+    if said:
+        words = {"held": "held for the person's approval", "denied": "denied by the person"}.get(said["status"], said["status"])
+        line += f"\n  {'':<16} Claude Code: {words} {ago(parse_iso(said['at']))} (message {said['id']})"
     if a.get("door_unusable"):
         line += f"\n  {'':<16} not its {clip(a['door_unusable'], 100)}"
     return line

@@ -23,6 +23,8 @@ def track(message_id: str) -> None:
     """Show what became of message ID at each recipient: when it was stored, how it was
     announced (tmux, zellij, cmd, channel, hook; ok or the error), whether and when it was
     read (the recipient's read cursor passed it) and, for --ack messages, acknowledged.
+    Mail written into a Claude Code session's own inbox shows Claude Code's receipts with
+    their times: held for the person's approval, delivered, denied, expired, refused.
     Mail neither read nor announced after delivery.held_after (config.json, default 30s)
     says why it waits: "held: glacier's program is asking the person a question, since
     20:19:08 UTC".
@@ -53,6 +55,8 @@ def step_text(way: dict[str, Any]) -> str:
         parts.append(f"announced by {told['how']} {told['at']}" + (f" ({told['note']})" if told.get("note") else ""))
     else:
         parts.append(f"announcing by {told['how']} failed {told['at']}: {told.get('error')}")
+    if way.get("door"):
+        parts.append(door_text(way["door"]))
     if way.get("bounced"):
         parts.append("bounced to the sender")
     parts.append((f"read {way['read_at']}" if way.get("read_at") else "read") if way["read"] else "unread")
@@ -61,6 +65,16 @@ def step_text(way: dict[str, Any]) -> str:
     if way.get("ack"):
         parts.append({"acked": f"acknowledged {way.get('acked_at') or ''}".strip(), "owed": "not acknowledged", "dead_letter": "dead letter"}[way["ack"]])
     return ", ".join(parts)
+
+
+DOOR_WORDS = {"held": "held for the person's approval", "denied": "denied by the person", "refused": "refused by its settings"}
+
+
+def door_text(statuses: list[dict[str, Any]]) -> str:
+    """The recipient's program's own receipts: "Claude Code: held for the person's approval
+    01:02:03Z, delivered 01:02:09Z"."""
+    said = [f"{DOOR_WORDS.get(d['status'], d['status'])} {d['at']}" + (f" ({d['detail']})" if d.get("detail") else "") for d in statuses]
+    return "Claude Code: " + ", ".join(said)
 
 
 def missing(result: dict[str, Any], step: str) -> list[dict[str, Any]]:
@@ -81,6 +95,9 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     result = s.call("track", {"id": message_id})
     folders = [os.path.join(s.dir, layout.AGENTS, w["to"]) for w in result["recipients"]]
+    sender = os.path.join(s.dir, layout.AGENTS, result["from"])
+    if os.path.isdir(sender) and sender not in folders:
+        folders.append(sender)  # relay's notice of a message held by the recipient's program lands there
     if step == "ack":
         folders.append(os.path.join(s.dir, layout.ACKED))
     said: dict[str, str] = {}  # recipient -> the held line last printed for it
@@ -102,10 +119,11 @@ def wait_for(s: Settings, message_id: str, step: str, timeout: float) -> None:
 
 
 def _say_held(late: list[dict[str, Any]], said: dict[str, str]) -> None:
-    """Print why a recipient's mail waits once it is held, and again when the reason changes."""
+    """Print why a recipient's mail waits once it is held (or its program's own receipts
+    say so: held for the person's approval, denied), and again when that changes."""
     for way in late:
-        if way.get("held"):
-            line = held_line(way["held"])
+        if way.get("held") or way.get("door"):
+            line = ", ".join(([held_line(way["held"])] if way.get("held") else []) + ([door_text(way["door"])] if way.get("door") else []))
             if said.get(way["to"]) != line:
                 said[way["to"]] = line
                 click.echo(f"  {way['to']:<16} {line}", err=True)

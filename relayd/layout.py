@@ -36,6 +36,7 @@ DELIVERY_LOCK = "delivery.lock"  # held by every ack, redelivery sweep and dead-
 RESERVATIONS_LOCK = "reservations.lock"  # held around every reservation check + create
 COMMAND_CLAIM_SUFFIX = ".claim"  # commands/<id>.claim: created O_EXCL by the one consumer
 DAEMON_LOCK = "relayd.lock"  # flock-held by the one daemon serving this store
+CLAUDE_PEER = "claude-peer"  # the reply sockets relayd made beside Claude Code sessions' (relayd.arrival.claude_peer)
 SOCKET_NAME = "relayd.sock"
 # How long a client waits for relayd's greeting, and for the answer to a request it may
 # safely run itself (a send, which carries its id, or one that changes nothing), before it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from .agents.roster import AgentState, agent_states, arrival_mechanism, read_meta
-from .delivery.receipts import ANNOUNCED_WINDOW_MS, LastAnnouncement, last_announcements
+from .delivery.receipts import ANNOUNCED_WINDOW_MS, LastAnnouncement, LastDoorStatus, last_announcements, last_door_statuses
 from .delivery.held import Held, agent_held, thresholds
 from .inbox.read import has_unread
 from .registry import operation
@@ -36,6 +36,7 @@ class AgentOverview(AgentState, kw_only=True):
     door_unusable: str | None = None  # why its session's own door (its Claude Code inbox, its Codex queue) is not used
     held: Held | None = None  # its mail waits (not read nor told for delivery.held_after): why, since when (relayd.delivery.held)
     context: Spent | None = None  # what relay put into its model's context in the last hour, in tokens (relayd.delivery.spend)
+    door_said: LastDoorStatus | None = None  # its program's newest receipt for mail relay wrote into it (Claude Code: held, delivered, ...)
 
 
 class StatusResult(msgspec.Struct, kw_only=True):
@@ -64,6 +65,7 @@ def delivery_counts(store: Store) -> DeliveryCounts:
 
 def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
     told = last_announcements(store, [a.name for a in states])
+    said = last_door_statuses(store, [a.name for a in states])
     doors = {a.name: _door(store, a.name) for a in states}
     held_after, _ = thresholds(store)
     return [
@@ -76,6 +78,7 @@ def overviews(store: Store, states: list[AgentState]) -> list[AgentOverview]:
             session=_session(store, a.name),
             held=agent_held(store, a.name, held_after) if has_unread(store, a.name) else None,
             context=_context(store, a.name),
+            door_said=said.get(a.name),
         )
         for a in states
     ]

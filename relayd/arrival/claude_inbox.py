@@ -10,7 +10,8 @@ claude` reports it (the `claude_inbox` operation below). The operation checks it
 Claude Code checks its own (`inspect`): the socket's directory and file owned by this user,
 0700 and 0600, the session record `<pid>.json` beside the key file naming that socket, the
 pid's start time in /proc equal to the record's, a peer protocol relay speaks, and the
-session's `crossSessionInbound` setting not `hold` or `refuse`. What it found is kept in
+session's `crossSessionInbound` setting not `refuse` (`hold` parks each message for the
+person's approval: Claude Code's receipts say so, relayd.arrival.claude_peer). What it found is kept in
 `agents/<name>/claude-inbox` with the process it belongs to (pid and start time), so a
 later session in the same pane never gets an earlier one's socket: the door is checked
 again before every use, and a process that is gone (or a pid used again) voids it.
@@ -21,8 +22,10 @@ door): every unread message not yet written to this session (the ids written are
 message over one connection. A door that cannot be used leaves the agent's own mechanism
 (pane trigger, channel, hooks) to do the work, and `status` says why (`why_not`).
 
-A message written there is "announced" (seen to land in the session's queue); "read" is
-still recorded when relay's hooks or tools put the full mail in front of the model.
+A message written there is "announced" (seen to land in the session's queue); what Claude
+Code does with it then (held, delivered, denied, ...) comes back as its own receipts on
+relayd's socket (relayd.arrival.claude_peer, `receipt_came`); "read" is still recorded
+when relay's hooks or tools put the full mail in front of the model.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 from contextlib import closing
 import os
 import stat
+import sys
 
 import msgspec
 
@@ -88,7 +92,7 @@ def _private(path: str, kind: int, mode: int) -> str | None:
 
 def _inbound_setting(cwd: str | None, config_dir: str) -> tuple[str, str] | None:
     """(value, file) of a `crossSessionInbound` that keeps relay's mail from the model
-    (`hold`: parked for the person; `refuse`), from the user's and the project's settings."""
+    (`refuse`), from the user's and the project's settings."""
     files = [os.path.join(config_dir, "settings.json")]
     if cwd:
         files += [os.path.join(cwd, ".claude", "settings.json"), os.path.join(cwd, ".claude", "settings.local.json")]
@@ -98,7 +102,7 @@ def _inbound_setting(cwd: str | None, config_dir: str) -> tuple[str, str] | None
                 value = json.load(fh).get("crossSessionInbound")
         except (OSError, ValueError, AttributeError):
             continue
-        if value in ("hold", "refuse"):
+        if value == "refuse":  # (`hold` lets it in once the person allows it: relay hears the receipts)
             return value, path
     return None
 
@@ -226,13 +230,31 @@ def _unsent(store: Store, name: str, agent: Dir, door: InboxDoor) -> list[dict]:
 
     sent = _sent(agent, door)
     unread = read(store, ReadParams(agent=name, unread=True, last=BATCH * 5)).messages
-    return [msgspec.to_builtins(m) for m in unread if m.id not in sent][:BATCH]
+    # Mail a Claude Code model sent never goes back into a Claude Code inbox: no loop (the
+    # agent's own mechanism, its hooks or pane, tells it instead).
+    return [msgspec.to_builtins(m) for m in unread if m.id not in sent and fmt.VIA_CLAUDE_CODE not in m.tags][:BATCH]
+
+
+def _sent_lines(agent: Dir, door: InboxDoor) -> list[list[str]]:
+    """What was written to this session (none for another process): per message its relay
+    id, then the peer message's id and the mail's sender (for Claude Code's receipts)."""
+    lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").splitlines()
+    if not lines or lines[0].strip() != door.proc_start:
+        return []
+    return [line.split() for line in lines[1:] if line.strip()]
 
 
 def _sent(agent: Dir, door: InboxDoor) -> list[str]:
     """The ids already written to this session (none for another process)."""
-    lines = (agent.read_bytes(SENT) or b"").decode(errors="replace").split()
-    return lines[1:] if lines and lines[0] == door.proc_start else []
+    return [fields[0] for fields in _sent_lines(agent, door)]
+
+
+def written(agent: Dir, door: InboxDoor, msg_id: str) -> tuple[str, str | None] | None:
+    """(relay id, sender) of the mail written to this session as peer message `msg_id`."""
+    for fields in _sent_lines(agent, door):
+        if len(fields) >= 2 and fields[1] == msg_id:
+            return fields[0], (fields[2] if len(fields) > 2 else None)
+    return None
 
 
 def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
@@ -244,11 +266,17 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
         outcome.update(ok=True, skipped="claude-inbox: nothing new since the last write")
         return outcome
     token = _token(door)
+    # Where Claude Code's receipts come back to: relayd's own socket beside the session's
+    # (relayd.arrival.claude_peer); none in a process that does not listen (direct mode).
+    # (The module is loaded only where relayd listens: a direct-mode client never imports it.)
+    listener = sys.modules.get("relayd.arrival.claude_peer")
+    reply = listener.reply_address(os.path.dirname(door.socket)) if listener is not None else None
+    texts = [fmt.mail_text(name, m) for m in messages]
     try:
+        framed = [(m, *fmt.message_line(text, reply)) for m, text in zip(messages, texts)]  # (a line too long for Claude Code: ValueError)
         with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
             lines = [fmt.auth_line(token)] if token else []
-            texts = [fmt.mail_text(name, m) for m in messages]
-            lines += [fmt.message_line(text)[1] for text in texts]
+            lines += [line for _, _, line in framed]
             sock.sendall(b"".join(lines))
     except peer.ForeignSocket as exc:
         outcome.update(ok=False, error=f"Claude Code inbox: {exc}")
@@ -256,8 +284,35 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     except (OSError, ValueError) as exc:
         outcome.update(ok=False, error=f"Claude Code inbox {door.socket}: {getattr(exc, 'strerror', None) or exc}")
         return outcome
-    kept = (_sent(agent, door) + [m["id"] for m in messages])[-KEEP_SENT:]
+    kept = ([" ".join(fields) for fields in _sent_lines(agent, door)] + [f"{m['id']} {msg_id} {m['from']}" for m, msg_id, _ in framed])[-KEEP_SENT:]
     agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
     agent.unlink(layout.PENDING, missing_ok=True)
     outcome.update(ok=True, chars=sum(map(len, texts)))  # what the model is handed (relayd.delivery.spend)
     return outcome
+
+
+def receipt_came(store: Store, pid: int, receipt: fmt.Receipt) -> None:
+    """Claude Code's receipt for a peer message, from the session of `pid`: recorded for the
+    message relay wrote to that session as `receipt.msg_id` (relayd.delivery.receipts); a
+    receipt no door of that process explains is dropped."""
+    # deferred import: the delivery wing's ledger only in relayd, when a receipt comes
+    from ..delivery.receipts import door_receipt
+
+    running = started(pid)
+    for name in store.known_agents():
+        with store.agent_dir(name) as agent:
+            door = read_door(agent)
+            if door is None or door.pid != pid or not door.proc_start or door.proc_start != running:
+                continue
+            found = written(agent, door, receipt.msg_id)
+        if found is not None:
+            door_receipt(store, name, found[0], found[1], METHOD, receipt.status, receipt.detail)
+            return
+
+
+def listen(store_root: str) -> None:
+    """relayd's socket for Claude Code's receipts (relayd.arrival.claude_peer), from now until `claude_peer.stop`."""
+    # deferred import: only relayd listens (and a client's start-up stays without sockets and threads)
+    from . import claude_peer
+
+    claude_peer.start(store_root, receipt_came)

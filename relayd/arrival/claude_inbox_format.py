@@ -52,6 +52,7 @@ SOCKET_ENV = "CLAUDE_CODE_MESSAGING_SOCKET"
 TOKEN_ENV = "CLAUDE_CODE_MESSAGING_TOKEN"
 SWITCH_ENV = "CLAUDE_CODE_HARBOR_KITE"  # "0" turns the inbox off
 RECEIPT_STATUSES = ("held", "delivered", "denied", "expired", "refused", "dropped")
+VIA_CLAUDE_CODE = "via-claude-code"  # the tag of mail a Claude Code model sent (relayd.arrival.claude_peer_agents): never written back into a Claude Code inbox
 PREVIEW = 1500  # characters of a body put into the peer message; the rest is read from relay
 _SOCKET_NAME = re.compile(r"^(\d+)\.sock$")
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
@@ -205,6 +206,16 @@ class LineReader:
                 continue  # Claude Code skips a line it cannot parse: so does relay
             if isinstance(frame, dict):
                 yield frame
+
+
+_ENVELOPE = re.compile(r"^\s*<cross-session-message\b[^>]*>\n?(.*?)\n?</cross-session-message>\s*$", re.DOTALL)
+
+
+def peer_body(content: str) -> str:
+    """The text a Claude Code model sent with SendMessage, without the envelope Claude Code
+    puts around it (`<cross-session-message from=... from-name=...>` ... `</cross-session-message>`)."""
+    found = _ENVELOPE.match(content)
+    return (found.group(1) if found else content).strip()
 
 
 def receipt(frame: dict) -> Receipt | None:

@@ -17,6 +17,7 @@ import structlog
 from anyio.abc import SocketListener
 
 from relayd import __version__, layout
+from relayd.arrival import claude_inbox, claude_peer, claude_peer_agents
 from relayd.config import dedup_window
 from relayd.dedup import RecentIds, ms_to_iso
 from relayd.errors import RelayError
@@ -67,6 +68,8 @@ def run(config: Config) -> int:
             if sock is None:
                 sock = bind_listener(config.socket_path)
             file_id = None if activated else socket_file_id(config.socket_path)
+            claude_inbox.listen(store.root)  # Claude Code's receipts (relayd.arrival.claude_peer)
+            claude_peer_agents.start(store.root)  # every relay agent a peer in Claude Code's registry
             try:
                 # asyncio, and only asyncio: connections are read through its loop.add_reader
                 return anyio.run(_serve, config, store, sock, activated, backend="asyncio")
@@ -76,6 +79,8 @@ def run(config: Config) -> int:
                 log.exception("relayd crashed")
                 return 70
             finally:
+                claude_peer_agents.stop()
+                claude_peer.stop()
                 if not activated:
                     remove_socket(config.socket_path, file_id)
         finally:

@@ -33,13 +33,14 @@ class Receipt(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One line of the delivery log: a receipt, or an owed record (relayd.delivery.owed)."""
 
     ts: str
-    step: Literal["announced", "bounced", "held", "read", "owed", "cancelled"]
+    step: Literal["announced", "bounced", "held", "read", "owed", "cancelled", "door"]
     to: str  # the recipient
     how: str | None = None  # tmux, zellij, cmd, channel, hook, ...
     ok: bool = True
     error: str | None = None
     note: str | None = None  # e.g. why a trigger was not sent this time
-    ids: list[str] = msgspec.field(default_factory=list)  # bounced, held: the messages bounced or noticed as held; cancelled: the records
+    ids: list[str] = msgspec.field(default_factory=list)  # bounced, held, door: the messages bounced, noticed as held, the receipt is for; cancelled: the records
+    status: str | None = None  # door: the program's own receipt for a message (Claude Code: held, delivered, denied, expired, refused, dropped)
     upto: str | None = None  # read: the time of the newest message the cursor passed
     record: Record | None = None  # owed: what a send --ack owes
 

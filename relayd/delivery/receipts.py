@@ -10,7 +10,12 @@ Per recipient, four steps:
 * acknowledged: for `send --ack`, the delivery record is in acked/ (or still owed, or a
   dead letter);
 * held: neither read nor told for `delivery.held_after`: why, in words, and since when
-  (relayd.delivery.held).
+  (relayd.delivery.held);
+* the door's own receipts: where the recipient's program answers for a message relay wrote
+  into it (Claude Code's inbox: held for the person's approval, delivered, denied,
+  expired, refused, dropped), each status and its time (`door_receipt`, from
+  relayd.arrival.claude_peer). Anything but "delivered" is told to the sender once, as a
+  message from `relay`.
 
 Announcements and read times need writing down: the other steps are read off the store
 when asked. They go to the delivery log (`relayd.delivery.log`), read back from it and
@@ -105,6 +110,45 @@ def _bounce(store: Store, failed: Receipt) -> None:
         deliver(store, {sender: [bounce]})
 
 
+# -- a door's own receipts: Claude Code answering for the mail relay wrote into its inbox --------
+
+DOOR_WORDS = {
+    "held": "held for the person's approval",
+    "delivered": "delivered to the model's queue",
+    "denied": "denied by the person",
+    "expired": "expired before it was let in",
+    "refused": "refused by the session's settings",
+    "dropped": "dropped by the session",
+}
+
+
+def door_receipt(store: Store, to: str, message_id: str, sender: str | None, how: str, status: str, detail: str | None = None) -> None:
+    """Record the program's own receipt for one message relay wrote through `to`'s door,
+    and tell its sender when the message is not simply in (held, denied, ...). Never
+    raises: a report must not fail the door it reports on."""
+    try:
+        at = now_iso()
+        write(store, [Receipt(ts=at, step="door", to=to, how=how, status=status, error=detail, ids=[message_id])])
+        if status == "delivered" or not sender or sender == SYSTEM_SENDER or not store.is_agent(sender):
+            return
+        words = DOOR_WORDS.get(status, status)
+        notice = Message(
+            id=new_ulid(),
+            ts=at,
+            from_=SYSTEM_SENDER,
+            to=sender,
+            subject=f"{status} at {to}: {message_id}",
+            body=(f"Your message {message_id} to {to} reached its Claude Code session, which answered: {words}"
+                  f"{f' ({detail})' if detail else ''}. It stays in {to}'s relay inbox"
+                  f"{' and reaches the model once the person lets it in' if status == 'held' else ''}; "
+                  f"'relayctl track {message_id}' shows its way."),
+            tags=["door"],
+        )
+        deliver(store, {sender: [notice]})
+    except (RelayError, OSError):
+        pass
+
+
 # -- the announced op: relay-mcp's channel push and hooks report here ----------------------------
 
 
@@ -149,6 +193,15 @@ class Announcement(msgspec.Struct, kw_only=True, omit_defaults=True):
     note: str | None = None
 
 
+class DoorStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One receipt of the recipient's program for the message (`door_receipt`)."""
+
+    status: str  # held, delivered, denied, expired, refused, dropped
+    at: str
+    how: str | None = None  # the door: claude-inbox
+    detail: str | None = None
+
+
 class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One recipient's steps."""
 
@@ -163,6 +216,7 @@ class Way(msgspec.Struct, kw_only=True, omit_defaults=True):
     acked_at: str | None = None
     bounced: bool = False
     held: Held | None = None  # not read nor told for delivery.held_after: why, in words (relayd.delivery.held)
+    door: list[DoorStatus] = msgspec.field(default_factory=list)  # the program's own receipts, oldest first
 
 
 class TrackResult(msgspec.Struct, kw_only=True):
@@ -198,6 +252,8 @@ def track(store: Store, p: TrackParams) -> TrackResult:
                 continue
             if receipt.step == "bounced" and message_id in receipt.ids:
                 way.bounced = True
+            elif receipt.step == "door" and message_id in receipt.ids and receipt.status:
+                way.door.insert(0, DoorStatus(status=receipt.status, at=receipt.ts, how=receipt.how, detail=receipt.error))
             elif receipt.step == "read":
                 if way.read and receipt.upto is not None and receipt.upto >= latest_ts[way.to]:
                     way.read_at = receipt.ts  # going back in time: the first advance past it wins
@@ -266,6 +322,26 @@ def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnounce
     for who, last in found.items():
         last.earlier = cut and not last.ok and who not in settled
     return {**skipped, **found}
+
+
+class LastDoorStatus(DoorStatus):
+    """An agent's newest receipt from its program's own door, and the message it was for."""
+
+    id: str
+
+
+def last_door_statuses(store: Store, names: list[str]) -> dict[str, LastDoorStatus]:
+    """Each of `names`' newest door receipt (Claude Code: held, delivered, denied, ...) over
+    the last day of the delivery log; an agent with none is left out."""
+    found: dict[str, LastDoorStatus] = {}
+    wanted = set(names)
+    since = to_iso(now() - timedelta(milliseconds=ANNOUNCED_WINDOW_MS))
+    for receipt in newest_first(store, since):
+        if receipt.step == "door" and receipt.to in wanted and receipt.to not in found and receipt.status and receipt.ids:
+            found[receipt.to] = LastDoorStatus(status=receipt.status, at=receipt.ts, how=receipt.how, detail=receipt.error, id=receipt.ids[0])
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def _copies(store: Store, name: str, message_id: str, since: str) -> tuple[Message, int, bool, str, str] | None:

@@ -8,72 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 from pathlib import Path
 
 import pytest
 
 from relayd.arrival import claude_inbox
 from relayd.arrival import claude_inbox_format as fmt
-from relayd.arrival.program_process import started
 from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
-
-TOKEN = "0123456789abcdef0123456789abcdef"
-
-
-class FakeSession:
-    """One session's inbox: what Claude Code puts on disk, and the lines its socket received."""
-
-    def __init__(self, root: Path) -> None:
-        self.config = root / "claude"
-        self.sessions = self.config / "sessions"
-        self.sessions.mkdir(parents=True)
-        self.socks = root / "run" / "cc-socks"
-        self.socks.mkdir(parents=True, mode=0o700)
-        self.pid = os.getpid()
-        self.socket = str(self.socks / f"{self.pid}.sock")
-        self.server = socket.socket(socket.AF_UNIX)
-        self.server.bind(self.socket)
-        os.chmod(self.socket, 0o600)
-        self.server.listen(4)
-        self.received: list[dict] = []
-        self.got = threading.Condition()
-        threading.Thread(target=self._serve, daemon=True).start()
-        start = started(self.pid)
-        self.record = {"pid": self.pid, "sessionId": "s-1", "cwd": str(root), "procStart": start, "version": fmt.TESTED_VERSION,
-                       "peerProtocol": 1, "kind": "interactive", "messagingSocketPath": self.socket, "status": "idle"}
-        self.write_record()
-        key = self.sessions / fmt.key_name(self.pid, self.socket)
-        key.write_text(json.dumps({"peerToken": TOKEN, "procStart": start}))
-        key.chmod(0o600)
-
-    def write_record(self, **change) -> None:
-        (self.sessions / f"{self.pid}.json").write_text(json.dumps({**self.record, **change}))
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            reader, data = fmt.LineReader(), conn.recv(65536)
-            while data:
-                with self.got:
-                    self.received.extend(reader.feed(data))
-                    self.got.notify_all()
-                data = conn.recv(65536)
-            conn.close()
-
-    def wait_lines(self, n: int) -> list[dict]:
-        with self.got:
-            assert self.got.wait_for(lambda: len(self.received) >= n, timeout=10), self.received
-            return list(self.received)
-
-    def close(self) -> None:
-        self.server.close()
-
+from support.claude_session import TOKEN, FakeSession
 
 @pytest.fixture
 def session(short_tmp: Path):
@@ -102,6 +45,7 @@ def test_new_mail_goes_into_the_sessions_inbox_once_as_a_peer_message(team, sess
         auth, message = session.wait_lines(2)
         assert auth == {"type": "auth", "token": TOKEN}
         assert message["type"] == "user" and message["msgV"] == 1 and len(message["msg_id"]) == 36
+        assert "from" not in message  # this process does not listen for receipts (relayd does)
         assert message["message"]["content"].startswith("relay mail for inferno from sender")
         assert "subject: Rebase first" in message["message"]["content"] and "then test" in message["message"]["content"]
         # The next round finds nothing new: the message is not written twice.
@@ -121,7 +65,7 @@ def test_new_mail_goes_into_the_sessions_inbox_once_as_a_peer_message(team, sess
         (lambda s: s.write_record(procStart="1"), "no longer running"),  # a pid used again by another process
         (lambda s: s.write_record(peerProtocol=2), "peer protocol 2"),
         (lambda s: (s.config / "settings.json").write_text('{"crossSessionInbound": "refuse"}'), "crossSessionInbound is refuse"),
-        (lambda s: (Path(s.record["cwd"]) / ".claude").mkdir() or (Path(s.record["cwd"]) / ".claude" / "settings.json").write_text('{"crossSessionInbound": "hold"}'), "crossSessionInbound is hold"),
+        (lambda s: (Path(s.record["cwd"]) / ".claude").mkdir() or (Path(s.record["cwd"]) / ".claude" / "settings.local.json").write_text('{"crossSessionInbound": "refuse"}'), "crossSessionInbound is refuse"),
         (lambda s: (s.sessions / fmt.key_name(s.pid, s.socket)).unlink(), "no key file"),
     ],
 )

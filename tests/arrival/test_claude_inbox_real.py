@@ -222,3 +222,89 @@ def test_with_cross_session_messaging_switched_off_the_pane_trigger_works_and_st
             assert "not its Claude Code inbox: CLAUDE_CODE_HARBOR_KITE=0 turns its inbox off" in shown, shown
         finally:
             daemon.kill()
+
+
+def _door_statuses(relayctl, message_id: str) -> list[str]:
+    way = next(w for w in json.loads(relayctl("--json", "track", message_id).stdout)["recipients"] if w["to"] == AGENT)
+    return [d["status"] for d in way.get("door", [])]
+
+
+def test_mail_claude_code_holds_for_the_person_shows_held_in_track_and_the_sender_hears_of_it(team, relay_env, short_tmp: Path) -> None:
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with ended(daemon), Session(team, relay_env, short_tmp, settings={"crossSessionInbound": "hold"}) as s:  # relayd ends even when the session cannot start
+        try:
+            s.start()
+            door = wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start") and s.door(), timeout=90)
+            assert door.get("unusable") is None, door  # a held message is still relay's to report: the door is used
+            sent = json.loads(team("--json", "send", AGENT, "held for the person", agent=SENDER).stdout)
+            message_id = sent["messages"][0]["id"] if "messages" in sent else sent["id"]
+            try:
+                wait_for("Claude Code's held receipt in track", lambda: "held" in _door_statuses(team, message_id), timeout=60)
+            except AssertionError as missed:
+                raise AssertionError(f"{missed}\n{team('track', message_id).stdout}\n{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
+            shown = team("track", message_id).stdout
+            assert "Claude Code: held for the person's approval" in shown, shown
+            notice = json.loads(team("--json", "read", "--unread", agent=SENDER).stdout)
+            assert any(m["from"] == "relay" and message_id in m["body"] and "held" in m["subject"] for m in notice), notice
+            time.sleep(3)  # nothing lets it in: it stays held, away from the model
+            assert _peer_turn(s.model, "held for the person") is None
+            assert _door_statuses(team, message_id) == ["held"]
+            way = next(w for w in json.loads(team("--json", "track", message_id).stdout)["recipients"] if w["to"] == AGENT)
+            assert way["read"] is False
+        finally:
+            daemon.kill()
+
+
+SCRIPT = "scribe"  # a script agent of the same team: no Claude Code of its own
+
+
+def _tools_called(body: dict) -> list[str]:
+    return [b.get("name") for m in conversation(body) if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _tool_results(body: dict) -> list[str]:
+    return [t for m in conversation(body) if m.get("role") == "user" and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" for t in texts(b.get("content"))]
+
+
+def test_the_models_send_message_to_a_script_agent_lands_in_its_relay_inbox_from_the_sessions_agent(team, relay_env, short_tmp: Path) -> None:
+    def turn(body):
+        if not any("tell the scribe" in t for t in _user_texts_of(body)):
+            return [text("Noted.")]
+        called = _tools_called(body)
+        if "ListAgents" not in called:
+            return [tool_use("ListAgents", {})]
+        if "SendMessage" not in called:
+            return [tool_use("SendMessage", {"to": SCRIPT, "message": "hello scribe, from the model"})]
+        return [text("Sent.")]
+
+    told = short_tmp / "scribe-told"
+    team("register", SCRIPT, "--program", "script", "--task", "writes the notes", "--notify", f"cmd:touch {told}")
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    allowed = {"permissions": {"defaultMode": "acceptEdits", "allow": ["ListAgents", "SendMessage"]}}  # the person allows messaging
+    with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings=allowed) as s:  # relayd ends even when the session cannot start
+        try:
+            s.start()
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=90)
+            records = s.home / ".claude" / "sessions"
+            mine = wait_for("relay's record for the script agent", lambda: [json.loads(p.read_text()) for p in records.glob("*.json")
+                                                                            if json.loads(p.read_text()).get("name") == SCRIPT], timeout=30)
+            assert mine[0]["peerProtocol"] == 1 and mine[0]["agent"] == "script" and "writes the notes" in mine[0]["detail"]
+            s.tmux.type_line("tell the scribe hello", "tell the scribe hello")
+            try:
+                inbox = wait_for("the model's message in the script agent's relay inbox",
+                                 lambda: json.loads(team("--json", "read", agent=SCRIPT).stdout), timeout=90)
+            except AssertionError as missed:
+                last = s.model.requests[-1].json() if s.model.requests else {}
+                raise AssertionError(f"{missed}\ntools called: {_tools_called(last)}\nresults: {_tool_results(last)}\n"
+                                     f"{daemon.log()[-3000:]}\n{s.tmux.screen()}") from None
+            [mail] = inbox
+            assert mail["from"] == AGENT and "hello scribe, from the model" in mail["body"] and "via-claude-code" in mail["tags"]
+            wait_for("the script agent told by its own mechanism (its cmd)", told.exists, timeout=30)
+            listed = " ".join(r for req in s.model.requests for r in _tool_results(req.json() or {}))
+            assert SCRIPT in listed, listed  # ListAgents named it
+            assert daemon.stop() == 0
+        finally:
+            daemon.kill()
+        assert not [p for p in records.glob("*.json") if json.loads(p.read_text()).get("name") == SCRIPT]  # removed when relayd stopped
