@@ -360,7 +360,7 @@ def sender_of(store: Store, pid: int) -> str | None:
 def take(store: Store, to: str, pid: int, frame: dict) -> str | None:
     """Store a Claude Code model's message to relay agent `to` in its inbox, from the relay
     agent of the sending session; the stored id, or None when relay cannot name the sender."""
-    from .. import ops
+    from ..inbox.send import SendParams, send  # deferred: the inbox's writer only when a message comes
 
     sender = sender_of(store, pid)
     if sender is None:
@@ -368,7 +368,7 @@ def take(store: Store, to: str, pid: int, frame: dict) -> str | None:
         return None
     body = fmt.peer_body(frame["message"]["content"]) or frame["message"]["content"].strip()
     subject = body.splitlines()[0][:120]
-    result = ops.run(store, ops.lookup("send"), {"agent": sender, "to": [to], "subject": subject, "body": body, "tags": [VIA_CLAUDE_CODE]})
+    result = send(store, SendParams(agent=sender, to=[to], subject=subject, body=body, tags=[VIA_CLAUDE_CODE]))
     messages = getattr(result, "messages", None) or []
     return messages[0].id if messages else None
 
