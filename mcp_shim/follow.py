@@ -199,12 +199,15 @@ class Follower(threading.Thread):
                 self._send(channel_event(batch))
 
     def _send(self, params: dict[str, Any]) -> None:
+        # The time is taken before the event goes: Claude Code's log line of it (the evidence
+        # `_weigh_evidence` looks for after that time) can come within a millisecond.
+        sent_at, sent = now_iso(), time.monotonic()
         self.emit(params)
-        self._spent(len(params["content"]))
         if self.evidence is None:
             self._record_channel({})
         else:
-            self.unconfirmed.append((utf16_length(params["content"]), now_iso(), time.monotonic()))
+            self.unconfirmed.append((utf16_length(params["content"]), sent_at, sent))
+        self._spent(len(params["content"]))
 
     def _weigh_evidence(self) -> None:
         """Read Claude Code's log: its decision about the channel, and the events it took."""
