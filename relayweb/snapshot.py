@@ -15,6 +15,7 @@ from relayd.errors import RelayError
 from relayd.inbox.search import SearchQuery, SearchResult, search
 from relayd.store import Store
 from relayd.records import Reservation
+from relayd.reservations.handoff import handed_note
 from relayd.reservations.reserve import find_conflicts
 
 RECENT = 100  # messages in the live list
@@ -75,6 +76,8 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     add_pane_states(agents)  # each team pane, live, dead or gone, as relayctl status shows it
     reservations = status["reservations"]
     conflicts_checked = _mark_conflicts(reservations)
+    for r in reservations:
+        r["handed"] = handed_note(r.get("reason"))  # "handed over by inferno at 20:19 UTC, thread auth"
     recent = search(store, SearchQuery(limit=RECENT))
     dead = client.call("dlq_list", {})
     for letter in dead["dead_letters"]:

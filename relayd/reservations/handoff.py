@@ -108,6 +108,14 @@ def handoff(store: Store, p: HandoffParams) -> HandoffResult:
     return HandoffResult(handed=handed, to=p.to, repo=repo)
 
 
+def handed_note(reason: str | None) -> str | None:
+    """Who handed a reservation over, when and in which thread, as its reason says (None: it
+    was never handed over); the record keeps no other trace, so the web view reads it here."""
+    if not reason or not reason.startswith(HANDED):
+        return None
+    return reason.split(" — ", 1)[0]
+
+
 def brief(sender: str, body: str, handed: list[dict], repo: str) -> str:
     """The message that goes with a handoff, written once for `relayctl handoff` and relay-mcp:
     the caller's words, then what the new owner now holds (dicts as the operation answers)."""

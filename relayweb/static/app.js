@@ -147,7 +147,7 @@ function renderReservations(list, checked) {
     const conflicts = r.conflicts || [];
     return el("tr", {},
       el("td", {}, el("code", { text: r.pattern }), conflicts.length ? el("span", { class: "badge conflict", title: "overlaps " + conflicts.join(", "), text: "conflict: " + conflicts.join(", ") }) : null),
-      el("td", { class: "who", text: r.agent }),
+      el("td", {}, el("span", { class: "who", text: r.agent }), r.handed ? el("span", { class: "badge handed", title: r.reason, text: r.handed }) : null),
       el("td", {}, el("span", { class: "badge", text: r.exclusive ? "exclusive" : "shared" })),
       el("td", { class: r.expired ? "error" : "muted", text: until(r.expires_at) }),
       el("td", { class: "muted", title: r.repo, text: r.repo.split("/").filter(Boolean).pop() || r.repo }));

@@ -533,3 +533,19 @@ def test_a_paused_exchange_and_relays_share_of_each_context_are_in_the_view(team
     open_view(page, web)
     expect(page.locator("#paused")).to_contain_text("relayctl budget resume coder reviewer")
     expect(page.locator("#agents tbody tr[data-agent='reviewer']")).to_contain_text("tokens/h")
+
+
+def test_a_handed_over_reservation_shows_who_handed_it_and_when(web: WebView, page, relayctl, tmp_path: Path) -> None:
+    repo = str(tmp_path / "oathkeeper")
+    os.makedirs(repo)
+    relayctl("reserve", "src/auth/**", "--repo", repo, "--reason", "bd-42 auth refactor", agent="agent-bd-42")
+    relayctl("reserve", "docs/**", "--repo", repo, agent="agent-bd-42")
+    open_view(page, web)
+    page.wait_for_selector("#reservations tr:has-text('docs/**')", timeout=5_000)
+    assert page.locator("#reservations .badge.handed").count() == 0  # nothing handed yet
+    relayctl("handoff", "agent-bd-43", "src/auth/**", "Auth is yours", "--repo", repo, "--thread", "bd-42", agent="agent-bd-42")
+    handed = page.locator("#reservations tr:has-text('src/auth/**') .badge.handed")
+    expect(handed).to_have_text(re.compile(r"^handed over by agent-bd-42 at \d\d:\d\d UTC, thread bd-42$"), timeout=5_000)
+    assert handed.get_attribute("title").endswith(" — bd-42 auth refactor")  # the whole reason, the old one kept
+    assert page.locator("#reservations tr:has-text('src/auth/**') td:nth-child(2) .who").text_content() == "agent-bd-43"
+    assert page.locator("#reservations tr:has-text('docs/**') .badge.handed").count() == 0  # not handed: as it was
