@@ -66,5 +66,13 @@ class FakeSession:
             assert self.got.wait_for(lambda: len(self.received) >= n, timeout=10), self.received
             return list(self.received)
 
+    def answer(self, message: dict, status: str, **extra) -> None:
+        """Claude Code's `peer_message_status` receipt for a peer message this session
+        received, written from the session's pid (this process) to its reply address."""
+        line = {"type": "control", "action": "peer_message_status", "status": status, "orig_msg_id": message["msg_id"], "from": "uds:/elsewhere", **extra}
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.connect(message["from"].removeprefix("uds:"))
+            conn.sendall(json.dumps(line).encode() + b"\n")
+
     def close(self) -> None:
         self.server.close()
