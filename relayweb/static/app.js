@@ -81,9 +81,19 @@ function renderPaused(paused) {
     `paused: ${p.agents[0]} ↔ ${p.agents[1]}, ${p.count} messages back and forth since ${shown(p.since)}; until ${shown(p.until)} or: relayctl budget resume ${p.agents[0]} ${p.agents[1]}` })));
 }
 
+// The session's own door's newest receipt (status's `door_said`), in relayctl status's and track's words.
+const DOOR_WORDS = { held: "held for the person's approval", denied: "denied by the person", refused: "refused by its settings" };
+
+function doorSaid(a) {
+  const d = a.door_said;
+  if (!d) return null;
+  return el("div", { class: "muted door-said", title: `${a.name}'s Claude Code session's own receipt for message ${d.id}` + (d.detail ? `: ${d.detail}` : ""),
+    text: `Claude Code: ${DOOR_WORDS[d.status] || d.status} ${shown(d.at)}` });
+}
+
 function arrival(a) {
   const cell = arrivalCell(a);
-  const extra = [doorUnusable(a), pane(a), held(a), spent(a)].filter(Boolean);
+  const extra = [doorSaid(a), doorUnusable(a), pane(a), held(a), spent(a)].filter(Boolean);
   if (extra.length) cell.append(" ", ...extra);
   return cell;
 }
@@ -226,6 +236,7 @@ function wayText(w) {
   if (!told) steps.push(`not announced yet (${w.mechanism})`);
   else if (told.ok) steps.push(`announced by ${told.how} ${told.at}` + (told.note ? ` (${told.note})` : ""));
   else steps.push(`announcing by ${told.how} failed ${told.at}: ${told.error}`);
+  if (w.door && w.door.length) steps.push("Claude Code: " + w.door.map((d) => `${DOOR_WORDS[d.status] || d.status} ${d.at}` + (d.detail ? ` (${d.detail})` : "")).join(", "));
   if (w.bounced) steps.push("bounced to the sender");
   steps.push(w.read ? (w.read_at ? "read " + w.read_at : "read") : "unread");
   if (w.ack) steps.push({ acked: "acknowledged " + (w.acked_at || ""), owed: "not acknowledged", dead_letter: "dead letter" }[w.ack]);

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from support.relayd_proc import Daemon
+from support.claude_session import FakeSession
 from support.dead_letters import dead_letters
 from support.web_view import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WebView, browser, open_view, page, team, web  # noqa: F401  (fixtures)
 from support.paths import DOCS
@@ -549,3 +550,25 @@ def test_a_handed_over_reservation_shows_who_handed_it_and_when(web: WebView, pa
     assert handed.get_attribute("title").endswith(" — bd-42 auth refactor")  # the whole reason, the old one kept
     assert page.locator("#reservations tr:has-text('src/auth/**') td:nth-child(2) .who").text_content() == "agent-bd-43"
     assert page.locator("#reservations tr:has-text('docs/**') .badge.handed").count() == 0  # not handed: as it was
+
+
+def test_claude_codes_own_receipt_shows_in_the_agents_row_and_the_messages_way(team, relayctl, relay_env, short_tmp: Path, web, page) -> None:
+    session = FakeSession(short_tmp)  # athena's Claude Code session, its inbox as Claude Code makes it
+    daemon = Daemon(relay_env).start()  # relayd writes into the inbox and hears the session's receipts
+    try:
+        assert relayctl.setup("claude_inbox", agent="athena", socket=session.socket, sessions_dir=str(session.sessions)).get("unusable") is None
+        message_id = json.loads(relayctl("--json", "send", "athena", "Rebase onto main first", agent="agent-bd-42").stdout)["id"]
+        written = session.wait_lines(2)[-1]  # (after the key line)
+        session.answer(written, "held")  # the person has not let it in yet
+        open_view(page, web)
+        said = page.locator("#agents tbody tr[data-agent='athena'] .door-said")
+        expect(said).to_have_text(re.compile(r"^Claude Code: held for the person's approval 20\d\d-\d\d-\d\d \d\d:\d\d UTC$"))
+        page.click(f"#messages li[data-id='{message_id}'] .badge.way")
+        way = page.locator(f"#messages li[data-id='{message_id}'] ul.way li")
+        expect(way).to_contain_text(re.compile(r"^athena: stored .*, Claude Code: held for the person's approval 20\d\d-\d\d-\d\dT[\d:.]+Z, unread$"))
+        session.answer(written, "delivered")  # the person let it in: the row follows, live
+        expect(said).to_have_text(re.compile(r"^Claude Code: delivered "))
+        assert not page.errors
+    finally:
+        daemon.stop()
+        session.close()
