@@ -39,6 +39,7 @@ from .. import layout
 from ..timefmt import now_iso, parse_duration
 from .asking import AskingEnds
 from .pane_process import tmux_argv
+from .program_process import age as process_age
 from .program_state import ProgramState, read_recorded, write as write_program_state
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
@@ -50,6 +51,11 @@ ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
 ENTER_AFTER = 0.06  # seconds from seeing the typed text to Enter: twice Gemini CLI's 30 ms fast-return window
 CONFIRM_WAIT = 5.0  # seconds for a program to show that it took the trigger as a prompt
+# Seconds after a program starts before relay types into it: Claude Code 2.1.332 draws its
+# prompt first and a first-start question ("Make auto mode your default permission mode?")
+# over it a moment later; a trigger typed in between met the question and it went away
+# unanswered. The mail waits for the next round (its program's first hook or the retry).
+START_GRACE = 3.0
 MISSES = 3  # triggers in a row that did not submit before the announcement counts as failed
 _zellij_version: tuple[int, ...] | None = None
 
@@ -388,6 +394,9 @@ def _tmux(target: str, trigger: str, timeout: float, prompt: str, state: Callabl
         raise _Skip(f"tmux pane {pane} has unsent text in its input line")
     if needs_prompt and not drawn:
         raise _Skip(f"tmux pane {pane} shows no prompt yet (its program is still drawing its screen)")
+    young = process_age(recorded.owner) if needs_prompt and recorded is not None and recorded.owner is not None else None
+    if young is not None and young < START_GRACE:
+        raise _Skip(f"tmux pane {pane}: its program started {young:.1f} s ago and may still draw a first-start question")
     before = state()
     _run(tmux + ["send-keys", "-t", pane, "-l", trigger], timeout)
     # Enter goes separately, once the program shows the text: arriving with it (or before a

@@ -67,6 +67,19 @@ def started(pid: int) -> str | None:
     return str(found[2]) if found is not None else None
 
 
+def age(owner: Process) -> float | None:
+    """Seconds since the process `owner` started (its start time against the machine's
+    uptime); None when it no longer runs or /proc does not say."""
+    if not alive(owner):
+        return None
+    try:
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - owner.start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def alive(owner: Process) -> bool:
     """The very process `owner` names still runs (not a later one given the same pid)."""
     found = _stat(owner.pid)

@@ -24,6 +24,7 @@ from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
 from support.waiting import wait_for
 
+AUTO_MODE_QUESTION = "Make auto mode your default permission mode?"  # Claude Code 2.1.332, at some first starts
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.real_program]
 
 API_KEY = "sk-ant-relay-test-00000000000000000000"
@@ -76,7 +77,12 @@ class Session:
         self.tmux.start([str(program("claude"))], self.project, self.env, size=(120, 40))
         self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}" if notify == "pane" else notify)
         try:
-            wait_for("Claude Code's empty prompt", lambda: self.tmux.cursor_line() == "❯", timeout=90)
+            wait_for("Claude Code's empty prompt or its first-start question",
+                     lambda: self.tmux.cursor_line() == "❯" or AUTO_MODE_QUESTION in self.tmux.screen(), timeout=90)
+            if AUTO_MODE_QUESTION in self.tmux.screen():  # at some first starts: the person keeps manual mode
+                self.tmux.wait_for(AUTO_MODE_QUESTION, timeout=10, settle=1)
+                self.tmux.keys("Down", "Enter")
+            wait_for("Claude Code's empty prompt", lambda: self.tmux.cursor_line() == "❯" and AUTO_MODE_QUESTION not in self.tmux.screen(), timeout=30)
         except AssertionError as missed:
             raise AssertionError(f"{missed}; the screen:\n{self.tmux.screen()}") from None
 

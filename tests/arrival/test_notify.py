@@ -283,3 +283,40 @@ def test_without_relayd_the_sender_is_told_and_redeliver_retries_once_the_line_i
     relayctl("redeliver")  # pending: no second trigger
     assert prompt_pane.lines_after_sentinel() == [TRIGGER]
     assert DRAFT not in prompt_pane.received.read_text()
+
+
+def test_a_program_that_started_a_moment_ago_is_not_typed_into_until_its_first_screen_settles(prompt_pane: Tmux, monkeypatch) -> None:
+    """Claude Code draws its prompt, then a first-start question over it a moment later: relay
+    types nothing into a program younger than START_GRACE, however ready its prompt looks,
+    and types once the program is older (START_GRACE made 0 here, not waited for)."""
+    from relayd.arrival import notify
+    from relayd.arrival.program_process import age, process
+    from relayd.arrival.program_state import ProgramState
+
+    pid = int(prompt_pane("display-message", "-p", "-t", prompt_pane.pane, "#{pane_pid}").strip())
+    owner = process(pid)
+    assert owner is not None and 0 <= age(owner) < 60
+    state = ProgramState(state="idle", at="2026-12-02T00:00:00.000Z", pid=owner.pid, start=owner.start)
+    target = f"{prompt_pane.socket}:{prompt_pane.pane}"  # (the notify value after "tmux:")
+    monkeypatch.setattr(notify, "START_GRACE", age(owner) + 3600)  # as if it started just now
+    with pytest.raises(notify._Skip, match="started .* s ago and may still draw a first-start question"):
+        notify._tmux(target, TRIGGER, 10, ">", lambda: state, needs_prompt=True)
+    assert prompt_pane.input_row() == ">"  # nothing typed
+    monkeypatch.setattr(notify, "START_GRACE", 0.0)
+    # its hooks report the turn the trigger starts, as a program's prompt hook does
+    working = ProgramState(state="working", at="2026-12-02T00:00:01.000Z", pid=owner.pid, start=owner.start)
+    notify._tmux(target, TRIGGER, 10, ">", lambda: working if TRIGGER in prompt_pane.received.read_text() else state, needs_prompt=True)
+    assert prompt_pane.lines_after_sentinel() == [TRIGGER]
+
+
+def test_the_age_of_a_process_that_ended_is_unknown() -> None:
+    import subprocess
+
+    from relayd.arrival.program_process import age, process
+
+    child = subprocess.Popen(["sleep", "30"])
+    owner = process(child.pid)
+    assert owner is not None and age(owner) is not None and age(owner) < 30
+    child.kill()
+    child.wait()
+    assert age(owner) is None
