@@ -272,20 +272,24 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     listener = sys.modules.get("relayd.arrival.claude_peer")
     reply = listener.reply_address(os.path.dirname(door.socket)) if listener is not None else None
     texts = [fmt.mail_text(name, m) for m in messages]
+    earlier: list[str] | None = None
     try:
         framed = [(m, *fmt.message_line(text, reply)) for m, text in zip(messages, texts)]  # (a line too long for Claude Code: ValueError)
+        # What is written is kept before it is written: Claude Code's receipt can come back
+        # within milliseconds, and one for a message relay has not noted yet would be dropped.
+        earlier = [" ".join(fields) for fields in _sent_lines(agent, door)]
+        kept = (earlier + [f"{m['id']} {msg_id} {m['from']}" for m, msg_id, _ in framed])[-KEEP_SENT:]
+        agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
         with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
             lines = [fmt.auth_line(token)] if token else []
             lines += [line for _, _, line in framed]
             sock.sendall(b"".join(lines))
-    except peer.ForeignSocket as exc:
-        outcome.update(ok=False, error=f"Claude Code inbox: {exc}")
+    except (peer.ForeignSocket, OSError, ValueError) as exc:
+        if earlier is not None:  # not written after all: the next round writes them again
+            agent.replace(SENT, "\n".join([door.proc_start, *earlier, ""]).encode(), None)
+        where = "" if isinstance(exc, peer.ForeignSocket) else f" {door.socket}"
+        outcome.update(ok=False, error=f"Claude Code inbox{where}: {getattr(exc, 'strerror', None) or exc}")
         return outcome
-    except (OSError, ValueError) as exc:
-        outcome.update(ok=False, error=f"Claude Code inbox {door.socket}: {getattr(exc, 'strerror', None) or exc}")
-        return outcome
-    kept = ([" ".join(fields) for fields in _sent_lines(agent, door)] + [f"{m['id']} {msg_id} {m['from']}" for m, msg_id, _ in framed])[-KEEP_SENT:]
-    agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
     agent.unlink(layout.PENDING, missing_ok=True)
     outcome.update(ok=True, chars=sum(map(len, texts)))  # what the model is handed (relayd.delivery.spend)
     return outcome

@@ -322,7 +322,7 @@ def test_a_trigger_that_does_not_submit_is_removed_retried_and_shown_in_status_a
 
         submit.touch()  # the program takes its Enter again: the next retry lands
         wait_for("the trigger submitted", lambda: received.read_text() == TRIGGER + "\n", timeout=30)
-        wait_for("the miss count reset", lambda: not (store_dir / "agents" / AGENT / "trigger-misses").exists(), timeout=10)
+        wait_for("the miss count reset", lambda: not (store_dir / "agents" / AGENT / "trigger-misses").exists(), timeout=30)
         landed = relayctl("track", message_id, agent=SENDER).stdout
         assert ("announced by tmux" in landed or "announced by hook" in landed) and ", read " in landed
     finally:

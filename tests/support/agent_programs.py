@@ -52,13 +52,19 @@ def program(name: str) -> Path:
     return KIT.command(name)
 
 
-def claude_signed_in(home: Path, api_key: str, trusted: Path | None = None, channels: bool = False) -> None:
+def claude_signed_in(home: Path, api_key: str, trusted: Path | None = None, channels: bool = False, auto_mode_seen: bool = True) -> None:
     """Write the scratch HOME's ~/.claude.json as a signed-in user's would be, so Claude Code
     starts straight into its prompt: onboarding done, `api_key` approved (Claude Code keeps
     its last 20 characters), the folder `trusted` trusted, and with `channels` the account's
     switch for channels (`tengu_harbor` in `cachedGrowthBookFeatures`, as Claude Code's own
-    service sets it) on."""
+    service sets it) on. With `auto_mode_seen` (the default) the user has already seen
+    Claude Code 2.1.332's auto-mode offer ("Make auto mode your default permission mode?")
+    and its notice ("Auto mode is now Claude Code's default permission mode."): which of the
+    two a fresh HOME meets, if any, varies from start to start, and a test about something
+    else must not depend on it (its `hasSeenAutoDefaultNudge`, `hasSeenAutoDefaultNotice`)."""
     state: dict = {"hasCompletedOnboarding": True, "theme": "dark", "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []}}
+    if auto_mode_seen:
+        state.update(hasSeenAutoDefaultNudge=True, hasSeenAutoDefaultNotice=True)
     if trusted is not None:
         state["projects"] = {str(trusted): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}
     if channels:

@@ -562,12 +562,13 @@ def test_claude_codes_own_receipt_shows_in_the_agents_row_and_the_messages_way(t
         session.answer(written, "held")  # the person has not let it in yet
         open_view(page, web)
         said = page.locator("#agents tbody tr[data-agent='athena'] .door-said")
-        expect(said).to_have_text(re.compile(r"^Claude Code: held for the person's approval 20\d\d-\d\d-\d\d \d\d:\d\d UTC$"))
+        # (a receipt is no store event: the view shows it at its next rebuild, within its 5 s refresh)
+        expect(said).to_have_text(re.compile(r"^Claude Code: held for the person's approval 20\d\d-\d\d-\d\d \d\d:\d\d UTC$"), timeout=12_000)
         page.click(f"#messages li[data-id='{message_id}'] .badge.way")
         way = page.locator(f"#messages li[data-id='{message_id}'] ul.way li")
         expect(way).to_contain_text(re.compile(r"^athena: stored .*, Claude Code: held for the person's approval 20\d\d-\d\d-\d\dT[\d:.]+Z, unread$"))
         session.answer(written, "delivered")  # the person let it in: the row follows, live
-        expect(said).to_have_text(re.compile(r"^Claude Code: delivered "))
+        expect(said).to_have_text(re.compile(r"^Claude Code: delivered "), timeout=12_000)
         assert not page.errors
     finally:
         daemon.stop()
