@@ -133,7 +133,10 @@ def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team
                 turn = wait_for(f"mail {n} at the model as a peer message", lambda: (lines_seen.append(s.tmux.cursor_line()), _peer_turn(s.model, f"idle mail {n}"))[1], timeout=90)
                 peer = next(t for t in _user_texts(turn) if _is_peer(t, f"idle mail {n}"))
                 assert f"relay mail for {AGENT} from {SENDER}" in peer and f"body of mail {n}" in peer
-                wait_for("Claude Code back at its prompt", lambda: s.tmux.cursor_line() == "❯", timeout=90)
+                # at its prompt with its turn's Stop hook run: mail sent before that goes with the turn's end, not the door
+                state = s.agent_dir / "program-state"
+                wait_for("Claude Code back at its prompt, its turn ended", lambda: s.tmux.cursor_line() == "❯" and state.exists()
+                         and json.loads(state.read_text())["state"] == "idle", timeout=90)
             assert not any("relay mail" in line or TRIGGER in line for line in lines_seen)  # never in the input line
             assert not any(TRIGGER in t for r in s.model.requests for t in _user_texts(r))  # no pane trigger at all
             status = _status_of(team, AGENT)
