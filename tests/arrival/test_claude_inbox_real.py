@@ -74,6 +74,9 @@ class Session:
         return self
 
     def start(self, notify: str | None = "pane") -> None:
+        # The agent exists before its program starts, as `up` makes it: a SessionStart hook
+        # that ran before the register would report for an agent relay does not know.
+        self.relayctl("register", AGENT)
         self.tmux.start([str(program("claude"))], self.project, self.env, size=(120, 40))
         self.relayctl("register", AGENT, "--notify", f"tmux:{self.tmux.target()}" if notify == "pane" else notify)
         try:

@@ -61,6 +61,9 @@ class Pane:
         self.door_file = Path(relay_env["RELAY_DIR"]) / "agents" / agent / "claude-inbox"
 
     def start(self, relayctl) -> None:
+        # The agent exists before its program starts, as `up` makes it: a SessionStart hook
+        # that ran before the register would report for an agent relay does not know.
+        relayctl("register", self.agent)
         self.tmux.start([str(program("claude"))], self.project, self.env, size=(120, 40))
         self.tmux.run("set-option", "-t", self.agent, "remain-on-exit", "on")  # the pane stays when its program is killed
         relayctl("register", self.agent, "--notify", f"tmux:{self.tmux.target()}")
