@@ -45,6 +45,7 @@ from ..registry import operation
 from ..store import Store
 from ..timefmt import now_iso
 from . import claude_inbox_format as fmt
+from . import door_record
 from .program_process import started
 from ..wire import peer
 
@@ -163,13 +164,7 @@ def _token(door: InboxDoor) -> str | None:
 
 
 def read_door(agent: Dir) -> InboxDoor | None:
-    raw = agent.read_bytes(DOOR)
-    if not raw:
-        return None
-    try:
-        return _door.decode(raw)
-    except msgspec.DecodeError:
-        return None
+    return door_record.read(agent, DOOR, _door)
 
 
 def current(agent: Dir) -> InboxDoor | None:

@@ -38,6 +38,7 @@ from ..store import Store
 from ..timefmt import now_iso
 from ..programs.codex import is_codex_exe
 from . import codex_queue_format as fmt
+from . import door_record
 from .program_process import started
 from .program_state import read as read_program_state
 
@@ -101,13 +102,7 @@ def inspect(thread: str, pid: int, codex_home: str) -> QueueDoor:
 
 
 def read_door(agent: Dir) -> QueueDoor | None:
-    raw = agent.read_bytes(DOOR)
-    if not raw:
-        return None
-    try:
-        return _door.decode(raw)
-    except msgspec.DecodeError:
-        return None
+    return door_record.read(agent, DOOR, _door)
 
 
 def current(agent: Dir) -> QueueDoor | None:

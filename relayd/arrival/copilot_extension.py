@@ -43,6 +43,7 @@ from ..store import Store
 from ..timefmt import now_iso
 from ..wire import peer
 from .for_models import mail_notice
+from . import door_record
 from .program_process import started
 
 DOOR = "copilot-extension"  # agents/<name>/copilot-extension: the extension's socket, as relay found it
@@ -119,13 +120,7 @@ def inspect(socket_path: str, agent: str) -> ExtensionDoor:
 
 
 def read_door(agent: Dir) -> ExtensionDoor | None:
-    raw = agent.read_bytes(DOOR)
-    if not raw:
-        return None
-    try:
-        return _door.decode(raw)
-    except msgspec.DecodeError:
-        return None
+    return door_record.read(agent, DOOR, _door)
 
 
 def current(agent: Dir) -> ExtensionDoor | None:
