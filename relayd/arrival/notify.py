@@ -107,7 +107,12 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
     """Trigger each recipient's configured arrival mechanism; never raises for a failed one."""
     outcomes = []
     settings = _Settings(store)
+    # When each announcement began: its receipt's time. A door's program can take the notice
+    # and run its turn, whose prompt hook then reports handing the mail over, before the door's
+    # call returns here; stamped afterwards, the hook's receipt would come first in `track`.
+    started: dict[str, str] = {}
     for name in dict.fromkeys(recipients):
+        started[name] = now_iso()
         try:
             outcomes.append(_notify_one(store, name, settings))
         except _BrokenConfig as exc:  # a broken config must not fail the send
@@ -120,7 +125,7 @@ def notify_new_messages(store, recipients: list[str]) -> list[dict]:
         # and shlex only when a trigger is due
         from ..delivery.receipts import announced  # (start-up: most sends trigger no pane or command)
 
-        announced(store, told)
+        announced(store, told, started)
     return outcomes
 
 

@@ -57,14 +57,15 @@ _CLOCK_SLACK_MS = 5 * 60 * 1000  # an id may be made a while before its message 
 # -- recording announcements and bouncing failed ones -------------------------------------------
 
 
-def announced(store: Store, outcomes: list[dict]) -> None:
-    """Record the outcomes of the triggers relayd.arrival.notify sent (it passes only those); bounce
+def announced(store: Store, outcomes: list[dict], started: dict[str, str] | None = None) -> None:
+    """Record the outcomes of the triggers relayd.arrival.notify sent (it passes only those),
+    each at the time its announcement began (`started`, by agent; now where not given); bounce
     the mail whose announcement failed. Never raises: a report must not fail the send it
     reports on."""
     try:
         now = now_iso()
         receipts = [
-            Receipt(ts=now, step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped") or o.get("note"))
+            Receipt(ts=(started or {}).get(o["agent"], now), step="announced", to=o["agent"], how=o.get("method"), ok=bool(o.get("ok", True)), error=o.get("error"), note=o.get("skipped") or o.get("note"))
             for o in outcomes
         ]
         write(store, receipts)

@@ -82,6 +82,18 @@ class Session:
         path = self.agent_dir / "codex-queue"
         return json.loads(path.read_text()) if path.exists() else None
 
+    def explain(self, message_id: str) -> str:
+        """What relay and Codex had done with a message, for a failed wait."""
+        store = self.agent_dir.parent.parent
+        delivery = (store / "delivery.jsonl").read_text() if (store / "delivery.jsonl").exists() else ""
+        state = self.agent_dir / "program-state"
+        return "\n".join([
+            "track: " + self.relayctl("track", message_id, check=False).stdout,
+            f"door: {self.door()}", f"program-state: {state.read_text() if state.exists() else None}",
+            "delivery log (end): " + "".join(delivery.splitlines(True)[-8:]),
+            f"model requests: {len(self.model.requests)}", "screen:\n" + self.tmux.screen(),
+        ])
+
     def __exit__(self, *exc) -> None:
         self.tmux.kill()
         kill_strays(self.home)
@@ -125,9 +137,10 @@ def test_idle_mail_reaches_the_model_through_the_queue_and_nothing_is_typed(team
         wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s), timeout=90)
         screens: list[str] = []
         for n in range(2):
-            team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
+            sent = json.loads(team("--json", "send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER).stdout)["id"]
             turn = wait_for(f"mail {n} at the model as a queued notice",
-                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2)
+                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2,
+                            explain=lambda: s.explain(sent))
             notice = next(t for t in _user_texts(turn) if t.startswith("[relay]") and f"idle mail {n}" in t)
             assert f"from {SENDER}: idle mail {n}" in notice and "relayctl read --unread --mark-read" in notice
             assert f"body of mail {n}" in turn.text  # the notice turn's prompt hook handed the mail itself over
