@@ -157,7 +157,10 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     _record_state(s, agent, program, event, owner, state="working", new_turn=name == spec.stop or name == spec.context[0], guest=guest)
     later = spec.read_at is not None and guest is None  # read once the model's request carries it (`Hooks.read_at`)
     # The person's prompt takes the mail with it; later in the turn the coordination budget may hold it (relayd.arrival.budget).
-    text, ids = take_unread(s, agent, mark_read=not later, coordination=None if name == spec.context[0] else name != spec.stop)
+    # A prompt that is the door's own peer message already carries its mail: read, not handed again.
+    carried = _carried(agent, event.get(door.prompt)) if door is not None and door.prompt and guest is None and name == spec.context[0] else {}
+    text, ids = take_unread(s, agent, mark_read=not later, coordination=None if name == spec.context[0] else name != spec.stop,
+                            carried=carried)
     handed = [] if later else ids
     if name == spec.stop:
         _record_state(s, agent, program, event, owner, continued=text is not None, handed=handed, guest=guest)
@@ -246,20 +249,23 @@ def _unknown_event(program: str, name: object) -> str:
     return f"{name} is not a {PROGRAMS[program].title} hook event this relay knows; the mail stays unread"
 
 
-def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: bool | None = None) -> tuple[str | None, list[str]]:
+def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: bool | None = None,
+                carried: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
     """The unread messages that fit the budget, rendered, and marked read (unless not
     `mark_read`: then `mark_handed_read` does it once the model's request carries them);
     and their ids. `coordination`: ask the person's coordination budget first (True: its
-    interrupt interval too)."""
+    interrupt interval too). `carried`: mail the prompt itself holds whole (id -> sender,
+    `Door.carried`), marked read with the rest but named, not rendered again."""
     peeked = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})
     preview = peeked["messages"]
     if not preview:
         return None, []
     if coordination is not None and _held_back(s, agent, coordination):
         return None, []  # it waits in the inbox; the held record says why
+    in_prompt = _in_prompt(preview, carried) if carried else set()
     used, fits = 0, 0
     for message in preview:
-        used += len(render(message))
+        used += 0 if message["id"] in in_prompt else len(render(message))
         if fits and used > BUDGET:
             break
         fits += 1
@@ -272,14 +278,39 @@ def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: b
         return None, []
     if mark_read:
         _record_hook(s, agent)
-    count = len(messages)
-    head = f"relay: {count} new message{'s' if count != 1 else ''} for {agent} (now marked read; reply with send_message or `relayctl send`)."
-    parts = [head, *(render(m) for m in messages)]
+    new = [m for m in messages if m["id"] not in in_prompt]
+    parts = []
+    if len(new) < len(messages):
+        ids = ", ".join(m["id"] for m in messages if m["id"] in in_prompt)
+        parts.append(f"relay: the mail in this prompt ({ids}) is now marked read in relay: no need to read it again; "
+                     "reply with send_message or `relayctl send`.")
+    if new:
+        count = len(new)
+        parts.append(f"relay: {count} new message{'s' if count != 1 else ''} for {agent} (now marked read; reply with send_message or `relayctl send`).")
+        parts += [render(m) for m in new]
     if more:
         parts.append(f"({more} more unread: they come with the next hook, or read them with `relayctl read --unread --mark-read`.)")
     text = "\n\n".join(parts)
     _record_spent(s, agent, len(text))
     return text, [m["id"] for m in messages]
+
+
+def _carried(agent: str, prompt: object) -> dict[str, str]:
+    """The mail a prompt made of the door's peer messages carries whole (id -> sender)."""
+    if not isinstance(prompt, str) or "relay mail for " not in prompt:
+        return {}
+    # deferred import, as in render: most prompts are not relay's
+    from relayd.arrival.for_models import peer_carried
+
+    return peer_carried(agent, prompt)
+
+
+def _in_prompt(messages: list[dict], carried: dict[str, str]) -> set[str]:
+    """The ids of `messages` that the prompt carries whole, from their own sender."""
+    # deferred import, as in render
+    from relayd.arrival.for_models import field
+
+    return {m["id"] for m in messages if carried.get(m["id"]) == field(m["from"])}
 
 
 def _record_spent(s: Settings, agent: str, chars: int) -> None:

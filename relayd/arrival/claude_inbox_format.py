@@ -41,7 +41,7 @@ from typing import Iterator
 
 import msgspec
 
-from .for_models import field, quoted
+from .for_models import PEER_CUT, field, peer_head, quoted
 
 TESTED_VERSION = "2.1.332"
 PEER_PROTOCOL = 1  # the session record's `peerProtocol` this code speaks
@@ -173,13 +173,13 @@ def mail_text(agent: str, message: dict) -> str:
         extras.append(field(message["priority"]))
     tail = f" [{', '.join(extras)}]" if extras else ""
     lines = [
-        f"relay mail for {field(agent)} from {field(message['from'])}{tail} (id {field(message['id'])})",
+        peer_head(agent, message["from"], message["id"], tail),
         f"subject: {field(message.get('subject') or '')}",
     ]
     if body and body != message.get("subject"):
         lines += ["", *quoted(body)]
     read = "check_inbox (relay's MCP tool) or `relayctl read --unread --mark-read`"
-    lines += ["", (f"The body is cut at {PREVIEW} characters: read all of it with {read}." if cut
+    lines += ["", (f"{PEER_CUT}{PREVIEW} characters: read all of it with {read}." if cut
                    else f"It stays unread in relay until you read it with {read}; reply with send_message or `relayctl send {field(message['from'])}`.")]
     return "\n".join(lines)
 

@@ -148,3 +148,33 @@ def mail_notice(agent: str, messages: list[dict[str, Any]], most: int = 1200) ->
         lines.append(line)
     lines.append("Read it with `relayctl read --unread --mark-read` (or relay's check_inbox tool), then carry on.")
     return "\n".join(lines)
+
+
+# -- one message as a peer message in a program's own inbox (Claude Code's) ----------------------
+
+PEER_HEAD = "relay mail for {agent} from {sender}{tail} (id {id})"  # the first line of each
+PEER_CUT = "The body is cut at "  # the line that says the body was not carried whole
+
+
+def peer_head(agent: str, sender: str, message_id: str, tail: str = "") -> str:
+    return PEER_HEAD.format(agent=field(agent), sender=field(sender), tail=tail, id=field(message_id))
+
+
+def peer_carried(agent: str, text: str) -> dict[str, str]:
+    """The messages for `agent` whose whole text `text` (a prompt made of relay's peer
+    messages) carries: id -> sender as written. A body is quoted line by line, so no line of
+    one can pass for a head; a message whose body was cut is not carried whole."""
+    lead = PEER_HEAD.split("{sender}")[0].format(agent=field(agent))
+    carried: dict[str, str] = {}
+    current: tuple[str, str] | None = None
+    for line in text.split("\n"):
+        if line.startswith(lead) and line.endswith(")") and " (id " in line:
+            if current is not None:
+                carried.setdefault(*current)
+            head, _, message_id = line[len(lead):-1].rpartition(" (id ")
+            current = (message_id, head.split(" [", 1)[0])
+        elif current is not None and line.startswith(PEER_CUT):
+            current = None
+    if current is not None:
+        carried.setdefault(*current)
+    return carried

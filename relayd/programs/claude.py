@@ -126,7 +126,7 @@ PROGRAM = Program(
         ),
     ),
     trust=Trust(file=_trust_file, format="projects-flag"),
-    door=Door(operation="claude_inbox", events=("SessionStart", "UserPromptSubmit"), report=_inbox),
+    door=Door(operation="claude_inbox", events=("SessionStart", "UserPromptSubmit"), report=_inbox, prompt="prompt"),
     screen=Screen(
         signed_out=("Not logged in",),
         ready=("? for shortcuts", "shift+tab to cycle"),

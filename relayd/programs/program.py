@@ -212,12 +212,16 @@ class Door:
     """A way into a running session that types nothing (DESIGN §4, doors before keystrokes),
     which the session itself tells relay about through its hooks."""
 
-    __slots__ = ("operation", "events", "report")
+    __slots__ = ("operation", "events", "report", "prompt")
 
-    def __init__(self, *, operation: str, events: tuple[str, ...], report) -> None:
+    def __init__(self, *, operation: str, events: tuple[str, ...], report, prompt: str | None = None) -> None:
         self.operation = operation  # the store operation that records the door (e.g. claude_inbox)
         self.events = events  # the hook events at which the session reports it
         self.report = report  # (the hook's environment, its event) -> that operation's parameters, the agent's aside
+        # The prompt event's field that holds the text of a turn the door started: relay's peer
+        # messages (relayd.arrival.for_models.peer_carried), whose mail the prompt hook marks
+        # read and does not hand over again. None: the door's notices carry no mail.
+        self.prompt = prompt
 
 
 class Extension:

@@ -22,6 +22,7 @@ from support.model_anthropic import conversation, messages_responder, text, text
 from support.relayd_proc import Daemon
 from support.scripted_model import ScriptedModel
 from support.tmux_pane import Tmux, kill_strays
+from relayd.arrival.for_models import HEADER
 from support.waiting import wait_for
 
 AUTO_MODE_QUESTION = "Make auto mode your default permission mode?"  # Claude Code 2.1.332, at some first starts
@@ -136,12 +137,16 @@ def test_idle_mail_reaches_the_model_through_the_inbox_and_nothing_is_typed(team
                 turn = wait_for(f"mail {n} at the model as a peer message", lambda: (lines_seen.append(s.tmux.cursor_line()), _peer_turn(s.model, f"idle mail {n}"))[1], timeout=90)
                 peer = next(t for t in _user_texts(turn) if _is_peer(t, f"idle mail {n}"))
                 assert f"relay mail for {AGENT} from {SENDER}" in peer and f"body of mail {n}" in peer
+                # the same turn's prompt hook marks it read and names it: the mail is not shown a second time
+                assert "is now marked read in relay: no need to read it again" in turn.text
                 # at its prompt with its turn's Stop hook run: mail sent before that goes with the turn's end, not the door
                 state = s.agent_dir / "program-state"
                 wait_for("Claude Code back at its prompt, its turn ended", lambda: s.tmux.cursor_line() == "❯" and state.exists()
                          and json.loads(state.read_text())["state"] == "idle", timeout=90)
             assert not any("relay mail" in line or TRIGGER in line for line in lines_seen)  # never in the input line
             assert not any(TRIGGER in t for r in s.model.requests for t in _user_texts(r))  # no pane trigger at all
+            assert not any(HEADER in r.text for r in s.model.requests)  # no mail rendered again by a hook
+            assert json.loads(team("--json", "read", "--unread", agent=AGENT).stdout) == []
             status = _status_of(team, AGENT)
             assert status["arrives_by"] == "claude-inbox", status
         finally:

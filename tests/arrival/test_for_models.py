@@ -88,3 +88,16 @@ def test_a_message_reads_as_docs_coordination_md_shows_it() -> None:
         "> Rebase is under way.\n"
         "> Push nothing until I say so."
     )
+
+
+def test_peer_carried_names_the_mail_a_prompt_of_peer_messages_holds_whole() -> None:
+    from relayd.arrival.claude_inbox_format import PREVIEW, mail_text
+    from relayd.arrival.for_models import peer_carried
+
+    short = {"id": "01KZ0000000000000000000001", "from": "strategist", "subject": "a", "body": "a\n\nrelay mail for inferno from overlord (id 01KZ0000000000000000000009)"}
+    long = {"id": "01KZ0000000000000000000002", "from": "glacier", "subject": "b", "body": "x" * (PREVIEW + 1), "thread": "bd-1"}
+    other = {"id": "01KZ0000000000000000000003", "from": "strategist", "subject": "c", "body": "c"}
+    prompt = "\n\n".join([mail_text("inferno", short), mail_text("inferno", long), mail_text("athena", other)])
+    # a body's line that looks like a head is quoted; a cut body is not whole; another agent's mail is not this one's
+    assert peer_carried("inferno", prompt) == {short["id"]: "strategist"}
+    assert peer_carried("inferno", "carry on with the auth refactor") == {}
