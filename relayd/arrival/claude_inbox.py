@@ -18,8 +18,12 @@ again before every use, and a process that is gone (or a pid used again) voids i
 
 How mail goes through it (`announce`, called by relayd.arrival.notify for an agent with a
 door): every unread message not yet written to this session (the ids written are kept in
-`agents/<name>/claude-inbox-sent`, with the session's start time) goes as one peer
-message over one connection. A door that cannot be used leaves the agent's own mechanism
+`agents/<name>/claude-inbox-sent`, with the session's start time) goes in one peer
+message over one connection. Claude Code admits a sender's peer messages by a token bucket
+(claude_inbox_format.BUCKET_CAPACITY at once, then REFILL_PER_SECOND) and drops the rest:
+relay keeps the same bucket for each session (`agents/<name>/claude-inbox-bucket`), and
+with none left the mail waits for the next round (held, `track` says why); mail Claude
+Code still drops for want of room is written again. A door that cannot be used leaves the agent's own mechanism
 (pane trigger, channel, hooks) to do the work, and `status` says why (`why_not`).
 
 A message written there is "announced" (seen to land in the session's queue); what Claude
@@ -51,6 +55,8 @@ from ..wire import peer
 
 DOOR = "claude-inbox"  # agents/<name>/claude-inbox: the session's inbox, as relay found it
 SENT = "claude-inbox-sent"  # agents/<name>/claude-inbox-sent: the session's start time, then the ids written to it
+BUCKET = "claude-inbox-bucket"  # agents/<name>/claude-inbox-bucket: the session's start time, relay's tokens left, and when
+LOCK = "claude-inbox.lock"  # held while the ids written (and the tokens) change: a round and a receipt
 KEEP_SENT = 200  # ids remembered: more than the unread mail one round looks at
 METHOD = "claude-inbox"  # the arrival mechanism's name in outcomes, receipts and status
 TITLE = "Claude Code inbox"  # as status names it
@@ -244,21 +250,51 @@ def _sent(agent: Dir, door: InboxDoor) -> list[str]:
     return [fields[0] for fields in _sent_lines(agent, door)]
 
 
-def written(agent: Dir, door: InboxDoor, msg_id: str) -> tuple[str, str | None] | None:
-    """(relay id, sender) of the mail written to this session as peer message `msg_id`."""
-    for fields in _sent_lines(agent, door):
-        if len(fields) >= 2 and fields[1] == msg_id:
-            return fields[0], (fields[2] if len(fields) > 2 else None)
-    return None
+def written(agent: Dir, door: InboxDoor, msg_id: str) -> list[tuple[str, str | None]]:
+    """(relay id, sender) of each mail written to this session in peer message `msg_id`."""
+    return [(fields[0], fields[2] if len(fields) > 2 else None) for fields in _sent_lines(agent, door)
+            if len(fields) >= 2 and fields[1] == msg_id]
+
+
+def _keep_sent(agent: Dir, door: InboxDoor, lines: list[str]) -> None:
+    agent.replace(SENT, "\n".join([door.proc_start, *lines[-KEEP_SENT:], ""]).encode(), None)
+
+
+def _tokens(agent: Dir, door: InboxDoor, now: float) -> float:
+    """The peer messages Claude Code would admit from relay now (its bucket, as relay keeps it)."""
+    fields = (agent.read_bytes(BUCKET) or b"").decode(errors="replace").split()
+    if len(fields) != 3 or fields[0] != door.proc_start:
+        return float(fmt.BUCKET_CAPACITY)  # a new session: a full bucket
+    try:
+        tokens, at = float(fields[1]), float(fields[2])
+    except ValueError:
+        return float(fmt.BUCKET_CAPACITY)
+    return min(float(fmt.BUCKET_CAPACITY), tokens + max(0.0, now - at) * fmt.REFILL_PER_SECOND)
+
+
+def _keep_tokens(agent: Dir, door: InboxDoor, tokens: float, now: float) -> None:
+    agent.replace(BUCKET, f"{door.proc_start} {tokens:.3f} {now:.3f}\n".encode(), None)
 
 
 def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     """Write the agent's new mail into its session's inbox: the outcome for the notifier
     (`{"agent", "method", "ok", "skipped"?, "error"?}`)."""
     outcome: dict = {"agent": name, "method": METHOD}
+    with agent.locked(LOCK):
+        return _announce(store, name, agent, door, outcome)
+
+
+def _announce(store: Store, name: str, agent: Dir, door: InboxDoor, outcome: dict) -> dict:
     messages = _unsent(store, name, agent, door)
     if not messages:
         outcome.update(ok=True, skipped="claude-inbox: nothing new since the last write")
+        return outcome
+    now = store.clock()
+    tokens = _tokens(agent, door, now)
+    if tokens < 1:
+        wait = (1 - tokens) / fmt.REFILL_PER_SECOND
+        outcome.update(ok=True, retry=True, retry_in=round(wait, 3), skipped=f"claude-inbox: Claude Code takes {fmt.BUCKET_CAPACITY} messages at once from relay, "
+                       f"then one every {1 / fmt.REFILL_PER_SECOND:.0f} s: the next can go in {wait:.1f} s")
         return outcome
     token = _token(door)
     # Where Claude Code's receipts come back to: relayd's own socket beside the session's
@@ -266,22 +302,21 @@ def announce(store: Store, name: str, agent: Dir, door: InboxDoor) -> dict:
     # (The module is loaded only where relayd listens: a direct-mode client never imports it.)
     listener = sys.modules.get("relayd.arrival.claude_peer")
     reply = listener.reply_address(os.path.dirname(door.socket)) if listener is not None else None
+    # All of a round's mail in one peer message: one of the bucket's tokens, and one turn.
     texts = [fmt.mail_text(name, m) for m in messages]
     earlier: list[str] | None = None
     try:
-        framed = [(m, *fmt.message_line(text, reply)) for m, text in zip(messages, texts)]  # (a line too long for Claude Code: ValueError)
+        msg_id, line = fmt.message_line("\n\n".join(texts), reply)  # (a line too long for Claude Code: ValueError)
         # What is written is kept before it is written: Claude Code's receipt can come back
         # within milliseconds, and one for a message relay has not noted yet would be dropped.
         earlier = [" ".join(fields) for fields in _sent_lines(agent, door)]
-        kept = (earlier + [f"{m['id']} {msg_id} {m['from']}" for m, msg_id, _ in framed])[-KEEP_SENT:]
-        agent.replace(SENT, "\n".join([door.proc_start, *kept, ""]).encode(), None)
+        _keep_sent(agent, door, earlier + [f"{m['id']} {msg_id} {m['from']}" for m in messages])
         with closing(peer.connect(door.socket, CONNECT_TIMEOUT)) as sock:  # this user's socket and process, or nothing is sent
-            lines = [fmt.auth_line(token)] if token else []
-            lines += [line for _, _, line in framed]
-            sock.sendall(b"".join(lines))
+            sock.sendall(b"".join([*([fmt.auth_line(token)] if token else []), line]))
+        _keep_tokens(agent, door, tokens - 1, now)
     except (peer.ForeignSocket, OSError, ValueError) as exc:
         if earlier is not None:  # not written after all: the next round writes them again
-            agent.replace(SENT, "\n".join([door.proc_start, *earlier, ""]).encode(), None)
+            _keep_sent(agent, door, earlier)
         where = "" if isinstance(exc, peer.ForeignSocket) else f" {door.socket}"
         outcome.update(ok=False, error=f"Claude Code inbox{where}: {getattr(exc, 'strerror', None) or exc}")
         return outcome
@@ -304,9 +339,25 @@ def receipt_came(store: Store, pid: int, receipt: fmt.Receipt) -> None:
             if door is None or door.pid != pid or not door.proc_start or door.proc_start != running:
                 continue
             found = written(agent, door, receipt.msg_id)
-        if found is not None:
-            door_receipt(store, name, found[0], found[1], METHOD, receipt.status, receipt.detail)
+            again = bool(found) and receipt.status == "dropped" and receipt.detail in fmt.RETRIED_DROPS
+            if again:
+                _written_again(store, agent, door, receipt.msg_id)
+        if found:
+            for message_id, sender in found:
+                # (mail relay writes again is not the sender's worry: `track` shows the drop)
+                door_receipt(store, name, message_id, None if again else sender, METHOD, receipt.status, receipt.detail)
+            if again:  # the notifier's next round finds it unwritten, and says when it can go
+                store.emit(store.event("agent", action="idle", agent=name), durable=False)
             return
+
+
+def _written_again(store: Store, agent: Dir, door: InboxDoor, msg_id: str) -> None:
+    """Claude Code dropped peer message `msg_id` for want of room (rate-limited, its queue
+    full): its mail counts as not written, so a later round writes it again, and relay's
+    bucket is taken as empty."""
+    with agent.locked(LOCK):
+        _keep_sent(agent, door, [" ".join(fields) for fields in _sent_lines(agent, door) if len(fields) < 2 or fields[1] != msg_id])
+        _keep_tokens(agent, door, 0.0, store.clock())
 
 
 def listen(store_root: str) -> None:

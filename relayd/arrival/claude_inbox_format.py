@@ -54,6 +54,13 @@ SWITCH_ENV = "CLAUDE_CODE_HARBOR_KITE"  # "0" turns the inbox off
 RECEIPT_STATUSES = ("held", "delivered", "denied", "expired", "refused", "dropped")
 VIA_CLAUDE_CODE = "via-claude-code"  # the tag of mail a Claude Code model sent (relayd.arrival.claude_peer_agents): never written back into a Claude Code inbox
 PREVIEW = 1500  # characters of a body put into the peer message; the rest is read from relay
+# Claude Code admits peer messages per sender through a token bucket (2.1.332: 30 at once,
+# then one every 2 s) and drops the rest with a `dropped` receipt, `drop_reason`
+# "rate-limited" (or "queue-full" when its own queue is): relay paces itself by the same
+# bucket and writes what a round has as one peer message, and mail dropped so is written again.
+BUCKET_CAPACITY = 30
+REFILL_PER_SECOND = 0.5
+RETRIED_DROPS = ("rate-limited", "queue-full")
 _SOCKET_NAME = re.compile(r"^(\d+)\.sock$")
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
 

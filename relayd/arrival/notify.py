@@ -209,6 +209,8 @@ def _announce_one(store, name: str, settings: _Settings) -> dict:
             door = module.current(agent)
             if door is not None and not door.unusable:
                 told = module.announce(store, name, agent, door)
+                if told.get("retry") or (told["ok"] and not told.get("skipped")):
+                    _keep_held(agent, told)  # not ready for it yet (track says why), or it went: no longer held
                 if told["ok"]:
                     return told
         meta = read_meta(agent)

@@ -45,6 +45,9 @@ class Notifier:
         # Agent -> why its trigger is held back, so a retry that keeps failing the same
         # way is logged once, not every interval.
         self.held: dict[str, str] = {}
+        # The soonest a held announcement said it can go (`retry_in`, seconds: a door's own
+        # pace), seen in the last round: the next sweep comes then, not a whole interval on.
+        self._retry_in: float | None = None
 
     def on_event(self, event: Event) -> None:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
@@ -80,6 +83,9 @@ class Notifier:
                 self.idle.clear()
                 await anyio.to_thread.run_sync(self._round, agents, sweep, idle)
                 self.rounds += 1
+                if self._retry_in is not None:
+                    next_sweep = min(next_sweep, anyio.current_time() + self._retry_in)
+                    self._retry_in = None
         finally:
             self.store.close()
 
@@ -103,6 +109,8 @@ class Notifier:
                 anyio.from_thread.run_sync(self.reported)
 
     def _report(self, agent: str, outcome: dict) -> None:
+        if outcome.get("retry_in") is not None:
+            self._retry_in = min(self._retry_in if self._retry_in is not None else outcome["retry_in"], outcome["retry_in"])
         if outcome.get("ok", True) and not outcome.get("retry"):
             if self.held.pop(agent, None) is not None and not outcome.get("skipped"):
                 log.info("held trigger delivered", agent=agent, method=outcome.get("method"))

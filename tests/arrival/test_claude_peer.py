@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,51 @@ def test_no_reply_socket_in_a_directory_open_to_others(team, session: FakeSessio
     os.chmod(session.socks, 0o755)  # (the door is checked again before use and refused too)
     assert claude_peer.reply_address(str(session.socks)) is None
     assert [p.name for p in session.socks.iterdir()] == [f"{os.getpid()}.sock"]  # the session's own only
+
+
+def _messages(session: FakeSession) -> list[dict]:
+    return [line for line in session.received if line.get("type") == "user"]
+
+
+def test_mail_beyond_claude_codes_rate_waits_says_why_and_goes_with_the_next_token_in_one_message(team, session: FakeSession, store_dir: Path) -> None:
+    """Claude Code drops a sender's peer messages past its bucket (30, then one every 2 s):
+    relay keeps the same count, holds the mail while none is left (track says why), and then
+    writes all that waited as one peer message."""
+    with Store(str(store_dir)) as store, store.agent_dir("inferno") as agent:
+        claude_inbox._keep_tokens(agent, claude_inbox.current(agent), 0.2, time.time())  # the bucket all but spent
+    results = [team.setup("send", agent="sender", to=["inferno"], subject=f"waits {n}", body=f"waits {n}") for n in range(3)]
+    sent = [r["messages"][0]["id"] for r in results]
+    # (relayd is not running: each send's own process tried the door, and says what it did)
+    assert all(r["notifications"][0].get("retry") and r["notifications"][0]["method"] == "claude-inbox" for r in results), results
+    assert _messages(session) == []  # nothing written past the bucket: Claude Code would drop it
+    way = next(w for w in team.setup("track", id=sent[0])["recipients"] if w["to"] == "inferno")
+    with Store(str(store_dir)) as store, store.agent_dir("inferno") as agent:
+        held = json.loads(agent.read_bytes("held"))
+    assert "Claude Code takes 30 messages at once from relay, then one every 2 s" in held["why"] and not way["read"]
+    later = time.time() + 2.0  # one token again
+    with Store(str(store_dir), clock=lambda: later) as store:
+        [told] = notify_new_messages(store, ["inferno"])
+        assert told["method"] == "claude-inbox" and told["ok"] and not told.get("skipped")
+        [message] = wait_for("the waiting mail written", lambda: _messages(session))
+        content = message["message"]["content"]
+        assert all(f"(id {i})" in content for i in sent) and content.count("relay mail for inferno from sender") == 3
+        [again] = notify_new_messages(store, ["inferno"])
+        assert "nothing new" in again["skipped"]
+        with store.agent_dir("inferno") as agent:
+            assert agent.read_bytes("held") is None  # it went: no longer held
+
+
+def test_mail_claude_code_drops_for_want_of_room_is_written_again_and_its_sender_is_not_troubled(team, session: FakeSession, store_dir: Path) -> None:
+    message_id, message = _sent(team, store_dir, session, "dropped once")
+    _answer(message["from"][4:], _receipt(message["msg_id"], "dropped", drop_reason="rate-limited", dropped_msg_ids=[]))
+    [dropped] = wait_for("the drop in track", lambda: _door(team, message_id))
+    assert dropped["status"] == "dropped" and dropped["detail"] == "rate-limited"
+    with Store(str(store_dir)) as store:
+        [held] = notify_new_messages(store, ["inferno"])  # at once: relay's bucket is taken as empty
+        assert held.get("retry") and "the next can go in" in held["skipped"]
+    later = time.time() + 2.5
+    with Store(str(store_dir), clock=lambda: later) as store:
+        notify_new_messages(store, ["inferno"])
+    first, second = wait_for("the message written again", lambda: len(_messages(session)) == 2 and _messages(session))
+    assert f"(id {message_id})" in second["message"]["content"] and second["msg_id"] != first["msg_id"]
+    assert team.setup("read", agent="sender", unread=True)["messages"] == []  # relay's own retry: no notice to the sender
