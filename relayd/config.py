@@ -201,11 +201,12 @@ def load_config(store: Store) -> Config:
 
 def dedup_window(store: Store) -> float:
     """Seconds a message id is remembered per inbox (read once per Store handle)."""
-    if store.dedup_window is None:
+    kept = store.remembered
+    if kept.dedup_window is None:
         try:
-            store.dedup_window = parse_duration(load_config(store).dedup.window).total_seconds()
+            kept.dedup_window = parse_duration(load_config(store).dedup.window).total_seconds()
         except RelayError:
             # A broken config.json is reported by the commands that use what is broken
             # (wake, notify); sends keep working with the default window.
-            store.dedup_window = DEFAULT_DEDUP_WINDOW
-    return store.dedup_window
+            kept.dedup_window = DEFAULT_DEDUP_WINDOW
+    return kept.dedup_window

@@ -63,6 +63,19 @@ def _random() -> float:
     return random.random()
 
 
+class Remembered:
+    """What a Store handle works out once and keeps for its life, each by the one function
+    that knows it: the dedup window (relayd.config.dedup_window) and the reservation records
+    last read with their directory's identity (relayd.reservations.reserve.load_all). Never
+    something an operation is given: a handle without them works the same, only slower."""
+
+    __slots__ = ("dedup_window", "reservations")
+
+    def __init__(self) -> None:
+        self.dedup_window: float | None = None
+        self.reservations: tuple[list[int], tuple] | None = None
+
+
 class Store:
     """One relay store directory. Not thread-safe; the daemon uses it from one thread."""
 
@@ -91,11 +104,8 @@ class Store:
         self.sync: Syncer = sync if sync is not None else Syncer() if fsyncs(fsync) else NoSync()
         self._root: Dir | None = None
         self._subdirs: dict[str, Dir] = {}
-        # Idempotent sends (relayd.dedup): the window from config.json, read on first use.
-        self.dedup_window: float | None = None
         self.recent_ids = recent_ids
-        # The reservation records last read, with the directory's identity then (relayd.reservations.reserve.load_all).
-        self.reservations_seen: tuple[list[int], tuple] | None = None
+        self.remembered = Remembered()
         self._appending: dict[str, tuple[int, int, int]] = {}  # name -> (fd, st_dev, st_ino): see append_fd
         # Last: the bridge may use the store while it is built (it records its state).
         self.remote: Remote | None = remote(self) if remote is not None else None

@@ -95,12 +95,12 @@ def load_all(store: Store) -> list[tuple[str, Reservation]]:
     settled directory's next change falls in a later clock tick: the same reasoning (and
     the same one exception, a file rewritten in place by hand) as the guard's index."""
     stamp = directory_stamp(store.root)
-    seen = store.reservations_seen
+    seen = store.remembered.reservations
     if stamp is not None and seen is not None and seen[0] == stamp:
         return list(seen[1])
     records = store.records(layout.RESERVATIONS, reservation_decoder)
     if stamp is not None and settled(stamp, lambda: int(store.clock() * 1e9)):
-        store.reservations_seen = (stamp, tuple(records))
+        store.remembered.reservations = (stamp, tuple(records))
     return records
 
 

@@ -225,12 +225,15 @@ def assigned_attributes(path: Path) -> list[tuple[int, ast.Attribute]]:
     return found
 
 
-def test_no_code_assigns_a_stores_collaborators_after_it_is_built() -> None:
+def test_relays_code_assigns_nothing_of_a_built_store_and_tests_none_of_its_collaborators() -> None:
     code = [path for package in PACKAGES + ("benchmarks",) for path in sorted((ROOT / package).rglob("*.py")) if path != RELAYD / "store.py"]
     assigned = [
         f"{path.relative_to(ROOT)}:{line} {ast.unparse(target)}"
         for path in code + python_files_of_the_tests() + sorted(SUPPORT.glob("*.py"))
         for line, target in assigned_attributes(path)
-        if target.attr in STORE_COLLABORATORS and "store" in ast.unparse(target.value).lower()
+        if "store" in ast.unparse(target.value).lower().rsplit(".", 1)[-1]
+        # relay's own code assigns nothing of a built Store (what a handle works out once is kept
+        # in its `remembered`, by the one function that knows it); a test may stand in for a method
+        and (path in code or target.attr in STORE_COLLABORATORS)
     ]
     assert assigned == [], "give these to Store(...) instead: " + ", ".join(assigned)
