@@ -11,10 +11,11 @@ the store: with relayd up, a command needs only a socket and these lines.
 from __future__ import annotations
 
 import os
+import time
 
 from relayd import timefmt
 from relayd.errors import Conflict, NotOwner, UsageError
-from relayd.timefmt import ago, now, parse_duration, parse_iso, short_span, shown
+from relayd.timefmt import ago, iso_seconds, now, parse_duration, parse_iso, short_span, shown
 
 from .context import Settings, clip, echo, held_line, read_body, visible
 
@@ -305,7 +306,7 @@ def handoff(s: Settings, to: str, patterns: list[str], message: str, all_: bool,
 
 
 def _expiry(r: dict) -> str:
-    left = (parse_iso(r["expires_at"]) - now()).total_seconds()
+    left = iso_seconds(r["expires_at"]) - time.time()
     return f"expires in {short_span(left)}" if left > 0 else f"EXPIRED {short_span(left)} ago"
 
 

@@ -57,6 +57,26 @@ def shown(ts: str) -> str:
     return ts[:16].replace("T", " ") + " UTC" if ts else ""
 
 
+def iso_seconds(text: str) -> float:
+    """Seconds since the epoch of a timestamp; the stored form (`2026-02-16T06:08:00.000Z`)
+    is read without datetime, whose import a reserve's one line of output would pay for."""
+    if len(text) >= 20 and text[4] == "-" and text[10] == "T" and text[13] == ":" and text.endswith("Z"):
+        try:
+            year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
+            clock = int(text[11:13]) * 3600 + int(text[14:16]) * 60 + float(text[17:-1])
+        except ValueError:
+            pass
+        else:
+            if 1 <= month <= 12 and 1 <= day <= 31:
+                # Days from 1970-01-01 in the proleptic Gregorian calendar, years counted from March.
+                year -= month <= 2
+                era, of_era = divmod(year, 400)
+                of_year = (153 * (month - 3 if month > 2 else month + 9) + 2) // 5 + day - 1
+                days = era * 146097 + of_era * 365 + of_era // 4 - of_era // 100 + of_year - 719468
+                return days * 86400 + clock
+    return parse_iso(text).timestamp()
+
+
 def parse_iso(text: str) -> datetime:
     """Parse a stored or user-given timestamp; a date alone means its midnight UTC."""
     from datetime import datetime, timezone
