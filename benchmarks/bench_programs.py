@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from relayd.arrival.claude_inbox_format import REFILL_PER_SECOND
+from relayd.arrival.notify import START_GRACE
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
 
@@ -147,6 +148,7 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int, str]
                     settings = home / ".gemini" / "settings.json"
                     settings.write_text(json.dumps({**json.loads(settings.read_text()), "model": {"name": "gemini-2.5-flash"}}))
             tmux.start(argv, project, pane_env)
+            started = time.monotonic()
             _past_start_up(tmux, program, way)
             relayctl("register", "inferno", "--notify", {"channel": "channel", "plugin": "hook"}.get(way, f"tmux:{tmux.target()}"))
             if way == "inbox":
@@ -159,6 +161,10 @@ def _measure(program: str, way: str, sends: int) -> tuple[list[float], int, str]
             # (relayd.arrival.claude_inbox_format): faster sends wait for it in relay, and the
             # row would measure Claude Code's rate, not the way in. The inbox row keeps to it.
             pace = 1 / REFILL_PER_SECOND if way == "inbox" else 0.0
+            if way == "pane":
+                # relay types nothing into a program in its first START_GRACE seconds (it may not
+                # have drawn its input box yet): the first send would measure that wait, not idle mail
+                time.sleep(max(0.0, started + START_GRACE - time.monotonic()))
             last = -pace
             with Client(store, sock) as client:
                 for n in range(sends):
