@@ -205,6 +205,61 @@ def _user_texts_of(body: dict) -> list[str]:
     return [t for m in conversation(body) if m.get("role") == "user" for t in texts(m.get("content"))]
 
 
+def _tool_outputs(request) -> list[str]:
+    return [t for m in conversation(request.json() or {}) if m.get("role") == "user" and isinstance(m.get("content"), list)
+            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" for t in texts(b.get("content"))]
+
+
+def test_mail_during_a_ten_second_tool_follows_the_tools_result_and_the_tool_runs_to_its_end(team, relay_env, short_tmp: Path) -> None:
+    def turn(body):
+        asked = any("run the slow step" in t for t in _user_texts_of(body))
+        done = any(m.get("role") == "user" and isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]) for m in conversation(body))
+        if asked and not done:
+            return [tool_use("Bash", {"command": "sleep 10; echo slow-step-done", "description": "the slow step"})]
+        return [text("Noted.")]
+
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with ended(daemon), Session(team, relay_env, short_tmp, turn=turn, settings={"permissions": {"allow": ["Bash"]}}) as s:
+        try:
+            s.start()
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=90)
+            s.tmux.type_line("run the slow step", "run the slow step")
+            wait_for("the slow step asked for", lambda: any("run the slow step" in r.text for r in s.model.requests), timeout=60)
+            state = s.agent_dir / "program-state"
+            wait_for("the tool running", lambda: state.exists() and json.loads(state.read_text())["state"] == "working", timeout=30)
+            sent_at = time.monotonic()
+            team("send", AGENT, "mail during the tool", agent=SENDER)
+            # Claude Code 2.1.332 puts a peer message that came during a tool right after the tool's
+            # result, in the same request ("... sent a message while you were working")
+            turn_with_mail = wait_for("the mail at the model", lambda: next((r for r in s.model.requests if any(
+                t.startswith(PEER_NOTICE) and "subject: mail during the tool" in t for m in (r.json() or {}).get("messages", []) for t in texts(m.get("content")))), None), timeout=60)
+            assert any("slow-step-done" in t for t in _tool_outputs(turn_with_mail))  # the tool ran to its end, and the mail came after it
+            tool_done = next(r for r in s.model.requests if any("slow-step-done" in t for t in _tool_outputs(r)))
+            assert s.model.requests.index(tool_done) <= s.model.requests.index(turn_with_mail)
+            assert time.monotonic() - sent_at > 3  # it waited for the tool (sent at most a second or two into its 10 s)
+            assert not any(HEADER in r.text for r in s.model.requests)  # and came once: no hook handed it over again
+            assert TRIGGER not in s.tmux.screen(history=200)
+        finally:
+            daemon.kill()
+
+
+def test_a_persons_draft_stays_in_the_input_box_while_mail_comes_through_the_inbox(team, relay_env, short_tmp: Path) -> None:
+    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    with ended(daemon), Session(team, relay_env, short_tmp) as s:
+        try:
+            s.start()
+            wait_for("the session's inbox reported", lambda: (s.door() or {}).get("proc_start"), timeout=90)
+            s.tmux.literal("half a thought of mine")
+            s.tmux.wait_for("half a thought of mine", timeout=30, settle=0.5)
+            team("send", AGENT, "mail beside a draft", agent=SENDER)
+            wait_for("the mail at the model", lambda: _peer_turn(s.model, "mail beside a draft"), timeout=60)
+            wait_for("the turn over", lambda: json.loads((s.agent_dir / "program-state").read_text())["state"] == "idle", timeout=60)
+            assert "half a thought of mine" in s.tmux.cursor_line()  # still in the input box, unsent
+            assert not any("half a thought of mine" in r.text for r in s.model.requests)
+        finally:
+            daemon.kill()
+
+
 def test_with_the_inbox_refused_in_settings_relay_falls_back_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     (Path(relay_env["RELAY_DIR"]) / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
