@@ -1182,3 +1182,5 @@ def test_up_down_up_again_every_programs_model_gets_idle_mail_within_ten_seconds
             raise AssertionError(f"mail after a second up never reached some models\n{shown}") from None
         late = {name: round(arrived(name) - sent_at[name], 1) for name in FIVE if arrived(name) - sent_at[name] > UP_AGAIN_WITHIN}
         assert not late, f"mail took longer than {UP_AGAIN_WITHIN}s after the second up: {late}"
+        by = {a["name"]: a.get("arrives_by") for a in json.loads(relayctl("--json", "status").stdout)["agents"]}
+        assert by["claude"] == "claude-inbox", by  # started by `up`, Claude Code's mail comes through its own inbox
