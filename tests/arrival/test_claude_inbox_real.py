@@ -323,6 +323,11 @@ def test_mail_claude_code_holds_for_the_person_shows_held_in_track_and_the_sende
             assert _door_statuses(team, message_id) == ["held"]
             way = next(w for w in json.loads(team("--json", "track", message_id).stdout)["recipients"] if w["to"] == AGENT)
             assert way["read"] is False
+            # The person lets it in: 2.1.332 releases what it held once the setting accepts
+            (s.home / ".claude" / "settings.json").write_text(json.dumps({"crossSessionInbound": "accept"}))
+            wait_for("the held mail at the model", lambda: _peer_turn(s.model, "held for the person"), timeout=30)
+            wait_for("Claude Code's delivered receipt", lambda: _door_statuses(team, message_id) == ["held", "delivered"], timeout=30)
+            assert "Claude Code: held for the person's approval" in team("track", message_id).stdout
         finally:
             daemon.kill()
 
