@@ -158,9 +158,9 @@ def answer_event(s: Settings, program: str, raw: str, event_name: str | None = N
     later = spec.read_at is not None and guest is None  # read once the model's request carries it (`Hooks.read_at`)
     # The person's prompt takes the mail with it; later in the turn the coordination budget may hold it (relayd.arrival.budget).
     # A prompt that is the door's own peer message already carries its mail: read, not handed again.
-    carried = _carried(agent, event.get(door.prompt)) if door is not None and door.prompt and guest is None and name == spec.context[0] else {}
+    prompt = event.get(door.prompt) if door is not None and door.prompt and guest is None and name == spec.context[0] else None
     text, ids = take_unread(s, agent, mark_read=not later, coordination=None if name == spec.context[0] else name != spec.stop,
-                            carried=carried)
+                            prompt=prompt)
     handed = [] if later else ids
     if name == spec.stop:
         _record_state(s, agent, program, event, owner, continued=text is not None, handed=handed, guest=guest)
@@ -250,19 +250,20 @@ def _unknown_event(program: str, name: object) -> str:
 
 
 def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: bool | None = None,
-                carried: dict[str, str] | None = None) -> tuple[str | None, list[str]]:
+                prompt: object = None) -> tuple[str | None, list[str]]:
     """The unread messages that fit the budget, rendered, and marked read (unless not
     `mark_read`: then `mark_handed_read` does it once the model's request carries them);
     and their ids. `coordination`: ask the person's coordination budget first (True: its
-    interrupt interval too). `carried`: mail the prompt itself holds whole (id -> sender,
-    `Door.carried`), marked read with the rest but named, not rendered again."""
+    interrupt interval too). `prompt`: the text of a turn the agent's door started
+    (`Door.prompt`): the mail it holds whole is marked read with the rest but named, not
+    rendered again."""
     peeked = s.call("read", {"agent": agent, "unread": True, "last": PREVIEW})
     preview = peeked["messages"]
     if not preview:
         return None, []
     if coordination is not None and _held_back(s, agent, coordination):
         return None, []  # it waits in the inbox; the held record says why
-    in_prompt = _in_prompt(preview, carried) if carried else set()
+    in_prompt = _in_prompt(agent, prompt, preview)
     used, fits = 0, 0
     for message in preview:
         used += 0 if message["id"] in in_prompt else len(render(message))
@@ -295,21 +296,15 @@ def take_unread(s: Settings, agent: str, mark_read: bool = True, coordination: b
     return text, [m["id"] for m in messages]
 
 
-def _carried(agent: str, prompt: object) -> dict[str, str]:
-    """The mail a prompt made of the door's peer messages carries whole (id -> sender)."""
-    if not isinstance(prompt, str) or "relay mail for " not in prompt:
-        return {}
+def _in_prompt(agent: str, prompt: object, messages: list[dict]) -> set[str]:
+    """The ids of `messages` that `prompt`, made of the door's peer messages, carries whole,
+    each under its own sender's name."""
+    if not isinstance(prompt, str) or "relay mail for " not in prompt:  # (for_models.PEER_HEAD's opening)
+        return set()
     # deferred import, as in render: most prompts are not relay's
-    from relayd.arrival.for_models import peer_carried
+    from relayd.arrival.for_models import field, peer_carried
 
-    return peer_carried(agent, prompt)
-
-
-def _in_prompt(messages: list[dict], carried: dict[str, str]) -> set[str]:
-    """The ids of `messages` that the prompt carries whole, from their own sender."""
-    # deferred import, as in render
-    from relayd.arrival.for_models import field
-
+    carried = peer_carried(agent, prompt)
     return {m["id"] for m in messages if carried.get(m["id"]) == field(m["from"])}
 
 

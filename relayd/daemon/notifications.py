@@ -109,8 +109,9 @@ class Notifier:
                 anyio.from_thread.run_sync(self.reported)
 
     def _report(self, agent: str, outcome: dict) -> None:
-        if outcome.get("retry_in") is not None:
-            self._retry_in = min(self._retry_in if self._retry_in is not None else outcome["retry_in"], outcome["retry_in"])
+        retry_in = outcome.get("retry_in")
+        if retry_in is not None and (self._retry_in is None or retry_in < self._retry_in):
+            self._retry_in = retry_in
         if outcome.get("ok", True) and not outcome.get("retry"):
             if self.held.pop(agent, None) is not None and not outcome.get("skipped"):
                 log.info("held trigger delivered", agent=agent, method=outcome.get("method"))

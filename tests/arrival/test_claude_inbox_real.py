@@ -205,11 +205,6 @@ def _user_texts_of(body: dict) -> list[str]:
     return [t for m in conversation(body) if m.get("role") == "user" for t in texts(m.get("content"))]
 
 
-def _tool_outputs(request) -> list[str]:
-    return [t for m in conversation(request.json() or {}) if m.get("role") == "user" and isinstance(m.get("content"), list)
-            for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result" for t in texts(b.get("content"))]
-
-
 def test_mail_during_a_ten_second_tool_follows_the_tools_result_and_the_tool_runs_to_its_end(team, relay_env, short_tmp: Path) -> None:
     def turn(body):
         asked = any("run the slow step" in t for t in _user_texts_of(body))
@@ -232,9 +227,9 @@ def test_mail_during_a_ten_second_tool_follows_the_tools_result_and_the_tool_run
             # Claude Code 2.1.332 puts a peer message that came during a tool right after the tool's
             # result, in the same request ("... sent a message while you were working")
             turn_with_mail = wait_for("the mail at the model", lambda: next((r for r in s.model.requests if any(
-                t.startswith(PEER_NOTICE) and "subject: mail during the tool" in t for m in (r.json() or {}).get("messages", []) for t in texts(m.get("content")))), None), timeout=60)
-            assert any("slow-step-done" in t for t in _tool_outputs(turn_with_mail))  # the tool ran to its end, and the mail came after it
-            tool_done = next(r for r in s.model.requests if any("slow-step-done" in t for t in _tool_outputs(r)))
+                _is_peer(t, "mail during the tool") for m in (r.json() or {}).get("messages", []) for t in texts(m.get("content")))), None), timeout=60)
+            assert any("slow-step-done" in t for t in _tool_results(turn_with_mail.json() or {}))  # the tool ran to its end, and the mail came after it
+            tool_done = next(r for r in s.model.requests if any("slow-step-done" in t for t in _tool_results(r.json() or {})))
             assert s.model.requests.index(tool_done) <= s.model.requests.index(turn_with_mail)
             assert time.monotonic() - sent_at > 3  # it waited for the tool (sent at most a second or two into its 10 s)
             assert not any(HEADER in r.text for r in s.model.requests)  # and came once: no hook handed it over again
