@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("RELAY_DEBUG"):
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (set RELAY_DEBUG=1 for the traceback)", 70, "internal")
+    finally:
+        if Settings.current is not None:
+            Settings.current.close()
 
 
 if __name__ == "__main__":

@@ -104,7 +104,11 @@ def build(from_, to, cc, type_, priority, thread_id, in_reply_to, repo, issue, s
 
 def _read_text(path: str) -> str:
     try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as file:
+                data = file.read()
     except OSError as exc:
         raise RelayError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:

@@ -63,6 +63,13 @@ class Settings:
             self._client = Client(self.dir, self.socket)
         return self._client
 
+    def close(self) -> None:
+        """The run's connection to relayd (or the store it opened) closed: a process exits
+        anyway, but relayctl's main may run again in the same one."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def call(self, op: str, params: dict[str, Any] | None = None) -> Any:
         params = params or {}
         _refuse_undecodable(params)

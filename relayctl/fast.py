@@ -379,6 +379,11 @@ def _fast(argv: list[str]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """relayctl ARGV (sys.argv's by default). Given an argv, it returns, or raises
+    SystemExit with a failure's status, and may be called again in the same process."""
+    from .context import Settings
+
+    Settings.current = None  # the run's own: an error before its settings exist must not find a former run's
     args = sys.argv[1:] if argv is None else list(argv)
     status = _fast(args)
     if status is None:

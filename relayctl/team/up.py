@@ -214,7 +214,8 @@ def _stop_relayd(state: str) -> str:
     """Stop the relayd that `up` started (a relayd someone else runs is theirs)."""
     path = os.path.join(state, "relayd.pid")
     try:
-        pid = int(open(path).read().split()[0])
+        with open(path) as file:
+            pid = int(file.read().split()[0])
     except (OSError, ValueError, IndexError):
         return "left as it was (not started by relayctl up)"
     os.unlink(path)

@@ -61,7 +61,7 @@ def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: li
 
 
 EXTENSION_FILE = os.path.join(".github", "extensions", "relay", "extension.mjs")
-EXPERIMENTAL = "--experimental"
+EXPERIMENTAL, NO_EXPERIMENTAL = "--experimental", "--no-experimental"
 
 
 def extension_socket(environ, agent: str) -> str:
@@ -97,15 +97,44 @@ def _extension(environ, event: dict) -> dict:
     if not os.path.exists(os.path.join(project, EXTENSION_FILE)):
         why = (f"relay's extension is not installed in {project} (`relayctl hooks install --for copilot --extension`, "
                "or `extension = true` for the agent in the team file)")
-    elif not any(EXPERIMENTAL in argv for argv in _ancestors_argv()):
-        why = f"this Copilot runs without {EXPERIMENTAL}, so it loads no extensions"
+    elif not _experimental(environ, _ancestors_argv()):
+        why = (f"this Copilot runs without {EXPERIMENTAL} (or with {NO_EXPERIMENTAL}) and without `experimental` in "
+               f"{_settings_file(environ)}, so it loads no extensions")
     else:
         why = f"relay's extension did not start in this session (nothing listens at {socket})"
     return {"socket": "", "missing": why}
 
 
+def _home(env) -> str:
+    return env.get("COPILOT_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".copilot")
+
+
 def _trust_file(env: dict[str, str]) -> str:
-    return os.path.join(env.get("COPILOT_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".copilot"), "config.json")
+    return os.path.join(_home(env), "config.json")
+
+
+def _settings_file(env) -> str:
+    return os.path.join(_home(env), "settings.json")
+
+
+def _experimental(environ, ancestors: list[list[str]]) -> bool:
+    """Whether this Copilot has its experimental features on, which load extensions: as
+    Copilot 1.0.102 decides it, the flag on the nearest `copilot` command line
+    (--experimental or --no-experimental), else `experimental` in the user's settings.json
+    (`copilot config experimental on`; a repository's settings may not set it)."""
+    for argv in ancestors:
+        flags = [arg for arg in argv if arg in (EXPERIMENTAL, NO_EXPERIMENTAL)]
+        if flags:
+            return flags[-1] == EXPERIMENTAL
+    # deferred import: every hook loads this module, and json (with re) is wanted only here
+    import json
+
+    try:
+        with open(_settings_file(environ), "rb") as file:
+            settings = json.loads(file.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(settings, dict) and settings.get("experimental") is True
 
 
 PROGRAM = Program(

@@ -70,9 +70,10 @@ def _team(relayctl: RelayCtl) -> None:
 
 
 def _hook(relay_env: dict, runtime: Path, project: Path) -> None:
-    """relay's Copilot hook at a prompt, as Copilot runs it (the event carries no name)."""
+    """relay's Copilot hook at a prompt, as Copilot runs it (the event carries no name), with
+    Copilot's settings in the test's own COPILOT_HOME."""
     event = {"timestamp": 1796174000000, "cwd": str(project), "prompt": "hello"}
-    env = {**relay_env, "RELAY_AGENT": AGENT, "XDG_RUNTIME_DIR": str(runtime)}
+    env = {**relay_env, "RELAY_AGENT": AGENT, "XDG_RUNTIME_DIR": str(runtime), "COPILOT_HOME": str(runtime.parent / "copilot-home")}
     hook = subprocess.run([sys.executable, "-m", "relayctl", "hook", "copilot", "userPromptSubmitted"], env=env, cwd=project,
                           input=json.dumps(event), capture_output=True, text=True, timeout=60)
     assert hook.returncode == 0 and hook.stderr == ""
@@ -98,10 +99,29 @@ def test_without_relays_extension_the_hooks_say_why_and_status_shows_it(relayctl
     assert "relay's extension is not installed" in _door(store_dir)["unusable"]
     relayctl("hooks", "install", "--for", "copilot", "--extension", "--project", str(project))
     _hook(relay_env, runtime, project)  # installed, but this "Copilot" (the test) runs without --experimental
-    assert _door(store_dir)["unusable"] == "this Copilot runs without --experimental, so it loads no extensions"
+    settings = short_tmp / "copilot-home" / "settings.json"
+    assert _door(store_dir)["unusable"] == (f"this Copilot runs without --experimental (or with --no-experimental) and without "
+                                            f"`experimental` in {settings}, so it loads no extensions")
     status = _agent_status(relayctl)
     assert status["arrives_by"] == "tmux:%1" and status["door_unusable"] == f"Copilot extension: {_door(store_dir)['unusable']}"
     assert "not its Copilot extension: this Copilot runs without --experimental" in relayctl("status").stdout
+
+
+def test_experimental_in_copilots_settings_loads_the_extension_so_the_hooks_look_for_it_instead(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
+    """`copilot config experimental on` writes `"experimental": true` into settings.json, and
+    Copilot then loads extensions without the flag: no "without --experimental" there."""
+    _team(relayctl)
+    project = short_tmp / "project"
+    project.mkdir()
+    relayctl("hooks", "install", "--for", "copilot", "--extension", "--project", str(project))
+    settings = short_tmp / "copilot-home" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{\n  "experimental": true\n}\n')  # as Copilot 1.0.102's `copilot config experimental on` writes it
+    _hook(relay_env, runtime, project)
+    assert _door(store_dir)["unusable"] == f"relay's extension did not start in this session (nothing listens at {runtime}/relay-copilot/{AGENT}.sock)"
+    settings.write_text('{"experimental": false}')
+    _hook(relay_env, runtime, project)
+    assert "without --experimental" in _door(store_dir)["unusable"]
 
 
 def test_mail_goes_to_the_extension_as_one_notice_per_new_mail_and_never_to_the_pane(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:

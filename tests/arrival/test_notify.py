@@ -142,8 +142,8 @@ def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_en
     env["ZELLIJ_STUB_VERSION"] = "0.44.1"
     relayctl.env = env
     relayctl("register", "storm", "--notify", "zellij:3")
-    relayctl("send", "storm", "body text", agent="sender")
-    relayctl("send", "storm", "second", agent="sender")  # pending: no second trigger
+    relayctl("send", "storm", "body text", agent="sender", process=True)
+    relayctl("send", "storm", "second", agent="sender", process=True)  # pending: no second trigger
     assert _calls(log) == [
         ["action", "write-chars", "--pane-id", "3", TRIGGER],
         ["action", "write-chars", "--pane-id", "3", "\r"],
@@ -152,11 +152,12 @@ def test_zellij_new_enough_writes_to_the_pane_id(relayctl, configured, zellij_en
 
 @pytest.mark.slow
 def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> None:
+    # Its sends are processes of their own: relay asks `zellij --version` once a process.
     env, log = zellij_env
     env["ZELLIJ_STUB_VERSION"] = "0.43.1"
     relayctl.env = env
     relayctl("register", "storm", "--notify", "zellij:3@2/right/down")
-    relayctl("send", "storm", "body text", agent="sender")
+    relayctl("send", "storm", "body text", agent="sender", process=True)
     assert _calls(log) == [
         ["action", "go-to-tab", "2"],
         ["action", "move-focus", "right"],
@@ -165,7 +166,7 @@ def test_zellij_older_uses_tab_and_focus(relayctl, configured, zellij_env) -> No
         ["action", "write-chars", "\r"],
     ]
     relayctl("register", "glacier", "--notify", "zellij:4")
-    sent = relayctl("send", "glacier", "x", agent="sender")
+    sent = relayctl("send", "glacier", "x", agent="sender", process=True)
     assert "notifying glacier failed" in sent.stderr and "0.44.1" in sent.stderr
 
 
@@ -180,8 +181,8 @@ def test_zellij_triggers_name_the_session_recorded_at_register(relayctl, configu
     relayctl.env = {k: v for k, v in env.items() if not k.startswith("ZELLIJ_SESSION")} | {"ZELLIJ_STUB_VERSION": "0.44.1"}
     store = Path(relay_env["RELAY_DIR"])
     assert [json.loads((store / "agents" / name / "meta.json").read_text())["session"] for name in ("storm", "glacier")] == ["team-a", "team-b"]
-    relayctl("send", "storm", "body text", agent="sender")  # sent from outside zellij (as relayd runs)
-    relayctl("send", "glacier", "body text", agent="sender")
+    relayctl("send", "storm", "body text", agent="sender", process=True)  # sent from outside zellij (as relayd runs)
+    relayctl("send", "glacier", "body text", agent="sender", process=True)
     assert _calls(log) == [
         ["--session", "team-a", "action", "write-chars", "--pane-id", "3", TRIGGER],
         ["--session", "team-a", "action", "write-chars", "--pane-id", "3", "\r"],

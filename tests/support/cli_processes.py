@@ -11,19 +11,31 @@ from pathlib import Path
 
 from relayd.client.full import Client
 
+from . import cli_inprocess
+
+
+# Commands that serve, follow until stopped, or start and stop other processes: always run
+# as a process of their own (a signal, a pid, a process group are what they are about).
+PROCESS_COMMANDS = frozenset({"daemon", "subscribe", "up", "down", "web", "bridge", "ignite", "systemd"})
+FOLLOWING = frozenset({"--tail", "--wait", "--follow"})
+
 
 class RelayCtl:
-    """Runs the installed CLI as a separate process, the way users and scripts do (`setup`
-    prepares a test's store in this process instead)."""
+    """Runs relayctl as users and scripts do: its own entry point, inside this process
+    (support.cli_inprocess) unless the command is about processes (`PROCESS_COMMANDS`, an
+    option that follows until stopped) or the test asks for one (`process=True`). `setup`
+    prepares a test's store through the client instead."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
 
-    def __call__(self, *args: str, agent: str | None = None, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "relayctl"]
-        if agent:
-            argv += ["--agent", agent]
-        proc = subprocess.run(argv + list(args), env=self.env, input=input, capture_output=True, text=True, timeout=timeout)
+    def __call__(self, *args: str, agent: str | None = None, input: str | None = None, check: bool = True, timeout: float = 60, process: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = ["--agent", agent] if agent else []
+        argv += list(args)
+        if process or _needs_a_process(argv):
+            proc = subprocess.run([sys.executable, "-m", "relayctl", *argv], env=self.env, input=input, capture_output=True, text=True, timeout=timeout)
+        else:
+            proc = cli_inprocess.run(argv, self.env, input)
         if check and proc.returncode != 0:
             raise AssertionError(f"relayctl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
@@ -35,6 +47,14 @@ class RelayCtl:
         times a suite). What relayctl prints and how it parses are tested elsewhere."""
         with Client(self.env["RELAY_DIR"], self.env.get("RELAY_SOCKET"), name="tests") as client:
             return client.call(op, {k: v for k, v in params.items() if v is not None})
+
+
+def _needs_a_process(argv: list[str]) -> bool:
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in ("--agent", "--dir", "--socket") else 1  # the global options' values
+    command = argv[i] if i < len(argv) else None
+    return command in PROCESS_COMMANDS or any(token.partition("=")[0] in FOLLOWING for token in argv)
 
 
 def process_state(proc: subprocess.Popen) -> str:
