@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from relayctl import fast
 from relayd.client.full import Client
 
 from . import cli_inprocess
@@ -52,7 +53,8 @@ class RelayCtl:
 def _needs_a_process(argv: list[str]) -> bool:
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] in ("--agent", "--dir", "--socket") else 1  # the global options' values
+        # relayctl's own table of global options: those not a flag take the next argument
+        i += 1 if fast.GLOBAL.get(argv[i], (None, fast.FLAG))[1] is fast.FLAG else 2
     command = argv[i] if i < len(argv) else None
     return command in PROCESS_COMMANDS or any(token.partition("=")[0] in FOLLOWING for token in argv)
 
