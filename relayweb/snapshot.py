@@ -62,6 +62,10 @@ def owed_messages(store: Store) -> list[dict[str, Any]]:
 
 
 def build(client: Client, store: Store, human: str) -> dict[str, Any]:
+    # Dead letters before the owed counts: a sweep moves a record from owed/ to dead_letter/
+    # in one rename, so a letter listed here is no longer counted as owed. Read the other way
+    # round, a letter dead-lettered in between would show in both tables at once.
+    dead = client.call("dlq_list", {})
     status = client.call("status", {})
     delivery = status.get("delivery") or {}
     agents = status["agents"]
@@ -79,7 +83,6 @@ def build(client: Client, store: Store, human: str) -> dict[str, Any]:
     for r in reservations:
         r["handed"] = handed_note(r.get("reason"))  # "handed over by inferno at 20:19 UTC, thread auth"
     recent = search(store, SearchQuery(limit=RECENT))
-    dead = client.call("dlq_list", {})
     for letter in dead["dead_letters"]:
         _clip(letter["message"])
     return {
