@@ -10,6 +10,8 @@ way.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,10 +56,10 @@ class Core:
         return cls(store, committer, hub, events, server, notifier)
 
 
-def durable_store(root: str) -> Store:
+def durable_store(root: str, clock: Callable[[], float] = time.time) -> Store:
     """A store for relayd to serve whose writes are made durable by group commit (in the
-    event loop: the group commit needs one)."""
-    return Store(root, sync=GroupCommit())
+    event loop: the group commit needs one); `clock`: what its times are read from."""
+    return Store(root, sync=GroupCommit(), clock=clock)
 
 
 def _at_once(then: Callable[[], None]) -> None:

@@ -85,7 +85,7 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
     from support.relayd_proc import Daemon
 
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
-    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    daemon = Daemon(relay_env, "--retry-interval", "250ms").start()
     try:
         tmux("copy-mode", "-t", tmux.pane)
         relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
@@ -97,7 +97,7 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
         tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
         wait_for("the retried trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
         assert (store_dir / "agents" / "glacier" / "pending").exists()
-        time.sleep(3.5)  # several more retry rounds: the pending flag keeps it to one trigger
+        time.sleep(1)  # four more retry rounds: the pending flag keeps it to one trigger
         assert tmux.lines_after_sentinel() == [TRIGGER]
         assert "SECRET-BODY" not in tmux.received.read_text()
         assert "held trigger delivered" in daemon.log()
@@ -249,19 +249,19 @@ def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, 
 
     relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
     _type_a_draft(prompt_pane)
-    daemon = Daemon(relay_env, "--retry-interval", "1s").start()
+    daemon = Daemon(relay_env, "--retry-interval", "250ms").start()
     try:
         for n in range(3):  # a burst of mail while the person is typing
             relayctl("send", "inferno", f"SECRET-BODY-{n}", agent="sender")
         wait_for("the daemon to hold the trigger back", lambda: "unsent text" in daemon.log())
-        time.sleep(2.5)  # more retry rounds while the draft is still there
+        time.sleep(0.75)  # three more retry rounds while the draft is still there
         assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
         assert prompt_pane.received.read_text() == ""  # and not submitted
         assert not (store_dir / "agents" / "inferno" / "pending").exists()
 
         prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
         wait_for("the trigger after the draft was sent", lambda: TRIGGER in prompt_pane.received.read_text())
-        time.sleep(2.5)  # more retry rounds: the pending flag keeps the burst to one trigger
+        time.sleep(0.75)  # three more retry rounds: the pending flag keeps the burst to one trigger
         assert prompt_pane.lines_after_sentinel() == [DRAFT, TRIGGER]
         assert "held trigger delivered" in daemon.log()
     finally:

@@ -1,12 +1,14 @@
 """At-least-once delivery: acks, redelivery with full-jitter backoff, dead letters, escalation.
 
 The exact tests drive the store with an injected clock and a seeded jitter source, so every
-redelivery moment is known in advance; the process tests use a real relayd, the real CLI
-and a real tmux pane, and the crash tests SIGKILL real processes at random points.
+redelivery moment is known in advance; the command-line tests run relayctl's commands through
+relayd's server in this process (support.inproc), its store on such a clock, into a real
+tmux pane; the crash tests SIGKILL real relayd and relayctl processes at random points.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -27,6 +29,7 @@ from relayd.owing import policy_for
 from relayd.errors import UsageError
 from relayd.inbox.read import read_all
 from relayd.store import Store
+from support import inproc
 from support.ack_team import Clock, ack_team
 from support.relayd_proc import Daemon
 
@@ -467,29 +470,34 @@ def test_records_due_later_are_parked_by_minute_and_come_back_at_their_moment(st
 # -- the CLI, with relayd up and down -------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("with_daemon", [True, False], ids=["daemon", "no-daemon"])
 def test_the_whole_story_from_the_command_line(relayctl, relay_env, store_dir: Path, with_daemon: bool) -> None:
+    """relayctl's own commands, through relayd (its server in this process, its store on a
+    clock the test moves on: each redelivery comes when the test says) or without it (the
+    real clock, short waits: nothing redelivers but the test's `redeliver`)."""
     relayctl("init")
     for name in ("alice", "bob"):
         relayctl("register", name)
-    daemon = Daemon(relay_env, "--redeliver-interval", "50ms").start() if with_daemon else None
-    try:
-        # Waits long enough that the ack after `dlq retry` beats three more redeliveries
-        # (p < 0.001), short enough that the first dead letter comes within seconds.
-        sent = relayctl("--json", "send", "bob", "must arrive", "--ack", "--ack-wait", "1s", "--max-deliver", "3", agent="alice")
+    clock = Clock(time.time())
+    with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], clock=clock) if with_daemon else contextlib.nullcontext() as relayd:
+
+        def later() -> None:
+            """Past the longest wait the message may have (1 s, or 10 ms, doubling: at most 8 s or 80 ms)."""
+            if with_daemon:
+                clock.now += 3600
+            else:
+                time.sleep(0.1)
+
+        sent = relayctl("--json", "send", "bob", "must arrive", "--ack", "--ack-wait", "1s" if with_daemon else "10ms", "--max-deliver", "3", agent="alice")
+        assert (relayd is not None and relayd.server.requests > 0) is with_daemon  # through relayd, or in direct mode
         message_id = json.loads(sent.stdout)["id"]
         shown = relayctl("read", "--unread", "--mark-read", agent="bob").stdout
         assert f"[attempt 1, owed: relayctl ack {message_id}]" in shown
-        deadline = time.monotonic() + 30
-        # Asked in this process while it waits (a CLI start each 50 ms was most of the test's
-        # CPU); the CLI's own status is read once it is there.
-        while relayctl.setup("status")["delivery"]["dead_letters"] != 1:
-            assert time.monotonic() < deadline, "never dead-lettered"
-            if not with_daemon:
-                relayctl("redeliver")  # what cron or a systemd timer would run
-                time.sleep(0.2)  # the attempts come due each second (--ack-wait)
-            time.sleep(0.05)
+        for attempt in (2, 3, 4):
+            later()
+            assert json.loads(relayctl("--json", "redeliver").stdout)["redelivered"] == [{"id": message_id, "to": "bob", "attempt": attempt, "of": 4}]
+        later()
+        assert [d["id"] for d in json.loads(relayctl("--json", "redeliver").stdout)["dead_lettered"]] == [message_id]
         assert "1 dead letters" in relayctl("status").stdout
         listed = relayctl("dlq", "list").stdout
         assert message_id in listed and "alice → bob" in listed and "(4 attempts)" in listed
@@ -502,20 +510,15 @@ def test_the_whole_story_from_the_command_line(relayctl, relay_env, store_dir: P
         acked = relayctl("ack", message_id, agent="bob")
         assert acked.stdout.strip().startswith(f"{message_id}: acknowledged")
         assert relayctl("ack", message_id, agent="bob").stdout.strip() == f"{message_id}: already acknowledged"
+
         def attempts() -> list[int]:
             return [m["attempt"] for m in json.loads(relayctl("--json", "read", "--last", "0", agent="bob").stdout) if m["id"] == message_id]
 
-        # The retry was attempt 5; a sweep may have brought one more before the ack landed.
-        settled = attempts()
-        assert settled in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6])
-        time.sleep(0.5)
-        if not with_daemon:
-            relayctl("redeliver")
-        assert attempts() == settled  # acknowledged: nothing more comes
+        assert attempts() == [1, 2, 3, 4, 5]
+        later()
+        assert json.loads(relayctl("--json", "redeliver").stdout)["redelivered"] == []
+        assert attempts() == [1, 2, 3, 4, 5]  # acknowledged: nothing more comes
         assert json.loads(relayctl("--json", "status").stdout)["delivery"]["owed"] == 0
-    finally:
-        if daemon is not None:
-            daemon.kill()
 
 
 @pytest.mark.slow
@@ -544,36 +547,38 @@ def test_bad_input_gets_one_line_and_a_non_zero_exit(relayctl, store_dir: Path, 
 
 @pytest.mark.slow
 def test_redelivery_fires_the_tmux_trigger_again_until_the_ack(relayctl, relay_env, store_dir: Path, short_tmp: Path) -> None:
+    """relayd (its server and notifier in this process, on a clock the test moves on) types a
+    trigger into the pane for each delivery the agent does not acknowledge, and none after."""
     from support.recording_pane import TRIGGER, Tmux
 
     tmux = Tmux(short_tmp)
-    daemon = None
+    clock = Clock(time.time())
     try:
         relayctl("init")
         (store_dir / "config.json").write_text(json.dumps({"notify": {"trigger": TRIGGER}}))
         relayctl("register", "sender")
         relayctl("register", "busy", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
-        daemon = Daemon(relay_env, "--redeliver-interval", "50ms").start()
-        message_id = json.loads(relayctl("--json", "send", "busy", "SECRET deploy", "--ack", "--ack-wait", "200ms", "--max-deliver", "5", agent="sender").stdout)["id"]
+        with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], notify=True, clock=clock):
+            message_id = json.loads(relayctl("--json", "send", "busy", "SECRET deploy", "--ack", "--ack-wait", "200ms", "--max-deliver", "5", agent="sender").stdout)["id"]
 
-        def triggers() -> int:
-            # Read the pane's output directly: typing a sentinel could interleave with a
-            # trigger being typed at the same moment.
-            return tmux.received.read_text().splitlines().count(TRIGGER)
+            def triggers() -> int:
+                # Read the pane's output directly: typing a sentinel could interleave with a
+                # trigger being typed at the same moment.
+                return tmux.received.read_text().splitlines().count(TRIGGER)
 
-        _until(lambda: triggers() >= 1, "the first trigger")
-        # The agent never reads: the sweep presents attempt 2 and the trigger fires again.
-        _until(lambda: copies_cli(relayctl, message_id) >= 2 and triggers() >= 2, "a redelivery and its trigger")
-        relayctl("ack", message_id, agent="busy")
-        time.sleep(0.5)  # a trigger for a copy made just before the ack may still be typed
-        delivered, typed = copies_cli(relayctl, message_id), triggers()
-        assert 2 <= typed <= delivered  # one trigger per delivery at most (two close copies share one)
-        time.sleep(1.5)  # longer than the remaining waits would have been: after the ack nothing comes
-        assert (copies_cli(relayctl, message_id), triggers()) == (delivered, typed)
-        assert "SECRET" not in tmux.received.read_text()
+            _until(lambda: triggers() == 1, "the first trigger")
+            # The agent never reads: once its wait has passed, each sweep presents the next
+            # attempt and the trigger fires again.
+            for attempt in (2, 3):
+                clock.now += 3600
+                assert json.loads(relayctl("--json", "redeliver").stdout)["redelivered"] == [{"id": message_id, "to": "busy", "attempt": attempt, "of": 6}]
+                _until(lambda: triggers() == attempt, f"the trigger for attempt {attempt}")
+            relayctl("ack", message_id, agent="busy")
+            clock.now += 3600
+            assert json.loads(relayctl("--json", "redeliver").stdout)["redelivered"] == []  # after the ack nothing comes
+            assert (copies_cli(relayctl, message_id), triggers()) == (3, 3)
+            assert "SECRET" not in tmux.received.read_text()
     finally:
-        if daemon is not None:
-            daemon.kill()
         tmux.close()
 
 

@@ -5,20 +5,28 @@ with group commit, the event log follower and the hub -- what a request meets on
 through relayd -- on a temporary store, started with `tg.start()` in the loop of an
 `@pytest.mark.anyio` test. The test reaches it with a real client on the socket; a blocking
 client (relay's own `Client`, `support.rawclient`) runs in a worker thread (`blocking`), so the
-loop keeps serving meanwhile. Process behaviour (signals, crashes, start-up, locks) is
-tested on real relayd processes (tests/support/relayd_proc.py).
+loop keeps serving meanwhile. A test that is not async (relayctl's own entry point run in
+the test's thread, support.cli_inprocess) has the same server in a thread of its own
+(`in_a_thread`). With `clock`, every time the store keeps (when owed mail is due, when it
+was acknowledged) is read from it: a test moves it on instead of waiting. Process behaviour
+(signals, crashes, start-up, locks) is tested on real relayd processes
+(tests/support/relayd_proc.py).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from contextlib import asynccontextmanager
+import sys
+import time
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import anyio
+import structlog
 from anyio.abc import SocketListener
+from anyio.from_thread import start_blocking_portal
 
 from relayd.daemon.core import Core, durable_store
 from relayd.daemon.lifecycle import bind_listener
@@ -37,11 +45,11 @@ class InProcess:
 
 
 @asynccontextmanager
-async def serving(store_dir: str, socket_path: str, notify: bool = False, **server_options: Any) -> AsyncIterator[InProcess]:
+async def serving(store_dir: str, socket_path: str, notify: bool = False, clock: Callable[[], float] = time.time, **server_options: Any) -> AsyncIterator[InProcess]:
     """relayd's server for `store_dir` on `socket_path`, until the block ends; with `notify`,
     also its notification runner, which triggers the agents' panes or commands as mail
     arrives (register --notify)."""
-    store = durable_store(store_dir)
+    store = durable_store(store_dir, clock)
     store.root_dir(create=True)
     core = Core.assemble(store, **server_options)
     committer, events, server = core.committer, core.events, core.server
@@ -65,6 +73,27 @@ async def serving(store_dir: str, socket_path: str, notify: bool = False, **serv
         store.close()
         if os.path.exists(socket_path):
             os.unlink(socket_path)
+
+
+@contextmanager
+def in_a_thread(store_dir: str, socket_path: str, **options: Any) -> Iterator[InProcess]:
+    """`serving`, in a thread with its own event loop, for a test that is not async. relayd's
+    log goes to the test process's own stderr, never into the stdout of a relayctl run in
+    this process meanwhile; the test's failure is raised as it is, not inside the server's
+    task group."""
+    kept = structlog.get_config()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.__stderr__))
+    failure: BaseException | None = None
+    try:
+        with start_blocking_portal("asyncio") as portal, portal.wrap_async_context_manager(serving(store_dir, socket_path, **options)) as served:
+            try:
+                yield served
+            except BaseException as exc:
+                failure = exc
+    finally:
+        structlog.configure(**kept)
+    if failure is not None:
+        raise failure
 
 
 def snapshot(root: str, leave_out: Callable[[str], bool] = lambda relative: False) -> dict[str, bytes]:
