@@ -63,8 +63,11 @@ def run(quick: bool, cases: tuple[tuple[str, str], ...] = CASES) -> list[Row]:
         p99 = p99_ms(latencies) if latencies else float("nan")
         median = median_ms(latencies) if latencies else float("nan")
         ok = bool(latencies) and misses == 0 and p99 <= TARGETS[way] * 1000
+        # The first send starts the session's first turn (Copilot CLI starts its session then):
+        # said apart, so a tail that is the program's start-up reads as that.
+        first = f"; the first send {latencies[0] * 1000:.0f} ms, the others' p99 {p99_ms(latencies[1:]):.0f} ms" if len(latencies) > 2 and not misses else ""
         rows.append(Row(AREA, name, round(p99, 1), "ms p99", f"p99 <= {TARGETS[way] * 1000:.0f} ms, 0 misses", ok,
-                        f"median {median:.0f} ms, {misses} missed" + (f"; the first miss: {why_missed}" if why_missed else "")))
+                        f"median {median:.0f} ms, {misses} missed{first}" + (f"; the first miss: {why_missed}" if why_missed else "")))
     return rows
 
 
