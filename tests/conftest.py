@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -16,6 +17,12 @@ import pytest
 
 from support.cli_processes import RelayCtl
 from support.program_slots import program_slot
+
+# pytest keeps each test module as it rewrote its asserts in __pycache__ only where bytecode
+# may be written; under PYTHONDONTWRITEBYTECODE (as on the machines CI runs on) it rewrote all
+# of them on every run, most of the quick loop's collection (7 s of 8 here). This process
+# writes them; the processes the tests start still follow the variable.
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture
