@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 import msgspec
@@ -98,7 +99,8 @@ class Store:
         bridge runs operations on the very store it serves, so it is given the store)."""
         self.root = os.path.abspath(root)
         self.rotate_bytes = rotate_bytes
-        # Redelivery waits read these two, so tests can drive ack-waits and jitter exactly.
+        # The times the store keeps (redelivery waits, reservation expiries, held mail) read
+        # the clock, and jitter reads rand, so tests can drive them exactly.
         self.clock = clock
         self.rand = rand or _random  # (random is imported on first use: most commands never jitter)
         self.sync: Syncer = sync if sync is not None else Syncer() if fsyncs(fsync) else NoSync()
@@ -264,6 +266,10 @@ class Store:
         opened = os.fstat(fd)
         self._appending[name] = (fd, opened.st_dev, opened.st_ino)
         return fd
+
+    def now(self) -> datetime:
+        """The store's clock as a UTC moment (see `clock`)."""
+        return datetime.fromtimestamp(self.clock(), timezone.utc)
 
     def close(self) -> None:
         for fd, _, _ in self._appending.values():

@@ -36,7 +36,6 @@ import msgspec
 
 from .. import layout
 from ..config import Config, load_config
-from ..delivery.held import now_of
 from ..delivery.log import SYSTEM_SENDER
 from ..errors import NotFound, RelayError, UsageError
 from ..fsio import Dir
@@ -104,7 +103,7 @@ def hold(store: Store, name: str, agent: Dir, interval: bool = True) -> str | No
     rules = rules_for(store, name, config)
     if any(never_waits(m, rules) for m in unread):
         return None
-    now = now_of(store)
+    now = store.now()
     senders = sorted({m.from_ for m in unread})
     found = {s: _paused(store, name, s, _pair_rules(store, name, s, config), now) for s in senders if s != name and store.is_agent(s)}
     if JUST_PAUSED in found.values():
@@ -258,7 +257,7 @@ def loops(store: Store) -> list[Loop]:
     folder = store.top_if_exists(layout.LOOPS)
     if folder is None:
         return []
-    now = now_of(store)
+    now = store.now()
     found = []
     for _, raw in folder.read_listed(".json"):
         try:
@@ -290,7 +289,7 @@ def budget_resume(store: Store, p: BudgetResumeParams) -> BudgetResumeResult:
     for name in p.agents:
         check_agent_name(name)
     a, b = p.agents
-    now = now_of(store)
+    now = store.now()
     with store.root_dir().locked(layout.LOOPS_LOCK):
         loop = read_loop(store, a, b)
         if loop is None or not is_active(loop, now):

@@ -119,7 +119,8 @@ class TeamReservations:
         if buckets is None:
             return None, _error(request, Unavailable("cannot reserve: the team's reservations are decided through NATS, which is unreachable now (try again when relayctl status shows the bridge connected; --check still works)"))
         kv, locks = buckets
-        held = {digest(name) for name, r in load_all(self.store) if not is_expired(r)}
+        moment = self.store.now()
+        held = {digest(name) for name, r in load_all(self.store) if not is_expired(r, moment)}
         wanted = _candidate(params)
         if len(held) >= MAX_RESERVATIONS_PER_HOST and digest(reservation_key(wanted.repo, wanted.pattern, None if wanted.exclusive else wanted.agent)) not in held:
             return None, _error(request, Conflict(f"cannot reserve: this host holds {MAX_RESERVATIONS_PER_HOST} reservations, the most the other hosts keep of one host; release some first"))
@@ -133,13 +134,13 @@ class TeamReservations:
                 others = await self._read_others(kv)
             except RelayError as exc:
                 return None, _error(request, exc)
-            conflicts = find_conflicts(candidate, others)
+            conflicts = find_conflicts(candidate, others, moment)
             if conflicts and not params.force:
                 return None, _error(
                     request,
                     Conflict(
                         f"cannot reserve {candidate.pattern} in {candidate.repo}: "
-                        + "; ".join(f"{describe(c)} on host {c.host}" for c in conflicts),  # each front end says what to do next
+                        + "; ".join(f"{describe(c, moment)} on host {c.host}" for c in conflicts),  # each front end says what to do next
                         conflicts=[msgspec.to_builtins(c) for c in conflicts],
                     ),
                 )
@@ -182,7 +183,7 @@ class TeamReservations:
             return outcome
         params = decode_params(lookup("reserve"), request.params)
         candidate = _candidate(params)
-        found = find_conflicts(candidate, list(self.remote.values()))
+        found = find_conflicts(candidate, list(self.remote.values()), self.store.now())
         if found:
             reply.result["conflicts"] = list(reply.result.get("conflicts", [])) + [msgspec.to_builtins(c) for c in found]
             payload = protocol.encode(reply)
@@ -275,7 +276,8 @@ class TeamReservations:
     async def reconcile(self, kv) -> None:
         """Make the bucket show exactly this host's live reservations, each freshly written
         (the bucket's max age removes entries nobody rewrites)."""
-        local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r)}
+        moment = self.store.now()
+        local = {team_key(self.host, digest(name)): r for name, r in load_all(self.store) if not is_expired(r, moment)}
         for key, revision, value in await _bucket(self.js, self.skipped, self.host):
             if value.host == self.host and key not in local:
                 await kv.delete(key, last=revision)

@@ -21,8 +21,6 @@ Time is read from the store's clock (`Store.clock`), so the tests move it in mem
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import msgspec
 
 from .. import layout
@@ -114,10 +112,6 @@ def thresholds(store: Store) -> tuple[float, float]:
         return parse_duration(HELD_AFTER).total_seconds(), parse_duration(HELD_NOTICE_AFTER).total_seconds()
 
 
-def now_of(store: Store) -> datetime:
-    return datetime.fromtimestamp(store.clock(), timezone.utc)
-
-
 def held_since(store: Store, name: str, stored: str) -> Held:
     """Why mail to `name` stored at `stored` waits, and since when (never before it was stored)."""
     with store.agent_dir(name) as agent:
@@ -130,7 +124,7 @@ def held_since(store: Store, name: str, stored: str) -> Held:
 
 def waited(store: Store, stored: str) -> float:
     """Seconds since `stored`, by the store's clock."""
-    return (now_of(store) - parse_iso(stored)).total_seconds()
+    return (store.now() - parse_iso(stored)).total_seconds()
 
 
 def agent_held(store: Store, name: str, held_after: float) -> Held | None:

@@ -27,7 +27,7 @@ from ..errors import NotFound, NotOwner, UsageError
 from ..records import Reservation, check_agent_name, json_encoder
 from ..registry import operation
 from ..store import Store
-from ..timefmt import now, parse_duration, to_iso
+from ..timefmt import parse_duration, to_iso
 from .guard_index import directory_stamp, written_through
 from .reserve import MAX_REASON, MAX_TTL, check_repo, is_expired, load_all, pattern_in_repo, reservation_key
 
@@ -70,12 +70,12 @@ def handoff(store: Store, p: HandoffParams) -> HandoffResult:
     if ttl is not None and not timedelta(0) < ttl <= MAX_TTL:
         raise UsageError(f"--ttl must be positive and at most {MAX_TTL.days} days, not {p.ttl!r}")
     wanted = {pattern_in_repo(pattern, repo) for pattern in p.patterns}
-    stamp = now()
+    stamp = store.now()
     note = f"{HANDED} {p.agent} at {to_iso(stamp)[11:16]} UTC" + (f", thread {p.thread}" if p.thread else "")
     folder = store.top(layout.RESERVATIONS)
     with store.root_dir().locked(layout.RESERVATIONS_LOCK):
         before = directory_stamp(store.root)
-        mine = [(key, r) for key, r in load_all(store) if r.agent == p.agent and r.repo == repo and not is_expired(r)]
+        mine = [(key, r) for key, r in load_all(store) if r.agent == p.agent and r.repo == repo and not is_expired(r, stamp)]
         chosen = [(key, r) for key, r in mine if p.all or r.pattern in wanted]
         missing = sorted(wanted - {r.pattern for _, r in chosen})
         if missing:

@@ -14,7 +14,7 @@ at the same moment cannot both win.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -112,9 +112,10 @@ def _read(folder, name: str) -> Reservation | None:
         return None  # a damaged file holds nothing
 
 
-def find_conflicts(candidate: Reservation, existing: list[Reservation]) -> list[Reservation]:
-    """The reservations that keep `candidate` from being taken (cheapest tests first)."""
-    expired = expiry_test()
+def find_conflicts(candidate: Reservation, existing: list[Reservation], reference: datetime | None = None) -> list[Reservation]:
+    """The reservations that keep `candidate` from being taken at `reference` (default now;
+    cheapest tests first)."""
+    expired = expiry_test(reference)
     found = []
     for other in existing:
         if other.repo != candidate.repo or other.agent == candidate.agent or not (candidate.exclusive or other.exclusive):
@@ -145,8 +146,8 @@ def _reads_as(stored: str, pattern: str) -> bool:
         return False
 
 
-def describe(r: Reservation) -> str:
-    left = (parse_iso(r.expires_at) - now()).total_seconds()
+def describe(r: Reservation, reference: datetime | None = None) -> str:
+    left = (parse_iso(r.expires_at) - (reference or now())).total_seconds()
     kind = "exclusive" if r.exclusive else "shared"
     return f"{r.agent} holds {r.pattern} ({kind}, expires {r.expires_at}, in {short_span(left)})"
 
@@ -203,7 +204,7 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
         raise UsageError(f"reason is too long ({len(p.reason)} characters, at most {MAX_REASON})")
     if not p.check and not p.force:
         _refuse_sweeping(pattern, repo, ttl, p.ttl)
-    stamp = now()
+    stamp = store.now()
     candidate = Reservation(
         id=new_ulid(),
         agent=p.agent,
@@ -218,13 +219,13 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
     with store.root_dir().locked(layout.RESERVATIONS_LOCK, shared=p.check):
         before = None if p.check else directory_stamp(store.root)
         held = load_all(store)
-        conflicts = find_conflicts(candidate, [r for _, r in held])
+        conflicts = find_conflicts(candidate, [r for _, r in held], stamp)
         if p.check:
             return ReserveResult(reserved=False, reservation=None, conflicts=conflicts)
         if conflicts and not p.force:
             raise Conflict(
                 f"cannot reserve {pattern} in {repo}: "
-                + "; ".join(describe(c) for c in conflicts),  # each front end says what to do next
+                + "; ".join(describe(c, stamp) for c in conflicts),  # each front end says what to do next
                 conflicts=[msgspec.to_builtins(c) for c in conflicts],
             )
         key = reservation_key(repo, pattern, None if candidate.exclusive else p.agent)
@@ -237,10 +238,10 @@ def reserve(store: Store, p: ReserveParams) -> ReserveResult:
                 renewed = True
                 candidate = msgspec.structs.replace(candidate, id=previous.id, created_at=previous.created_at)
                 data = json_encoder.encode(candidate) + b"\n"
-            elif previous is not None and not is_expired(previous) and not p.force:
+            elif previous is not None and not is_expired(previous, stamp) and not p.force:
                 # Unreachable while every writer holds the lock; kept so a stray file never gets overwritten silently.
-                raise Conflict(f"cannot reserve {pattern} in {repo}: {describe(previous)}")
-            elif previous is not None and is_expired(previous):
+                raise Conflict(f"cannot reserve {pattern} in {repo}: {describe(previous, stamp)}")
+            elif previous is not None and is_expired(previous, stamp):
                 events.append(store.event("reservation", action="expired", pattern=previous.pattern, repo=repo, agent=previous.agent))
             folder.replace(key, data, store.sync)
         # Switching between shared and exclusive leaves one reservation, not two.
@@ -335,7 +336,7 @@ class ReservationView(Reservation, kw_only=True, omit_defaults=False):
 
 def listing(store: Store, repo: str | None = None, agent: str | None = None, expired: bool = False) -> list[ReservationView]:
     repo = check_repo(repo) if repo else None
-    reference = now()
+    reference = store.now()
     shown = []
     for _, r in load_all(store):
         if repo is not None and r.repo != repo:

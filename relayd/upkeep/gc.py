@@ -37,7 +37,7 @@ from ..inbox.dead_letters import trim as trim_dead_letters
 from ..records import Message, Reservation, reservation_decoder
 from ..registry import operation
 from ..reservations.guard_index import directory_stamp, written_through
-from ..reservations.reserve import is_expired, load_all
+from ..reservations.reserve import expiry_test, load_all
 from ..store import Store
 from ..team.commands import SUFFIX as COMMAND_SUFFIX
 from ..team.commands import all_commands
@@ -110,8 +110,9 @@ def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:
     removed = []
     with store.root_dir().locked(layout.RESERVATIONS_LOCK):
         before = directory_stamp(store.root)
+        expired = expiry_test(store.now())
         for name, r in load_all(store):
-            if not is_expired(r):
+            if not expired(r):
                 continue
             if not dry_run:
                 folder.unlink(name, missing_ok=True)

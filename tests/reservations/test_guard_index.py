@@ -22,6 +22,7 @@ from relayd import guard, layout, ops
 from relayd.reservations.guard_index import MAGIC, index_name
 from relayd.jsonline import dumps, loads
 from relayd.store import Store
+from support.ack_team import Clock
 
 LATER = timedelta(seconds=10)  # past the settling time of a directory changed just now
 
@@ -286,7 +287,6 @@ def test_refresh_brings_the_indexes_commits_made_up_to_date(repo: Path, store: S
     assert "glacier holds src/**" in refused and "docs/**" not in refused
 
 
-@pytest.mark.slow
 def test_relay_writes_the_index_through_on_every_reservation_change(repo: Path, store: Store, store_dir: Path) -> None:
     """Reserve, release and gc rebuild the indexes under the reservations lock: the next
     commit finds its index current at once, relayd running or not (here it is not)."""
@@ -300,9 +300,11 @@ def test_relay_writes_the_index_through_on_every_reservation_change(repo: Path, 
     release(store, repo, "glacier", "src/**")
     assert _current(store_dir, repo) and "glacier" not in check(repo, store_dir)
     next_tick(store_dir)
-    reserve(store, repo, "storm", "lib/**", ttl="1s")
-    time.sleep(1.1)  # the reservation's own 1 s life, which gc reads from the real clock
-    ops.call(store, "gc", {})
+    clock = Clock(time.time())
+    with Store(str(store_dir), clock=clock) as timed:
+        reserve(timed, repo, "storm", "lib/**", ttl="1s")
+        clock.now += 1.001  # the reservation's own 1 s life, by the store's clock
+        ops.call(timed, "gc", {})
     assert _current(store_dir, repo)
     assert "lib/**" not in (check(repo, store_dir, after=timedelta(0)) or "")
 

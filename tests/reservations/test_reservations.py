@@ -16,6 +16,8 @@ from relayd import ops
 from relayd.errors import Conflict
 from relayd.reservations.reserve import reservation_key
 from relayd.store import Store
+from support import inproc
+from support.ack_team import Clock
 
 
 @pytest.fixture
@@ -135,12 +137,16 @@ def test_a_reservation_stored_before_the_any_depth_reading_is_read_with_it_and_r
     assert relayctl("reserve", "src/main.go", "--repo", repo, agent="glacier").returncode == 0
 
 
-@pytest.mark.slow
-def test_expired_reservations_never_conflict(relayctl, team, repo) -> None:
-    relayctl("reserve", "README.md", "--ttl", "1s", "--repo", repo, agent="inferno")
-    time.sleep(1.1)
-    relayctl("reserve", "README.md", "--repo", repo, agent="glacier")
-    listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
+def test_expired_reservations_never_conflict(relayctl, team, repo, relay_env, store_dir: Path) -> None:
+    """Through relayd (its server in this process, its store on a clock the test moves on)."""
+    clock = Clock(time.time())
+    with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], clock=clock):
+        relayctl("reserve", "README.md", "--ttl", "1s", "--repo", repo, agent="inferno")
+        refused = relayctl("reserve", "README.md", "--repo", repo, agent="glacier", check=False)
+        assert refused.returncode == 1 and "inferno holds **/README.md" in refused.stderr  # (while it holds)
+        clock.now += 1.001  # its second has passed
+        relayctl("reserve", "README.md", "--repo", repo, agent="glacier")
+        listed = json.loads(relayctl("--json", "reservations", "--repo", repo).stdout)
     assert [r["agent"] for r in listed] == ["glacier"]
 
 

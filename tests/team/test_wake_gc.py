@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from relayd.timefmt import now, to_iso
+from support import inproc
+from support.ack_team import Clock
 from support.paths import ROOT
 
 
@@ -140,39 +142,42 @@ def test_systemd_units_verify(short_tmp: Path) -> None:
 
 
 @pytest.mark.slow
-def test_gc_expired_reservations_stale_agents_old_commands(relayctl, store_dir: Path, short_tmp: Path) -> None:
+def test_gc_expired_reservations_stale_agents_old_commands(relayctl, relay_env: dict[str, str], store_dir: Path, short_tmp: Path) -> None:
+    """Through relayd (its server in this process, its store on a clock the test moves on)."""
     relayctl("init", "--preset", "overlord")
-    repo = str(short_tmp)
-    relayctl("reserve", "old/**", "--ttl", "1s", "--repo", repo, agent="inferno")
-    relayctl("reserve", "live/**", "--ttl", "1h", "--repo", repo, agent="inferno")
-    old = json.loads(relayctl("--json", "cmd", "s", "/old", agent="overlord").stdout)
-    recent = json.loads(relayctl("--json", "cmd", "s", "/recent", agent="overlord").stdout)
-    waiting = json.loads(relayctl("--json", "cmd", "other", "/waiting", agent="overlord").stdout)
-    relayctl("cmd", "consume", "--session", "s", agent="glacier")
-    relayctl("cmd", "done", old["id"], agent="glacier")
-    # Pretend the first command finished two hours ago.
-    path = store_dir / "commands" / f"{old['id']}.json"
-    record = json.loads(path.read_text())
-    record["done_at"] = to_iso(now() - timedelta(hours=2))
-    path.write_text(json.dumps(record))
-    time.sleep(1.1)  # the 1s reservation expires
+    clock = Clock(time.time())
+    with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], clock=clock):
+        repo = str(short_tmp)
+        relayctl("reserve", "old/**", "--ttl", "1s", "--repo", repo, agent="inferno")
+        relayctl("reserve", "live/**", "--ttl", "1h", "--repo", repo, agent="inferno")
+        old = json.loads(relayctl("--json", "cmd", "s", "/old", agent="overlord").stdout)
+        recent = json.loads(relayctl("--json", "cmd", "s", "/recent", agent="overlord").stdout)
+        waiting = json.loads(relayctl("--json", "cmd", "other", "/waiting", agent="overlord").stdout)
+        relayctl("cmd", "consume", "--session", "s", agent="glacier")
+        relayctl("cmd", "done", old["id"], agent="glacier")
+        # Pretend the first command finished two hours ago.
+        path = store_dir / "commands" / f"{old['id']}.json"
+        record = json.loads(path.read_text())
+        record["done_at"] = to_iso(now() - timedelta(hours=2))
+        path.write_text(json.dumps(record))
+        clock.now += 1.001  # the 1 s reservation expires, by the store's clock
 
-    dry = json.loads(relayctl("--json", "gc", "--dry-run", "--stale", "1h").stdout)
-    assert [r["pattern"] for r in dry["reservations"]] == ["old/**"] and dry["commands"] == [old["id"]]
-    assert len(json.loads(relayctl("--json", "reservations", "--expired").stdout)) == 2  # nothing removed
+        dry = json.loads(relayctl("--json", "gc", "--dry-run", "--stale", "1h").stdout)
+        assert [r["pattern"] for r in dry["reservations"]] == ["old/**"] and dry["commands"] == [old["id"]]
+        assert len(json.loads(relayctl("--json", "reservations", "--expired").stdout)) == 2  # nothing removed
 
-    only = json.loads(relayctl("--json", "gc", "--expired-only", "--stale", "0s").stdout)
-    assert [r["pattern"] for r in only["reservations"]] == ["old/**"] and only["agents"] == [] and only["commands"] == []
-    assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations", "--expired").stdout)] == ["live/**"]
+        only = json.loads(relayctl("--json", "gc", "--expired-only", "--stale", "0s").stdout)
+        assert [r["pattern"] for r in only["reservations"]] == ["old/**"] and only["agents"] == [] and only["commands"] == []
+        assert [r["pattern"] for r in json.loads(relayctl("--json", "reservations", "--expired").stdout)] == ["live/**"]
 
-    relayctl("heartbeat", agent="glacier")
-    full = json.loads(relayctl("--json", "gc", "--stale", "0s").stdout)
-    assert "glacier" in full["agents"] and full["commands"] == [old["id"]]
-    assert not path.exists() and not (store_dir / "commands" / f"{old['id']}.claim").exists()
-    left = {c["id"] for c in json.loads(relayctl("--json", "cmd", "list").stdout)}
-    assert left == {recent["id"], waiting["id"]}
-    glacier = store_dir / "agents" / "glacier"
-    assert (glacier / "heartbeat.stale").exists() and not (glacier / "heartbeat").exists()
-    assert "ARCHIVED" in relayctl("status", "--agents").stdout
-    relayctl("heartbeat", agent="glacier")  # back again
-    assert (glacier / "heartbeat").exists() and not (glacier / "heartbeat.stale").exists()
+        relayctl("heartbeat", agent="glacier")
+        full = json.loads(relayctl("--json", "gc", "--stale", "0s").stdout)
+        assert "glacier" in full["agents"] and full["commands"] == [old["id"]]
+        assert not path.exists() and not (store_dir / "commands" / f"{old['id']}.claim").exists()
+        left = {c["id"] for c in json.loads(relayctl("--json", "cmd", "list").stdout)}
+        assert left == {recent["id"], waiting["id"]}
+        glacier = store_dir / "agents" / "glacier"
+        assert (glacier / "heartbeat.stale").exists() and not (glacier / "heartbeat").exists()
+        assert "ARCHIVED" in relayctl("status", "--agents").stdout
+        relayctl("heartbeat", agent="glacier")  # back again
+        assert (glacier / "heartbeat").exists() and not (glacier / "heartbeat.stale").exists()
