@@ -645,7 +645,7 @@ def test_a_pane_whose_program_dies_at_once_makes_up_fail_with_its_cause(team: Te
     assert " EXITED " in status and status.endswith(" dead"), status  # status says what up said
 
 
-def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Path, relay_env: dict[str, str], relayctl) -> None:
+def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Path, relay_env: dict[str, str], relayctl, store_dir: Path) -> None:
     """tmux expands formats in a pane's start directory: `#(cmd)` in a folder's name ran cmd."""
     root = short_tmp / "t"
     root.mkdir()
@@ -662,6 +662,9 @@ def test_a_repository_path_with_tmux_formats_in_it_is_only_a_path(short_tmp: Pat
     finally:
         relayctl("down", str(crew.file), check=False)
         crew.tmux("kill-server", check=False)
+    # (A relayd `up` started here once outlived `down` in a full run: none may.)
+    wait_for("every process of the team to end, relayd's too", lambda: not _processes_of(store_dir), timeout=15,
+             explain=lambda: "\n".join(_processes_of(store_dir)))
 
 
 def _claude_home(team: Team, model_url: str) -> Path:
