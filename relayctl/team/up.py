@@ -224,7 +224,7 @@ def _stop_relayd(state: str) -> str:
             if b"relayd" not in fh.read():
                 return "already stopped"
         os.kill(pid, signal.SIGTERM)
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # no such file, or the process gone as it was read (ESRCH)
         return "already stopped"
     _wait_gone([pid])
     return f"stopped (pid {pid})"
@@ -246,10 +246,12 @@ def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
 
 
 def _alive(pid: int) -> bool:
+    # A process being reaped as it is read answers ESRCH (ProcessLookupError), not ENOENT:
+    # either way it is gone (an uncaught one made `down` fail with an internal error).
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):
         return False
 
 

@@ -117,11 +117,16 @@ def _status_of(relayctl, name: str) -> dict:
     return next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == name)
 
 
-def _at_rest(s) -> bool:
-    """Codex at its prompt with its turn's Stop hook run: mail sent before that hook goes with
-    the turn's end (the hook hands it over), not through the queue."""
+def _at_rest(s, after: str) -> bool:
+    """Codex at its prompt with the Stop hook run of a turn that ended after `after` (relay's
+    time stamp): mail sent before that hook goes with the turn (its hooks hand it over), not
+    through the queue. (The state file's "idle" from the session's start, or from the turn
+    before, is not the end of this turn: mail sent then went into the turn's own prompt.)"""
     state = s.agent_dir / "program-state"
-    return READY in s.tmux.screen() and state.exists() and json.loads(state.read_text())["state"] == "idle"
+    if READY not in s.tmux.screen() or not state.exists():
+        return False
+    now = json.loads(state.read_text())
+    return now["state"] == "idle" and now.get("event") == "Stop" and now["at"] > after
 
 
 def _unread(relayctl) -> list[str]:
@@ -134,9 +139,10 @@ def test_idle_mail_reaches_the_model_through_the_queue_and_nothing_is_typed(team
         door = wait_for("the session's thread reported by relay's hook", lambda: s.door(), timeout=90)
         assert door.get("unusable") is None, door
         assert door["codex_home"] == str(s.codex_home) and door["codex"].endswith("/codex")
-        wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s), timeout=90)
+        wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s, door["at"]), timeout=90)
         screens: list[str] = []
         for n in range(2):
+            rested = json.loads((s.agent_dir / "program-state").read_text())["at"]
             sent = json.loads(team("--json", "send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER).stdout)["id"]
             turn = wait_for(f"mail {n} at the model as a queued notice",
                             lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2,
@@ -144,7 +150,7 @@ def test_idle_mail_reaches_the_model_through_the_queue_and_nothing_is_typed(team
             notice = next(t for t in _user_texts(turn) if t.startswith("[relay]") and f"idle mail {n}" in t)
             assert f"from {SENDER}: idle mail {n}" in notice and "relayctl read --unread --mark-read" in notice
             assert f"body of mail {n}" in turn.text  # the notice turn's prompt hook handed the mail itself over
-            wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s), timeout=90)
+            wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s, rested), timeout=90)
         assert not any(TRIGGER in screen for screen in screens)  # relay typed nothing into the pane
         assert not any(TRIGGER in r.text for r in s.model.requests)
         assert _unread(team) == []  # read through the hook, as it came

@@ -82,8 +82,18 @@ def test_a_handoff_to_a_real_codex_session_moves_the_files_and_the_brief_reaches
             tmux.keys("Down", "Enter")  # trust the hooks, as a person does once
             tmux.wait_for(READY, timeout=90, settle=1)
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
-            wait_for("the session's thread reported by relay's hook", lambda: (store_dir / "agents" / NEW / "codex-queue").exists(), timeout=90)
-            wait_for("Codex back at its prompt", lambda: READY in tmux.screen(), timeout=90)
+            door = store_dir / "agents" / NEW / "codex-queue"
+            wait_for("the session's thread reported by relay's hook", door.exists, timeout=90)
+            reported = json.loads(door.read_text())["at"]
+
+            def at_rest() -> bool:
+                """At its prompt with that turn's Stop hook run: the brief goes through the queue,
+                not into the turn (as its hooks would hand it over)."""
+                state = store_dir / "agents" / NEW / "program-state"
+                now = json.loads(state.read_text()) if state.exists() else {}
+                return READY in tmux.screen() and now.get("event") == "Stop" and now.get("at", "") > reported
+
+            wait_for("Codex back at its prompt, its turn ended", at_rest, timeout=90)
 
             as_agent(relay_env, OLD, "reserve", "src/auth/**", "--repo", str(repo.path), "--reason", "auth refactor")
             as_agent(relay_env, OLD, "guard", "install", "--repo", str(repo.path))
