@@ -258,8 +258,7 @@ def track(store: Store, p: TrackParams) -> TrackResult:
             elif receipt.step == "read":
                 if way.read and receipt.upto is not None and receipt.upto >= latest_ts[way.to]:
                     way.read_at = receipt.ts  # going back in time: the first advance past it wins
-            elif receipt.step == "announced" and (way.announced is None or receipt.ok or not way.announced.ok):
-                # Going back in time: the earliest success after the store wins, else the earliest failure.
+            elif receipt.step == "announced" and _told_first(receipt, way.announced):
                 way.announced = Announcement(how=receipt.how, at=receipt.ts, ok=receipt.ok, error=receipt.error, note=receipt.note)
     if first.ack:
         for way in ways:
@@ -284,6 +283,19 @@ class LastAnnouncement(Announcement):
     failures: int = 0  # announcements that failed in a row, up to the last one (0: it worked)
     failing_since: str | None = None  # when the first of them failed
     earlier: bool = False  # they go back past the log's window: they began before failing_since
+
+
+def _told_first(receipt: Receipt, shown: Announcement | None) -> bool:
+    """Whether `receipt` is the announcement `track` shows rather than `shown`: the earliest
+    success, else the earliest failure. Earliest by its time, not its place in the log: a
+    door's receipt is written once the program took the message, stamped when relay began
+    to hand it over, and the prompt hook of the turn it started may have written its own
+    between the two."""
+    if shown is None:
+        return True
+    if receipt.ok != shown.ok:
+        return receipt.ok
+    return receipt.ts <= shown.at
 
 
 def last_announcements(store: Store, names: list[str]) -> dict[str, LastAnnouncement]:

@@ -197,6 +197,25 @@ def test_a_hook_handing_mail_to_the_model_is_its_announcement(team, relay_env: d
     assert way["announced"]["how"] == "hook" and way["announced"]["ok"] is True and way["read"]
 
 
+def test_a_door_that_started_the_turn_is_shown_as_the_announcement_though_the_turns_hook_wrote_first(team, store_dir: Path) -> None:
+    """A door's receipt is written once the program took the message (`codex queue` returns
+    after Codex began the turn), stamped when relay began to hand it over; the turn's prompt
+    hook may write its own in between. `track` names the door: it told the agent first."""
+    from relayd.delivery.receipts import announced
+    from relayd.timefmt import now_iso
+
+    team("register", "erin", "--notify", "hook")
+    message_id = sent_id(team("--json", "send", "erin", "the brief", agent="alice"))
+    began = now_iso()
+    time.sleep(0.002)  # (the hook's stamp is a later millisecond)
+    hook = team("--json", "hook", "claude", agent="erin", input=json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s"}))
+    assert "the brief" in hook.stdout
+    with Store(str(store_dir)) as store:
+        announced(store, [{"agent": "erin", "method": "codex-queue", "ok": True}], started={"erin": began})
+    [way] = json.loads(team("--json", "track", message_id).stdout)["recipients"]
+    assert (way["announced"]["how"], way["announced"]["at"]) == ("codex-queue", began) and way["read"]
+
+
 def agent_status(team, name: str) -> dict:
     return next(a for a in json.loads(team("--json", "status", "--agents").stdout)["agents"] if a["name"] == name)
 
