@@ -11,7 +11,6 @@ way.
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass
 from typing import Any, Callable
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -76,7 +76,7 @@ def gc(store: Store, p: GcParams) -> GcResult:
     With a retention limit (`keep`, else config.json gc.keep), read messages older than it
     also leave rotated inboxes (relayd.delivery.retention)."""
     stale = parse_duration(p.stale)
-    reference = now()
+    reference = store.now()  # one moment for the whole collection, by the store's clock
     keep = p.keep if p.keep is not None else load_config(store).gc.keep
     cutoff = reference - parse_duration(keep) if keep else None  # checked before anything is removed
     configured = dead_letter_limits(store)
@@ -87,7 +87,7 @@ def gc(store: Store, p: GcParams) -> GcResult:
     dead_mib = p.dead_letter_mib if p.dead_letter_mib is not None else configured.dead_letter_mib
     if dead_mib < 1:
         raise UsageError("dead_letter_mib: give at least 1 (MiB)")
-    removed = _expired_reservations(store, p.dry_run)
+    removed = _expired_reservations(store, reference, p.dry_run)
     archived = [] if p.expired_only else _stale_agents(store, stale, p.dry_run)
     finished = [] if p.expired_only else _finished_commands(store, reference, p.dry_run)
     trimmed = trim_all(store, cutoff, p.dry_run) if cutoff is not None and not p.expired_only else []
@@ -105,12 +105,12 @@ def gc(store: Store, p: GcParams) -> GcResult:
     return result
 
 
-def _expired_reservations(store: Store, dry_run: bool) -> list[Reservation]:
+def _expired_reservations(store: Store, reference: datetime, dry_run: bool) -> list[Reservation]:
     folder = store.top(layout.RESERVATIONS)
     removed = []
     with store.root_dir().locked(layout.RESERVATIONS_LOCK):
         before = directory_stamp(store.root)
-        expired = expiry_test(store.now())
+        expired = expiry_test(reference)
         for name, r in load_all(store):
             if not expired(r):
                 continue

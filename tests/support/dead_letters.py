@@ -9,15 +9,9 @@ from pathlib import Path
 from relayd import ops
 from relayd.store import Store
 
+from .ack_team import Clock
+
 BODY = 250_000  # bytes per dead letter: five of them are more than one line holds
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def dead_letters(store_dir: Path, count: int) -> list[str]:
