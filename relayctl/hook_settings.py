@@ -11,7 +11,8 @@ refused with one line and left as it is.
 
 A relay entry is a command hook whose whole command is relay's own form: a `relayctl`
 (or `python -m relayctl`), then only `--agent`, `--dir`, `--socket` with their values,
-then `hook <program>`, optionally behind `[ ! -x RELAYCTL ] || exec` (entries a person pasted from the docs are recognised too, and not
+then `hook <program>`, optionally behind `[ ! -x RELAYCTL ] || exec` and, for an event with nothing to do in an
+agent's session (`Hooks.agentless`), behind `[ -n "$OVLD_ROLE$RELAY_AGENT$BBS_AGENT_ROLE" ] ||` (entries a person pasted from the docs are recognised too, and not
 duplicated); a command of the person's that merely mentions it (`... && relayctl hook
 claude | tee log`) is theirs. Relay's other entries: `mcpServers.relay` running relay-mcp
 (Gemini CLI), `permissions.allow` entries for relay's MCP tools (`mcp__relay`,
@@ -57,6 +58,7 @@ import shlex
 from typing import Any, NamedTuple
 
 from relayd.errors import RelayError, UsageError
+from relayd.layout import AGENT_VARIABLES
 
 from relayd.programs.program import SERVER_NAME, Program
 from relayd.programs.registry import PROGRAMS
@@ -73,6 +75,9 @@ _ARGV_MARK = r"/\* relay: relayctl argv \*/.*?/\* end \*/"
 COPILOT_HOOKS_VERSION = 1  # the "version" an "own-file" hooks file carries (Copilot CLI's)
 
 _HOOK_OPTIONS = ("--agent", "--dir", "--socket")
+# A session with an agent name (relayd.layout.AGENT_VARIABLES) skips an `agentless` event's hook.
+_AGENTLESS_GUARD = '[ -n "' + "".join(f"${name}" for name in AGENT_VARIABLES) + '" ]'
+_AGENTLESS_WORDS = shlex.split(_AGENTLESS_GUARD) + ["||"]
 
 
 class Change(NamedTuple):
@@ -103,7 +108,10 @@ def hook_command(program: str, store_dir: str | None = None, socket: str | None 
     hook does nothing, silently, instead of an error at every prompt of every session in
     the project."""
     argv = hook_argv(program, store_dir, socket, event)
-    return f"[ ! -x {shlex.quote(argv[0])} ] || exec {shlex.join(argv)}"
+    command = f"[ ! -x {shlex.quote(argv[0])} ] || exec {shlex.join(argv)}"
+    if event is not None and event in PROGRAMS[program].hooks.agentless:
+        return f"{_AGENTLESS_GUARD} || {command}"  # nothing to do in an agent's session: no process
+    return command
 
 
 def is_relay_hook(entry: Any) -> bool:
@@ -117,6 +125,8 @@ def _is_relay_command(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
+    if words[:len(_AGENTLESS_WORDS)] == _AGENTLESS_WORDS:
+        words = words[len(_AGENTLESS_WORDS):]  # hook_command's guard for an `agentless` event
     if words[:3] == ["[", "!", "-x"] and words[4:7] == ["]", "||", "exec"] and words[7:8] == words[3:4]:
         words = words[7:]  # hook_command's guard for a relay that is gone
     if len(words) > 2 and words[1:3] == ["-m", "relayctl"]:

@@ -157,6 +157,11 @@ PROGRAM = Program(
         named_by_entry=True,
         answer="additionalContext",
         start="sessionStart",
+        # In an agent's session sessionStart has nothing to do: no state (above), and its door
+        # is reported by the extension itself and again by the prompt hook. Copilot runs it
+        # before the first prompt's hook, so a relayctl process there was ~45 ms more on the
+        # way of the session's first mail (docs/benchmarks.md).
+        agentless=("sessionStart",),
         shown="additionalContext",  # its model's: Copilot shows the person neither a systemMessage nor a hook's stderr
         relayed=True,
         help="userPromptSubmitted, postToolUse and agentStop hand mail over; sessionStart, permissionRequest and sessionEnd "

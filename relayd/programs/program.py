@@ -29,13 +29,13 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "read_at")
+                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "read_at", "agentless")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
                  help: str = "", start: str | None = None, shown: str | None = None, relayed: bool = False, failed: tuple[str, ...] = (),
-                 failure=None, read_at: str | None = None) -> None:
+                 failure=None, read_at: str | None = None, agentless: tuple[str, ...] = ()) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
         self.state = state  # events installed only to report the session's state (relayd.arrival.program_state)
@@ -62,6 +62,10 @@ class Hooks:
         # handed over (its `handed` field lists it): that mail counts as read only then, since
         # the program calls its hooks a while before the request (OpenCode). None: read when handed.
         self.read_at = read_at
+        # events whose hook has work only in a session without an agent name (the line on how
+        # to start as one): their entries run relayctl only there, and an agent's session is
+        # spared the process (relayctl.hook_settings.hook_command)
+        self.agentless = agentless
 
     @property
     def installed(self) -> tuple[str, ...]:

@@ -308,6 +308,32 @@ def test_copilot_gets_relays_own_hooks_file_which_uninstall_removes(relayctl, pr
     assert not path.exists()
 
 
+def test_copilots_session_start_runs_relayctl_only_in_a_session_without_an_agent_name(relayctl, project: Path) -> None:
+    """Copilot runs sessionStart before its first prompt's hook, and in an agent's session it
+    has nothing to do there (no state; the door is reported at the prompt): its entry starts
+    no relayctl then. A session without an agent name still gets relay's line on how to start as one."""
+    relayctl("init", "--preset", "overlord")
+    relayctl("hooks", "install", "--for", "copilot", "--project", str(project))
+    hooks = json.loads((project / ".github" / "hooks" / "relay.json").read_text())["hooks"]
+    start, prompt = hooks["sessionStart"][0]["bash"], hooks["userPromptSubmitted"][0]["bash"]
+    event = json.dumps({"timestamp": 1764000000000, "cwd": str(project), "source": "new"})
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(project)}
+
+    nobody = subprocess.run(["bash", "-c", start], input=event, env=bare, cwd=project, capture_output=True, text=True, timeout=60)
+    assert nobody.returncode == 0, nobody.stderr
+    assert "has no agent name" in json.loads(nobody.stdout)["additionalContext"]
+
+    door = Path(relayctl.env["RELAY_DIR"]) / "agents" / "inferno" / "copilot-extension"
+    agent = dict(bare, RELAY_AGENT="inferno")
+    started = subprocess.run(["bash", "-c", start], input=event, env=agent, cwd=project, capture_output=True, text=True, timeout=60)
+    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
+    assert not door.exists()  # relayctl did not run: it reports the session's door at every event it is given
+    subprocess.run(["bash", "-c", prompt], input=json.dumps({"timestamp": 1764000000001, "cwd": str(project), "prompt": "go"}),
+                   env=agent, cwd=project, capture_output=True, text=True, timeout=60)
+    assert "extension is not installed" in json.loads(door.read_text())["unusable"]  # the prompt's hook reports it, and why not
+    assert "nothing changed" in relayctl("hooks", "install", "--for", "copilot", "--project", str(project)).stdout  # still relay's entry
+
+
 def test_opencode_gets_relays_plugin_and_a_file_of_someone_elses_is_left_alone(relayctl, project: Path) -> None:
     path = project / ".opencode" / "plugin" / "relay.js"
     relayctl("hooks", "install", "--for", "opencode", "--agent", "inferno", "--project", str(project))
