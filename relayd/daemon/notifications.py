@@ -29,6 +29,11 @@ from relayd.store import Store
 
 log = structlog.get_logger()
 
+# A burst of mail is gathered into one round: it has ended once no mail came for QUIET_SECONDS
+# (a lone message waits only that long), and a longer one is cut into rounds of COALESCE_SECONDS.
+# A client's sends in a row come well under a millisecond apart, a pipelined burst in group
+# commit rounds about as close; each round of a door is a turn of the agent's model.
+QUIET_SECONDS = 0.004
 COALESCE_SECONDS = 0.02
 RETRY_SECONDS = 5.0
 
@@ -41,6 +46,7 @@ class Notifier:
         self.waiting: set[str] = set()
         self.idle: set[str] = set()  # agents whose program just went idle: triggered if mail waits
         self._wakeup = anyio.Event()
+        self._arrivals = 0  # inbox events seen: whether a burst still goes on
         self.rounds = 0
         # Agent -> why its trigger is held back, so a retry that keeps failing the same
         # way is logged once, not every interval.
@@ -52,6 +58,7 @@ class Notifier:
     def on_event(self, event: Event) -> None:
         if event.topic == "inbox" and event.agent and event.action in (None, "message"):
             self.waiting.add(event.agent)
+            self._arrivals += 1
             self._wakeup.set()
         elif event.topic == "agent" and event.agent and event.action == "resumed":
             # The person resumed an exchange the loop breaker paused (relayd.arrival.budget): its
@@ -70,9 +77,7 @@ class Notifier:
             while True:
                 with anyio.move_on_after(max(0.0, next_sweep - anyio.current_time())):
                     await self._wakeup.wait()
-                    # Let a burst of mail gather: one round per agent instead of one per
-                    # message, and the work stays off the reply path of the sends.
-                    await anyio.sleep(COALESCE_SECONDS)
+                    await self._burst_gathered()
                 sweep = anyio.current_time() >= next_sweep
                 if sweep:
                     next_sweep = anyio.current_time() + self.retry_interval
@@ -88,6 +93,16 @@ class Notifier:
                     self._retry_in = None
         finally:
             self.store.close()
+
+    async def _burst_gathered(self) -> None:
+        """Let a burst of mail gather: one round per agent instead of one per message, and the
+        work stays off the reply path of the sends."""
+        end = anyio.current_time() + COALESCE_SECONDS
+        while True:
+            seen = self._arrivals
+            await anyio.sleep(min(QUIET_SECONDS, max(0.0, end - anyio.current_time())))
+            if self._arrivals == seen or anyio.current_time() >= end:
+                return
 
     def _round(self, agents: list[str], sweep: bool, idle: list[str] = ()) -> None:
         try:

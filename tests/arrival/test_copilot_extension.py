@@ -13,10 +13,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from support import inproc
 from support.cli_processes import RelayCtl
 
 AGENT = "inferno"
@@ -148,6 +150,36 @@ def test_mail_goes_to_the_extension_as_one_notice_per_new_mail_and_never_to_the_
     later = json.loads(relayctl("--json", "send", AGENT, "after the extension", agent="strategist").stdout)["id"]
     told = json.loads(relayctl("--json", "track", later).stdout)["recipients"][0].get("announced") or {}
     assert told.get("how") != "copilot-extension"  # nothing answered at its socket: never claimed as announced there
+
+
+def test_relayd_gives_a_burst_of_mail_one_notice_and_a_lone_message_its_own(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
+    """Each notice is a turn of the agent's model: relayd's notifier (in this process) gathers
+    mail sent in a row into one, and a message sent on its own after it into the next."""
+    from relayd.client.full import Client
+
+    _team(relayctl)
+    (store_dir / "config.json").write_text(json.dumps({"coordination": {"interrupt_interval": "0s"}}))
+    extension = StandIn(runtime)
+    try:
+        _hook(relay_env, runtime, short_tmp)  # (before relayd: a round its report woke could take the burst's first message alone)
+        with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], notify=True):
+            with Client(str(store_dir), relay_env["RELAY_SOCKET"]) as client:
+                for n in range(5):  # one client's sends in a row, each durable before the next
+                    client.call("send", {"agent": "strategist", "to": [AGENT], "subject": f"burst {n}", "body": "."})
+                _until(lambda: len(extension.prompts) == 1, "the burst's notice")
+                client.call("send", {"agent": "strategist", "to": [AGENT], "subject": "on its own", "body": "."})
+                _until(lambda: len(extension.prompts) == 2, "the lone message's notice")
+        assert extension.prompts[0].startswith(f"[relay] 5 new messages for {AGENT}") and "burst 4" in extension.prompts[0]
+        assert extension.prompts[1].startswith(f"[relay] 1 new message for {AGENT}") and "on its own" in extension.prompts[1]
+    finally:
+        extension.close()
+
+
+def _until(condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def test_a_notice_the_extension_holds_for_an_open_question_says_so_in_track(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
