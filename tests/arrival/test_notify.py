@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from relayd.arrival.notify import notify_new_messages
 from relayd.store import Store
+from support import inproc
 from support.recording_pane import TRIGGER, Tmux, tmux  # noqa: F401  (a fixture)
 from support.waiting import wait_for
+
+
+RETRY = 0.1  # seconds between relayd's retry sweeps in these tests (relayd's own: 5)
 
 
 @pytest.fixture
@@ -81,15 +84,15 @@ def test_a_missing_tmux_target_is_reported_not_fatal(relayctl, configured, tmux:
 
 @pytest.mark.slow
 def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leaves_it(relayctl, configured, tmux: Tmux, relay_env, store_dir: Path) -> None:
+    """relayd's notifier (in this process: its retry sweeps counted, not slept through)."""
     from relayd.arrival.notify import agents_awaiting_trigger
-    from support.relayd_proc import Daemon
 
     relayctl("register", "glacier", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
-    daemon = Daemon(relay_env, "--retry-interval", "250ms").start()
-    try:
+    with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], notify=True, retry_interval=RETRY) as relayd:
         tmux("copy-mode", "-t", tmux.pane)
         relayctl("send", "glacier", "SECRET-BODY while copying", agent="sender")
-        wait_for("the daemon to hold the trigger back", lambda: "trigger held back" in daemon.log())
+        wait_for("relayd to hold the trigger back", lambda: "copy mode" in relayd.notifier.held.get("glacier", ""))
+        relayd.sweeps(2)  # two retry sweeps with the pane still in copy mode
         assert tmux.received.read_text() == ""  # nothing typed into the copy-mode pane
         assert not (store_dir / "agents" / "glacier" / "pending").exists()
 
@@ -97,16 +100,14 @@ def test_the_daemon_retries_a_trigger_held_back_by_copy_mode_once_the_pane_leave
         tmux("send-keys", "-t", tmux.pane, "-X", "cancel")
         wait_for("the retried trigger", lambda: TRIGGER in tmux.received.read_text().splitlines())
         assert (store_dir / "agents" / "glacier" / "pending").exists()
-        time.sleep(1)  # four more retry rounds: the pending flag keeps it to one trigger
+        relayd.sweeps(4)  # four more retry sweeps: the pending flag keeps it to one trigger
         assert tmux.lines_after_sentinel() == [TRIGGER]
         assert "SECRET-BODY" not in tmux.received.read_text()
-        assert "held trigger delivered" in daemon.log()
+        assert "glacier" not in relayd.notifier.held  # (delivered: what relayd logs as "held trigger delivered")
 
         relayctl("read", "--unread", "--mark-read", agent="glacier")  # clears the pending flag
         with Store(str(store_dir)) as store:
             assert agents_awaiting_trigger(store) == []  # and nothing unread: nothing to retry
-    finally:
-        daemon.kill()
 
 
 # -- zellij (no binary can be installed here: a recording stub on PATH) -----------------------
@@ -245,27 +246,22 @@ def _type_a_draft(pane: Tmux) -> None:
 
 @pytest.mark.slow
 def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, configured, prompt_pane: Tmux, relay_env, store_dir: Path) -> None:
-    from support.relayd_proc import Daemon
-
     relayctl("register", "inferno", "--notify", f"tmux:{prompt_pane.socket}:{prompt_pane.pane}")
     _type_a_draft(prompt_pane)
-    daemon = Daemon(relay_env, "--retry-interval", "250ms").start()
-    try:
+    with inproc.in_a_thread(str(store_dir), relay_env["RELAY_SOCKET"], notify=True, retry_interval=RETRY) as relayd:
         for n in range(3):  # a burst of mail while the person is typing
             relayctl("send", "inferno", f"SECRET-BODY-{n}", agent="sender")
-        wait_for("the daemon to hold the trigger back", lambda: "unsent text" in daemon.log())
-        time.sleep(0.75)  # three more retry rounds while the draft is still there
+        wait_for("relayd to hold the trigger back", lambda: "unsent text" in relayd.notifier.held.get("inferno", ""))
+        relayd.sweeps(3)  # three more retry sweeps while the draft is still there
         assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
         assert prompt_pane.received.read_text() == ""  # and not submitted
         assert not (store_dir / "agents" / "inferno" / "pending").exists()
 
         prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
         wait_for("the trigger after the draft was sent", lambda: TRIGGER in prompt_pane.received.read_text())
-        time.sleep(0.75)  # three more retry rounds: the pending flag keeps the burst to one trigger
+        relayd.sweeps(3)  # three more retry sweeps: the pending flag keeps the burst to one trigger
         assert prompt_pane.lines_after_sentinel() == [DRAFT, TRIGGER]
-        assert "held trigger delivered" in daemon.log()
-    finally:
-        daemon.kill()
+        assert "inferno" not in relayd.notifier.held  # (delivered: what relayd logs as "held trigger delivered")
 
 
 @pytest.mark.slow

@@ -30,8 +30,11 @@ from anyio.from_thread import start_blocking_portal
 
 from relayd.daemon.core import Core, durable_store
 from relayd.daemon.lifecycle import bind_listener
+from relayd.daemon.notifications import Notifier
 from relayd.daemon.server import Server
 from relayd.store import Store
+
+from .waiting import wait_for
 
 T = TypeVar("T")
 
@@ -42,13 +45,21 @@ class InProcess:
     store: Store
     socket_path: str
     store_dir: str
+    notifier: Notifier  # (running only with `notify`)
+
+    def sweeps(self, count: int, timeout: float = 20.0) -> None:
+        """Until the notifier has run `count` more rounds (with no new mail, its retry sweeps,
+        every `retry_interval`): what a test waits for instead of sleeping through them."""
+        until = self.notifier.rounds + count
+        wait_for(f"{count} more rounds of relayd's notifier", lambda: self.notifier.rounds >= until, timeout)
 
 
 @asynccontextmanager
 async def serving(store_dir: str, socket_path: str, notify: bool = False, clock: Callable[[], float] = time.time, **server_options: Any) -> AsyncIterator[InProcess]:
     """relayd's server for `store_dir` on `socket_path`, until the block ends; with `notify`,
     also its notification runner, which triggers the agents' panes or commands as mail
-    arrives (register --notify)."""
+    arrives (register --notify) and retries held triggers every `retry_interval` seconds
+    (a server option)."""
     store = durable_store(store_dir, clock)
     store.root_dir(create=True)
     core = Core.assemble(store, **server_options)
@@ -63,7 +74,7 @@ async def serving(store_dir: str, socket_path: str, notify: bool = False, clock:
                 tasks.start_soon(core.notifier.run)
             await tasks.start(server.serve, await SocketListener.from_socket(bind_listener(socket_path)))
             try:
-                yield InProcess(server, store, socket_path, store.root)
+                yield InProcess(server, store, socket_path, store.root, core.notifier)
             finally:
                 server.stop_accepting()
                 with anyio.move_on_after(5):
