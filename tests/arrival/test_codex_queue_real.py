@@ -158,6 +158,25 @@ def test_idle_mail_reaches_the_model_through_the_queue_and_nothing_is_typed(team
         assert status["arrives_by"] == "codex-queue" and status.get("door_unusable") is None
 
 
+def test_a_draft_in_the_prompt_is_left_as_it_is(team, relay_env, short_tmp: Path) -> None:
+    with Session(team, relay_env, short_tmp, lambda body: [message("Noted.")]) as s:
+        s.prompt("Carry on with the release work.")
+        door = wait_for("the session's thread reported by relay's hook", lambda: s.door(), timeout=90)
+        wait_for("Codex back at its prompt, its turn ended", lambda: _at_rest(s, door["at"]), timeout=90)
+        s.tmux.literal("half a thought of mine")
+        s.tmux.wait_for("half a thought of mine", timeout=30, settle=0.5)
+        rested = json.loads((s.agent_dir / "program-state").read_text())["at"]
+        sent = json.loads(team("--json", "send", AGENT, "mail beside a draft", agent=SENDER).stdout)["id"]
+        wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2,
+                 explain=lambda: s.explain(sent))
+        state = s.agent_dir / "program-state"  # (the draft stands where Codex's READY placeholder would)
+        wait_for("the notice's turn ended", lambda: (now := json.loads(state.read_text()))["state"] == "idle"
+                 and now.get("event") == "Stop" and now["at"] > rested, timeout=90)
+        assert "half a thought of mine" in s.tmux.cursor_line()  # still in the prompt, unsent
+        assert not any("half a thought of mine" in r.text for r in s.model.requests)
+        assert TRIGGER not in s.tmux.screen(history=200)
+
+
 def test_mail_during_a_tool_waits_for_the_tool_and_follows_it(team, relay_env, short_tmp: Path) -> None:
     def turn(body: dict) -> list[dict]:
         done = any(i.get("type") == "function_call_output" for i in body.get("input", []))
