@@ -44,6 +44,7 @@ from .program_state import ProgramState, read_recorded, write as write_program_s
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
 from .paneinput import bare, holds_draft, holds_trigger, prompt_drawn, question_on_screen
+from ..programs.registry import PROGRAMS
 from . import claude_inbox, codex_queue, copilot_extension
 from ..config import load_config
 
@@ -487,8 +488,16 @@ def _submitted(state: Callable[[], ProgramState | None], before: ProgramState | 
     (a shell, a line reader: the cursor went on to a new line)."""
     if before is not None:
         now = state()
-        return now is not None and now.state == "working" and now.at != before.at
+        if now is None or now.at == before.at:
+            return False
+        # Working on the turn the Enter started; or already past it: a quick turn can start and
+        # end between two looks (relay types only into a program at rest, so a turn that
+        # ended since is the Enter's).
+        return now.state in ("working", "asking") or now.event in _TURN_ENDS
     return not _shown_at_cursor(tmux, pane, trigger, timeout)
+
+
+_TURN_ENDS = frozenset(spec.hooks.stop for spec in PROGRAMS.values() if spec.hooks is not None)
 
 
 def _clear_typed(tmux: list[str], pane: str, trigger: str, timeout: float) -> None:
