@@ -52,6 +52,7 @@ ZELLIJ_PANE_ID_SINCE = (0, 44, 1)
 ECHO_WAIT = 2.0  # seconds to wait for a pane to show the typed trigger before its Enter
 ENTER_AFTER = 0.06  # seconds from seeing the typed text to Enter: twice Gemini CLI's 30 ms fast-return window
 CONFIRM_WAIT = 5.0  # seconds for a program to show that it took the trigger as a prompt
+_TURN_ENDS = frozenset(spec.hooks.stop for spec in PROGRAMS.values())  # the hook events that end a turn
 # Seconds after a program starts before relay types into it: Claude Code 2.1.332 draws its
 # prompt first and a first-start question ("Make auto mode your default permission mode?")
 # over it a moment later; a trigger typed in between met the question and it went away
@@ -496,8 +497,6 @@ def _submitted(state: Callable[[], ProgramState | None], before: ProgramState | 
         return now.state in ("working", "asking") or now.event in _TURN_ENDS
     return not _shown_at_cursor(tmux, pane, trigger, timeout)
 
-
-_TURN_ENDS = frozenset(spec.hooks.stop for spec in PROGRAMS.values() if spec.hooks is not None)
 
 
 def _clear_typed(tmux: list[str], pane: str, trigger: str, timeout: float) -> None:

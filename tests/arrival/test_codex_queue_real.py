@@ -122,8 +122,13 @@ def _at_rest(s, after: str) -> bool:
     time stamp): mail sent before that hook goes with the turn (its hooks hand it over), not
     through the queue. (The state file's "idle" from the session's start, or from the turn
     before, is not the end of this turn: mail sent then went into the turn's own prompt.)"""
+    return READY in s.tmux.screen() and _stopped_since(s, after)
+
+
+def _stopped_since(s, after: str) -> bool:
+    """The Stop hook of a turn that ended after `after` (relay's time stamp) has run."""
     state = s.agent_dir / "program-state"
-    if READY not in s.tmux.screen() or not state.exists():
+    if not state.exists():
         return False
     now = json.loads(state.read_text())
     return now["state"] == "idle" and now.get("event") == "Stop" and now["at"] > after
@@ -169,9 +174,8 @@ def test_a_draft_in_the_prompt_is_left_as_it_is(team, relay_env, short_tmp: Path
         sent = json.loads(team("--json", "send", AGENT, "mail beside a draft", agent=SENDER).stdout)["id"]
         wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2,
                  explain=lambda: s.explain(sent))
-        state = s.agent_dir / "program-state"  # (the draft stands where Codex's READY placeholder would)
-        wait_for("the notice's turn ended", lambda: (now := json.loads(state.read_text()))["state"] == "idle"
-                 and now.get("event") == "Stop" and now["at"] > rested, timeout=90)
+        # (the draft stands where Codex's READY placeholder would: the state file alone says the turn ended)
+        wait_for("the notice's turn ended", lambda: _stopped_since(s, rested), timeout=90)
         assert "half a thought of mine" in s.tmux.cursor_line()  # still in the prompt, unsent
         assert not any("half a thought of mine" in r.text for r in s.model.requests)
         assert TRIGGER not in s.tmux.screen(history=200)

@@ -13,13 +13,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from support import inproc
 from support.cli_processes import RelayCtl
+from support.waiting import wait_for
 
 AGENT = "inferno"
 
@@ -166,20 +166,13 @@ def test_relayd_gives_a_burst_of_mail_one_notice_and_a_lone_message_its_own(rela
             with Client(str(store_dir), relay_env["RELAY_SOCKET"]) as client:
                 for n in range(5):  # one client's sends in a row, each durable before the next
                     client.call("send", {"agent": "strategist", "to": [AGENT], "subject": f"burst {n}", "body": "."})
-                _until(lambda: len(extension.prompts) == 1, "the burst's notice")
+                wait_for("the burst's notice", lambda: len(extension.prompts) == 1, every=0.01)
                 client.call("send", {"agent": "strategist", "to": [AGENT], "subject": "on its own", "body": "."})
-                _until(lambda: len(extension.prompts) == 2, "the lone message's notice")
+                wait_for("the lone message's notice", lambda: len(extension.prompts) == 2, every=0.01)
         assert extension.prompts[0].startswith(f"[relay] 5 new messages for {AGENT}") and "burst 4" in extension.prompts[0]
         assert extension.prompts[1].startswith(f"[relay] 1 new message for {AGENT}") and "on its own" in extension.prompts[1]
     finally:
         extension.close()
-
-
-def _until(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_a_notice_the_extension_holds_for_an_open_question_says_so_in_track(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
