@@ -32,7 +32,7 @@ from .records import Message, first_line_ts, message_decoder
 from .timefmt import to_iso
 from .ulid import is_ulid, ulid_time_ms
 
-REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox for every id'd send
+REMEMBER = 50_000  # ids relayd keeps (~10 MiB); past that it reads the inbox for an id made before the last one forgotten
 # A copy's `ts` is stamped from the same wall clock a little after its id was made (by the
 # client, on this machine), so nothing older than the id needs to be looked at; the slack
 # covers millisecond rounding and a small clock step back. It bounds what a fresh send
@@ -143,9 +143,13 @@ class RecentIds:
     def may_hold(self, agent: str, message_id: str, now_ms: int) -> bool:
         if f"{agent}/{message_id}" in self._seen:
             return True
-        if now_ms - ulid_time_ms(message_id) > LATE_MS:
+        made_ms = ulid_time_ms(message_id)
+        if now_ms - made_ms > LATE_MS:
             return True  # late: its client may have stored it itself meanwhile
-        return self.complete_since_ms > now_ms - self.window_ms
+        # No copy is written before its id is made: one made since the last forgotten
+        # append would be remembered. (Past `limit` ids, a busy pipelining client's sends
+        # would otherwise each read the inbox back to their id's time.)
+        return self.complete_since_ms > max(now_ms - self.window_ms, made_ms - _CLOCK_SLACK_MS)
 
     def _prune(self, now_ms: int) -> None:
         horizon = now_ms - self.window_ms

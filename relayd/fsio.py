@@ -164,7 +164,7 @@ class Dir:
             # create_exclusive has just linked and not yet unlinked its temp name from).
             if writing is None:
                 writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
-            info = check_regular(fd, os.path.join(self.path, name), writing=writing)
+            info = check_regular(fd, self.path, name, writing=writing)
         except BaseException:
             os.close(fd)
             raise
@@ -395,13 +395,14 @@ def replace_file(path: str, data: bytes) -> None:
         where.replace(name, data, Syncer(), mode=mode)
 
 
-def check_regular(fd: int, what: str, writing: bool = True) -> os.stat_result:
-    """Refuse an open store file that is not a plain file, or (to write) not singly linked."""
+def check_regular(fd: int, folder: str, name: str, writing: bool = True) -> os.stat_result:
+    """Refuse an open store file (`folder`/`name`) that is not a plain file, or (to write)
+    not singly linked. Its path is made only for the error: every append opens files."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
-        raise UnsafePath(f"{what} is not a regular file; relay does not use it")
+        raise UnsafePath(f"{os.path.join(folder, name)} is not a regular file; relay does not use it")
     if writing and info.st_nlink > 1:
-        raise UnsafePath(f"{what} has {info.st_nlink} hard links; relay does not write to a file shared with another path")
+        raise UnsafePath(f"{os.path.join(folder, name)} has {info.st_nlink} hard links; relay does not write to a file shared with another path")
     return info
 
 
@@ -427,13 +428,14 @@ def repair_tail(fd: int, size: int) -> int:
     return keep
 
 
-def append_lines(fd: int, payload: bytes, what: str) -> int:
+def append_lines(fd: int, payload: bytes, what: str, size: int | None = None) -> int:
     """Append `payload` (whole lines) in one write to an fd opened O_RDWR|O_APPEND, under
-    the caller's lock. Repairs a torn tail first; rolls a short write back.
+    the caller's lock. Repairs a torn tail first; rolls a short write back. `size`: the
+    file's size as the caller just read it under that lock (`open_appending`), if it did.
 
     Returns the offset at which the payload starts.
     """
-    size = repair_tail(fd, os.fstat(fd).st_size)
+    size = repair_tail(fd, os.fstat(fd).st_size if size is None else size)
     try:
         written = os.write(fd, payload)
     except OSError as exc:
@@ -458,37 +460,37 @@ def append_lines(fd: int, payload: bytes, what: str) -> int:
     return size
 
 
-def open_appending(folder: Dir, name: str, adding: int, sync: Syncer, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> int:
-    """An fd on the line file `folder/name` (created when absent) to append `adding` bytes
-    to, under the caller's lock. When the file holds something and the append would take
-    it past `rotate_bytes`, `rotate(size)` first moves it away (renames it), and a new file
-    is made. A file made here has its directory fsynced (DESIGN §2): the data fsynced into
-    it later must not be lost with its name. The fd is the caller's to close."""
+def open_appending(folder: Dir, name: str, adding: int, sync: Syncer, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """(fd, size) of the line file `folder/name` (created when absent) to append `adding`
+    bytes to, under the caller's lock. When the file holds something and the append would
+    take it past `rotate_bytes`, `rotate(size)` first moves it away (renames it), and a new
+    file is made. A file made here has its directory fsynced (DESIGN §2): the data fsynced
+    into it later must not be lost with its name. The fd is the caller's to close."""
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
-    fd = folder.open(name, flags)
+    fd, info = folder._open_checked(name, flags)
     try:
-        size = os.fstat(fd).st_size
+        size = info.st_size
         if rotate is not None and rotate_bytes is not None and size and size + adding > rotate_bytes:
             os.close(fd)
             fd = -1
             rotate(size)
-            fd = folder.open(name, flags)
-            size = os.fstat(fd).st_size
+            fd, info = folder._open_checked(name, flags)
+            size = info.st_size
         if size == 0:
             sync.dir(folder.fd)  # the file may have just been created (or the old one renamed away)
     except BaseException:
         if fd >= 0:
             os.close(fd)
         raise
-    return fd
+    return fd, size
 
 
 def append_file(folder: Dir, name: str, payload: bytes, sync: Syncer, *, durable: bool = True, rotate_bytes: int | None = None, rotate: Callable[[int], None] | None = None) -> None:
     """Append whole lines to `folder/name` in one write, under the caller's lock: opened (and
     rotated) by `open_appending`, fsynced unless not `durable`, closed."""
-    fd = open_appending(folder, name, len(payload), sync, rotate_bytes, rotate)
+    fd, size = open_appending(folder, name, len(payload), sync, rotate_bytes, rotate)
     try:
-        append_lines(fd, payload, os.path.join(folder.path, name))
+        append_lines(fd, payload, os.path.join(folder.path, name), size)
         if durable:
             sync.file(fd)
     finally:

@@ -262,7 +262,7 @@ class Store:
         if cached is not None:
             os.close(cached[0])
             del self._appending[name]
-        fd = open_appending(root, name, 0, self.sync)  # (a file it creates has its directory fsynced)
+        fd, _ = open_appending(root, name, 0, self.sync)  # (a file it creates has its directory fsynced)
         opened = os.fstat(fd)
         self._appending[name] = (fd, opened.st_dev, opened.st_ino)
         return fd

@@ -84,9 +84,9 @@ class Appends:
         payload = b"".join(json_encoder.encode(m) + b"\n" for m in messages)
         agent = self.dirs[recipient]
         store = self.store
-        fd = open_appending(agent, layout.INBOX, len(payload), store.sync, store.rotate_bytes, lambda size: _rotate(store, agent, size))
+        fd, size = open_appending(agent, layout.INBOX, len(payload), store.sync, store.rotate_bytes, lambda size: _rotate(store, agent, size))
         try:
-            start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX))
+            start = append_lines(fd, payload, os.path.join(agent.path, layout.INBOX), size)
             self.written[recipient] = (fd, start)  # from here on, taking back cuts it off again
             store.sync.file(fd)
         except BaseException:

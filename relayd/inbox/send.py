@@ -10,7 +10,6 @@ failed request taken back alone. The appends and their arrivals are written thro
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Callable
 
@@ -208,8 +207,8 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
     policies: list[owing.Policy | None] = []
     # The sends of a batch run at one moment (relayd's loop thread, between two reads of
     # the socket): each name is looked up once, not twice for every send of a busy pair.
-    is_agent = functools.cache(store.is_agent)
-    is_known_agent = functools.cache(store.is_known_agent)
+    is_agent = _memo(store.is_agent)
+    is_known_agent = _memo(store.is_known_agent)
     for p in requests:
         policy = None
         try:
@@ -311,6 +310,20 @@ def send_many(store: Store, requests: list[SendParams]) -> list[SendResult | Rel
     return outcomes  # type: ignore[return-value]  (no None is left)
 
 
+
+
+def _memo(look_up: Callable[[str], bool]) -> Callable[[str], bool]:
+    """`look_up`, asked once a name. (functools.cache builds a wrapper the way a decorator
+    does, twice a batch: a lone send paid more for that than for the lookups it saved.)"""
+    known: dict[str, bool] = {}
+
+    def once(name: str) -> bool:
+        found = known.get(name)
+        if found is None:
+            found = known[name] = look_up(name)
+        return found
+
+    return once
 
 
 def _find_originals(

@@ -13,13 +13,14 @@ import msgspec
 import pytest
 
 from relayd import ops
+from relayd.dedup import RecentIds
 from relayd.wire import handshake
 from relayd.client.full import Client
 from relayd.inbox.read import read_all
 from relayd.records import Message, json_encoder
 from relayd.store import Store
 from relayd.timefmt import now, to_iso
-from relayd.ulid import _encode, new_ulid
+from relayd.ulid import _encode, new_ulid, ulid_time_ms
 from support.relayd_proc import Daemon, RawClient
 
 
@@ -105,6 +106,28 @@ def test_the_window_comes_from_config_json(store_dir, window, age, deduplicated)
     copies = [m for m in inbox(store_dir, "inferno") if m["id"] == old_id]
     assert len(copies) == (1 if deduplicated else 2)
     assert result["duplicates"] == (["inferno"] if deduplicated else [])
+
+
+def test_relayd_past_its_memory_of_ids_still_stores_a_retry_once_and_reads_no_inbox_for_a_fresh_id(store_dir):
+    # relayd remembers a bounded number of recent ids (dedup.REMEMBER); here five.
+    with Store(str(store_dir)) as store:
+        ops.call(store, "init", {"preset": "overlord"})
+    recent = RecentIds(window=600, limit=5)
+    sent = [new_ulid() for _ in range(8)]
+    with Store(str(store_dir), recent_ids=recent) as store:
+        for message_id in sent:
+            ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": message_id, "id": message_id})
+        assert len(recent) == 5  # the first three are forgotten
+        now_ms = ulid_time_ms(sent[-1]) + 1
+        # A forgotten id may be in the inbox: it is looked up there, and its retry is stored once.
+        assert recent.may_hold("inferno", sent[0], now_ms)
+        again = ops.call(store, "send", {"agent": "storm", "to": ["inferno"], "body": "retry", "id": sent[0]})
+        assert again["duplicates"] == ["inferno"]
+        # An id made after the last forgotten append would be remembered if stored: the inbox is
+        # not read for it (a pipelining client's every send did, past the limit).
+        fresh = ulid_at(now() + timedelta(seconds=1))  # (made clearly after them: the clock check allows 10 ms)
+        assert not recent.may_hold("inferno", fresh, ulid_time_ms(fresh) + 1)
+    assert [m["body"] for m in inbox(store_dir, "inferno")] == sent
 
 
 @pytest.mark.slow
