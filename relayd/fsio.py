@@ -46,10 +46,17 @@ class Syncer:
     """Makes written data durable. Direct mode fsyncs at once."""
 
     def file(self, fd: int) -> None:
-        _fsync(fd)
+        fsync_now(fd)
 
     def dir(self, fd: int) -> None:
-        _fsync(fd)
+        fsync_now(fd)
+
+    def content(self, fd: int) -> None:
+        """A new file's content, before its name appears (Dir.replace, create_exclusive):
+        durable at once even where `file` waits for a later round (relayd's group commit).
+        Renamed over the old file first and fsynced after, a crash in between could leave
+        the name empty, the old content gone with it (DESIGN §2: fsync, then rename)."""
+        self.file(fd)
 
 
 class NoSync(Syncer):
@@ -62,7 +69,7 @@ class NoSync(Syncer):
         pass
 
 
-def _fsync(fd: int) -> None:
+def fsync_now(fd: int) -> None:
     try:
         os.fsync(fd)
     except OSError as exc:  # never retried into success: the page cache may have dropped the data
@@ -269,7 +276,7 @@ class Dir:
             if mode is not None:
                 os.fchmod(fd, mode)
             if sync is not None:
-                sync.file(fd)
+                sync.content(fd)
         except BaseException:
             os.close(fd)
             self.unlink(tmp, missing_ok=True)
@@ -294,7 +301,7 @@ class Dir:
         try:
             _write_all(fd, data, os.path.join(self.path, name))
             if sync is not None:
-                sync.file(fd)
+                sync.content(fd)
         finally:
             os.close(fd)
         try:

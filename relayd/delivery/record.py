@@ -76,32 +76,22 @@ def split_name(name: str) -> tuple[str, str] | None:
     return (to, message_id) if dot and to and message_id else None
 
 
-class _DataFirst(Syncer):
-    """Fsyncs a file's data at once (under relayd, `store.sync` only queues the fsync for its
-    round); a directory's fsync goes to `then` (the round, or nowhere when a caller syncs the
-    directory once for many records)."""
-
-    def __init__(self, then: Syncer | None) -> None:
-        self.then = then
+class _FilesOnly(Syncer):
+    """Fsyncs each record at once and leaves its directory to the caller, who fsyncs it once
+    for many records."""
 
     def dir(self, fd: int) -> None:
-        if self.then is not None:
-            self.then.dir(fd)
-
-
-def _writer(store: Store, dirs: bool = True) -> Syncer:
-    return store.sync if isinstance(store.sync, NoSync) else _DataFirst(store.sync if dirs else None)
+        pass
 
 
 def write_record(store: Store, folder: str, record: Record, sync: Syncer | None = None, mtime: float | None = None) -> None:
     """Replace the record in `folder` atomically; its mtime becomes its due time (or `mtime`:
     in acked/, when it was acknowledged).
 
-    Its data is fsynced before the rename, also under relayd, where `store.sync` would only
-    queue that fsync for the group commit round and a crash before the round ends could
-    leave the new name with no data behind it. The directory fsync joins the round."""
+    Its data is durable before the rename, also under relayd (`Syncer.content`); the
+    directory fsync joins relayd's round."""
     m = record.message
-    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or _writer(store), mtime=record.due if mtime is None else mtime)
+    store.top(folder).replace(record_name(m.to, m.id), json_encoder.encode(record) + b"\n", sync or store.sync, mtime=record.due if mtime is None else mtime)
 
 
 def read_record(store: Store, folder: str, name: str) -> Record | None:
@@ -142,7 +132,7 @@ def into_owed(store: Store, records: list[Record], held: set[str] | None = None)
     skipping any that a state folder holds already (`held`: their file names, when the
     caller listed them; else a lookup each). Returns how many it wrote."""
     folder = store.top(layout.OWED)
-    sync = _writer(store, dirs=False)  # the directory once, after all of them
+    sync = store.sync if isinstance(store.sync, NoSync) else _FilesOnly()  # the directory once, after all of them
     written = 0
     for record in records:
         name = record_name(record.message.to, record.message.id)

@@ -8,6 +8,7 @@ OS level is chosen by the test.
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import anyio
@@ -207,3 +208,37 @@ async def test_a_round_waits_for_expected_requests_only_so_long(tmp_path) -> Non
         tasks.cancel_scope.cancel()
     assert ended == ["held"]  # and the server was told to stop expecting it
     os.close(written)
+
+
+@pytest.mark.parametrize("op, params, temp", [
+    ("set_status", {"agent": "storm", "status": "reviewing"}, r"\.meta\.json\..*\.tmp"),  # replaced
+    ("reserve", {"agent": "storm", "pattern": "src/**", "repo": "/srv/app"}, r"\.[0-9a-f]{64}\.json\..*\.tmp"),  # created: linked into place
+])
+async def test_a_file_replaced_or_created_under_the_group_commit_is_on_disk_before_its_name(tmp_path, monkeypatch, op, params, temp) -> None:
+    """DESIGN §2: temp file, fsync, then rename. The round fsyncs later; a crash between the
+    rename and the round must not leave the name standing for content not yet on disk."""
+    from relayd import ops
+    from relayd.store import Store
+
+    root = tmp_path / "store"
+    with Store(str(root)) as plain:
+        ops.call(plain, "init", {"preset": "overlord"})
+    steps: list[tuple[str, str]] = []
+    real_fsync, real_rename, real_link = os.fsync, os.rename, os.link
+
+    def fsync(fd: int) -> None:
+        steps.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def named(kind: str, real):
+        def call(src, dst, *args, **kwargs):
+            steps.append((kind, os.path.basename(src)))
+            return real(src, dst, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", named("name", real_rename))
+    monkeypatch.setattr(os, "link", named("name", real_link))
+    with Store(str(root), sync=GroupCommit()) as store:  # (its round never runs here)
+        ops.call(store, op, params)
+    assert [kind for kind, file in steps if re.fullmatch(temp, file)] == ["fsync", "name"], steps
