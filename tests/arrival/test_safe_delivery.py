@@ -552,7 +552,7 @@ def test_a_claude_code_turn_that_fails_after_the_hook_handed_mail_over_leaves_th
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
                **spec.configure(home, project, model.url)}
         tmux.start([str(agent_programs.program("claude"))], project, env)
-        daemon = Daemon(relay_env).start()
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()  # (retry rounds every second: the check below spans three)
         try:
             tmux.wait_for(spec.ready, timeout=90, settle=1)
             if AUTO_MODE_QUESTION in tmux.screen():
@@ -573,7 +573,7 @@ def test_a_claude_code_turn_that_fails_after_the_hook_handed_mail_over_leaves_th
                 state = (store_dir / "agents" / AGENT / "program-state").read_text()
                 raise AssertionError(f"the failed turn's mail stayed read; state {state}\n{tmux.screen()}") from None
             tried = sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r))  # (Claude Code retries a refused call itself)
-            time.sleep(7)  # past a retry round: no trigger starts the failing turn again
+            time.sleep(3)  # past retry rounds: no trigger starts the failing turn again
             assert sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r)) == tried
             assert [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)] == [SUBJECT]
         finally:
@@ -610,7 +610,7 @@ def test_a_turn_whose_model_call_fails_after_the_hook_handed_mail_over_leaves_th
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
                **spec.configure(home, project, model.url)}
         tmux.start([str(agent_programs.program(name))], project, env)
-        daemon = Daemon(relay_env).start()
+        daemon = Daemon(relay_env, "--retry-interval", "1s").start()  # (retry rounds every second: the check below spans three)
         try:
             spec.start(tmux)
             tmux.wait_for(spec.ready, timeout=90, settle=1)
@@ -629,7 +629,7 @@ def test_a_turn_whose_model_call_fails_after_the_hook_handed_mail_over_leaves_th
                 raise AssertionError(f"the failed turn's mail stayed read; state {state}\n{tmux.screen()}") from None
             wait_for("the sender told why", lambda: "last turn failed" in relayctl("track", message_id, agent=SENDER).stdout, timeout=15)
             tried = sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r))
-            time.sleep(7)  # past a retry round: no trigger starts the failing turn again
+            time.sleep(3)  # past retry rounds: no trigger starts the failing turn again
             assert sum(1 for r in model.requests if spec.is_turn(r) and _mail_in(r)) == tried
             assert unread() == [SUBJECT]
         finally:
