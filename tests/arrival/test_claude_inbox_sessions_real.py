@@ -119,14 +119,21 @@ def panes(relayctl, relay_env, short_tmp: Path, store_dir: Path):
         kill_strays(short_tmp / "home")
 
 
+def _explain(relayctl, pane: Pane, message_id: str, daemon: Daemon) -> str:
+    """What relay recorded of a message that did not reach its model, and what its pane shows."""
+    return "\n".join([relayctl("track", message_id, agent="sender").stdout, f"door: {pane.door()}",
+                      f"peer texts: {_peer_texts(pane.model)}", pane.tmux.screen(), daemon.log()[-4000:]])
+
+
 def test_two_real_sessions_in_one_project_get_only_their_own_agents_mail_through_restarts(panes, relayctl, relay_env) -> None:
     alpha, beta = panes["alpha"], panes["beta"]
 
     def both(subject: str) -> None:
+        sent = {pane.agent: json.loads(relayctl("--json", "send", pane.agent, f"{subject} for {pane.agent}", agent="sender").stdout)["id"]
+                for pane in (alpha, beta)}
         for pane in (alpha, beta):
-            relayctl("send", pane.agent, f"{subject} for {pane.agent}", agent="sender")
-        for pane in (alpha, beta):
-            wait_for(f"{subject} at {pane.agent}'s model", lambda: f"{subject} for {pane.agent}" in _subjects(pane.model), timeout=90)
+            wait_for(f"{subject} at {pane.agent}'s model", lambda: f"{subject} for {pane.agent}" in _subjects(pane.model), timeout=90,
+                     explain=lambda: _explain(relayctl, pane, sent[pane.agent], daemon))
 
     daemon = Daemon(relay_env, "--retry-interval", "1s").start()
     try:

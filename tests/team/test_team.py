@@ -969,9 +969,10 @@ def test_a_copilot_agent_whose_team_file_asks_for_the_extension_gets_its_mail_wi
         _mail_to_alpha_is_answered_as_alpha(team, relayctl, ready="/ commands")
         alpha = next(a for a in json.loads(relayctl("--json", "status").stdout)["agents"] if a["name"] == "alpha")
         assert alpha["arrives_by"] == "copilot-extension"
-        pane = team.panes()["alpha"][0]
-        shown = team.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", pane)
-        assert "[relay] 1 new message for alpha" in shown and "New message waiting" not in shown  # the notice, and no trigger typed
+        # What the model was told, not what the pane shows: the timeline scrolls and redraws
+        # while the answer's turn goes on, so a screen taken then can miss the notice.
+        told = json.dumps([m for r in model.requests for m in (r.json() or {}).get("messages", []) if m.get("role") == "user"])
+        assert "[relay] 1 new message for alpha" in told and "New message waiting" not in told, told  # the notice, and no trigger typed
     relayctl("down", str(team.file))
     wait_for("every process of the team to end", lambda: not _processes_of(store_dir), timeout=20)
 
