@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+from relayd.layout import default_socket_path
 from tests.support.rawclient import RawClient
 
 from .common import PYTHON, Row, child_env, median_ms, p99_ms, scratch_dir
@@ -22,11 +23,18 @@ AREA = "daemon"
 class Relayd:
     """A relayd process on a fresh store with the overlord preset."""
 
-    def __init__(self, **extra_env: str) -> None:
+    def __init__(self, runtime_dir: bool = False, **extra_env: str) -> None:
+        """`runtime_dir`: found as `up`'s panes find relayd, by the socket named after the
+        store in $XDG_RUNTIME_DIR/relay, with no RELAY_SOCKET."""
         self.dir = scratch_dir("rbd-")
         self.store = os.path.join(self.dir, "store")
         self.socket = os.path.join(self.dir, "relayd.sock")
         self.env = child_env(self.store, self.socket, **extra_env)
+        if runtime_dir:
+            os.mkdir(os.path.join(self.dir, "run"), 0o700)
+            del self.env["RELAY_SOCKET"]
+            self.env["XDG_RUNTIME_DIR"] = os.path.join(self.dir, "run")
+            self.socket = default_socket_path(self.store, self.env)
         subprocess.run([PYTHON, "-m", "relayctl", "init", "--preset", "overlord"], env=self.env, check=True, stdout=subprocess.DEVNULL)
         self.proc = subprocess.Popen([PYTHON, "-m", "relayd.daemon", "--log-level", "warning"], env=self.env, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20

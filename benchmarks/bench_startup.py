@@ -41,7 +41,20 @@ def relayd_up(quick: bool) -> list[Row]:
         # its edits (heartbeat, set-status, the reservation commands) within 1.5x.
         targets = {name: 1.5 if name in ("heartbeat", "set-status", "reserve --check", "reserve", "reservations", "release") else 2.0 for name in commands}
         rows = cli_start(AREA, daemon.env, commands, targets, "relayd up", 10 if quick else 30, event)
-        return rows + _inside_relayd(daemon, 20 if quick else 200)
+        rows += _inside_relayd(daemon, 20 if quick else 200)
+    finally:
+        daemon.close()
+    return rows + _team_store(quick)
+
+
+def _team_store(quick: bool) -> list[Row]:
+    """The same commands where `up`'s panes run them: a store other than ~/.relay, whose
+    socket each command finds by the name relay gives it in $XDG_RUNTIME_DIR (a SHA-256 of
+    the store's path), not given RELAY_SOCKET."""
+    daemon = Relayd(runtime_dir=True)
+    try:
+        commands = {"send": ["--agent", "storm", "send", "inferno", "hello from a script"], "heartbeat": ["--agent", "storm", "heartbeat"]}
+        return cli_start(AREA, daemon.env, commands, {"send": 2.0, "heartbeat": 1.5}, "relayd up, a team's store (socket found by name)", 10 if quick else 30)
     finally:
         daemon.close()
 

@@ -19,13 +19,13 @@ of what relay wrote, so `changed_since(path)` tells a file the person edited aft
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from typing import Any, Callable
 
 from relayd.errors import RelayError
 from relayd.fsio import replace_file
+from relayd.layout import sha256_hex
 
 from . import settings_io
 
@@ -36,7 +36,7 @@ def records_dir() -> str:
 
 
 def _record_path(path: str) -> str:
-    return os.path.join(records_dir(), hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:32] + ".json")
+    return os.path.join(records_dir(), sha256_hex(os.path.realpath(path).encode())[:32] + ".json")
 
 
 def remember(path: str) -> None:
@@ -101,7 +101,7 @@ def wrote(path: str, data: bytes) -> None:
     """Note that relay just wrote `data` to `path` whole (after `remember`)."""
     entry = _read(path)
     if entry is not None:
-        entry["wrote"] = hashlib.sha256(data).hexdigest()
+        entry["wrote"] = sha256_hex(data)
         _write(path, entry)
 
 
@@ -110,7 +110,7 @@ def changed_since(path: str, data: bytes) -> bool | None:
     None when relay kept no note of that (a file written before relay kept them)."""
     entry = _read(path)
     digest = entry.get("wrote") if entry is not None else None
-    return None if not isinstance(digest, str) else hashlib.sha256(data).hexdigest() != digest
+    return None if not isinstance(digest, str) else sha256_hex(data) != digest
 
 
 def forget(path: str) -> None:

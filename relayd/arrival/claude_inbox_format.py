@@ -32,7 +32,6 @@ tests/arrival/test_claude_inbox_format.py against the tested version; a record w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Iterator
 
 import msgspec
 
+from ..layout import sha256_hex
 from .for_models import PEER_CUT, field, peer_head, quoted
 
 TESTED_VERSION = "2.1.332"
@@ -115,7 +115,7 @@ def record_name(pid: int) -> str:
 
 def key_name(pid: int, socket_path: str) -> str:
     """The key file's name: the pid and the SHA-256 of the socket's absolute path."""
-    return f"{pid}.{hashlib.sha256(os.path.normpath(socket_path).encode()).hexdigest()}.key"
+    return f"{pid}.{sha256_hex(os.path.normpath(socket_path).encode())}.key"
 
 
 def decode_record(raw: bytes) -> SessionRecord | None:

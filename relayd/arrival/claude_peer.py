@@ -21,7 +21,6 @@ start relayd removes those a relayd that is gone left behind, and at stop its ow
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import stat
@@ -80,7 +79,7 @@ class ReplySockets:
         self.start = started(self.pid) or ""
         # `<pid>-<8 hex>.sock`, a name of the shape Claude Code gives its own sockets, never
         # one of a session's (`<pid>.sock`); the hex tells two stores' relayds apart.
-        self.name = f"{self.pid}-{hashlib.sha256(os.fsencode(store_root)).hexdigest()[:8]}.sock"
+        self.name = f"{self.pid}-{layout.sha256_hex(os.fsencode(store_root))[:8]}.sock"
         self._lock = threading.Lock()
         self._sockets: dict[str, socket.socket] = {}  # directory -> listening socket
         self._refused: dict[str, str] = {}  # directory -> why not (said once)

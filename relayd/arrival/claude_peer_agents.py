@@ -28,7 +28,6 @@ record of another uid's, or a file relay did not write, is never touched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 import structlog
 
 from .. import __version__
+from ..layout import sha256_hex
 from ..store import Store
 from . import claude_inbox_format as fmt
 from .program_process import started
@@ -198,7 +198,7 @@ class PeerAgents:
             log.warning("not listing a relay agent in Claude Code: its directories are not this user's own", agent=name, sessions=sessions_dir, sockets=socket_dir)
             return None
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        path = os.path.join(socket_dir, f"{os.getpid()}-{hashlib.sha256(f'{self.store_root}/{name}'.encode()).hexdigest()[:8]}.sock")
+        path = os.path.join(socket_dir, f"{os.getpid()}-{sha256_hex(f'{self.store_root}/{name}'.encode())[:8]}.sock")
         if len(os.fsencode(path)) > fmt.MAX_SOCKET_PATH:
             listener.close()
             return None

@@ -22,6 +22,7 @@ from datetime import datetime
 
 from relayd.errors import InvalidMessage as NotAMessage  # (the file is not an IGNITE message)
 from relayd.errors import RelayError, UsageError
+from relayd.layout import sha256_hex
 
 from ..ulid import ulid_time_ms
 
@@ -208,10 +209,8 @@ def new_message_id(now: float | None = None, of: str | None = None) -> str:
     when that id was made and the hash is taken from it, so each relay message gets a
     Message-ID of its own; without it, now and random bits."""
     if of is not None:
-        # deferred imports: hashlib (OpenSSL) only when a message id is made
-        import hashlib
 
-        return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{hashlib.sha256(of.encode()).hexdigest()[:12]}@{DOMAIN}>"
+        return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{sha256_hex(of.encode())[:12]}@{DOMAIN}>"
     epoch = int(time.time() if now is None else now)
     return f"<{epoch}.{os.getpid()}.{random.getrandbits(48):012x}@{DOMAIN}>"
 

@@ -11,7 +11,6 @@ notices about queue files (tagged `ignite:`) are never written back.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from relayd.errors import RelayError
 from relayd.client.tail import InboxTail
 from relayd.ulid import is_ulid, ulid_time_ms
 
+from ..layout import sha256_hex
 from . import convert, mime
 from .files import DEAD_LETTER, PROCESSED
 
@@ -80,7 +80,7 @@ class Mirror:
         # restart that mirrors the same message again finds the file and writes nothing.
         if not is_ulid(str(message.get("id"))):
             return None
-        digest = int(hashlib.sha256(message["id"].encode()).hexdigest(), 16)
+        digest = int(sha256_hex(message["id"].encode()), 16)
         usec = ulid_time_ms(message["id"]) * 1000 + digest % 1000
         name = f"{kind}_{usec:016d}.mime"
         folder = os.path.join(self.root, agent)

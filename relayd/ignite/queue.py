@@ -42,7 +42,6 @@ Shared core: no anyio; relayd runs `serve` in a thread.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import random
@@ -367,7 +366,7 @@ class QueueMonitor:
         """`ignite:<file>#<retry>`: finds a delivery in the inbox after a crash."""
         name = os.path.basename(path)
         if len(name) > 100:
-            name = hashlib.sha256(name.encode()).hexdigest()[:32]
+            name = layout.sha256_hex(name.encode())[:32]
         return f"{TAG}{name}#{retry}"
 
     # -- files already taken ---------------------------------------------------------
@@ -567,7 +566,7 @@ class QueueMonitor:
         this one); the one in the queue directory is seen by monitors of other stores too."""
         paths = [os.path.join(self.root, LOCK)]
         if self.lock_dir is not None:
-            key = hashlib.sha256(os.path.realpath(self.root).encode()).hexdigest()[:32]
+            key = layout.sha256_hex(os.path.realpath(self.root).encode())[:32]
             paths.insert(0, os.path.join(self.lock_dir, layout.IGNITE_QUEUE_LOCK.format(key)))
         held = contextlib.ExitStack()
         try:

@@ -35,11 +35,7 @@ MAX_TTL = timedelta(days=366)
 
 def reservation_key(repo: str, pattern: str, shared_by: str | None = None) -> str:
     text = f"{repo}:{pattern}" if shared_by is None else f"{repo}:{pattern}:{shared_by}"
-    # deferred imports: relayctl status with relayd down loads this module; hashlib (OpenSSL) only
-    # when a reservation is made
-    import hashlib  # here: listing reservations (relayctl status) never needs it, and it loads OpenSSL
-
-    return hashlib.sha256(text.encode()).hexdigest() + SUFFIX
+    return layout.sha256_hex(text.encode()) + SUFFIX
 
 
 def check_repo(repo: str | None) -> str:

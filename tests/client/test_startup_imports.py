@@ -25,7 +25,7 @@ from relayd import jsonline
 from support.paths import ROOT
 
 SCRIPT = Path(sys.executable).parent / "relayctl"  # as pip installed it from pyproject.toml
-HEAVY = ("re", "json", "click", "msgspec", "anyio", "structlog", "relayd.store")
+HEAVY = ("re", "json", "click", "msgspec", "anyio", "structlog", "relayd.store", "hashlib", "_hashlib")  # (_hashlib: OpenSSL, ~4 ms)
 
 
 def imported(argv: list[str], env: dict[str, str], script: Path = SCRIPT, stdin: str | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -68,6 +68,33 @@ def test_with_relayd_up_the_installed_script_loads_no_re_json_click_or_msgspec(d
     proc, names = imported(argv, relay_env)
     assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
     assert "relayctl.fast" in names and "relayd.client.full" not in names  # the fast path talked to relayd
+    assert sorted(names & set(HEAVY)) == []
+
+
+@pytest.mark.slow
+def test_a_store_of_its_own_beside_a_runtime_directory_finds_its_socket_without_openssl(relayctl, relay_env: dict[str, str], short_tmp: Path) -> None:
+    """A store other than ~/.relay with XDG_RUNTIME_DIR set (a team's store, as `up` gives
+    its panes) has its socket named by a SHA-256 of its path: computed by the fast path
+    without hashlib, whose OpenSSL would cost every command more than the rest of its
+    imports, and the same name relay has always given it (clients and a relayd of another
+    version still meet)."""
+    import hashlib
+
+    from support.relayd_proc import Daemon
+
+    runtime = short_tmp / "run"
+    runtime.mkdir(mode=0o700)
+    store = os.path.abspath(relay_env["RELAY_DIR"])
+    socket = runtime / "relay" / f"relayd-{hashlib.sha256(store.encode()).hexdigest()[:12]}.sock"
+    relayctl.setup("init", preset="overlord")
+    daemon = Daemon({**relay_env, "RELAY_SOCKET": str(socket), "XDG_RUNTIME_DIR": str(runtime)}, log_path=str(short_tmp / "relayd.log")).start()
+    try:
+        client_env = {k: v for k, v in relay_env.items() if k != "RELAY_SOCKET"} | {"XDG_RUNTIME_DIR": str(runtime)}
+        proc, names = imported(["--agent", "storm", "send", "inferno", "hello"], client_env)
+    finally:
+        daemon.kill()
+    assert proc.returncode == 0 and "sent " in proc.stdout, proc.stderr[-2000:]
+    assert "relayctl.fast" in names and "relayd.client.full" not in names  # it found relayd at that socket
     assert sorted(names & set(HEAVY)) == []
 
 
