@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-from relayd import layout  # (loaded by every run anyway: the store and socket paths)
+from relayd import layout, load_msgspec  # (layout: loaded by every run anyway, the store and socket paths)
 from relayd.wire.connection import Caller
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms of start-up
@@ -298,6 +298,7 @@ class QuickClient(Caller):
     def direct(self, op: str, params: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
         self.close()
         if self._full is None:
+            load_msgspec()  # (before anything of the store's is imported)
             command = COMMANDS.get(op) or COMMANDS.get(op.replace("_", "-"))
             if command is not None:
                 __import__(command.module)
@@ -387,6 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     status = _fast(args)
     if status is None:
+        load_msgspec()
         from .cli import main as full
 
         full(args)

@@ -139,6 +139,7 @@ def test_with_relayd_down_the_installed_script_loads_only_what_the_command_needs
     proc, names = imported(argv, relay_env)
     assert proc.returncode == 0 and expect in proc.stdout, proc.stderr[-2000:]
     assert "relayd.client.full" in names and "msgspec" in names  # direct mode: the operation ran here
+    assert "inspect" not in names  # (msgspec's typing_extensions loads it, 10-14 ms: relayd.load_msgspec)
     assert sorted(names & set(RARE)) == sorted(needed)
 
 
