@@ -352,6 +352,8 @@ SLOW_READER = textwrap.dedent(
             break
     print(len(ids), len(set(ids)), flush=True)
     proc.terminate()
+    proc.stdout.close()  # a subscribe blocked writing into the full pipe gets EPIPE instead of staying (it holds our stderr open)
+    proc.wait(30)
     """
 )
 
