@@ -209,7 +209,6 @@ def new_message_id(now: float | None = None, of: str | None = None) -> str:
     when that id was made and the hash is taken from it, so each relay message gets a
     Message-ID of its own; without it, now and random bits."""
     if of is not None:
-
         return f"<{ulid_time_ms(of) // 1000}.{os.getpid()}.{sha256_hex(of.encode())[:12]}@{DOMAIN}>"
     epoch = int(time.time() if now is None else now)
     return f"<{epoch}.{os.getpid()}.{random.getrandbits(48):012x}@{DOMAIN}>"
