@@ -31,7 +31,19 @@ const AGENT = /* relay: agent */ null /* end */
 // would run: there, mail waiting at the end stays unread (for the next session).
 const ONE_SHOT = process.argv[2] === "run"
 
+// OpenCode does not wait for one event's handler before it calls the next, and two relayctl
+// runs started a moment apart may end in either order: a turn's first step ("working") could
+// be recorded after the turn's end ("idle"), and the session would read as busy at its prompt
+// for good; a failure right after a step could come before that step's "read". So each run
+// starts once the one before it has ended: relay hears the events in OpenCode's order.
+let lastRun = Promise.resolve()
 function relay(event, fields = {}) {
+  const run = lastRun.then(() => runRelayctl(event, fields))
+  lastRun = run
+  return run
+}
+
+function runRelayctl(event, fields) {
   return new Promise((resolve) => {
     const child = spawn(RELAYCTL[0], RELAYCTL.slice(1), { stdio: ["pipe", "pipe", "pipe"] })
     let out = ""
@@ -69,14 +81,6 @@ export const RelayPlugin = async ({ client }) => {
   const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
   const handing = new Map() // session -> ids of the mail handed over, not yet in a model request
   const failed = new Set() // sessions whose last model call failed: no turn of relay's until the person's next prompt
-
-  // OpenCode does not wait for one event's handler before it calls the next: a failure
-  // that follows the step at once must reach relay after the step's "read", not before it.
-  let reported = Promise.resolve()
-  function inOrder(report) {
-    reported = reported.then(report, report)
-    return reported
-  }
 
   function handed(sessionID, answer) {
     if (!Array.isArray(answer?.handed)) return
@@ -215,7 +219,7 @@ export const RelayPlugin = async ({ client }) => {
           if (part.type !== "step-start" || !ids) break
           handing.delete(part.sessionID)
           failed.delete(part.sessionID)
-          await inOrder(() => relay("message.part.updated", { session_id: part.sessionID, handed: ids }))
+          await relay("message.part.updated", { session_id: part.sessionID, handed: ids })
           break
         }
         case "session.error":
@@ -225,7 +229,7 @@ export const RelayPlugin = async ({ client }) => {
           // call did not fail, and the mail its request carried was read.
           if (props.error?.name === "MessageAbortedError") break
           failed.add(sessionID)
-          await inOrder(() => relay("session.error", { session_id: sessionID }))
+          await relay("session.error", { session_id: sessionID })
           break
         case "session.deleted":
           if (idleSession === sessionID) idleSession = null

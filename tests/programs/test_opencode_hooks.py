@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import threading
 import time
 from datetime import datetime, timezone
@@ -70,6 +72,62 @@ def test_mail_to_an_idle_interactive_session_starts_a_turn_that_carries_it(relay
             assert "Carry on with the release work." in screen and tmux.cursor_line().count("Carry on") == 0  # nothing typed
             # read once the model's answer began (after its request): a moment after the request
             wait_for("the mail read", lambda: json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == [], timeout=30)
+        finally:
+            tmux.kill()
+            kill_strays(home)
+
+
+_SLOW_STEP = """#!/bin/sh
+# relayctl, whose report of a turn's first step (message.part.updated) ends 5 s late, as one
+# may on a loaded machine: the turn's end comes meanwhile
+case " $* " in *" hook opencode "*) ;; *) exec {real} "$@" ;; esac
+input=$(cat)
+case "$input" in
+  *'"message.part.updated"'*) sleep 5; printf '%s' "$input" | {real} "$@"; status=$?; touch {done}; exit $status ;;
+esac
+printf '%s' "$input" | exec {real} "$@"
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_late_report_of_the_turns_first_step_does_not_leave_the_resting_session_working(relayctl, daemon, store_dir: Path,
+                                                                                        short_tmp: Path) -> None:
+    """OpenCode calls the plugin's handlers without waiting for the one before: the report of
+    the turn's first step ("working") may still run when the turn's end ("idle") is reported.
+    The plugin reports in OpenCode's order: the mail is read before the turn's end is asked
+    about it (asked first, the end found it unread and started turns for it again, one after
+    another), and the session at its prompt reads as idle, not as the "working" of a report
+    that ended last (relayd's trigger would tell it of no mail, `status` would show it busy)."""
+    home, project = _project(relayctl, short_tmp)
+    plugin = project / ".opencode" / "plugin" / "relay.js"
+    marker = re.search(r"^const RELAYCTL = (\[.*\])$", plugin.read_text(), re.MULTILINE)
+    assert marker is not None
+    argv = json.loads(marker.group(1))
+    wrapper, done = short_tmp / "slow-relayctl", short_tmp / "step-reported"
+    wrapper.write_text(_SLOW_STEP.format(real=shlex.quote(argv[0]), done=shlex.quote(str(done))))
+    wrapper.chmod(0o755)
+    plugin.write_text(plugin.read_text().replace(marker.group(1), json.dumps([str(wrapper), *argv[1:]])))
+    relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)
+    agent = store_dir / "agents" / AGENT
+    tmux = Tmux(short_tmp)
+    with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
+        agent_programs.opencode_config(project, model.url)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+               **agent_programs.opencode_env(project, home)}
+        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        try:
+            tmux.wait_for("Ask anything", timeout=90, settle=1)
+            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
+            first = model.wait_for(lambda r: PROGRAMS["opencode"].is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
+            assert SUBJECTS[0] in first.text
+            wait_for("the late report of the first step", done.exists, timeout=60)
+            wait_for("the session at rest", lambda: program_state(agent) == "idle", timeout=120,
+                     explain=lambda: f"program-state: {(agent / 'program-state').read_text()}\n{tmux.screen()}")
+            assert json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout) == []  # the step's "read" counted
+            # Reported out of order, the turn's end found the mail still unread and started a
+            # turn for it again, and again, until the late report said it was read.
+            carrying = [r for r in model.requests if PROGRAMS["opencode"].is_turn(r) and SUBJECTS[0] in r.text]
+            assert len(carrying) == 1, f"{len(carrying)} turns carried the mail"
         finally:
             tmux.kill()
             kill_strays(home)
