@@ -82,13 +82,22 @@ def oldest(claims: dict[str, int]) -> str | None:
     return min(claims, key=lambda host: claims[host]) if claims else None
 
 
+class Watched:
+    """The bucket as one watch has read it (and this host's own writes since)."""
+
+    __slots__ = ("claims", "counts", "presence")
+
+    def __init__(self) -> None:
+        self.claims: dict[str, dict[str, int]] = {}  # agent -> {host: revision of its claim}
+        self.counts: dict[str, int] = {}  # host -> claims of it kept in `claims`
+        self.presence: dict[tuple[str, str], DirectoryEntry] = {}  # (host, agent) -> entry
+
+
 class Directory:
     def __init__(self, store: Store, host: str) -> None:
         self.store = store
         self.host = host
-        self.claims: dict[str, dict[str, int]] = {}  # agent -> {host: revision of its claim}
-        self.counts: dict[str, int] = {}  # host -> claims of it kept in `claims`
-        self.presence: dict[tuple[str, str], DirectoryEntry] = {}  # (host, agent) -> entry
+        self.watched = Watched()
         self.published: dict[str, bytes] = {}  # what this host last wrote per name
         self.conflicts: dict[str, str] = {}  # local agent -> the other host that owns the name
         self.claiming: set[str] = set()  # claimed, the local register not yet run: not stale
@@ -97,6 +106,18 @@ class Directory:
         self.js = None  # the session's JetStream context (fresh reads of the claims)
         self._dirty = anyio.Event()
         self.skipped = Skipped("directory entry")
+
+    @property
+    def claims(self) -> dict[str, dict[str, int]]:
+        return self.watched.claims
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.watched.counts
+
+    @property
+    def presence(self) -> dict[tuple[str, str], DirectoryEntry]:
+        return self.watched.presence
 
     # -- asked by the store operations (no I/O) ----------------------------------------
     def owner(self, name: str) -> str | None:
@@ -144,20 +165,33 @@ class Directory:
 
     # -- the watcher -------------------------------------------------------------------
     async def watch(self, kv) -> None:
+        """Each session watches the bucket afresh: the contents it starts with are read into a
+        new copy, which replaces the one an earlier session left once they have all arrived.
+        So what went from the bucket while this host was away (a name withdrawn, an entry
+        deleted) goes from here too, and a skipped entry is counted once, not once a session;
+        until then, sends meanwhile still find the agents the earlier session knew."""
         watcher = await kv.watchall()
+        loading: tuple[Watched, dict[str, int]] | None = (Watched(), {})
         try:
             async for update in watcher:
                 if update is None:  # the bucket's contents so far have all arrived
+                    if loading is not None:
+                        self.watched, self.skipped.counts = loading
+                        loading = None
                     self.ready.set()
                     self.on_change()
                     continue
-                self._apply(update)
-                if self.ready.is_set():
+                if loading is not None:
+                    self._apply(update, *loading)
+                else:
+                    self._apply(update, self.watched, None)
                     self.on_change()
         finally:
             await finish(watcher.stop)
 
-    def _apply(self, update) -> None:
+    def _apply(self, update, into: Watched, tally: dict[str, int] | None) -> None:
+        """One update of the bucket, into `into`; what is skipped is counted into `tally`
+        (the skipped counts of the copy being read), or the live counts when None."""
         parsed = parse_key(update.key)
         if parsed is None:
             return
@@ -165,49 +199,51 @@ class Directory:
         gone = update.operation in ("DEL", "PURGE") or not update.value
         if kind == "name":
             if gone:
-                self._drop_claim(host, name)
+                self._drop_claim(host, name, into)
             else:
-                self._add_claim(host, name, update.revision)
-            if self.owner(name) == self.host:
+                self._add_claim(host, name, update.revision, into, tally)
+            if oldest(into.claims.get(name, {})) == self.host:
                 self.conflicts.pop(name, None)
             return
         if gone:
-            self.presence.pop((host, name), None)
+            into.presence.pop((host, name), None)
             return
         if len(update.value) > MAX_ENTRY_BYTES:
-            self.skipped.note(host, "larger than an entry may be", update.key)
+            self.skipped.note(host, "larger than an entry may be", update.key, tally)
             return
         try:
             entry = _decode(update.value)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            self.skipped.note(host, "damaged", update.key)
+            self.skipped.note(host, "damaged", update.key, tally)
             return
         if entry.host != host or entry.name != name:
-            self.skipped.note(host, "names another host or agent than its key", update.key)
+            self.skipped.note(host, "names another host or agent than its key", update.key, tally)
             return
-        if host not in self.claims.get(name, {}):
+        if host not in into.claims.get(name, {}):
             return  # its claim is not kept here (withdrawn, or skipped and counted above)
-        self.presence[(host, name)] = entry
+        into.presence[(host, name)] = entry
 
-    def _add_claim(self, host: str, name: str, revision: int) -> bool:
+    def _add_claim(self, host: str, name: str, revision: int, into: Watched | None = None, tally: dict[str, int] | None = None) -> bool:
         """Keep `host`'s claim on `name`, unless the host has as many as it may list."""
-        held = self.claims.setdefault(name, {})
+        into = into or self.watched
+        held = into.claims.setdefault(name, {})
         if host not in held:
-            if host != self.host and self.counts.get(host, 0) >= MAX_AGENTS_PER_HOST:
+            if host != self.host and into.counts.get(host, 0) >= MAX_AGENTS_PER_HOST:
                 if not held:
-                    self.claims.pop(name, None)
-                self.skipped.note(host, "more agents than a host may list", name_key(host, name))
+                    into.claims.pop(name, None)
+                self.skipped.note(host, "more agents than a host may list", name_key(host, name), tally)
                 return False
-            self.counts[host] = self.counts.get(host, 0) + 1
+            into.counts[host] = into.counts.get(host, 0) + 1
         held[host] = revision
         return True
 
-    def _drop_claim(self, host: str, name: str) -> None:
-        held = self.claims.get(name, {})
+    def _drop_claim(self, host: str, name: str, into: Watched | None = None) -> None:
+        into = into or self.watched
+        held = into.claims.get(name, {})
         if held.pop(host, None) is not None:
-            self.counts[host] -= 1
+            into.counts[host] -= 1
         if not held:
-            self.claims.pop(name, None)
+            into.claims.pop(name, None)
 
     async def fresh_claims(self, name: str) -> dict[str, int]:
         """Every host's claim on `name`, read from the bucket now (the watched copy may lag);

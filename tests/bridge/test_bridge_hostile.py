@@ -16,6 +16,7 @@ import pytest
 
 from support.cli_processes import RelayCtl
 from support.bridge_hosts import Intruder, connected, hosts, nats, registered_pair, run  # noqa: F401  (fixtures)
+from support.cuttable_link import CuttableLink
 from support.nats_proc import NATS_SERVER
 from support.waiting import wait_for
 
@@ -382,7 +383,8 @@ def test_a_directory_flood_keeps_status_small(hosts, nats):
                 await ack
 
     run(flood())
-    wait_for("alpha to have read the whole flood", lambda: alpha.bridge().get("skipped", {}).get("directory", {}).get("ghost: damaged") == 2000, timeout=60, every=0.5)
+    wait_for("alpha to have read the whole flood", lambda: alpha.bridge().get("skipped", {}).get("directory", {}).get("ghost: damaged") == 2000, timeout=60, every=0.5,
+             explain=lambda: f"alpha's bridge: state {alpha.bridge()['state']}, skipped {alpha.bridge().get('skipped')}, session errors {session_errors(alpha)}")
     started = time.monotonic()
     shown = alpha.ctl("--json", "status").stdout
     took = time.monotonic() - started
@@ -397,6 +399,50 @@ def test_a_directory_flood_keeps_status_small(hosts, nats):
     assert alpha.sees("trainer", "beta")
     alpha.ctl.setup("send", agent="athena", to=["trainer"], body="still here")
     wait_for("trainer's mail", lambda: [m.body for m in beta.inbox("trainer")] == ["still here"])
+
+
+@pytest.mark.timeout(180)
+def test_a_host_back_from_an_outage_forgets_what_left_the_directory_and_counts_skipped_entries_once(hosts, nats):
+    """alpha's link to NATS is cut (beta stays connected); meanwhile beta's agent leaves the
+    team. Back, alpha no longer lists it (nor sends to it as to beta's), and the damaged
+    entries ghost wrote before are counted once: each session reads the whole bucket again,
+    and they were counted again, once a session (a host that lost its link twice showed
+    twice as many as there are)."""
+    alpha, beta = hosts
+    link = CuttableLink(nats.port)
+    try:
+        alpha.daemon.stop()
+        alpha.start(link.url)
+        alpha, beta = registered_pair(hosts)
+
+        async def damage() -> None:
+            async with Intruder(nats, ATTACKER) as ghost:
+                js = ghost.js()
+                for n in range(5):
+                    await js.publish(f"$KV.relay-agents.ghost.agent.damaged-{n}", b"\x00not json")
+
+        run(damage())
+        damaged = lambda: alpha.bridge().get("skipped", {}).get("directory", {}).get("ghost: damaged")  # noqa: E731
+        wait_for("alpha to count the damaged entries", lambda: damaged() == 5)
+        link.cut()
+        wait_for("alpha to notice the outage", lambda: not connected(alpha), timeout=30)
+        beta.ctl("reset", "--yes")  # trainer leaves beta, and so the team's directory
+
+        async def claimed() -> bool:
+            async with Intruder(nats, ATTACKER) as ghost:
+                kv = await ghost.js().key_value("relay-agents")
+                return any(key.startswith("beta.") for key in await kv.keys())
+
+        wait_for("beta to withdraw trainer's claim", lambda: not run(claimed()), timeout=60, every=0.5)
+        assert alpha.sees("trainer", "beta")  # (what alpha knew when it was cut off)
+        link.mend()
+        wait_for("alpha back", lambda: connected(alpha), timeout=60)
+        assert not alpha.sees("trainer", "beta"), alpha.bridge()["agents"]
+        assert damaged() == 5
+        refused = alpha.ctl("send", "trainer", "are you there?", agent="athena", check=False)
+        assert refused.returncode != 0 and "trainer" in refused.stderr
+    finally:
+        link.close()
 
 
 def test_a_host_registers_no_more_agents_than_the_others_keep():
