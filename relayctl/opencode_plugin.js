@@ -15,9 +15,11 @@
 // hooks a second or more before its request, so the answer lists the messages (`handed`) and
 //   message.part.updated   a step-start part: the model's answer began, after its request;
 //                          the handed mail is read from now on
-//   session.error          the model call failed (not a turn the person stopped): mail of that
-//                          turn is unread again, and no turn is started for the session until
-//                          its person's next prompt
+//   session.error          the model call failed: mail of that turn is unread again, and no
+//                          turn is started for the session until its person's next prompt; the
+//                          person stopped the turn (Esc) before the model's answer began: its
+//                          mail was never read, and stays so until that next prompt too (a turn
+//                          of relay's for it at once would undo the person's stop)
 // It also reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
@@ -80,7 +82,9 @@ export const RelayPlugin = async ({ client }) => {
   let idleSession = null // the session sitting idle at its prompt, if any
   const sessions = new Set() // the sessions of this OpenCode (a person's first prompt makes one)
   const handing = new Map() // session -> ids of the mail handed over, not yet in a model request
-  const failed = new Set() // sessions whose last model call failed: no turn of relay's until the person's next prompt
+  // Sessions that get no turn of relay's until the person's next prompt: the last model call
+  // failed, or the person stopped a turn before the model saw the mail it carried.
+  const untilPrompt = new Set()
 
   function handed(sessionID, answer) {
     if (!Array.isArray(answer?.handed)) return
@@ -88,7 +92,7 @@ export const RelayPlugin = async ({ client }) => {
   }
 
   async function atIdle(sessionID) {
-    if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0 || failed.has(sessionID)) return
+    if (busy.has(sessionID) || (asking.get(sessionID) ?? 0) > 0 || untilPrompt.has(sessionID)) return
     const answer = await relay("session.idle", { session_id: sessionID, stop_hook_active: ONE_SHOT })
     if (ONE_SHOT || !answer || answer.decision !== "block" || typeof answer.reason !== "string") return
     handed(sessionID, answer)
@@ -148,7 +152,7 @@ export const RelayPlugin = async ({ client }) => {
       // The prompt relay itself just started carries the mail (and its answer said
       // "working"): asking again would only hold the model's request up by a relayctl run.
       if (carrying.delete(input.sessionID)) return
-      failed.delete(input.sessionID) // the person's prompt: a new try
+      untilPrompt.delete(input.sessionID) // the person's prompt: a new try
       const answer = await relay("chat.message", { session_id: input.sessionID })
       if (answer && typeof answer.additionalContext === "string") {
         handed(input.sessionID, answer)
@@ -198,7 +202,10 @@ export const RelayPlugin = async ({ client }) => {
         case "session.idle": {
           busy.delete(sessionID)
           idleSession = sessionID
-          await atIdle(sessionID)
+          // At rest, and nothing handed over: the turn's end is reported as a continuation's
+          // (`stop_hook_active`), which hands no mail.
+          if (untilPrompt.has(sessionID)) await relay("session.idle", { session_id: sessionID, stop_hook_active: true })
+          else await atIdle(sessionID)
           break
         }
         case "permission.asked":
@@ -218,17 +225,21 @@ export const RelayPlugin = async ({ client }) => {
           const ids = handing.get(part.sessionID)
           if (part.type !== "step-start" || !ids) break
           handing.delete(part.sessionID)
-          failed.delete(part.sessionID)
+          untilPrompt.delete(part.sessionID)
           await relay("message.part.updated", { session_id: part.sessionID, handed: ids })
           break
         }
         case "session.error":
           if (!sessionID) break
-          handing.delete(sessionID) // never in a request that reached the model: still unread
+          const unseen = handing.delete(sessionID) // never in a request that reached the model: still unread
           // Stopped by the person (Esc) or by OpenCode's own end (`relayctl down`): the model
-          // call did not fail, and the mail its request carried was read.
-          if (props.error?.name === "MessageAbortedError") break
-          failed.add(sessionID)
+          // call did not fail. Stopped after the model's answer began, the mail was read; before,
+          // it waits for the person's next prompt.
+          if (props.error?.name === "MessageAbortedError") {
+            if (unseen) untilPrompt.add(sessionID)
+            break
+          }
+          untilPrompt.add(sessionID)
           await relay("session.error", { session_id: sessionID })
           break
         case "session.deleted":

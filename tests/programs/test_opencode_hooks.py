@@ -283,6 +283,59 @@ def test_a_turn_whose_model_call_fails_leaves_its_mail_unread_and_the_sender_tol
             kill_strays(home)
 
 
+@pytest.mark.timeout(300)
+def test_a_turn_the_person_stops_before_the_model_answers_is_not_started_again_and_its_mail_comes_with_their_next_prompt(
+        relayctl, daemon, store_dir: Path, short_tmp: Path) -> None:
+    """Mail to the idle session starts a turn; the person stops it (Esc) before the model's
+    answer begins, so the model never saw the mail. relay starts no turn for it again (that
+    would undo the person's stop: the plugin did so at once, twice), the session reads as at
+    rest, the mail stays unread, and the person's next prompt carries it."""
+    home, project = _project(relayctl, short_tmp)
+    is_turn = PROGRAMS["opencode"].is_turn
+    answer = model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))
+    stop = threading.Event()
+
+    def silent(request):
+        stop.wait(60)  # no answer begins before the person stops the turn
+        yield b""
+
+    def respond(request):
+        if is_turn(request) and SUBJECTS[0] in request.text and "Carry on" not in request.text:
+            return Reply(200, "text/event-stream", silent(request))
+        return answer(request)
+
+    agent = store_dir / "agents" / AGENT
+    unread = lambda: [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]  # noqa: E731
+    tmux = Tmux(short_tmp)
+    with ScriptedModel(respond) as model:
+        agent_programs.opencode_config(project, model.url)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+               **agent_programs.opencode_env(project, home)}
+        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        try:
+            tmux.wait_for("Ask anything", timeout=90, settle=1)
+            relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)  # to the idle program: the plugin starts a turn
+            first = model.wait_for(lambda r: is_turn(r) and SUBJECTS[0] in r.text, timeout=60)
+            for _ in range(2):  # OpenCode stops a turn at a second Esc
+                tmux.keys("Escape")
+                time.sleep(0.3)
+            tmux.wait_for("interrupted", timeout=30)
+            wait_for("the session at rest", lambda: program_state(agent) == "idle", timeout=30,
+                     explain=lambda: f"program-state: {program_state(agent)}\n{tmux.screen()}")
+            with pytest.raises(AssertionError, match="no request to the scripted model matched"):
+                model.wait_for(lambda r: is_turn(r) and SUBJECTS[0] in r.text and r is not first, timeout=10)
+            assert len([r for r in model.requests if is_turn(r) and SUBJECTS[0] in r.text]) == 1
+            assert unread() == [SUBJECTS[0]]
+            tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
+            model.wait_for(lambda r: is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
+            # read only by being handed over again, with that prompt, and its answer begun
+            wait_for("the mail read", lambda: unread() == [], timeout=30)
+        finally:
+            stop.set()
+            tmux.kill()
+            kill_strays(home)
+
+
 def test_a_session_without_an_agent_name_shows_relays_line_once_and_the_mail_stays_unread(relayctl, store_dir: Path, short_tmp: Path) -> None:
     """A person's own OpenCode (no RELAY_AGENT) in a project with relay's plugin: at its
     session's start the plugin shows relay's line on how to start it as an agent (a toast in
