@@ -229,7 +229,7 @@ export const RelayPlugin = async ({ client }) => {
           await relay("message.part.updated", { session_id: part.sessionID, handed: ids })
           break
         }
-        case "session.error":
+        case "session.error": {
           if (!sessionID) break
           const unseen = handing.delete(sessionID) // never in a request that reached the model: still unread
           // Stopped by the person (Esc) or by OpenCode's own end (`relayctl down`): the model
@@ -242,6 +242,7 @@ export const RelayPlugin = async ({ client }) => {
           untilPrompt.add(sessionID)
           await relay("session.error", { session_id: sessionID })
           break
+        }
         case "session.deleted":
           if (idleSession === sessionID) idleSession = null
           await relay("session.deleted", { session_id: sessionID })

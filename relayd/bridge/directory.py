@@ -171,27 +171,22 @@ class Directory:
         deleted) goes from here too, and a skipped entry is counted once, not once a session;
         until then, sends meanwhile still find the agents the earlier session knew."""
         watcher = await kv.watchall()
-        loading: tuple[Watched, dict[str, int]] | None = (Watched(), {})
+        watched, tally = Watched(), {}  # this watch's copy, and what it skipped
         try:
             async for update in watcher:
                 if update is None:  # the bucket's contents so far have all arrived
-                    if loading is not None:
-                        self.watched, self.skipped.counts = loading
-                        loading = None
+                    self.watched, self.skipped.counts = watched, tally  # (the live ones from now on)
                     self.ready.set()
                     self.on_change()
                     continue
-                if loading is not None:
-                    self._apply(update, *loading)
-                else:
-                    self._apply(update, self.watched, None)
+                self._apply(update, watched, tally)
+                if self.ready.is_set():
                     self.on_change()
         finally:
             await finish(watcher.stop)
 
-    def _apply(self, update, into: Watched, tally: dict[str, int] | None) -> None:
-        """One update of the bucket, into `into`; what is skipped is counted into `tally`
-        (the skipped counts of the copy being read), or the live counts when None."""
+    def _apply(self, update, into: Watched, tally: dict[str, int]) -> None:
+        """One update of the bucket, into the copy `into`; what is skipped is counted into `tally`."""
         parsed = parse_key(update.key)
         if parsed is None:
             return
@@ -224,8 +219,9 @@ class Directory:
         into.presence[(host, name)] = entry
 
     def _add_claim(self, host: str, name: str, revision: int, into: Watched | None = None, tally: dict[str, int] | None = None) -> bool:
-        """Keep `host`'s claim on `name`, unless the host has as many as it may list."""
-        into = into or self.watched
+        """Keep `host`'s claim on `name` (in `into`, the live copy when None), unless the host
+        has as many as it may list."""
+        into = into if into is not None else self.watched
         held = into.claims.setdefault(name, {})
         if host not in held:
             if host != self.host and into.counts.get(host, 0) >= MAX_AGENTS_PER_HOST:
@@ -238,7 +234,7 @@ class Directory:
         return True
 
     def _drop_claim(self, host: str, name: str, into: Watched | None = None) -> None:
-        into = into or self.watched
+        into = into if into is not None else self.watched
         held = into.claims.get(name, {})
         if held.pop(host, None) is not None:
             into.counts[host] -= 1

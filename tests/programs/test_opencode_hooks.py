@@ -27,6 +27,14 @@ from support.waiting import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.real_program]  # real agent programs in tmux: not in the quick loop
 
 
+def _start_opencode(tmux: Tmux, project: Path, home: Path, model_url: str, config: dict | None = None) -> None:
+    """OpenCode in the tmux pane, on the scripted model, as `up` starts an agent's session (RELAY_AGENT set)."""
+    agent_programs.opencode_config(project, model_url, config)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
+           **agent_programs.opencode_env(project, home)}
+    tmux.start([str(agent_programs.program("opencode"))], project, env)
+
+
 def test_one_shot_mail_reaches_the_model_at_the_prompt_and_after_the_tool_and_the_rest_stays_unread(relayctl, short_tmp: Path) -> None:
     session = run_scenario(PROGRAMS["opencode"], relayctl, short_tmp)
     assert session.returncode == 0, session.stderr[-2000:]
@@ -53,9 +61,7 @@ def test_mail_to_an_idle_interactive_session_starts_a_turn_that_carries_it(relay
     agent = store_dir / "agents" / AGENT
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", settle=1)
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
@@ -111,10 +117,7 @@ def test_a_late_report_of_the_turns_first_step_does_not_leave_the_resting_sessio
     agent = store_dir / "agents" / AGENT
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
-               **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
@@ -152,9 +155,7 @@ def test_mail_while_a_permission_question_is_open_starts_no_turn_and_comes_with_
 
     tmux = Tmux(short_tmp)
     with ScriptedModel(model_openai.chat_responder(turn)) as model:
-        agent_programs.opencode_config(project, model.url, {"permission": {"bash": "ask"}})
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT, **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url, {"permission": {"bash": "ask"}})
         try:
             tmux.wait_for("Ask anything", settle=1)
             tmux.type_line("Check the release.", "Check the release.")
@@ -212,10 +213,7 @@ def test_the_read_receipt_comes_no_earlier_than_the_model_request_that_carries_t
 
     tmux = Tmux(short_tmp)
     with ScriptedModel(respond) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
-               **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
@@ -251,10 +249,7 @@ def test_a_turn_whose_model_call_fails_leaves_its_mail_unread_and_the_sender_tol
 
     tmux = Tmux(short_tmp)
     with ScriptedModel(respond) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
-               **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
             # mail to the idle program: relay's plugin starts a turn for it
@@ -308,10 +303,7 @@ def test_a_turn_the_person_stops_before_the_model_answers_is_not_started_again_a
     unread = lambda: [m["subject"] for m in json.loads(relayctl("--json", "read", "--unread", agent=AGENT).stdout)]  # noqa: E731
     tmux = Tmux(short_tmp)
     with ScriptedModel(respond) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
-               **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
             relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)  # to the idle program: the plugin starts a turn
@@ -391,10 +383,7 @@ def test_a_turn_the_person_stops_is_no_failed_call_and_its_mail_stays_read(relay
 
     tmux = Tmux(short_tmp)
     with ScriptedModel(respond) as model:
-        agent_programs.opencode_config(project, model.url)
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TERM": "xterm-256color", "LANG": "C.UTF-8", "RELAY_AGENT": AGENT,
-               **agent_programs.opencode_env(project, home)}
-        tmux.start([str(agent_programs.program("opencode"))], project, env)
+        _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
             relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)  # to the idle program: the plugin starts a turn
