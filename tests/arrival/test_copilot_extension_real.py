@@ -142,7 +142,8 @@ def test_a_draft_in_the_prompt_is_left_as_it_is(team, relay_env, short_tmp: Path
         s.tmux.wait_for("half a thought of mine", timeout=30, settle=0.5)
         team("send", AGENT, "mail beside a draft", agent=SENDER)
         wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2)
-        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90,
+                 explain=lambda: f"program-state: {s.state()}; model requests: {len(s.model.requests)}\n{s.tmux.screen()}")
         assert "half a thought of mine" in s.tmux.cursor_line()  # still in the prompt, unsent
         assert not any("half a thought of mine" in r.text for r in s.model.requests)
         assert TRIGGER not in s.tmux.screen(history=200)
