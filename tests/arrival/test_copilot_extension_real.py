@@ -159,7 +159,8 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
     with Session(team, relay_env, short_tmp, turn) as s:
         wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
         s.prompt("Make the marker.")
-        wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90)
+        wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90,
+                 explain=lambda: f"program-state: {s.state()}; model requests: {len(s.model.requests)}\n{s.tmux.screen()}")
         s.tmux.wait_for(QUESTION, timeout=30, settle=1)
         sent = json.loads(team("--json", "send", AGENT, "mail during the question", agent=SENDER).stdout)["id"]
         told = wait_for("the notice announced", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60)
