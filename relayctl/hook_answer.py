@@ -34,7 +34,7 @@ import sys
 
 from relayd import jsonline as json  # json itself loads re: a hook runs at every event
 from relayd.errors import PermissionDenied, RelayError
-from relayd.arrival.program_events import state_after, turn_failed
+from relayd.arrival.program_events import state_after, turn_failed, turn_stopped
 from relayd.arrival.program_process import program_of
 from relayd.programs.program import Program
 from relayd.programs.registry import PROGRAMS, guests_of, owner_of
@@ -222,6 +222,8 @@ def _record_state(s: Settings, agent: str, program: str, event: dict, owner, *, 
         params["new_turn"] = True
     if turn_failed(program, event):
         params["failed"] = True
+    elif turn_stopped(program, event):
+        params["stopped"] = True
     try:
         s.call("program_state", params)
     except PermissionDenied:

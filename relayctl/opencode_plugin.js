@@ -19,7 +19,8 @@
 //                          turn is started for the session until its person's next prompt; the
 //                          person stopped the turn (Esc) before the model's answer began: its
 //                          mail was never read, and stays so until that next prompt too (a turn
-//                          of relay's for it at once would undo the person's stop)
+//                          of relay's for it at once would undo the person's stop); its senders
+//                          are told the person stopped it
 // It also reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
 // comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
@@ -232,15 +233,13 @@ export const RelayPlugin = async ({ client }) => {
         case "session.error": {
           if (!sessionID) break
           const unseen = handing.delete(sessionID) // never in a request that reached the model: still unread
+          const error = props.error?.name
           // Stopped by the person (Esc) or by OpenCode's own end (`relayctl down`): the model
           // call did not fail. Stopped after the model's answer began, the mail was read; before,
-          // it waits for the person's next prompt.
-          if (props.error?.name === "MessageAbortedError") {
-            if (unseen) untilPrompt.add(sessionID)
-            break
-          }
+          // it waits for the person's next prompt, and relay tells its senders so.
+          if (error === "MessageAbortedError" && !unseen) break
           untilPrompt.add(sessionID)
-          await relay("session.error", { session_id: sessionID })
+          await relay("session.error", { session_id: sessionID, error })
           break
         }
         case "session.deleted":

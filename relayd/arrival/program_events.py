@@ -9,7 +9,7 @@ from __future__ import annotations
 from relayd.programs.program import STATES
 from relayd.programs.registry import PROGRAMS
 
-__all__ = ["STATES", "state_after", "turn_failed"]
+__all__ = ["STATES", "state_after", "turn_failed", "turn_stopped"]
 
 
 def state_after(program: str, event: dict, continued: bool = False) -> str | None:
@@ -24,3 +24,10 @@ def turn_failed(program: str, event: dict) -> bool:
     (`Hooks.failed`, `Hooks.failure`): mail handed into that turn is unread again."""
     spec = PROGRAMS.get(program)
     return spec is not None and spec.turn_failed(event)
+
+
+def turn_stopped(program: str, event: dict) -> bool:
+    """Whether the hook event `event` says the person stopped the turn before the model saw
+    the mail handed into it (`Hooks.stopped`): that mail waits for their next prompt."""
+    spec = PROGRAMS.get(program)
+    return spec is not None and spec.turn_stopped(event)

@@ -41,6 +41,9 @@ CLI's AfterModel with an error, Copilot's errorOccurred, OpenCode's session.erro
 back as unread (relayd.inbox.reread), says so as the agent's held record (its senders' `track`
 names the failed turn, relayd.delivery.held), and leaves the agent's `pending` flag so that no
 trigger starts the same failing turn again: that mail comes with the person's next prompt.
+A turn the person stopped before its model saw the mail handed into it (`Hooks.stopped`:
+OpenCode, whose mail counts as read only at the answer's first step) is recorded the same
+way, in those words: nothing to put back, the mail was never read.
 
 The state lives in `agents/<name>/program-state` (one small JSON object, replaced whole,
 not fsynced: a state lost to a crash is one the next event writes again), read by the
@@ -139,6 +142,7 @@ class ProgramStateParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     handed: list[str] = []  # ids of messages this hook handed over just now (added to the turn's)
     new_turn: bool = False  # a turn starts here (a prompt, a turn's end): the last one's hand-overs are done with
     failed: bool = False  # the turn failed: what the hook handed over in it is unread again
+    stopped: bool = False  # the person stopped the turn before its model saw the mail handed into it (still unread)
 
 
 class ProgramStateResult(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -174,23 +178,25 @@ def _check_owner(agent: Dir, name: str, p: ProgramStateParams, before: ProgramSt
 
 
 FAILED_WHY = "its program's last turn failed (its model call did not go through): the mail comes with its person's next prompt"
+STOPPED_WHY = "its person stopped the turn that carried the mail before its model saw it: the mail comes with the person's next prompt"
 
 
-def _note_failed(agent: Dir) -> None:
-    """Say why the failed turn's mail waits (relayd.delivery.held): its senders' `track`
-    and `status` name it, not only that the mail is unread."""
-    # deferred import: a failed turn is rare, and most state reports load no delivery code
+def _note_undone(agent: Dir, why: str) -> None:
+    """Say why the mail of a turn that ended without reaching the model waits
+    (relayd.delivery.held): its senders' `track` and `status` name it, not only that the mail
+    is unread. Dated by itself: a trigger that landed before did not bring that mail either."""
+    # deferred import: such a turn is rare, and most state reports load no delivery code
     from ..delivery.held import note_held
 
-    note_held(agent, FAILED_WHY, now_iso(), failed=True)
+    note_held(agent, why, now_iso(), failed=True)
 
 
-def _clear_failed(agent: Dir) -> None:
-    """A hook handed mail over again: the failure no longer explains what waits."""
+def _clear_undone(agent: Dir) -> None:
+    """A hook handed mail over again: the failed or stopped turn no longer explains what waits."""
     from ..delivery.held import clear_held, read_held
 
     held = read_held(agent)
-    if held is not None and held.why == FAILED_WHY:
+    if held is not None and held.why in (FAILED_WHY, STOPPED_WHY):
         clear_held(agent)
 
 
@@ -211,11 +217,11 @@ def record(store: Store, p: ProgramStateParams) -> ProgramStateResult:
             from ..inbox.reread import unread_again
 
             put_back = unread_again(store, agent, handed)
-        if p.failed:
-            _note_failed(agent)
+        if p.failed or p.stopped:
+            _note_undone(agent, FAILED_WHY if p.failed else STOPPED_WHY)
         elif p.handed:
-            _clear_failed(agent)
-        if p.failed or (p.state == "idle" and not p.handed) or p.state in ("ended", "stopped"):
+            _clear_undone(agent)
+        if p.failed or p.stopped or (p.state == "idle" and not p.handed) or p.state in ("ended", "stopped"):
             handed = []  # the turn is over: what it was handed stays handed (or was put back)
         was = current(before) if before is not None else None
         recorded = write(agent, p.state, p.event, owner, handed)

@@ -17,7 +17,9 @@ before the request is sent, so a receipt there could still precede it), while a 
 only once the model's answer began, after its request. A model call that fails before that
 leaves the mail unread; one that fails later (`session.error`) puts it back as unread, and
 the plugin starts no turn of its own for that session until its person's next prompt, so a
-model that keeps failing is not asked again and again.
+model that keeps failing is not asked again and again. A turn the person stops (Esc) before
+the answer began never showed the model its mail: it stays unread, waits for that next prompt
+too, and its senders' `track` says the person stopped it (`Hooks.stopped`).
 
 A session without RELAY_AGENT: the plugin's session.created report gets relay's line on how
 to start it as an agent (`notice`), which the plugin shows as a toast in OpenCode's TUI.
@@ -38,6 +40,9 @@ import os
 from .program import Hooks, Launch, Mcp, Program, Screen, Settings, json_servers
 
 
+ABORTED = "MessageAbortedError"  # OpenCode's session.error for a turn the person (or OpenCode's end) stopped
+
+
 def _argv(mcp: str | None, channels: tuple[str, ...], model: list[str], args: list[str]) -> list[str]:
     return ["opencode", *model, *args]
 
@@ -55,6 +60,10 @@ PROGRAM = Program(
         other=(),
         read_at="message.part.updated",
         failed=("session.error",),
+        # the person's stop (Esc) is reported as session.error too, and is no failed model call;
+        # relay's plugin reports it only when the turn's mail had not reached the model yet
+        failure=lambda event: event.get("error") != ABORTED,
+        stopped=lambda event: event.get("hook_event_name") == "session.error" and event.get("error") == ABORTED,
         states={"session.created": "idle", "chat.message": "working", "tool.execute.after": "working", "message.part.updated": "working",
                 "session.error": "idle",
                 "permission.replied": "working", "question.replied": "working", "question.rejected": "working",
@@ -64,7 +73,7 @@ PROGRAM = Program(
         shown="notice",  # relay's plugin shows it as a toast in OpenCode's TUI
         help="chat.message, tool.execute.after and session.idle hand mail over, which counts as read at the model's first "
              "streamed step (message.part.updated, a step-start part); session.error (a failed model call) makes the mail of "
-             "that turn unread again; session.created, permission.asked, question.asked, their replies and session.deleted "
+             "that turn unread again (one the person stopped before the answer began says so to its senders); session.created, permission.asked, question.asked, their replies and session.deleted "
              "report the session's state; relay's plugin sends them",
     ),
     settings=Settings(

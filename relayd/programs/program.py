@@ -29,13 +29,13 @@ class Hooks:
     """The program's hook events, by what relay does with them, and the state each implies."""
 
     __slots__ = ("context", "stop", "state", "other", "matcher", "states", "notifications", "named_by_entry", "answer",
-                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "read_at", "agentless")
+                 "entry_fields", "help", "start", "shown", "relayed", "failed", "failure", "stopped", "read_at", "agentless")
 
     def __init__(self, *, context: tuple[str, ...], stop: str, state: tuple[str, ...], other: tuple[str, ...],
                  states: dict[str, str], notifications: dict[str, str] | None = None, matcher: dict[str, str] | None = None,
                  named_by_entry: bool = False, answer: str = "hookSpecificOutput", entry_fields: dict[str, str] | None = None,
                  help: str = "", start: str | None = None, shown: str | None = None, relayed: bool = False, failed: tuple[str, ...] = (),
-                 failure=None, read_at: str | None = None, agentless: tuple[str, ...] = ()) -> None:
+                 failure=None, stopped=None, read_at: str | None = None, agentless: tuple[str, ...] = ()) -> None:
         self.context = context  # events whose answer is additionalContext, in the order installed
         self.stop = stop  # the turn's end: a block decision keeps the session going
         self.state = state  # events installed only to report the session's state (relayd.arrival.program_state)
@@ -58,6 +58,10 @@ class Hooks:
         # (event) -> whether this run of one of those events reports the failure (Copilot's
         # errorOccurred is one for a model call, not for a tool); None: every run does
         self.failure = failure
+        # (event) -> whether the event says the person stopped the turn before the model saw the
+        # mail handed into it (with `read_at` only: elsewhere handed mail is read at once). That
+        # mail is still unread and waits for the person's next prompt; its senders are told so.
+        self.stopped = stopped
         # the event that shows the model's request went out with the mail the other events
         # handed over (its `handed` field lists it): that mail counts as read only then, since
         # the program calls its hooks a while before the request (OpenCode). None: read when handed.
@@ -269,6 +273,11 @@ class Program:
         """Whether the hook event `event` ends (or reports) a turn whose model call failed."""
         name = event.get("hook_event_name")
         return name in self.hooks.failed and (self.hooks.failure is None or bool(self.hooks.failure(event)))
+
+    def turn_stopped(self, event: dict) -> bool:
+        """Whether the hook event `event` says the person stopped the turn before its model saw
+        the mail handed into it."""
+        return self.hooks.stopped is not None and event.get("hook_event_name") in self.hooks.state and bool(self.hooks.stopped(event))
 
     def state_after(self, event: dict, continued: bool = False) -> str | None:
         """The state the session is in once it has run its hook for `event`; `continued`:

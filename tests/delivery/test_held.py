@@ -116,6 +116,33 @@ def test_mail_a_hook_handed_into_a_turn_that_failed_is_held_and_says_why(store: 
     assert "failed" not in way(store, later)["held"]["why"]  # handed over again: the failure explains nothing now
 
 
+def test_mail_of_a_turn_the_person_stopped_before_the_model_saw_it_is_held_and_says_so(store: Store) -> None:
+    """OpenCode's mail counts as read only at the answer's first step: the person stopped the
+    turn before that (Hooks.stopped), so the mail was never read. It waits for their next
+    prompt, and track says the person stopped the turn, not that no hook ran; mail the turn
+    had read before stays read. The next hand-over takes the reason away."""
+    me = process(os.getpid())
+    assert me is not None
+    seen = send(store, "storm", "seen before the stop")
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "new_turn": True})
+    ops.call(store, "read", {"agent": "storm", "unread": True, "mark_read": True})
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "handed": [seen]})
+    unseen = send(store, "storm", "review the schema")  # handed into the turn, not yet in a model request
+    done = ops.call(store, "program_state", {"agent": "storm", "state": "idle", "pid": me.pid, "start": me.start, "stopped": True})
+    assert done.get("put_back", []) == []  # nothing was read that it must give back
+    store.test_clock.ahead = 60  # type: ignore[attr-defined]
+    assert "held" not in way(store, seen)
+    held = way(store, unseen)["held"]
+    assert held["why"] == ("storm's person stopped the turn that carried the mail before its model saw it: "
+                           "the mail comes with the person's next prompt")
+    assert agent_status(store, "storm")["held"] == held
+    ops.call(store, "read", {"agent": "storm", "unread": True, "mark_read": True})
+    ops.call(store, "program_state", {"agent": "storm", "state": "working", "pid": me.pid, "start": me.start, "handed": [unseen]})
+    later = send(store, "storm", "and the migration")
+    store.test_clock.ahead = 120  # type: ignore[attr-defined]
+    assert "stopped" not in way(store, later)["held"]["why"]
+
+
 def test_the_set_time_comes_from_config_json(store: Store, store_dir: Path) -> None:
     (store_dir / "config.json").write_text(json.dumps({"delivery": {"held_after": "5s"}}))
     message_id = send(store, "glacier", "soon")

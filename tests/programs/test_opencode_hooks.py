@@ -284,8 +284,10 @@ def test_a_turn_the_person_stops_before_the_model_answers_is_not_started_again_a
     """Mail to the idle session starts a turn; the person stops it (Esc) before the model's
     answer begins, so the model never saw the mail. relay starts no turn for it again (that
     would undo the person's stop: the plugin did so at once, twice), the session reads as at
-    rest, the mail stays unread, and the person's next prompt carries it."""
+    rest, the mail stays unread, its sender's `track` says the person stopped the turn, and
+    the person's next prompt carries it."""
     home, project = _project(relayctl, short_tmp)
+    (store_dir / "config.json").write_text(json.dumps({"delivery": {"held_after": "1s"}}))
     is_turn = PROGRAMS["opencode"].is_turn
     answer = model_openai.chat_responder(lambda body: model_openai.chat_text("on it"))
     stop = threading.Event()
@@ -306,7 +308,8 @@ def test_a_turn_the_person_stops_before_the_model_answers_is_not_started_again_a
         _start_opencode(tmux, project, home, model.url)
         try:
             tmux.wait_for("Ask anything", timeout=90, settle=1)
-            relayctl("send", AGENT, SUBJECTS[0], agent=SENDER)  # to the idle program: the plugin starts a turn
+            # to the idle program: the plugin starts a turn
+            message_id = json.loads(relayctl("--json", "send", AGENT, SUBJECTS[0], agent=SENDER).stdout)["id"]
             first = model.wait_for(lambda r: is_turn(r) and SUBJECTS[0] in r.text, timeout=60)
             for _ in range(2):  # OpenCode stops a turn at a second Esc
                 tmux.keys("Escape")
@@ -318,10 +321,16 @@ def test_a_turn_the_person_stops_before_the_model_answers_is_not_started_again_a
                 model.wait_for(lambda r: is_turn(r) and SUBJECTS[0] in r.text and r is not first, timeout=10)
             assert len([r for r in model.requests if is_turn(r) and SUBJECTS[0] in r.text]) == 1
             assert unread() == [SUBJECTS[0]]
+            track = lambda: relayctl("track", message_id, agent=SENDER).stdout  # noqa: E731
+            wait_for("the sender told why", lambda: f"{AGENT}'s person stopped the turn" in track(), timeout=15, explain=track)
+            assert "next prompt" in track()
             tmux.type_line("Carry on with the release work.", "Carry on with the release work.")
             model.wait_for(lambda r: is_turn(r) and "Carry on with the release work." in r.text, timeout=60)
             # read only by being handed over again, with that prompt, and its answer begun
             wait_for("the mail read", lambda: unread() == [], timeout=30)
+            # the reason is gone with the wait (the read comes first, then the report that clears it)
+            wait_for("the reason gone", lambda: not (agent / "held").exists(), timeout=15,
+                     explain=lambda: (agent / "held").read_text() if (agent / "held").exists() else "")
         finally:
             stop.set()
             tmux.kill()
