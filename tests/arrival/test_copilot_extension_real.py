@@ -84,6 +84,25 @@ class Session:
         path = self.agent_dir / "program-state"
         return json.loads(path.read_text()) if path.exists() else {}
 
+    def explain(self) -> str:
+        """What a timed-out wait needs to be understood: relay's records, how many model
+        requests came, Copilot's own record of its hooks and messages (its session's
+        events.jsonl), its log's warnings and errors, and the pane."""
+        events = []
+        for log in sorted((self.home / ".copilot" / "session-state").glob("*/events.jsonl")):
+            for raw in log.read_text(errors="replace").splitlines():
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                data = event.get("data") or {}
+                said = {k: data[k] for k in ("hookType", "success", "error", "content", "toolName") if k in data}
+                events.append(f"  {str(event.get('timestamp', ''))[11:23]} {event.get('type')} {json.dumps(said)[:160]}")
+        warnings = [line[:220] for log in sorted((self.home / ".copilot" / "logs").glob("*.log"))
+                    for line in log.read_text(errors="replace").splitlines() if "[ERROR]" in line or "[WARNING]" in line]
+        return "\n".join([f"program-state: {self.state()}", f"door: {self.door()}", f"model requests: {len(self.model.requests)}",
+                          "Copilot's events:", *events[-40:], "Copilot's log, warnings and errors:", *warnings[-15:], self.tmux.screen()])
+
     def __exit__(self, *exc) -> None:
         self.tmux.kill()
         kill_strays(self.home)
@@ -113,37 +132,36 @@ def _unread(relayctl) -> list[str]:
 
 def test_idle_mail_reaches_the_model_through_the_extension_and_nothing_is_typed(team, relay_env, short_tmp: Path) -> None:
     with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted.")) as s:
-        door = wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        door = wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         assert door.get("unusable") is None, door
         assert door["socket"] == str(s.runtime / "relay-copilot" / f"{AGENT}.sock")
         screens: list[str] = []
         for n in range(2):
             team("send", AGENT, f"idle mail {n}\n\nbody of mail {n}", agent=SENDER)
             turn = wait_for(f"mail {n} at the model as an enqueued notice",
-                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2)
+                            lambda: (screens.append(s.tmux.screen()), _notice_turn(s.model, f"idle mail {n}"))[1], timeout=90, every=0.2, explain=s.explain)
             notice = next(t for t in _user_texts(turn.json()) if "[relay]" in t and f"idle mail {n}" in t)
             assert f"from {SENDER}: idle mail {n}" in notice and "relayctl read --unread --mark-read" in notice
             assert f"body of mail {n}" in turn.text  # the notice turn's prompt hook handed the mail itself over
-            wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+            wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90, explain=s.explain)
         assert not any(TRIGGER in screen for screen in screens)  # relay typed nothing into the pane
         assert not any(TRIGGER in r.text for r in s.model.requests)
         assert _unread(team) == []  # read through the hook, as it came
         status = _status_of(team, AGENT)
         assert status["arrives_by"] == "copilot-extension" and status.get("door_unusable") is None
         sent = json.loads(team("--json", "send", AGENT, "one more", agent=SENDER).stdout)["id"]
-        told = wait_for("the announcement", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60)
+        told = wait_for("the announcement", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60, explain=s.explain)
         assert told["how"] == "copilot-extension" and told["ok"]
 
 
 def test_a_draft_in_the_prompt_is_left_as_it_is(team, relay_env, short_tmp: Path) -> None:
     with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted.")) as s:
-        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         s.tmux.literal("half a thought of mine")
         s.tmux.wait_for("half a thought of mine", timeout=30, settle=0.5)
         team("send", AGENT, "mail beside a draft", agent=SENDER)
-        wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2)
-        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90,
-                 explain=lambda: f"program-state: {s.state()}; model requests: {len(s.model.requests)}\n{s.tmux.screen()}")
+        wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail beside a draft"), timeout=90, every=0.2, explain=s.explain)
+        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90, explain=s.explain)
         assert "half a thought of mine" in s.tmux.cursor_line()  # still in the prompt, unsent
         assert not any("half a thought of mine" in r.text for r in s.model.requests)
         assert TRIGGER not in s.tmux.screen(history=200)
@@ -157,13 +175,12 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
         return chat_text("Noted.")
 
     with Session(team, relay_env, short_tmp, turn) as s:
-        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         s.prompt("Make the marker.")
-        wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90,
-                 explain=lambda: f"program-state: {s.state()}; model requests: {len(s.model.requests)}\n{s.tmux.screen()}")
+        wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90, explain=s.explain)
         s.tmux.wait_for(QUESTION, timeout=30, settle=1)
         sent = json.loads(team("--json", "send", AGENT, "mail during the question", agent=SENDER).stdout)["id"]
-        told = wait_for("the notice announced", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60)
+        told = wait_for("the notice announced", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"), timeout=60, explain=s.explain)
         assert told["how"] == "copilot-extension" and told["ok"]
         assert "once the session is idle again" in (told.get("note") or "")  # held while the question is open
         assert "once the session is idle again" in team("track", sent).stdout
@@ -173,7 +190,7 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
         assert QUESTION in s.tmux.screen()  # still asking: nothing picked an answer
         assert _notice_turn(s.model, "mail during the question") is None
         s.tmux.keys("Escape")  # the person declines
-        wait_for("the held notice at the model after the decline", lambda: _notice_turn(s.model, "mail during the question"), timeout=60, every=0.2)
+        wait_for("the held notice at the model after the decline", lambda: _notice_turn(s.model, "mail during the question"), timeout=60, every=0.2, explain=s.explain)
         assert not (s.project / "marker-made").exists()
         assert _unread(team) == []
         assert TRIGGER not in s.tmux.screen(history=200)
@@ -187,14 +204,14 @@ def test_mail_during_an_approved_command_follows_the_command(team, relay_env, sh
         return chat_text("Noted.")
 
     with Session(team, relay_env, short_tmp, turn) as s:
-        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90)
+        wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         s.prompt("Make the marker.")
         s.tmux.wait_for(QUESTION, timeout=90, settle=1)
         team("send", AGENT, "mail during the command", agent=SENDER)
-        wait_for("the notice held", lambda: (s.agent_dir / "copilot-extension-sent").exists(), timeout=60)
+        wait_for("the notice held", lambda: (s.agent_dir / "copilot-extension-sent").exists(), timeout=60, explain=s.explain)
         assert QUESTION in s.tmux.screen() and not (s.project / "marker-made").exists()
         s.tmux.keys("Enter")  # the person allows it (1. Yes)
-        notice = wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail during the command"), timeout=90, every=0.2)
+        notice = wait_for("the notice at the model", lambda: _notice_turn(s.model, "mail during the command"), timeout=90, every=0.2, explain=s.explain)
         assert (s.project / "marker-made").exists()  # the command ran as the person allowed it, in the foreground
         tool_done = next(r for r in s.model.requests if "marker-done" in r.text)
         assert s.model.requests.index(tool_done) < s.model.requests.index(notice)  # the command's turn first, then the mail
@@ -204,12 +221,12 @@ def test_mail_during_an_approved_command_follows_the_command(team, relay_env, sh
 def test_without_experimental_copilot_keeps_the_pane_trigger_and_status_says_why(team, relay_env, short_tmp: Path) -> None:
     with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted."), experimental=False) as s:
         s.prompt("Carry on with the release work.")
-        door = wait_for("the hooks reporting the session has no extension", lambda: s.door(), timeout=90)
+        door = wait_for("the hooks reporting the session has no extension", lambda: s.door(), timeout=90, explain=s.explain)
         assert "without --experimental" in door["unusable"]
         status = _status_of(team, AGENT)
         assert status["arrives_by"].startswith("tmux:") and "without --experimental" in status["door_unusable"]
         assert "without --experimental" in team("status").stdout
-        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90)
+        wait_for("Copilot done with the turn", lambda: s.state().get("state") == "idle", timeout=90, explain=s.explain)
         team("send", AGENT, "mail for the pane", agent=SENDER)
-        turn = wait_for("the trigger typed and submitted", lambda: next((r for r in s.model.requests if TRIGGER in r.text), None), timeout=90)
+        turn = wait_for("the trigger typed and submitted", lambda: next((r for r in s.model.requests if TRIGGER in r.text), None), timeout=90, explain=s.explain)
         assert "mail for the pane" in turn.text  # its prompt hook handed the mail over
