@@ -24,6 +24,10 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # the real agent programs, nats-server or a browser: not in the quick loop
 
+# How long the open page may take to show a change: generous, since a timeout here is no
+# measurement (benchmarks/bench_web.py measures how soon the view's stream carries a send).
+# It was 2 s, and a loaded run of the suite missed it once with the view working.
+SHOWN_MS = 10_000
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
@@ -84,11 +88,11 @@ def test_agents_and_messages_appear_live_without_a_reload(mode: str, web: WebVie
     page.evaluate("window.__same_page = true")
     relayctl("register", "newcomer", "--program", "script", "--task", "joined late")
     started = time.monotonic()
-    page.wait_for_selector("#agents tr[data-agent='newcomer']", timeout=2_000)
+    page.wait_for_selector("#agents tr[data-agent='newcomer']", timeout=SHOWN_MS)
     assert "joined late" in page.text_content("#agents tr[data-agent='newcomer']")
     relayctl("send", "athena", "Bead bd-42 complete. All tests pass.", "--thread", "bd-42", "--priority", "high", agent="agent-bd-42")
     started = time.monotonic()
-    page.wait_for_selector("#messages li:has-text('Bead bd-42 complete')", timeout=2_000)
+    page.wait_for_selector("#messages li:has-text('Bead bd-42 complete')", timeout=SHOWN_MS)
     took = time.monotonic() - started
     item = page.text_content("#messages li:first-child")
     assert "agent-bd-42 → athena" in item and "high" in item and "thread bd-42" in item
@@ -117,7 +121,7 @@ def test_message_typed_in_the_page_lands_in_the_inbox_and_notifies(mode: str, we
         time.sleep(0.05)
     assert log.read_text().split() == ["agent-bd-42"], "the recipient's arrival mechanism did not fire"
     # The page shows it too (the human's own message, live).
-    page.wait_for_selector("#messages li:has-text('Please rebase onto main')", timeout=2_000)
+    page.wait_for_selector("#messages li:has-text('Please rebase onto main')", timeout=SHOWN_MS)
 
 
 def test_a_broadcast_from_the_page_reaches_every_agent(web: WebView, page, relayctl) -> None:
@@ -134,7 +138,7 @@ def test_a_broadcast_from_the_page_reaches_every_agent(web: WebView, page, relay
 def test_hostile_message_body_is_shown_as_text_and_runs_nothing(web: WebView, page, relayctl) -> None:
     open_view(page, web)
     relayctl("send", "athena", HOSTILE, "--subject", '<img src=x onerror="window.__pwned = 3">', agent="agent-bd-43")
-    page.wait_for_selector("#messages li:has-text('window.__pwned = 1')", timeout=2_000)
+    page.wait_for_selector("#messages li:has-text('window.__pwned = 1')", timeout=SHOWN_MS)
     time.sleep(0.3)  # give an injected image time to fail and fire its handler, were there one
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#messages img, #messages script").count() == 0
@@ -160,7 +164,7 @@ def test_search_and_thread_view(web: WebView, page, relayctl) -> None:
     assert bodies == ["Parser done, tests pass", "Thanks. Please review bd-43 next."]  # oldest first
     # A new message in the thread shows up in the open thread view, live.
     relayctl("send", "athena", "Review done", "--thread", "bd-42", agent="agent-bd-43")
-    page.wait_for_selector("#messages li:has-text('Review done')", timeout=2_000)
+    page.wait_for_selector("#messages li:has-text('Review done')", timeout=SHOWN_MS)
 
 
 def test_a_message_shows_its_way_to_each_recipient(web: WebView, page, relayctl) -> None:
@@ -254,12 +258,12 @@ def test_a_dead_letter_can_be_retried_from_the_page(mode: str, web: WebView, pag
     open_view(page, web)
     letter = make_dead_letter(relayctl, "Run the migration on staging")
     row = f"#dead-letters tr[data-dead='{letter['id']}']"
-    page.wait_for_selector(row, timeout=2_000)
+    page.wait_for_selector(row, timeout=SHOWN_MS)
     assert "agent-bd-43" in page.text_content(row) and "Run the migration on staging" in page.text_content(row)
     owed_before = page.text_content("#agents tr[data-agent='agent-bd-43'] td:nth-child(8)")
     assert owed_before == "0"
     page.click(f"{row} button.retry")
-    page.wait_for_selector(row, state="detached", timeout=2_000)
+    page.wait_for_selector(row, state="detached", timeout=SHOWN_MS)
     assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
     inbox = json.loads(relayctl("read", "--json", "--last", "0", agent="agent-bd-43").stdout)
     copies = [m for m in inbox if m["id"] == letter["id"]]
@@ -275,10 +279,10 @@ def test_a_dead_letter_can_be_dropped_from_the_page(web: WebView, page, relayctl
     open_view(page, web)
     letter = make_dead_letter(relayctl, "Obsolete instruction")
     row = f"#dead-letters tr[data-dead='{letter['id']}']"
-    page.wait_for_selector(row, timeout=2_000)
+    page.wait_for_selector(row, timeout=SHOWN_MS)
     page.on("dialog", lambda dialog: dialog.accept())
     page.click(f"{row} button.drop")
-    page.wait_for_selector(row, state="detached", timeout=2_000)
+    page.wait_for_selector(row, state="detached", timeout=SHOWN_MS)
     assert json.loads(relayctl("dlq", "list", "--json").stdout)["dead_letters"] == []
     # Without the token header the same request is refused.
     assert web.get("/api/dlq/retry", {"Content-Type": "application/json"}, "POST", json.dumps({"id": letter["id"]}).encode())[0] == 403
@@ -291,7 +295,7 @@ def test_times_are_utc_dated_and_labelled_as_relayctl_read_prints_them(web: WebV
         page = context.new_page()
         open_view(page, web)
         sent = json.loads(relayctl("--json", "send", "agent-bd-42", "Ship the release notes", agent="athena").stdout)["id"]
-        shown = page.wait_for_selector(f"#messages li[data-id='{sent}'] .when", timeout=2_000).text_content()
+        shown = page.wait_for_selector(f"#messages li[data-id='{sent}'] .when", timeout=SHOWN_MS).text_content()
         read_line = relayctl("read", "--last", "1", agent="agent-bd-42").stdout.splitlines()[0]
         assert shown.endswith(" UTC") and read_line.split("  ")[1] == shown
     finally:
@@ -306,10 +310,10 @@ def test_each_agents_arrival_and_a_failed_announcement_show(web: WebView, page, 
     assert page.query_selector(f"{row} .badge.failed") is None  # nothing announced yet
     assert "channel" in page.text_content("#agents tr[data-agent='athena']")  # no --notify: the channel
     relayctl("send", "agent-bd-42", "Rebase onto main", agent="athena", check=False)  # warns: the announcement failed
-    failed = page.wait_for_selector(f"{row} .badge.failed", timeout=2_000).text_content()
+    failed = page.wait_for_selector(f"{row} .badge.failed", timeout=SHOWN_MS).text_content()
     assert "false exited 1" in failed and failed.startswith("failed ") and " UTC" in failed
     relayctl("send", "agent-bd-42", "And the tags", agent="athena", check=False)  # fails again: the page counts the run
-    page.wait_for_selector(f"{row} .badge.failed:text-matches('^failed ([2-9]|\\\\d\\\\d+) times since .+ UTC: false exited 1$')", timeout=2_000)
+    page.wait_for_selector(f"{row} .badge.failed:text-matches('^failed ([2-9]|\\\\d\\\\d+) times since .+ UTC: false exited 1$')", timeout=SHOWN_MS)
 
 
 def test_an_agent_whose_session_door_is_not_used_says_why(web: WebView, page, relayctl, relay_env, short_tmp: Path) -> None:
@@ -331,10 +335,10 @@ def test_a_dead_lettered_copy_is_marked_in_the_message_list(web: WebView, page, 
     open_view(page, web)
     letter = make_dead_letter(relayctl, "Rotate the staging keys")
     marked = f"#messages li[data-id='{letter['id']}'] .badge.dead"
-    page.wait_for_selector(marked, timeout=2_000)
+    page.wait_for_selector(marked, timeout=SHOWN_MS)
     assert page.text_content(marked) == "dead letter"
     relayctl("send", "agent-bd-42", "An ordinary message", agent="athena")
-    page.wait_for_selector("#messages li .subject:text('An ordinary message')", timeout=2_000)
+    page.wait_for_selector("#messages li .subject:text('An ordinary message')", timeout=SHOWN_MS)
     assert page.query_selector_all("#messages li .badge.dead") != [] and all(
         li.get_attribute("data-id") == letter["id"] for li in page.query_selector_all("#messages li:has(.badge.dead)")
     )
@@ -344,12 +348,12 @@ def test_owed_messages_are_listed_until_acknowledged(web: WebView, page, relayct
     open_view(page, web)
     sent = json.loads(relayctl("--json", "send", "agent-bd-43", "Confirm the schema change", "--ack", "--max-deliver", "2", agent="athena").stdout)["id"]
     row = f"#owed tr[data-owed='{sent}']"
-    page.wait_for_selector(row, timeout=2_000)
+    page.wait_for_selector(row, timeout=SHOWN_MS)
     cells = [td.text_content() for td in page.query_selector_all(f"{row} td")]
     assert cells[:3] == ["athena: Confirm the schema change", "agent-bd-43", "1 of 3"] and cells[3].endswith(" UTC")
     assert page.text_content("#owed-count") == "1"
     relayctl("ack", sent, agent="agent-bd-43")
-    page.wait_for_selector(row, state="detached", timeout=2_000)
+    page.wait_for_selector(row, state="detached", timeout=SHOWN_MS)
     assert page.text_content("#owed-count") == "0"
 
 
