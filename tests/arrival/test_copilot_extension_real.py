@@ -50,13 +50,15 @@ def _notice_turn(model: ScriptedModel, subject: str):
 class Session:
     """A Copilot session for AGENT in tmux, with relay's hooks and extension, against a scripted model."""
 
-    def __init__(self, relayctl, relay_env: dict[str, str], root: Path, turn, experimental: bool = True) -> None:
+    def __init__(self, relayctl, relay_env: dict[str, str], root: Path, turn, experimental: bool = True, pane: str = "cp") -> None:
+        """`pane`: the tmux session's name; another one in the same `root` is the person's
+        next start of Copilot in the same project, HOME and runtime folder."""
         self.relayctl, self.project, self.home = relayctl, root / "project", root / "home"
-        self.project.mkdir()
+        self.project.mkdir(exist_ok=True)
         self.runtime = root / "run"  # the extension's socket folder: this test's own
-        self.runtime.mkdir(mode=0o700)
+        self.runtime.mkdir(mode=0o700, exist_ok=True)
         self.experimental = experimental
-        self.tmux = Tmux(root, "cp")
+        self.tmux = Tmux(root, pane)
         self.model = ScriptedModel(chat_responder(turn))
         self.env = {k: v for k, v in relay_env.items() if not k.startswith("TMUX")}
         self.env.update({"HOME": str(self.home), "RELAY_AGENT": AGENT, "TERM": "xterm-256color", "LANG": "C.UTF-8",
@@ -194,6 +196,40 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
         assert not (s.project / "marker-made").exists()
         assert _unread(team) == []
         assert TRIGGER not in s.tmux.screen(history=200)
+
+
+def test_mail_held_at_a_question_when_the_person_closes_copilot_reaches_its_next_session(team, relay_env, short_tmp: Path) -> None:
+    """The extension holds the notice while Copilot asks its permission question; the person
+    closes Copilot there (the notice goes with its process) and starts it again. The new
+    session's extension reports itself, and the mail reaches its model with nothing typed,
+    without a prompt of the person's: the restart loses nothing and needs no one to ask."""
+    def turn(body: dict) -> dict:
+        done = any(m.get("role") == "tool" for m in body.get("messages", []))
+        if "Make the marker." in json.dumps(body) and not done:
+            return chat_tool_call("bash", {"command": "touch marker-made", "description": "make the marker"})
+        return chat_text("Noted.")
+
+    with Session(team, relay_env, short_tmp, turn) as first:
+        wait_for("relay's extension reporting itself", lambda: first.door(), timeout=90, explain=first.explain)
+        first.prompt("Make the marker.")
+        first.tmux.wait_for(QUESTION, timeout=90, settle=1)
+        sent = json.loads(team("--json", "send", AGENT, "mail across a restart", agent=SENDER).stdout)["id"]
+        told = wait_for("the notice held", lambda: json.loads(team("--json", "track", sent).stdout)["recipients"][0].get("announced"),
+                        timeout=60, explain=first.explain)
+        assert "once the session is idle again" in (told.get("note") or "")
+        old_door = first.door()
+    assert _notice_turn(first.model, "mail across a restart") is None  # closed at the question: the notice never went
+    assert _unread(team) == ["mail across a restart"]
+    assert any(line.split()[:2] == [AGENT, "EXITED"] for line in team("status").stdout.splitlines())  # said, while nobody runs it
+    with Session(team, relay_env, short_tmp, lambda body: chat_text("Noted."), pane="cp2") as again:
+        wait_for("the new session's extension reporting itself", lambda: (again.door() or {}).get("pid") not in (None, old_door["pid"]),
+                 timeout=90, explain=again.explain)
+        notice = wait_for("the mail at the new session's model", lambda: _notice_turn(again.model, "mail across a restart"), timeout=90,
+                          every=0.2, explain=again.explain)
+        assert "mail across a restart" in notice.text  # the notice turn's prompt hook handed the mail itself over
+        wait_for("the mail read", lambda: _unread(team) == [], timeout=30, explain=again.explain)
+        assert TRIGGER not in again.tmux.screen(history=200)
+        assert not (again.project / "marker-made").exists()
 
 
 def test_mail_during_an_approved_command_follows_the_command(team, relay_env, short_tmp: Path) -> None:
