@@ -23,8 +23,9 @@
 //                          are told the person stopped it
 // It also reports the session's state (relayd.arrival.program_state): a permission or question
 // open is "asking", and no turn is started then. While the session sits idle, mail that
-// comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way; the
-// person's unsent draft lives in OpenCode's own prompt box and is not touched by that.
+// comes (`relayctl subscribe inbox`, which needs relayd) starts a turn the same way, and so
+// does mail that was waiting when OpenCode started; the person's unsent draft lives in
+// OpenCode's own prompt box and is not touched by that.
 
 import { spawn } from "node:child_process"
 
@@ -33,6 +34,9 @@ const AGENT = /* relay: agent */ null /* end */
 // `opencode run PROMPT` ends at its session's first idle, before any turn started then
 // would run: there, mail waiting at the end stays unread (for the next session).
 const ONE_SHOT = process.argv[2] === "run"
+// Milliseconds from the plugin's start to its look for mail that waited for OpenCode: by then
+// `relayctl subscribe` listens, and the TUI can show the session made for the mail.
+const STARTED_WAIT = 1500
 
 // OpenCode does not wait for one event's handler before it calls the next, and two relayctl
 // runs started a moment apart may end in either order: a turn's first step ("working") could
@@ -136,16 +140,39 @@ export const RelayPlugin = async ({ client }) => {
     const end = () => child.kill()
     process.once("exit", end) // it must not outlive OpenCode
     child.on("error", () => {})
-    child.stdout.on("data", () => {
-      if (idleSession) atIdle(idleSession)
-      else if (!sessions.size) firstSession()
-    })
+    child.stdout.on("data", mailCame)
     child.on("close", () => {
       process.off("exit", end)
       setTimeout(waitForMail, 5000).unref?.()
     })
   }
+
+  function mailCame() {
+    if (idleSession) atIdle(idleSession)
+    else if (!sessions.size) firstSession()
+  }
+
+  // Mail that came while no OpenCode ran here (sent before it started, or across a restart)
+  // makes no event now: it is looked for once, when the subscription above has had a moment
+  // to start listening, so that mail sent meanwhile is found by one or the other.
+  function mailWaiting() {
+    const agent = AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
+    if (ONE_SHOT || !agent) return
+    const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), "--json", "--agent", agent, "read", "--unread", "--last", "1"]
+    const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+    let out = ""
+    child.on("error", () => {})
+    child.stdout.on("data", (chunk) => (out += chunk))
+    child.on("close", () => {
+      try {
+        const unread = JSON.parse(out)
+        if (Array.isArray(unread) && unread.length) mailCame()
+      } catch {} // no answer (no store yet, relayctl gone): nothing to look at
+    })
+  }
+
   waitForMail()
+  setTimeout(mailWaiting, STARTED_WAIT).unref?.()
 
   return {
     "chat.message": async (input, output) => {
