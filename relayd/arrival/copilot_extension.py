@@ -43,7 +43,7 @@ from ..store import Store
 from ..timefmt import now_iso
 from ..wire import peer
 from .for_models import mail_notice
-from . import door_record
+from . import door_record, program_state
 from .program_process import started
 
 DOOR = "copilot-extension"  # agents/<name>/copilot-extension: the extension's socket, as relay found it
@@ -208,8 +208,13 @@ def announce(store: Store, name: str, agent: Dir, door: ExtensionDoor) -> dict:
     if not messages:
         outcome.update(ok=True, skipped="copilot-extension: nothing new since the last notice")
         return outcome
+    request = {"op": "enqueue", "prompt": mail_notice(name, messages, NOTICE_MAX)}
+    state = program_state.read(agent)
+    if state is not None and state.state == "asking":
+        # relay's permissionRequest hook saw the question: the extension may not be told yet
+        request["asking"] = True
     try:
-        answer = _exchange(door.socket, {"op": "enqueue", "prompt": mail_notice(name, messages, NOTICE_MAX)})
+        answer = _exchange(door.socket, request)
     except _Refused as why:
         outcome.update(ok=False, error=f"copilot extension: {why}")
         return outcome
