@@ -10,15 +10,15 @@
 // AGENT being the pane's RELAY_AGENT, as `relayctl up` sets it), and tells relay it is
 // there (`relayctl hook copilot sessionStart`, as relay's hooks report a session's door).
 // relay connects (checking the socket is this user's and so is the process answering) and
-// sends one JSON line, {"op": "enqueue", "prompt": TEXT, "asking": BOOL}; the extension gives TEXT to the
+// sends one JSON line, {"op": "enqueue", "prompt": TEXT, "asking_since": TIME?}; the extension gives TEXT to the
 // session with mode "enqueue" (the next turn: at once when the session is idle, after the
 // running turn otherwise; never "immediate", which was seen to move a just-approved
 // command to the background) and answers {"ok": true, "id": ...} once Copilot took it.
 // A question on screen and the person's unsent draft are Copilot's, and stay as they are.
 // While a permission question is open the notice is held here, not enqueued (Copilot
 // 1.0.102 drops what was enqueued when the person declines one), and goes when the session
-// is idle again; the answer then says {"ok": true, "held": ...}. `asking` is relay's word that
-// its hooks saw the question open, which may come before Copilot tells this process.
+// is idle again; the answer then says {"ok": true, "held": ...}. `asking_since` is relay's word
+// that its hooks saw a question open then, which may come before Copilot tells this process.
 
 import { joinSession } from "@github/copilot-sdk/extension"
 import { spawn } from "node:child_process"
@@ -55,30 +55,30 @@ function reportDoor() {
 // abort (the person declined) or the session at rest closes it. Notices held meanwhile go
 // at the next rest: an abort drops what was enqueued before it.
 let asking = false
-// No turn running: at the start, and from the session's rest to its next turn's start.
-let idle = true
+// When this process last saw the session come to rest (ms since the epoch; 0: not yet).
+let restedAt = 0
 const held = []
 
 function watchQuestions(session) {
   session.on("hook.start", (event) => {
     if (event?.data?.hookType === "permissionRequest") asking = true
   })
-  session.on("assistant.turn_start", () => (idle = false))
   session.on("tool.execution_complete", () => (asking = false))
   session.on("abort", () => (asking = false))
   session.on("session.idle", () => {
     asking = false
-    idle = true
+    restedAt = Date.now()
     while (held.length) session.send({ prompt: held.shift(), mode: "enqueue" }).catch(() => {})
   })
 }
 
-// `questionSeen`: relay's own permissionRequest hook has reported the question. Copilot runs
-// that hook before it shows the question, but may tell this process of it later (seen on a
-// loaded machine): while a turn runs, relay's word holds the notice too. At rest it is an
-// old word (a declined question runs no hook), and the notice goes.
-async function enqueue(session, prompt, questionSeen) {
-  if (asking || held.length || (questionSeen && !idle)) {
+// `questionSince`: when relay's own permissionRequest hook reported a question (ms). Copilot
+// runs that hook before it shows the question, but may tell this process of it later (seen
+// on a loaded machine, its other events late too): relay's word holds the notice as well,
+// unless the session has come to rest since (a declined question runs no hook, so the word
+// outlives it).
+async function enqueue(session, prompt, questionSince) {
+  if (asking || held.length || questionSince > restedAt) {
     held.push(prompt)
     return { ok: true, held: "a question is open in the session: relay's extension enqueues the notice once the session is idle again" }
   }
@@ -101,7 +101,7 @@ function serve(session, path) {
       try {
         const request = JSON.parse(line)
         if (request.op === "hello") answer = { ok: true, agent: AGENT, pid: process.pid }
-        else if (request.op === "enqueue" && typeof request.prompt === "string") answer = await enqueue(session, request.prompt, request.asking === true)
+        else if (request.op === "enqueue" && typeof request.prompt === "string") answer = await enqueue(session, request.prompt, Date.parse(request.asking_since) || 0)
         else answer = { ok: false, error: "unknown request" }
       } catch (error) {
         answer = { ok: false, error: String(error?.message ?? error).slice(0, 300) }

@@ -212,7 +212,7 @@ def announce(store: Store, name: str, agent: Dir, door: ExtensionDoor) -> dict:
     state = program_state.read(agent)
     if state is not None and state.state == "asking":
         # relay's permissionRequest hook saw the question: the extension may not be told yet
-        request["asking"] = True
+        request["asking_since"] = state.at
     try:
         answer = _exchange(door.socket, request)
     except _Refused as why:
