@@ -132,11 +132,18 @@ export const RelayPlugin = async ({ client }) => {
   // Mail for a session that sits idle: one `relayctl subscribe inbox` runs for as long as
   // OpenCode does (started now, so it listens before the session's first idle); an event
   // while the session is idle is handled as at a turn's end. Without relayd it retries.
+  // The agent whose mail this OpenCode looks for by itself: none in `opencode run`, which
+  // ends before a turn it started would run, nor in a session without an agent name.
+  const agent = ONE_SHOT ? null : AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
+
+  // relayctl ARGS with the store options relay's hooks were installed with (output read, no input).
+  function relayctlRun(...args) {
+    const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), ...args]
+    return spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+  }
+
   function waitForMail() {
-    const agent = AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
-    if (ONE_SHOT || !agent) return
-    const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), "subscribe", "inbox", "--for", agent]
-    const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+    const child = relayctlRun("subscribe", "inbox", "--for", agent)
     const end = () => child.kill()
     process.once("exit", end) // it must not outlive OpenCode
     child.on("error", () => {})
@@ -156,10 +163,7 @@ export const RelayPlugin = async ({ client }) => {
   // makes no event now: it is looked for once, when the subscription above has had a moment
   // to start listening, so that mail sent meanwhile is found by one or the other.
   function mailWaiting() {
-    const agent = AGENT ?? process.env.RELAY_AGENT ?? process.env.OVLD_ROLE
-    if (ONE_SHOT || !agent) return
-    const argv = [...RELAYCTL.slice(0, RELAYCTL.indexOf("hook")), "--json", "--agent", agent, "read", "--unread", "--last", "1"]
-    const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+    const child = relayctlRun("--json", "--agent", agent, "read", "--unread", "--last", "1")
     let out = ""
     child.on("error", () => {})
     child.stdout.on("data", (chunk) => (out += chunk))
@@ -171,8 +175,10 @@ export const RelayPlugin = async ({ client }) => {
     })
   }
 
-  waitForMail()
-  setTimeout(mailWaiting, STARTED_WAIT).unref?.()
+  if (agent) {
+    waitForMail()
+    setTimeout(mailWaiting, STARTED_WAIT).unref?.()
+  }
 
   return {
     "chat.message": async (input, output) => {

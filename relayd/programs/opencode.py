@@ -63,7 +63,7 @@ PROGRAM = Program(
         # the person's stop (Esc) is reported as session.error too, and is no failed model call;
         # relay's plugin reports it only when the turn's mail had not reached the model yet
         failure=lambda event: event.get("error") != ABORTED,
-        stopped=lambda event: event.get("hook_event_name") == "session.error" and event.get("error") == ABORTED,
+        stopped=lambda event: event.get("error") == ABORTED,
         states={"session.created": "idle", "chat.message": "working", "tool.execute.after": "working", "message.part.updated": "working",
                 "session.error": "idle",
                 "permission.replied": "working", "question.replied": "working", "question.rejected": "working",

@@ -58,8 +58,9 @@ class Hooks:
         # (event) -> whether this run of one of those events reports the failure (Copilot's
         # errorOccurred is one for a model call, not for a tool); None: every run does
         self.failure = failure
-        # (event) -> whether the event says the person stopped the turn before the model saw the
-        # mail handed into it (with `read_at` only: elsewhere handed mail is read at once). That
+        # (event) -> whether this run of one of the `failed` events says instead that the person
+        # stopped the turn before the model saw the mail handed into it (with `read_at` only:
+        # elsewhere handed mail is read at once). That
         # mail is still unread and waits for the person's next prompt; its senders are told so.
         self.stopped = stopped
         # the event that shows the model's request went out with the mail the other events
@@ -277,7 +278,7 @@ class Program:
     def turn_stopped(self, event: dict) -> bool:
         """Whether the hook event `event` says the person stopped the turn before its model saw
         the mail handed into it."""
-        return self.hooks.stopped is not None and event.get("hook_event_name") in self.hooks.state and bool(self.hooks.stopped(event))
+        return self.hooks.stopped is not None and event.get("hook_event_name") in self.hooks.failed and bool(self.hooks.stopped(event))
 
     def state_after(self, event: dict, continued: bool = False) -> str | None:
         """The state the session is in once it has run its hook for `event`; `continued`:

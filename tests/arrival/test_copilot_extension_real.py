@@ -47,6 +47,18 @@ def _notice_turn(model: ScriptedModel, subject: str):
                  and any("[relay]" in t and subject in t for t in _user_texts(r.json() or {}))), None)
 
 
+def _asks_to_run(command: str):
+    """The scripted model's turns: asked to "Make the marker.", it calls bash with `command`
+    (which Copilot asks the person about) until the tool's result comes; otherwise "Noted."."""
+    def turn(body: dict) -> dict:
+        done = any(m.get("role") == "tool" for m in body.get("messages", []))
+        if "Make the marker." in json.dumps(body) and not done:
+            return chat_tool_call("bash", {"command": command, "description": "make the marker"})
+        return chat_text("Noted.")
+
+    return turn
+
+
 class Session:
     """A Copilot session for AGENT in tmux, with relay's hooks and extension, against a scripted model."""
 
@@ -185,13 +197,7 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
     """The notice of mail that comes while Copilot asks its permission question is held (Copilot
     drops what was enqueued when the person declines), also when the extension process was not
     told of the question yet (relay's hook was: told-late), and goes once the person declined."""
-    def turn(body: dict) -> dict:
-        done = any(m.get("role") == "tool" for m in body.get("messages", []))
-        if "Make the marker." in json.dumps(body) and not done:
-            return chat_tool_call("bash", {"command": "touch marker-made", "description": "make the marker"})
-        return chat_text("Noted.")
-
-    with Session(team, relay_env, short_tmp, turn, told_late=told_late) as s:
+    with Session(team, relay_env, short_tmp, _asks_to_run("touch marker-made"), told_late=told_late) as s:
         wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         s.prompt("Make the marker.")
         wait_for("Copilot asking the person", lambda: s.state().get("state") == "asking", timeout=90, explain=s.explain)
@@ -220,13 +226,7 @@ def test_mail_held_at_a_question_when_the_person_closes_copilot_reaches_its_next
     nothing and needs no one to ask. (Not asserted: that nothing is typed. relayd's retry
     may find the old door void and the new Copilot at its prompt before the new extension
     reports itself, and then types its pane trigger, about 1 run in 3 here: a known gap.)"""
-    def turn(body: dict) -> dict:
-        done = any(m.get("role") == "tool" for m in body.get("messages", []))
-        if "Make the marker." in json.dumps(body) and not done:
-            return chat_tool_call("bash", {"command": "touch marker-made", "description": "make the marker"})
-        return chat_text("Noted.")
-
-    with Session(team, relay_env, short_tmp, turn) as first:
+    with Session(team, relay_env, short_tmp, _asks_to_run("touch marker-made")) as first:
         wait_for("relay's extension reporting itself", lambda: first.door(), timeout=90, explain=first.explain)
         first.prompt("Make the marker.")
         first.tmux.wait_for(QUESTION, timeout=90, settle=1)
@@ -248,13 +248,7 @@ def test_mail_held_at_a_question_when_the_person_closes_copilot_reaches_its_next
 
 
 def test_mail_during_an_approved_command_follows_the_command(team, relay_env, short_tmp: Path) -> None:
-    def turn(body: dict) -> dict:
-        done = any(m.get("role") == "tool" for m in body.get("messages", []))
-        if "Make the marker." in json.dumps(body) and not done:
-            return chat_tool_call("bash", {"command": "touch marker-made && echo marker-done", "description": "make the marker"})
-        return chat_text("Noted.")
-
-    with Session(team, relay_env, short_tmp, turn) as s:
+    with Session(team, relay_env, short_tmp, _asks_to_run("touch marker-made && echo marker-done")) as s:
         wait_for("relay's extension reporting itself", lambda: s.door(), timeout=90, explain=s.explain)
         s.prompt("Make the marker.")
         s.tmux.wait_for(QUESTION, timeout=90, settle=1)
