@@ -121,13 +121,23 @@ if __name__ == '__main__':
 """
 
 
-def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], target: float | dict[str, float], situation: str, runs: int, stdin: dict[str, bytes] | None = None) -> list[Row]:
+def cli_start(
+    area: str,
+    env: dict[str, str],
+    commands: dict[str, list[str]],
+    target: float | dict[str, float],
+    situation: str,
+    runs: int,
+    stdin: dict[str, bytes] | None = None,
+    floors: dict[str, tuple[str, str]] | None = None,
+) -> list[Row]:
     """Whole `relayctl` processes, started as users start them (the installed script) on a
     regular install (`plain_install`), next to that interpreter's own `python -c pass`,
     interleaved so drift hits all alike: one ratio row each, with both absolute times. For
     the first command also through an entry-point wrapper as pip writes it, for reference.
     `stdin`: what a command reads (a hook's event), by its name. `target`: one ratio for
-    all, or one per command.
+    all, or one per command. `floors`: `python -c CODE` runs timed in the same rounds, each a
+    row of its own (name -> (CODE, what it shows)): what no command can start faster than.
     Bytecode cached as an installed package runs (`bytecode_cached`), filled by a first
     untimed round."""
     python, installed = plain_install()
@@ -137,7 +147,13 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
         out.write(ENTRY_POINT_WRAPPER.format(python=python))
     os.chmod(wrapper, 0o755)
     first = next(iter(commands))
-    argvs = {"python -c pass": [python, "-c", "pass"], **{name: [script, *argv] for name, argv in commands.items()}, "wrapper": [wrapper, *commands[first]]}
+    floors = floors or {}
+    argvs = {
+        "python -c pass": [python, "-c", "pass"],
+        **{name: [script, *argv] for name, argv in commands.items()},
+        "wrapper": [wrapper, *commands[first]],
+        **{name: [python, "-c", code] for name, (code, _) in floors.items()},
+    }
     samples: dict[str, list[float]] = {name: [] for name in argvs}
     with bytecode_cached(env) as cached:
         for round_ in range(runs + 1):
@@ -154,6 +170,9 @@ def cli_start(area: str, env: dict[str, str], commands: dict[str, list[str]], ta
         rows.append(Row(area, f"relayctl {name}, {situation}: whole process / python -c pass", round(took / base, 2), "x", f"<= {goal:g}x", took / base <= goal, f"{took:.1f} ms vs {base:.1f} ms"))
     took = median_ms(samples["wrapper"])
     rows.append(Row(area, f"  relayctl {first}, {situation}, through a [project.scripts] wrapper as pip writes it (reference)", round(took / base, 2), "x", note=f"{took:.1f} ms; its `import re` is what relayctl's own script saves"))
+    for name, (code, shows) in floors.items():
+        took = median_ms(samples[name])
+        rows.append(Row(area, f"  floor: {name}, python -c {code!r} / python -c pass", round(took / base, 2), "x", note=f"{took:.1f} ms; {shows}"))
     fast, full = import_ms([script, *commands[first]], env, python), import_ms(["-m", "relayctl.cli", *commands[first]], env, python)
     rows.append(Row(area, f"  imports of relayctl {first}, {situation} (-X importtime)", round(fast, 1), "ms", note=f"the full click CLI, as every command started before the fast path: {full:.1f} ms"))
     return rows
