@@ -255,7 +255,10 @@ def test_a_trigger_waits_for_a_draft_to_be_sent_and_then_arrives_once(relayctl, 
         relayd.sweeps(3)  # three more retry sweeps while the draft is still there
         assert prompt_pane.input_row() == f"> {DRAFT}"  # the draft untouched
         assert prompt_pane.received.read_text() == ""  # and not submitted
-        assert not (store_dir / "agents" / "inferno" / "pending").exists()
+        # A held trigger leaves no pending flag (or the next mail would never try again). Each
+        # round holds it while it looks at the pane, and the next round may already be looking.
+        pending = store_dir / "agents" / "inferno" / "pending"
+        wait_for("the held trigger's pending flag gone between rounds", lambda: not pending.exists(), 5)
 
         prompt_pane("send-keys", "-t", prompt_pane.pane, "Enter")  # the person sends it
         wait_for("the trigger after the draft was sent", lambda: TRIGGER in prompt_pane.received.read_text())
