@@ -40,11 +40,22 @@ def relayd_up(quick: bool) -> list[Row]:
         # DESIGN §6: a send within 2x the interpreter's start; what a script calls in a loop around
         # its edits (heartbeat, set-status, the reservation commands) within 1.5x.
         targets = {name: 1.5 if name in ("heartbeat", "set-status", "reserve --check", "reserve", "reservations", "release") else 2.0 for name in commands}
-        rows = cli_start(AREA, daemon.env, commands, targets, "relayd up", 10 if quick else 30, event)
+        # A Python client as plain as it gets: the same heartbeat request, one line each way
+        # over the socket with the standard library. relayctl's fast path starts quicker than
+        # that (it loads less than `socket` does, and skips the interpreter's teardown): what a
+        # writing command takes beyond heartbeat is its operation's fsyncs (_inside_relayd).
+        clients = {"reference: a bare stdlib client": (_BARE_CLIENT, "the interpreter, `socket` and one heartbeat request, its answer unread")}
+        rows = cli_start(AREA, daemon.env, commands, targets, "relayd up", 10 if quick else 30, event, clients)
         rows += _inside_relayd(daemon, 20 if quick else 200)
     finally:
         daemon.close()
     return rows + _team_store(quick)
+
+
+_BARE_CLIENT = (
+    "import os, socket; s = socket.socket(socket.AF_UNIX); s.connect(os.environ['RELAY_SOCKET']); "
+    "s.sendall(b'{\"type\":\"request\",\"id\":1,\"op\":\"heartbeat\",\"params\":{\"agent\":\"storm\"}}\\n'); s.recv(65536)"
+)
 
 
 def _team_store(quick: bool) -> list[Row]:

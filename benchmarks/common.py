@@ -137,7 +137,8 @@ def cli_start(
     the first command also through an entry-point wrapper as pip writes it, for reference.
     `stdin`: what a command reads (a hook's event), by its name. `target`: one ratio for
     all, or one per command. `floors`: `python -c CODE` runs timed in the same rounds, each a
-    row of its own (name -> (CODE, what it shows)): what no command can start faster than.
+    row of its own (label -> (CODE, what it shows)): what no command can start faster than,
+    or a client to compare with.
     Bytecode cached as an installed package runs (`bytecode_cached`), filled by a first
     untimed round."""
     python, installed = plain_install()
@@ -172,7 +173,7 @@ def cli_start(
     rows.append(Row(area, f"  relayctl {first}, {situation}, through a [project.scripts] wrapper as pip writes it (reference)", round(took / base, 2), "x", note=f"{took:.1f} ms; its `import re` is what relayctl's own script saves"))
     for name, (code, shows) in floors.items():
         took = median_ms(samples[name])
-        rows.append(Row(area, f"  floor: {name}, python -c {code!r} / python -c pass", round(took / base, 2), "x", note=f"{took:.1f} ms; {shows}"))
+        rows.append(Row(area, f"  {name}, {situation}: python -c / python -c pass", round(took / base, 2), "x", note=f"{took:.1f} ms; {shows}; python -c {code!r}"))
     fast, full = import_ms([script, *commands[first]], env, python), import_ms(["-m", "relayctl.cli", *commands[first]], env, python)
     rows.append(Row(area, f"  imports of relayctl {first}, {situation} (-X importtime)", round(fast, 1), "ms", note=f"the full click CLI, as every command started before the fast path: {full:.1f} ms"))
     return rows
