@@ -31,6 +31,7 @@ own prompt hook hands it over). A door that cannot be used leaves the agent's ow
 from __future__ import annotations
 
 import json
+import os
 from contextlib import closing
 
 import msgspec
@@ -51,6 +52,7 @@ SENT = "copilot-extension-sent"  # agents/<name>/copilot-extension-sent: the ext
 KEEP_SENT = 200
 METHOD = "copilot-extension"  # the arrival mechanism's name in outcomes, receipts and status
 TITLE = "Copilot extension"  # as status names it
+REPORTED_AT_START = True  # the extension reports itself once Copilot has loaded it, before any prompt
 TIMEOUT = 5.0  # seconds for one exchange: the extension answers once Copilot admitted the message (~10 ms)
 BATCH = 20
 NOTICE_MAX = 1200
@@ -61,6 +63,10 @@ class ExtensionDoor(msgspec.Struct, kw_only=True, omit_defaults=True):
     """relay's extension in one Copilot session, tied to the extension's process."""
 
     socket: str
+    # The socket file as relay found it (inode and change time): a restarted session's
+    # extension listens at the same path, in a file of its own, while the old extension's
+    # process may still be on its way out.
+    socket_file: str = ""
     pid: int = 0
     proc_start: str = ""
     at: str | None = None
@@ -101,7 +107,7 @@ def _exchange(socket_path: str, request: dict) -> dict:
 
 def inspect(socket_path: str, agent: str) -> ExtensionDoor:
     """The door at `socket_path`; `unusable` says why relay may not use it."""
-    door = ExtensionDoor(socket=socket_path, at=now_iso())
+    door = ExtensionDoor(socket=socket_path, socket_file=_file_of(socket_path), at=now_iso())
     try:
         hello = _exchange(socket_path, {"op": "hello"})
     except _Refused as why:
@@ -117,6 +123,15 @@ def inspect(socket_path: str, agent: str) -> ExtensionDoor:
         if not door.proc_start:
             door.unusable = f"the extension's process {pid} is gone"
     return door
+
+
+def _file_of(socket_path: str) -> str:
+    """Which file is at `socket_path` now ("" when none): its inode and change time."""
+    try:
+        info = os.lstat(socket_path)
+    except OSError:
+        return ""
+    return f"{info.st_ino}:{info.st_ctime_ns}"
 
 
 def read_door(agent: Dir) -> ExtensionDoor | None:
@@ -159,7 +174,7 @@ def learn(store: Store, p: CopilotExtensionParams) -> ExtensionDoor:
         raise store.unknown_agent(p.agent)
     with store.agent_dir(p.agent) as agent:
         before = current(agent)
-    if before is not None and not before.unusable and (before.socket == p.socket or not p.socket):
+    if before is not None and not before.unusable and (not p.socket or (before.socket == p.socket and before.socket_file == _file_of(p.socket) != "")):
         return before  # the same extension (a hook of its session found it again, or cannot see it): nothing new
     if before is not None and not p.socket and before.unusable == p.missing:
         return before  # the same reason at the session's next prompt: nothing to write

@@ -27,12 +27,13 @@ AGENT = "inferno"
 class StandIn:
     """Answers on AGENT's extension socket under `runtime` as relay's extension does."""
 
-    def __init__(self, runtime: Path, agent: str = AGENT, held: str | None = None) -> None:
+    def __init__(self, runtime: Path, agent: str = AGENT, held: str | None = None, pid: int | None = None) -> None:
         folder = runtime / "relay-copilot"
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = folder / f"{AGENT}.sock"
-        self.agent, self.held = agent, held
+        self.agent, self.held, self.pid = agent, held, pid or os.getpid()  # pid: the process it says it is
         self.prompts: list[str] = []
+        self.failed: list[str] = []  # what went wrong answering (for a test's failure message)
         self.server = socket.socket(socket.AF_UNIX)
         self.server.bind(str(self.path))
         self.server.listen()
@@ -45,9 +46,14 @@ class StandIn:
             except OSError:
                 return
             with conn:
-                request = json.loads(conn.makefile().readline())
+                line = conn.makefile().readline()
+                try:
+                    request = json.loads(line)
+                except ValueError:
+                    self.failed.append(f"a connection sent {line!r}")
+                    continue
                 if request["op"] == "hello":
-                    answer = {"ok": True, "agent": self.agent, "pid": os.getpid()}
+                    answer = {"ok": True, "agent": self.agent, "pid": self.pid}
                 else:
                     self.prompts.append(request["prompt"])
                     answer = {"ok": True, "held": self.held} if self.held else {"ok": True, "id": f"m{len(self.prompts)}"}
@@ -141,8 +147,9 @@ def test_mail_goes_to_the_extension_as_one_notice_per_new_mail_and_never_to_the_
         assert "all of it" not in extension.prompts[0]  # a notice, never the mail itself
         told = _announced(relayctl, first)
         assert told["how"] == "copilot-extension" and told["ok"]
-        relayctl("send", AGENT, "body", "--subject", "second\nline: forged", agent="strategist")
-        assert len(extension.prompts) == 2 and "the build is green" not in extension.prompts[1]  # only what is new
+        second = relayctl("--json", "send", AGENT, "body", "--subject", "second\nline: forged", agent="strategist")
+        assert len(extension.prompts) == 2, f"no second notice; the send said: {second.stdout} {second.stderr}; {extension.failed}"
+        assert "the build is green" not in extension.prompts[1]  # only what is new
         assert "second\\nline: forged" in extension.prompts[1]  # one escaped line, as `relayctl read` shows it
         assert _agent_status(relayctl)["arrives_by"] == "copilot-extension"
     finally:
@@ -150,6 +157,28 @@ def test_mail_goes_to_the_extension_as_one_notice_per_new_mail_and_never_to_the_
     later = json.loads(relayctl("--json", "send", AGENT, "after the extension", agent="strategist").stdout)["id"]
     told = json.loads(relayctl("--json", "track", later).stdout)["recipients"][0].get("announced") or {}
     assert told.get("how") != "copilot-extension"  # nothing answered at its socket: never claimed as announced there
+
+
+def test_a_new_sessions_extension_is_taken_while_the_old_ones_process_still_lives(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
+    """Copilot restarted: the new session's extension listens at the same socket path while
+    the old extension's process is still on its way out. Its report is a new door, not the old
+    one found again: otherwise, once the old process is gone, the agent has no door at all."""
+    _team(relayctl)
+    old = StandIn(runtime)  # says it is this test's process, which lives on
+    _hook(relay_env, runtime, short_tmp)
+    assert _door(store_dir)["pid"] == os.getpid()
+    old.close()
+    lingering = subprocess.Popen(["sleep", "60"])  # the new extension's process
+    new = StandIn(runtime, pid=lingering.pid)
+    try:
+        _hook(relay_env, runtime, short_tmp)  # the new extension reports itself (as its session's hooks do)
+        assert _door(store_dir)["pid"] == lingering.pid
+        relayctl("send", AGENT, "after the restart", agent="strategist")
+        assert len(new.prompts) == 1 and "after the restart" in new.prompts[0]
+    finally:
+        new.close()
+        lingering.kill()
+        lingering.wait()
 
 
 def test_relayd_gives_a_burst_of_mail_one_notice_and_a_lone_message_its_own(relayctl: RelayCtl, relay_env, store_dir: Path, runtime: Path, short_tmp: Path) -> None:
