@@ -60,6 +60,7 @@ LOCK = "claude-inbox.lock"  # held while the ids written (and the tokens) change
 KEEP_SENT = 200  # ids remembered: more than the unread mail one round looks at
 METHOD = "claude-inbox"  # the arrival mechanism's name in outcomes, receipts and status
 TITLE = "Claude Code inbox"  # as status names it
+REPORTED_AT_START = True  # its session's SessionStart hook reports it, before any prompt (relayd.arrival.notify DOOR_WAIT)
 CONNECT_TIMEOUT = 2.0
 BATCH = 20  # messages written in one round at most; the rest go in the next
 

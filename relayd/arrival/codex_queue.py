@@ -47,6 +47,7 @@ SENT = "codex-queue-sent"  # agents/<name>/codex-queue-sent: the session's key l
 KEEP_SENT = 200
 METHOD = "codex-queue"  # the arrival mechanism's name in outcomes, receipts and status
 TITLE = "Codex queue"  # as status names it
+REPORTED_AT_START = False  # Codex makes its thread, and runs its first hook, with the session's first prompt
 QUEUE_TIMEOUT = 15.0  # seconds for `codex queue` (it starts Codex's config and databases: ~0.5-1.2 s)
 BATCH = 20
 

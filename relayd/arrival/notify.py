@@ -38,8 +38,8 @@ import time
 from .. import layout
 from ..timefmt import now_iso, parse_duration
 from .asking import AskingEnds
-from .pane_process import tmux_argv
-from .program_process import age as process_age
+from .pane_process import pane_process, tmux_argv
+from .program_process import age as process_age, foreground, started as process_started
 from .program_state import ProgramState, read_recorded, write as write_program_state
 from .program_state import read as read_program_state
 from ..agents.roster import read_meta
@@ -58,17 +58,25 @@ _TURN_ENDS = frozenset(spec.hooks.stop for spec in PROGRAMS.values())  # the hoo
 # over it a moment later; a trigger typed in between met the question and it went away
 # unanswered. The mail waits for the next round (its program's first hook or the retry).
 START_GRACE = 3.0
+# Seconds after a program starts in an agent's pane during which relay types nothing while
+# the door of the agent's last session is void: the new session may still report its own
+# (Copilot's extension once Copilot has loaded it, Claude Code's inbox at its SessionStart
+# hook: a door's REPORTED_AT_START), and mail typed meanwhile would take the keystrokes' way
+# where a door is about to open. Past it, the pane trigger goes as before.
+DOOR_WAIT = 10.0
 MISSES = 3  # triggers in a row that did not submit before the announcement counts as failed
 _zellij_version: tuple[int, ...] | None = None
 
 
 class _Skip(Exception):
     """The trigger was not sent now, but may be later (pane busy); `since`: since when the
-    reason holds, where it is known (the recorded program state's time)."""
+    reason holds, where it is known (the recorded program state's time); `retry_in`: seconds
+    after which it surely no longer holds, where known (the next try comes then)."""
 
-    def __init__(self, why: str, since: str | None = None) -> None:
+    def __init__(self, why: str, since: str | None = None, retry_in: float | None = None) -> None:
         super().__init__(why)
         self.since = since
+        self.retry_in = retry_in
 
 
 class _Failed(Exception):
@@ -231,6 +239,7 @@ def _announce_one(store, name: str, settings: _Settings) -> dict:
             return outcome
         try:
             if kind == "tmux":
+                _await_door(agent, how)
                 # A program (named at register, or with relay's hooks) draws a prompt first; a
                 # bare line reader (`cat`, a script) may show none.
                 needs_prompt = bool(meta and meta.program) or read_recorded(agent) is not None
@@ -252,6 +261,8 @@ def _announce_one(store, name: str, settings: _Settings) -> dict:
             outcome.update(ok=True, skipped=str(why), retry=True)
             if why.since:
                 outcome["since"] = why.since
+            if why.retry_in is not None:
+                outcome["retry_in"] = why.retry_in
         except _Failed as why:
             agent.unlink(layout.PENDING, missing_ok=True)
             outcome.update(ok=False, error=str(why))
@@ -260,6 +271,26 @@ def _announce_one(store, name: str, settings: _Settings) -> dict:
             outcome.update(ok=True)
         _keep_held(agent, outcome)
         return outcome
+
+
+def _await_door(agent, notify: str) -> None:
+    """Raise _Skip while the door of the agent's last session is void because that session
+    ended, and the program now in the foreground of its pane started under DOOR_WAIT ago:
+    its own session may still report a door (see DOOR_WAIT)."""
+    ended = next((module.TITLE for module in DOORS if module.REPORTED_AT_START and agent.exists(module.DOOR) and _session_ended(module.current(agent))), None)
+    if ended is None:
+        return
+    pane = pane_process(notify)
+    program = (foreground(pane.pid) or pane) if pane is not None else None
+    young = process_age(program) if program is not None else None
+    if young is not None and young < DOOR_WAIT:
+        raise _Skip(f"the {ended} of its last session is gone and the program in its pane started {young:.1f} s ago: "
+                    f"relay waits up to {DOOR_WAIT:g} s for its new session's door before typing", retry_in=DOOR_WAIT - young)
+
+
+def _session_ended(door) -> bool:
+    """A door record whose session's process has ended (not one unusable for another reason)."""
+    return door is not None and bool(door.unusable) and bool(door.pid) and bool(door.proc_start) and process_started(door.pid) != door.proc_start
 
 
 def _keep_held(agent, outcome: dict) -> None:

@@ -80,6 +80,18 @@ def age(owner: Process) -> float | None:
         return None
 
 
+def foreground(pid: int) -> Process | None:
+    """The leader of the process group in the foreground of `pid`'s terminal (a shell's
+    running command, or the program a pane runs itself); None without a terminal or /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        tpgid = int(raw[raw.rfind(b")") + 2 :].split()[5])  # field 8
+    except (OSError, IndexError, ValueError):
+        return None
+    return process(tpgid) if tpgid > 0 else None
+
+
 def alive(owner: Process) -> bool:
     """The very process `owner` names still runs (not a later one given the same pid)."""
     found = _stat(owner.pid)

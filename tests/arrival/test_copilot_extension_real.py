@@ -222,10 +222,10 @@ def test_a_permission_question_is_never_answered_and_after_a_decline_the_held_no
 def test_mail_held_at_a_question_when_the_person_closes_copilot_reaches_its_next_session(team, relay_env, short_tmp: Path) -> None:
     """The extension holds the notice while Copilot asks its permission question; the person
     closes Copilot there (the notice goes with its process) and starts it again. The mail
-    reaches the new session's model without a prompt of the person's: the restart loses
-    nothing and needs no one to ask. (Not asserted: that nothing is typed. relayd's retry
-    may find the old door void and the new Copilot at its prompt before the new extension
-    reports itself, and then types its pane trigger, about 1 run in 3 here: a known gap.)"""
+    reaches the new session's model through the new session's extension, without a prompt
+    of the person's and with nothing typed: relayd's retries find the old door void and the
+    new Copilot at its prompt before its extension reports itself, and wait for that
+    (notify.DOOR_WAIT) instead of typing the pane trigger."""
     with Session(team, relay_env, short_tmp, _asks_to_run("touch marker-made")) as first:
         wait_for("relay's extension reporting itself", lambda: first.door(), timeout=90, explain=first.explain)
         first.prompt("Make the marker.")
@@ -245,6 +245,7 @@ def test_mail_held_at_a_question_when_the_person_closes_copilot_reaches_its_next
                                                                     for r in again.model.requests), timeout=90, every=0.2, explain=again.explain)
         wait_for("the mail read", lambda: _unread(team) == [], timeout=30, explain=again.explain)
         assert not (again.project / "marker-made").exists()
+        assert TRIGGER not in again.tmux.screen(history=200)  # through the door, not the keys
 
 
 def test_mail_during_an_approved_command_follows_the_command(team, relay_env, short_tmp: Path) -> None:

@@ -309,6 +309,44 @@ def test_a_program_that_started_a_moment_ago_is_not_typed_into_until_its_first_s
     assert prompt_pane.lines_after_sentinel() == [TRIGGER]
 
 
+def test_mail_waits_for_the_door_of_a_restarted_session_before_the_pane_is_typed_into(relayctl, configured, tmux: Tmux, store_dir: Path, monkeypatch) -> None:
+    """The agent's last session had relay's Copilot extension and has ended; the program in
+    its pane started a moment ago, so its own session may report a door yet: relay types
+    nothing and says why, and types the pane trigger once DOOR_WAIT has passed. A door void
+    for another reason (Copilot without --experimental) is no reason to wait."""
+    import subprocess
+
+    from relayd import ops
+    from relayd.arrival import notify
+
+    relayctl("register", "inferno", "--notify", f"tmux:{tmux.socket}:{tmux.pane}")
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    door_file = store_dir / "agents" / "inferno" / "copilot-extension"
+    door_file.write_text(json.dumps({"socket": str(store_dir / "gone.sock"), "pid": ended.pid, "proc_start": "1"}))
+    with Store(str(store_dir)) as store:
+        ops.call(store, "send", {"agent": "sender", "to": ["inferno"], "body": "SECRET-BODY"})  # (sending alone announces nothing)
+        monkeypatch.setattr(notify, "DOOR_WAIT", 3600.0)  # the pane's program counts as just started
+        [outcome] = notify_new_messages(store, ["inferno"])
+        assert outcome["retry"] and "Copilot extension of its last session is gone" in outcome["skipped"]
+        assert "waits up to 3600 s for its new session's door" in outcome["skipped"] and 3500 < outcome["retry_in"] <= 3600
+        assert tmux.lines_after_sentinel() == []  # nothing typed
+        assert not (store_dir / "agents" / "inferno" / "pending").exists()  # (so the next round tries again)
+
+        monkeypatch.setattr(notify, "DOOR_WAIT", 0.0)  # the wait is over: keystrokes, as without a door
+        [outcome] = notify_new_messages(store, ["inferno"])
+        assert outcome["ok"] and not outcome.get("skipped")
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+
+        relayctl("read", "--unread", "--mark-read", agent="inferno")
+        door_file.write_text(json.dumps({"socket": "", "unusable": "Copilot runs without --experimental"}))
+        ops.call(store, "send", {"agent": "sender", "to": ["inferno"], "body": "SECRET-BODY-2"})
+        monkeypatch.setattr(notify, "DOOR_WAIT", 3600.0)
+        [outcome] = notify_new_messages(store, ["inferno"])
+        assert outcome["ok"] and not outcome.get("skipped")
+        assert tmux.lines_after_sentinel() == [TRIGGER]
+
+
 def test_the_age_of_a_process_that_ended_is_unknown() -> None:
     import subprocess
 
